@@ -1,0 +1,15 @@
+//! pagewise-core: exact control of the Linux page cache.
+//!
+//! Each verb is a plain function over a tree walk that returns a serialisable report; nothing
+//! here parses arguments or prints. All `unsafe` lives in [`sys`].
+
+pub mod error;
+pub mod evict;
+pub mod load;
+pub mod residency;
+pub mod sys;
+pub mod walk;
+
+pub use error::{Error, ErrorLog, FileError};
+pub use residency::{ByteRange, Method, Progress};
+pub use walk::WalkOptions;

@@ -1,0 +1,332 @@
+//! `load`: bring files and trees into the page cache with many reads in flight.
+//!
+//! Only files not fully cached are touched. Small files: each worker issues
+//! fadvise(WILLNEED) — which queues the read and returns — for a batch of files, then reads each
+//! of them once (pread waits only for pages still in flight), so a worker keeps a whole batch of
+//! I/Os queued instead of one. Large files are read in windows with WILLNEED kept a window
+//! ahead, so the device always has the next window's requests. Completion is proven by reading:
+//! a page under read I/O already counts as cached for cachestat, so a count alone would claim
+//! success too early.
+
+use crate::error::{ErrorLog, FileError};
+use crate::residency::{ByteRange, Meter, Method, Progress};
+use crate::sys::{self, Advice, LockedMapping};
+use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
+use serde::Serialize;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// Options of `load`.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub walk: WalkOptions,
+    pub range: ByteRange,
+    pub method: Method,
+    /// Keep the loaded ranges resident with mmap+mlock.
+    pub lock: bool,
+    /// Files per worker whose readahead is queued before the worker waits for them.
+    pub batch_files: usize,
+    /// Bytes kept queued ahead of the reader in a large file.
+    pub window: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            walk: WalkOptions::default(),
+            range: ByteRange::default(),
+            method: Method::Auto,
+            lock: false,
+            batch_files: 64,
+            window: 64 << 20,
+        }
+    }
+}
+
+/// Totals of a load.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadTotals {
+    pub files: u64,
+    /// Bytes in the requested ranges.
+    pub bytes: u64,
+    pub cached_bytes_before: u64,
+    pub cached_bytes_after: u64,
+    /// Files skipped because they were fully cached already.
+    pub already_cached_files: u64,
+    /// Bytes of the ranges of files that were read (cached parts of them are only copied).
+    pub read_bytes: u64,
+    pub locked_bytes: u64,
+    pub locked_files: u64,
+}
+
+/// What `load` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    pub page_size: u64,
+    pub total: LoadTotals,
+    pub elapsed_s: f64,
+    /// Bytes newly brought in per second.
+    pub rate_bytes_per_s: f64,
+    pub walk: WalkSummary,
+    pub errors: Vec<FileError>,
+    pub error_count: u64,
+    pub notices: Vec<String>,
+}
+
+/// Locked mappings kept by `load --lock`; the pages stay resident until this is dropped.
+#[derive(Default)]
+pub struct LockSet {
+    maps: Vec<LockedMapping>,
+}
+
+impl LockSet {
+    pub fn len(&self) -> usize {
+        self.maps.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
+}
+
+struct Queued {
+    path: PathBuf,
+    fd: OwnedFd,
+    off: u64,
+    len: u64,
+    cached_before: u64,
+}
+
+#[derive(Default)]
+struct Local {
+    queued: Vec<Queued>,
+    totals: LoadTotals,
+    locks: Vec<LockedMapping>,
+    buf: Vec<u8>,
+}
+
+const READ_BUF: usize = 1 << 20;
+
+struct Ctx<'a> {
+    opts: &'a LoadOptions,
+    meter: Meter,
+    errors: ErrorLog,
+    progress: &'a Progress,
+    lock_blocked: AtomicBool,
+}
+
+impl Ctx<'_> {
+    fn visit(&self, local: &mut Local, f: FileRef<'_>) {
+        let (off, len) = self.opts.range.clamp(f.stat.size);
+        let before = match self.meter.measure(&f, off, len) {
+            Ok(r) => r,
+            Err(e) => return self.errors.push(e),
+        };
+        let page = sys::page_size();
+        local.totals.files += 1;
+        local.totals.bytes += len;
+        let cached_before = before.cached_or_zero() * page;
+        local.totals.cached_bytes_before += cached_before.min(len);
+        if len == 0 {
+            return;
+        }
+        let fully = before.cached.is_some_and(|c| c >= before.pages);
+        if fully {
+            local.totals.already_cached_files += 1;
+            local.totals.cached_bytes_after += len;
+            self.progress.add(1, len);
+            self.lock(local, f.path, f.fd(), off, len);
+            return;
+        }
+        if len >= self.opts.window {
+            self.read_large(local, f.path, f.fd(), off, len);
+            self.after(local, f.path, f.fd.as_fd(), off, len, cached_before);
+            return;
+        }
+        if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
+            return self.errors.push(FileError::io(f.path, "fadvise(WILLNEED)", &e));
+        }
+        local.queued.push(Queued {
+            path: f.path.to_path_buf(),
+            fd: f.fd,
+            off,
+            len,
+            cached_before,
+        });
+        if local.queued.len() >= self.opts.batch_files {
+            self.drain(local);
+        }
+    }
+
+    /// Reads every queued file once; the readahead issued when queued is mostly done by now.
+    fn drain(&self, local: &mut Local) {
+        for q in std::mem::take(&mut local.queued) {
+            if self.read_range(local, &q.path, &q.fd, q.off, q.len) {
+                self.after(local, &q.path, q.fd.as_fd(), q.off, q.len, q.cached_before);
+            }
+        }
+    }
+
+    fn read_range(&self, local: &mut Local, path: &Path, fd: &OwnedFd, off: u64, len: u64) -> bool {
+        if local.buf.len() < READ_BUF {
+            local.buf = vec![0; READ_BUF];
+        }
+        let mut pos = off;
+        let end = off + len;
+        while pos < end {
+            let n = ((end - pos) as usize).min(READ_BUF);
+            match sys::pread(fd.as_fd(), &mut local.buf[..n], pos) {
+                Ok(0) => break, // truncated meanwhile
+                Ok(r) => pos += r as u64,
+                Err(e) => {
+                    self.errors.push(FileError::io(path, "pread", &e));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn read_large(&self, local: &mut Local, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) {
+        let w = self.opts.window;
+        let end = off + len;
+        let mut ahead = off;
+        // Queue two windows, then keep one window queued ahead of the reader.
+        for _ in 0..2 {
+            if ahead < end {
+                let n = w.min(end - ahead);
+                let _ = sys::fadvise(fd, ahead, n, Advice::WillNeed);
+                ahead += n;
+            }
+        }
+        if local.buf.len() < READ_BUF {
+            local.buf = vec![0; READ_BUF];
+        }
+        let mut pos = off;
+        while pos < end {
+            let n = ((end - pos) as usize).min(READ_BUF);
+            match sys::pread(fd, &mut local.buf[..n], pos) {
+                Ok(0) => break,
+                Ok(r) => {
+                    pos += r as u64;
+                    self.progress.add(0, r as u64);
+                }
+                Err(e) => {
+                    self.errors.push(FileError::io(path, "pread", &e));
+                    return;
+                }
+            }
+            if ahead < end && ahead - pos < w {
+                let n = w.min(end - ahead);
+                let _ = sys::fadvise(fd, ahead, n, Advice::WillNeed);
+                ahead += n;
+            }
+        }
+    }
+
+    fn after(&self, local: &mut Local, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64, _before: u64) {
+        let after = match self.meter.measure_fd(path, fd, off, len, || true) {
+            Ok(r) => r,
+            Err(e) => return self.errors.push(e),
+        };
+        local.totals.read_bytes += len;
+        local.totals.cached_bytes_after += (after.cached_or_zero() * sys::page_size()).min(len);
+        if len < self.opts.window {
+            self.progress.add(1, len);
+        } else {
+            self.progress.add(1, 0);
+        }
+        self.lock(local, path, fd, off, len);
+    }
+
+    fn lock(&self, local: &mut Local, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) {
+        if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
+            return;
+        }
+        match sys::mmap_lock(fd, off, len) {
+            Ok(m) => {
+                local.locks.push(m);
+                local.totals.locked_bytes += len;
+                local.totals.locked_files += 1;
+            }
+            Err((op, e)) => {
+                let why = lock_failure_hint(op, &e);
+                if e.raw_os_error() == Some(libc::ENOMEM) || e.raw_os_error() == Some(libc::EPERM) {
+                    // Every further file would fail the same way: say it once, stop trying.
+                    self.lock_blocked.store(true, Ordering::Relaxed);
+                }
+                self.errors.push(FileError::other(path, op, format!("{e}{why}")));
+            }
+        }
+    }
+}
+
+/// Explains an mmap/mlock failure in terms of the limit that stood in the way.
+fn lock_failure_hint(op: &str, e: &std::io::Error) -> String {
+    let (maps, max) = sys::map_count_and_limit();
+    match (op, e.raw_os_error()) {
+        ("mmap", Some(libc::ENOMEM)) | ("mlock", Some(libc::ENOMEM)) if maps + 16 >= max => format!(
+            " — vm.max_map_count ({max}) reached: each locked file needs one mapping; raise it (sysctl vm.max_map_count=N) or lock fewer files"
+        ),
+        ("mlock", Some(libc::ENOMEM)) | ("mlock", Some(libc::EPERM)) | ("mlock", Some(libc::EAGAIN)) => {
+            let l = sys::memlock_limit();
+            let lim = if l == u64::MAX { "unlimited".to_string() } else { format!("{l} bytes") };
+            format!(" — RLIMIT_MEMLOCK is {lim}: raise it (ulimit -l, LimitMEMLOCK= in a unit) or run with CAP_IPC_LOCK")
+        }
+        _ => String::new(),
+    }
+}
+
+/// Loads every file under `roots`. With `opts.lock`, also returns the locked mappings.
+pub fn load(roots: &[PathBuf], opts: &LoadOptions, progress: &Progress) -> Result<(LoadReport, LockSet), crate::Error> {
+    sys::raise_nofile_limit();
+    let start = Instant::now();
+    let ctx = Ctx {
+        opts,
+        meter: Meter::new(opts.method),
+        errors: ErrorLog::default(),
+        progress,
+        lock_blocked: AtomicBool::new(false),
+    };
+    let total = Mutex::new(LoadTotals::default());
+    let locks = Mutex::new(LockSet::default());
+    let summary = walk::walk(
+        roots,
+        &opts.walk,
+        &ctx.errors,
+        Local::default,
+        |local, f| ctx.visit(local, f),
+        |mut local| {
+            ctx.drain(&mut local);
+            let mut t = total.lock().unwrap();
+            let l = &local.totals;
+            t.files += l.files;
+            t.bytes += l.bytes;
+            t.cached_bytes_before += l.cached_bytes_before;
+            t.cached_bytes_after += l.cached_bytes_after;
+            t.already_cached_files += l.already_cached_files;
+            t.read_bytes += l.read_bytes;
+            t.locked_bytes += l.locked_bytes;
+            t.locked_files += l.locked_files;
+            locks.lock().unwrap().maps.append(&mut local.locks);
+        },
+    )?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let total = total.into_inner().unwrap();
+    let new_bytes = total.cached_bytes_after.saturating_sub(total.cached_bytes_before);
+    Ok((
+        LoadReport {
+            page_size: sys::page_size(),
+            rate_bytes_per_s: if elapsed > 0.0 { new_bytes as f64 / elapsed } else { 0.0 },
+            total,
+            elapsed_s: elapsed,
+            walk: summary,
+            error_count: ctx.errors.count(),
+            errors: ctx.errors.take(),
+            notices: ctx.meter.take_notices(),
+        },
+        locks.into_inner().unwrap(),
+    ))
+}

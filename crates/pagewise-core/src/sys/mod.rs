@@ -1,0 +1,682 @@
+//! The only module with `unsafe`: one thin, documented wrapper per system call, plus run-time
+//! probes for what the kernel supports.
+//!
+//! Every wrapper returns `std::io::Result` with the raw OS error, so callers can name the path
+//! and the syscall (`SysError`) when something fails. Nothing here allocates per page or holds
+//! state beyond the file descriptors it is handed.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Size of a page of the page cache, from `sysconf(_SC_PAGESIZE)`.
+pub fn page_size() -> u64 {
+    static PAGE: OnceLock<u64> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if v > 0 {
+            v as u64
+        } else {
+            4096
+        }
+    })
+}
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cvt_long(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn cstring(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// cachestat(2)
+// ---------------------------------------------------------------------------------------------
+
+/// Page-cache state of a byte range of a file, as `struct cachestat` of cachestat(2).
+/// Every field counts pages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStat {
+    pub cache: u64,
+    pub dirty: u64,
+    pub writeback: u64,
+    pub evicted: u64,
+    pub recently_evicted: u64,
+}
+
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct RawCachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// Syscall number of cachestat: 451 in the unified table every architecture uses since 5.x.
+const SYS_CACHESTAT: libc::c_long = 451;
+
+/// `int cachestat(unsigned int fd, struct cachestat_range *range, struct cachestat *cstat,
+/// unsigned int flags)` — <https://man7.org/linux/man-pages/man2/cachestat.2.html>.
+///
+/// Added in Linux 6.5. `len == 0` means "to the end of the file". Fails with `ENOSYS` on older
+/// kernels and, since the 6.14-era hardening, with `EPERM` for files the caller could neither
+/// write nor owns (the same rule as mincore's).
+pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<CacheStat> {
+    let range = CachestatRange { off, len };
+    let mut out = RawCachestat::default();
+    // SAFETY: range and out are valid for the duration of the call and laid out as the kernel's
+    // structs (five and two u64 fields, no padding).
+    let r = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            fd.as_raw_fd() as libc::c_uint,
+            &range as *const CachestatRange,
+            &mut out as *mut RawCachestat,
+            0 as libc::c_uint,
+        )
+    };
+    cvt_long(r)?;
+    Ok(CacheStat {
+        cache: out.nr_cache,
+        dirty: out.nr_dirty,
+        writeback: out.nr_writeback,
+        evicted: out.nr_evicted,
+        recently_evicted: out.nr_recently_evicted,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// mmap + mincore(2), in bounded windows
+// ---------------------------------------------------------------------------------------------
+
+/// Largest window mapped at once by [`mincore_count`]: 1 GiB of file needs a 256 KiB vector.
+pub const MINCORE_WINDOW: u64 = 1 << 30;
+
+/// Counts resident pages of `[off, off+len)` of `fd` with `mmap(2)` + `mincore(2)`, one window
+/// of at most [`MINCORE_WINDOW`] bytes at a time, so memory stays bounded for any file size.
+/// `off` must be page aligned. `per_page`, when given, receives one bool per page.
+///
+/// `int mincore(void *addr, size_t length, unsigned char *vec)` —
+/// <https://man7.org/linux/man-pages/man2/mincore.2.html>. Since Linux 5.2 mincore reports every
+/// page as resident for files the caller could not write and does not own: callers must check
+/// [`mincore_is_truthful`] first.
+pub fn mincore_count(
+    fd: BorrowedFd<'_>,
+    off: u64,
+    len: u64,
+    mut per_page: Option<&mut Vec<bool>>,
+) -> io::Result<u64> {
+    let page = page_size();
+    let mut vec: Vec<u8> = Vec::new();
+    let mut done = 0u64;
+    let mut resident = 0u64;
+    while done < len {
+        let win = (len - done).min(MINCORE_WINDOW);
+        let start = off + done;
+        // SAFETY: a fresh PROT_READ shared mapping of a file we hold open; nothing dereferences
+        // it, it is only handed to mincore and unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                win as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                start as libc::off_t,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let pages = win.div_ceil(page) as usize;
+        vec.clear();
+        vec.resize(pages, 0);
+        // SAFETY: addr spans `win` bytes of a live mapping and vec has one byte per page.
+        let r = unsafe { libc::mincore(addr, win as usize, vec.as_mut_ptr()) };
+        let err = io::Error::last_os_error();
+        // SAFETY: unmapping exactly the mapping created above.
+        unsafe { libc::munmap(addr, win as usize) };
+        if r < 0 {
+            return Err(err);
+        }
+        for b in &vec {
+            let present = b & 1 == 1;
+            resident += present as u64;
+            if let Some(v) = per_page.as_deref_mut() {
+                v.push(present);
+            }
+        }
+        done += win;
+    }
+    Ok(resident)
+}
+
+/// True when mincore(2) would tell the truth about this file for the calling process: the
+/// kernel's `can_do_mincore()` requires the caller to own the inode (or have CAP_FOWNER) or to
+/// be able to open it for writing. Otherwise it reports every page resident.
+pub fn mincore_is_truthful(dir: BorrowedFd<'_>, name: &CStr, st: &Stat) -> bool {
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 || st.uid == euid {
+        return true;
+    }
+    // SAFETY: name is a valid C string and dir a valid descriptor.
+    unsafe { libc::faccessat(dir.as_raw_fd(), name.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Advice, readahead, writeback
+// ---------------------------------------------------------------------------------------------
+
+/// Advice values for [`fadvise`].
+#[derive(Debug, Clone, Copy)]
+pub enum Advice {
+    Normal,
+    Sequential,
+    Random,
+    WillNeed,
+    DontNeed,
+    NoReuse,
+}
+
+/// `int posix_fadvise(int fd, off_t offset, off_t len, int advice)` —
+/// <https://man7.org/linux/man-pages/man2/posix_fadvise.2.html>. `len == 0` means to the end.
+/// DONTNEED drops clean, unmapped, unlocked pages; it starts (but does not wait for) writeback
+/// of dirty ones, which therefore stay.
+pub fn fadvise(fd: BorrowedFd<'_>, off: u64, len: u64, advice: Advice) -> io::Result<()> {
+    let a = match advice {
+        Advice::Normal => libc::POSIX_FADV_NORMAL,
+        Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
+        Advice::Random => libc::POSIX_FADV_RANDOM,
+        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
+        Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
+        Advice::NoReuse => libc::POSIX_FADV_NOREUSE,
+    };
+    // SAFETY: no pointers involved.
+    let r = unsafe {
+        libc::posix_fadvise(fd.as_raw_fd(), off as libc::off_t, len as libc::off_t, a)
+    };
+    // posix_fadvise returns the error number instead of setting errno.
+    if r != 0 {
+        Err(io::Error::from_raw_os_error(r))
+    } else {
+        Ok(())
+    }
+}
+
+/// Flags of sync_file_range(2).
+pub const SFR_WAIT_BEFORE: u32 = libc::SYNC_FILE_RANGE_WAIT_BEFORE;
+pub const SFR_WRITE: u32 = libc::SYNC_FILE_RANGE_WRITE;
+pub const SFR_WAIT_AFTER: u32 = libc::SYNC_FILE_RANGE_WAIT_AFTER;
+
+/// `int sync_file_range(int fd, off64_t offset, off64_t nbytes, unsigned int flags)` —
+/// <https://man7.org/linux/man-pages/man2/sync_file_range.2.html> (Linux 2.6.17).
+/// Writes back data pages only — no metadata, no journal commit — which is what eviction needs
+/// (clean pages), and is far cheaper per file than fdatasync. `nbytes == 0` means to the end.
+pub fn sync_file_range(fd: BorrowedFd<'_>, off: u64, len: u64, flags: u32) -> io::Result<()> {
+    // SAFETY: no pointers involved.
+    cvt(unsafe {
+        libc::sync_file_range(
+            fd.as_raw_fd(),
+            off as libc::off64_t,
+            len as libc::off64_t,
+            flags,
+        )
+    })
+    .map(drop)
+}
+
+/// `ssize_t pread(int fd, void *buf, size_t count, off_t offset)` —
+/// <https://man7.org/linux/man-pages/man2/pread.2.html>. Returns bytes read (0 at EOF);
+/// retries on EINTR.
+pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let r = unsafe {
+            libc::pread(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                off as libc::off_t,
+            )
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files and directories
+// ---------------------------------------------------------------------------------------------
+
+/// The part of `struct stat` pagewise uses.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stat {
+    pub dev: u64,
+    pub ino: u64,
+    pub mode: u32,
+    pub nlink: u64,
+    pub uid: u32,
+    pub size: u64,
+    /// Allocated bytes (st_blocks * 512): far below `size` for sparse files.
+    pub allocated: u64,
+}
+
+impl Stat {
+    fn from_raw(s: &libc::stat) -> Self {
+        Stat {
+            dev: s.st_dev,
+            ino: s.st_ino,
+            mode: s.st_mode,
+            nlink: s.st_nlink,
+            uid: s.st_uid,
+            size: s.st_size as u64,
+            allocated: (s.st_blocks as u64) * 512,
+        }
+    }
+    pub fn is_file(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFREG
+    }
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+    pub fn is_symlink(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+    pub fn is_block_device(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFBLK
+    }
+    /// Short name of the file type, for messages.
+    pub fn kind(&self) -> &'static str {
+        match self.mode & libc::S_IFMT {
+            libc::S_IFREG => "regular file",
+            libc::S_IFDIR => "directory",
+            libc::S_IFLNK => "symlink",
+            libc::S_IFIFO => "FIFO",
+            libc::S_IFSOCK => "socket",
+            libc::S_IFBLK => "block device",
+            libc::S_IFCHR => "character device",
+            _ => "unknown file type",
+        }
+    }
+}
+
+/// `int fstat(int fd, struct stat *statbuf)` — <https://man7.org/linux/man-pages/man2/fstat.2.html>.
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: st is valid for writes of a struct stat.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) })?;
+    // SAFETY: fstat succeeded, so st is initialised.
+    Ok(Stat::from_raw(unsafe { &st.assume_init() }))
+}
+
+/// `int fstatat(int dirfd, const char *path, struct stat *buf, int flags)` —
+/// <https://man7.org/linux/man-pages/man2/fstatat.2.html>. `dir == None` means AT_FDCWD.
+pub fn fstatat(dir: Option<BorrowedFd<'_>>, name: &CStr, follow: bool) -> io::Result<Stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+    let dfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: name is a valid C string, st valid for writes.
+    cvt(unsafe { libc::fstatat(dfd, name.as_ptr(), st.as_mut_ptr(), flags) })?;
+    // SAFETY: fstatat succeeded.
+    Ok(Stat::from_raw(unsafe { &st.assume_init() }))
+}
+
+/// Path variant of [`fstatat`] relative to the current directory.
+pub fn stat_path(path: &Path, follow: bool) -> io::Result<Stat> {
+    fstatat(None, &cstring(path)?, follow)
+}
+
+/// Flags for [`openat`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenFlags {
+    pub directory: bool,
+    pub nofollow: bool,
+    pub noatime: bool,
+    pub write: bool,
+}
+
+/// `int openat(int dirfd, const char *path, int flags)` —
+/// <https://man7.org/linux/man-pages/man2/openat.2.html>.
+///
+/// Always O_CLOEXEC and O_NONBLOCK: a FIFO or device met by accident never blocks the caller.
+/// With `noatime`, O_NOATIME is tried first and silently dropped on EPERM (it needs ownership
+/// or CAP_FOWNER). `dir == None` means AT_FDCWD.
+pub fn openat(dir: Option<BorrowedFd<'_>>, name: &CStr, f: OpenFlags) -> io::Result<OwnedFd> {
+    let mut flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    flags |= if f.write { libc::O_RDWR } else { libc::O_RDONLY };
+    if f.directory {
+        flags |= libc::O_DIRECTORY;
+    }
+    if f.nofollow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let dfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    if f.noatime {
+        // SAFETY: name is a valid C string.
+        let fd = unsafe { libc::openat(dfd, name.as_ptr(), flags | libc::O_NOATIME) };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by openat and is owned by nobody else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EPERM) {
+            return Err(e);
+        }
+    }
+    // SAFETY: name is a valid C string.
+    let fd = cvt(unsafe { libc::openat(dfd, name.as_ptr(), flags) })?;
+    // SAFETY: fd was just returned by openat and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// [`openat`] relative to the current directory, taking a path.
+pub fn open_path(path: &Path, f: OpenFlags) -> io::Result<OwnedFd> {
+    openat(None, &cstring(path)?, f)
+}
+
+/// `d_type` values of getdents64(2) that matter to the walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirentType {
+    File,
+    Dir,
+    Symlink,
+    /// FIFO, socket, device: never opened unless named explicitly.
+    Special,
+    /// The filesystem did not say (DT_UNKNOWN): the caller must fstatat.
+    Unknown,
+}
+
+/// One entry read by [`DirReader`].
+#[derive(Debug)]
+pub struct Dirent {
+    pub ino: u64,
+    pub kind: DirentType,
+    pub name: CString,
+}
+
+/// Streams the entries of a directory with `getdents64(2)`
+/// (<https://man7.org/linux/man-pages/man2/getdents64.2.html>), skipping `.` and `..`.
+/// Cheaper than readdir(3): one 32 KiB buffer, no per-entry allocation besides the name.
+pub struct DirReader<'a> {
+    fd: BorrowedFd<'a>,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    eof: bool,
+}
+
+impl<'a> DirReader<'a> {
+    pub fn new(fd: BorrowedFd<'a>) -> Self {
+        DirReader {
+            fd,
+            buf: vec![0; 32 * 1024],
+            pos: 0,
+            end: 0,
+            eof: false,
+        }
+    }
+}
+
+impl Iterator for DirReader<'_> {
+    type Item = io::Result<Dirent>;
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.pos >= self.end {
+                if self.eof {
+                    return None;
+                }
+                // SAFETY: buf is valid for writes of buf.len() bytes.
+                let n = unsafe {
+                    libc::syscall(
+                        libc::SYS_getdents64,
+                        self.fd.as_raw_fd(),
+                        self.buf.as_mut_ptr(),
+                        self.buf.len(),
+                    )
+                };
+                if n < 0 {
+                    self.eof = true;
+                    return Some(Err(io::Error::last_os_error()));
+                }
+                if n == 0 {
+                    self.eof = true;
+                    return None;
+                }
+                self.pos = 0;
+                self.end = n as usize;
+            }
+            // struct linux_dirent64 { u64 d_ino; i64 d_off; u16 d_reclen; u8 d_type; char d_name[]; }
+            let rec = &self.buf[self.pos..self.end];
+            let ino = u64::from_ne_bytes(rec[0..8].try_into().unwrap());
+            let reclen = u16::from_ne_bytes(rec[16..18].try_into().unwrap()) as usize;
+            let dtype = rec[18];
+            let name_bytes = &rec[19..reclen];
+            let nul = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
+            let name = &name_bytes[..nul];
+            self.pos += reclen;
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let kind = match dtype {
+                libc::DT_REG => DirentType::File,
+                libc::DT_DIR => DirentType::Dir,
+                libc::DT_LNK => DirentType::Symlink,
+                libc::DT_UNKNOWN => DirentType::Unknown,
+                _ => DirentType::Special,
+            };
+            return Some(Ok(Dirent {
+                ino,
+                kind,
+                name: CString::new(name).expect("no NUL inside a dirent name"),
+            }));
+        }
+    }
+}
+
+/// Converts a dirent name to an `OsStr` for building display paths.
+pub fn name_os(name: &CStr) -> &OsStr {
+    OsStr::from_bytes(name.to_bytes())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locking pages in memory
+// ---------------------------------------------------------------------------------------------
+
+/// A read-only shared mapping of a file range locked with mlock(2); unlocked and unmapped on drop.
+pub struct LockedMapping {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is never dereferenced by pagewise; it only pins pages. Moving the handle
+// between threads is harmless.
+unsafe impl Send for LockedMapping {}
+unsafe impl Sync for LockedMapping {}
+
+/// Maps `[off, off+len)` of `fd` (MAP_SHARED, PROT_READ) and locks it with
+/// `int mlock(const void *addr, size_t len)` (<https://man7.org/linux/man-pages/man2/mlock.2.html>).
+/// Fails with ENOMEM past RLIMIT_MEMLOCK (unprivileged) or vm.max_map_count, EPERM without
+/// CAP_IPC_LOCK and a zero limit. The error says which call failed.
+pub fn mmap_lock(fd: BorrowedFd<'_>, off: u64, len: u64) -> Result<LockedMapping, (&'static str, io::Error)> {
+    // SAFETY: fresh read-only shared mapping of a file we hold open.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            off as libc::off_t,
+        )
+    };
+    if addr == libc::MAP_FAILED {
+        return Err(("mmap", io::Error::last_os_error()));
+    }
+    let m = LockedMapping {
+        addr,
+        len: len as usize,
+    };
+    // SAFETY: locks exactly the mapping created above.
+    if unsafe { libc::mlock(m.addr, m.len) } < 0 {
+        return Err(("mlock", io::Error::last_os_error()));
+    }
+    Ok(m)
+}
+
+impl Drop for LockedMapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping (which also unlocks) exactly the mapping this value owns.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Process-wide helpers
+// ---------------------------------------------------------------------------------------------
+
+/// The effective user id, from geteuid(2).
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit, so batches of open files fit.
+/// Returns the new soft limit.
+pub fn raise_nofile_limit() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: rl is valid for reads and writes.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
+            return 1024;
+        }
+        if rl.rlim_cur < rl.rlim_max {
+            let want = libc::rlimit {
+                rlim_cur: rl.rlim_max,
+                rlim_max: rl.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                return want.rlim_cur;
+            }
+        }
+    }
+    rl.rlim_cur
+}
+
+/// The soft RLIMIT_MEMLOCK in bytes (`u64::MAX` when unlimited).
+pub fn memlock_limit() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: rl is valid for writes.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
+        return 0;
+    }
+    if rl.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        rl.rlim_cur
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and threads it spawns later), then waits for
+/// one of them or for `timeout`. Returns the signal number, or None on timeout.
+/// Uses `sigtimedwait(2)` (<https://man7.org/linux/man-pages/man2/sigtimedwait.2.html>).
+pub fn wait_for_interrupt(timeout: Option<Duration>) -> Option<i32> {
+    // SAFETY: set is initialised by sigemptyset before use; all pointers are to locals.
+    unsafe {
+        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+        libc::sigemptyset(set.as_mut_ptr());
+        let mut set = set.assume_init();
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        loop {
+            let r = match timeout {
+                Some(t) => {
+                    let ts = libc::timespec {
+                        tv_sec: t.as_secs() as libc::time_t,
+                        tv_nsec: t.subsec_nanos() as libc::c_long,
+                    };
+                    libc::sigtimedwait(&set, std::ptr::null_mut(), &ts)
+                }
+                None => libc::sigwaitinfo(&set, std::ptr::null_mut()),
+            };
+            if r > 0 {
+                return Some(r);
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                return None;
+            }
+            // EINTR: try again (timeout restarts; acceptable for a hold loop).
+        }
+    }
+}
+
+/// Current number of memory mappings of this process (lines of /proc/self/maps) and the
+/// system's vm.max_map_count, for a clear message before mapping thousands of files.
+pub fn map_count_and_limit() -> (u64, u64) {
+    let used = std::fs::read("/proc/self/maps")
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .unwrap_or(0);
+    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65530);
+    (used, limit)
+}
+
+/// Raw descriptor number, for messages and tests.
+pub fn raw(fd: &OwnedFd) -> RawFd {
+    fd.as_raw_fd()
+}
+
+/// Whether this kernel has cachestat(2): probes it on a descriptor of this program's own binary.
+/// EPERM counts as present (the call exists; it refused this file).
+pub fn probe_cachestat() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| match std::fs::File::open("/proc/self/exe") {
+        Ok(f) => {
+            use std::os::fd::AsFd;
+            !matches!(cachestat(f.as_fd(), 0, 0), Err(e) if e.raw_os_error() == Some(libc::ENOSYS))
+        }
+        Err(_) => true,
+    })
+}

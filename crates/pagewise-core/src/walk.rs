@@ -1,0 +1,684 @@
+//! Parallel tree walk shared by every verb.
+//!
+//! Directories go on a shared LIFO stack (depth first keeps the stack small); each worker reads a
+//! directory with getdents64, queues its subdirectories and opens its regular files relative to
+//! the directory's descriptor (openat: no path resolution per file). Huge directories are split
+//! into batches so both cores stay busy. Only regular files reach the visitor: FIFOs, sockets and
+//! devices inside a tree are counted and never opened; symlinks are skipped unless `follow`.
+//! Files with more than one link are visited once (dev, inode).
+
+use crate::error::{ErrorLog, FileError};
+use crate::sys::{self, DirReader, DirentType, OpenFlags, Stat};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// How to walk. Built by the CLI from its flags.
+#[derive(Debug, Clone)]
+pub struct WalkOptions {
+    /// Follow symlinks met inside trees (roots are always followed).
+    pub follow: bool,
+    /// Do not cross into other filesystems below a root.
+    pub one_file_system: bool,
+    /// Deepest level to descend to: 0 = only the roots themselves, 1 = their direct entries.
+    pub max_depth: Option<usize>,
+    /// Globs a file must match (name or path relative to its root) to be visited; empty = all.
+    pub include: Vec<String>,
+    /// Globs that exclude files and prune directories.
+    pub exclude: Vec<String>,
+    /// Worker threads.
+    pub threads: usize,
+    /// Open files read-write (needed by nothing today; kept for copy's destination checks).
+    pub write: bool,
+}
+
+impl Default for WalkOptions {
+    fn default() -> Self {
+        WalkOptions {
+            follow: false,
+            one_file_system: false,
+            max_depth: None,
+            include: Vec::new(),
+            exclude: Vec::new(),
+            threads: default_threads(),
+            write: false,
+        }
+    }
+}
+
+/// Number of CPUs the process may run on (at least 1).
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// An open regular file handed to a visitor.
+pub struct FileRef<'a> {
+    /// Display path: the root as given, joined with the names below it.
+    pub path: &'a Path,
+    /// Directory the file was opened in, and its name there (None for a root named directly).
+    pub dir: Option<BorrowedFd<'a>>,
+    pub name: &'a CStr,
+    pub fd: OwnedFd,
+    pub stat: Stat,
+    /// Index of the root argument this file was found under.
+    pub root: usize,
+}
+
+impl FileRef<'_> {
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+    /// See [`sys::mincore_is_truthful`].
+    pub fn mincore_is_truthful(&self) -> bool {
+        match self.dir {
+            Some(d) => sys::mincore_is_truthful(d, self.name, &self.stat),
+            None => {
+                let cwd = std::fs::File::open(".");
+                match cwd {
+                    Ok(c) => sys::mincore_is_truthful(c.as_fd(), self.name, &self.stat),
+                    Err(_) => sys::euid() == 0 || self.stat.uid == sys::euid(),
+                }
+            }
+        }
+    }
+}
+
+/// What the walk met besides the files it visited.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct WalkSummary {
+    pub files: u64,
+    pub dirs: u64,
+    /// FIFOs, sockets and devices inside trees (never opened).
+    pub special_skipped: u64,
+    /// Symlinks inside trees not followed (no `--follow`).
+    pub symlinks_skipped: u64,
+    /// Extra names of hardlinked files already visited.
+    pub hardlinks_skipped: u64,
+    /// Entries that disappeared between the directory read and the open.
+    pub vanished: u64,
+    /// Directories on other filesystems not entered (`--one-file-system`).
+    pub other_fs_skipped: u64,
+    /// Excluded by globs or by a verb's filter.
+    pub filtered: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    files: AtomicU64,
+    dirs: AtomicU64,
+    special: AtomicU64,
+    symlinks: AtomicU64,
+    hardlinks: AtomicU64,
+    vanished: AtomicU64,
+    other_fs: AtomicU64,
+    filtered: AtomicU64,
+}
+
+impl Counters {
+    fn summary(&self) -> WalkSummary {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        WalkSummary {
+            files: g(&self.files),
+            dirs: g(&self.dirs),
+            special_skipped: g(&self.special),
+            symlinks_skipped: g(&self.symlinks),
+            hardlinks_skipped: g(&self.hardlinks),
+            vanished: g(&self.vanished),
+            other_fs_skipped: g(&self.other_fs),
+            filtered: g(&self.filtered),
+        }
+    }
+}
+
+/// Compiled include/exclude globs.
+struct Filter {
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+}
+
+fn build_globs(globs: &[String]) -> Result<Option<GlobSet>, crate::Error> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        b.add(Glob::new(g).map_err(|e| crate::Error::Invalid {
+            what: "glob",
+            message: format!("{g}: {e}"),
+        })?);
+    }
+    b.build().map(Some).map_err(|e| crate::Error::Invalid {
+        what: "glob",
+        message: e.to_string(),
+    })
+}
+
+impl Filter {
+    fn matches(set: &GlobSet, rel: &Path, name: &CStr) -> bool {
+        set.is_match(rel) || set.is_match(sys::name_os(name))
+    }
+    fn excluded(&self, rel: &Path, name: &CStr) -> bool {
+        self.exclude.as_ref().is_some_and(|s| Self::matches(s, rel, name))
+    }
+    fn included(&self, rel: &Path, name: &CStr) -> bool {
+        self.include.as_ref().is_none_or(|s| Self::matches(s, rel, name))
+    }
+}
+
+enum Job {
+    Dir {
+        path: PathBuf,
+        rel: PathBuf,
+        depth: usize,
+        root: usize,
+        root_dev: u64,
+        ancestors: Arc<Vec<(u64, u64)>>,
+    },
+    Files {
+        dir: Arc<OwnedFd>,
+        path: Arc<PathBuf>,
+        rel: Arc<PathBuf>,
+        names: Vec<CString>,
+        root: usize,
+    },
+}
+
+struct Queue {
+    state: Mutex<(Vec<Job>, usize)>,
+    cv: Condvar,
+}
+
+impl Queue {
+    fn push(&self, job: Job) {
+        self.state.lock().unwrap().0.push(job);
+        self.cv.notify_one();
+    }
+    /// Takes a job, marking the taker active; None when no job is left and nobody can add one.
+    fn pop(&self) -> Option<Job> {
+        let mut g = self.state.lock().unwrap();
+        loop {
+            if let Some(j) = g.0.pop() {
+                g.1 += 1;
+                return Some(j);
+            }
+            if g.1 == 0 {
+                self.cv.notify_all();
+                return None;
+            }
+            g = self.cv.wait(g).unwrap();
+        }
+    }
+    fn done(&self) {
+        let mut g = self.state.lock().unwrap();
+        g.1 -= 1;
+        if g.1 == 0 && g.0.is_empty() {
+            self.cv.notify_all();
+        }
+    }
+}
+
+/// Files per batch job when a directory is split.
+const BATCH: usize = 256;
+
+struct Walker<'v, S, V> {
+    opts: &'v WalkOptions,
+    filter: Filter,
+    queue: Queue,
+    counters: Counters,
+    links: Mutex<HashSet<(u64, u64)>>,
+    seen_dirs: Mutex<HashSet<(u64, u64)>>,
+    errors: &'v ErrorLog,
+    visit: &'v V,
+    _s: std::marker::PhantomData<fn(&mut S)>,
+}
+
+/// Walks `roots`, calling `visit(&mut state, file)` for every regular file. Each worker thread
+/// gets its own state from `init` and hands it to `finish` at the end, so verbs can batch work
+/// per thread (one writeback wait for many files, one read wait for many readaheads).
+pub fn walk<S, I, V, F>(
+    roots: &[PathBuf],
+    opts: &WalkOptions,
+    errors: &ErrorLog,
+    init: I,
+    visit: V,
+    finish: F,
+) -> Result<WalkSummary, crate::Error>
+where
+    I: Fn() -> S + Sync,
+    V: Fn(&mut S, FileRef<'_>) + Sync,
+    F: Fn(S) + Sync,
+{
+    let w = Walker {
+        opts,
+        filter: Filter {
+            include: build_globs(&opts.include)?,
+            exclude: build_globs(&opts.exclude)?,
+        },
+        queue: Queue {
+            state: Mutex::new((Vec::new(), 0)),
+            cv: Condvar::new(),
+        },
+        counters: Counters::default(),
+        links: Mutex::new(HashSet::new()),
+        seen_dirs: Mutex::new(HashSet::new()),
+        errors,
+        visit: &visit,
+        _s: std::marker::PhantomData,
+    };
+    let mut first = init();
+    for (i, root) in roots.iter().enumerate() {
+        w.start_root(&mut first, i, root);
+    }
+    finish(first);
+    let threads = opts.threads.max(1);
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                let mut state = init();
+                while let Some(job) = w.queue.pop() {
+                    w.run(&mut state, job);
+                    w.queue.done();
+                }
+                finish(state);
+            });
+        }
+    });
+    Ok(w.counters.summary())
+}
+
+impl<S, V> Walker<'_, S, V>
+where
+    V: Fn(&mut S, FileRef<'_>) + Sync,
+{
+    fn start_root(&self, state: &mut S, idx: usize, root: &Path) {
+        let st = match sys::stat_path(root, true) {
+            Ok(s) => s,
+            Err(e) => {
+                let op = if e.raw_os_error() == Some(libc::ELOOP) {
+                    "stat (symlink loop)"
+                } else {
+                    "stat"
+                };
+                self.errors.push(FileError::io(root, op, &e));
+                return;
+            }
+        };
+        if st.is_dir() {
+            if self.opts.max_depth == Some(0) {
+                return;
+            }
+            self.queue.push(Job::Dir {
+                path: root.to_path_buf(),
+                rel: PathBuf::new(),
+                depth: 0,
+                root: idx,
+                root_dev: st.dev,
+                ancestors: Arc::new(Vec::new()),
+            });
+            return;
+        }
+        if !(st.is_file() || st.is_block_device()) {
+            self.errors.push(FileError::other(
+                root,
+                "open",
+                format!("is a {}: it has no page cache of its own", st.kind()),
+            ));
+            return;
+        }
+        let name = match CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str())) {
+            Ok(n) => n,
+            Err(_) => {
+                self.errors.push(FileError::other(root, "open", "path contains a NUL byte"));
+                return;
+            }
+        };
+        self.open_and_visit(state, None, &name, root, idx, true);
+    }
+
+    fn run(&self, state: &mut S, job: Job) {
+        match job {
+            Job::Dir {
+                path,
+                rel,
+                depth,
+                root,
+                root_dev,
+                ancestors,
+            } => self.read_dir(state, path, rel, depth, root, root_dev, ancestors),
+            Job::Files {
+                dir,
+                path,
+                rel,
+                names,
+                root,
+            } => {
+                for name in names {
+                    self.file_entry(state, &dir, &path, &rel, &name, root);
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read_dir(
+        &self,
+        state: &mut S,
+        path: PathBuf,
+        rel: PathBuf,
+        depth: usize,
+        root: usize,
+        root_dev: u64,
+        ancestors: Arc<Vec<(u64, u64)>>,
+    ) {
+        let flags = OpenFlags {
+            directory: true,
+            nofollow: depth > 0 && !self.opts.follow,
+            noatime: true,
+            write: false,
+        };
+        let fd = match sys::open_path(&path, flags) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && depth > 0 => {
+                self.counters.vanished.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => {
+                self.errors.push(FileError::io(&path, "open (directory)", &e));
+                return;
+            }
+        };
+        let st = match sys::fstat(fd.as_fd()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.errors.push(FileError::io(&path, "fstat", &e));
+                return;
+            }
+        };
+        if self.opts.one_file_system && st.dev != root_dev {
+            self.counters.other_fs.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut ancestors = ancestors;
+        if self.opts.follow {
+            let key = (st.dev, st.ino);
+            if ancestors.contains(&key) {
+                self.errors.push(FileError::other(
+                    &path,
+                    "open (directory)",
+                    "symlink loop: this directory contains itself",
+                ));
+                return;
+            }
+            if !self.seen_dirs.lock().unwrap().insert(key) {
+                // Reached again through another symlink: walked once already.
+                return;
+            }
+            let mut a = (*ancestors).clone();
+            a.push(key);
+            ancestors = Arc::new(a);
+        }
+        self.counters.dirs.fetch_add(1, Ordering::Relaxed);
+        let fd = Arc::new(fd);
+        let path = Arc::new(path);
+        let rel = Arc::new(rel);
+        let mut files: Vec<CString> = Vec::new();
+        let descend = self.opts.max_depth.is_none_or(|m| depth + 1 < m);
+        for ent in DirReader::new(fd.as_fd()) {
+            let ent = match ent {
+                Ok(e) => e,
+                Err(e) => {
+                    self.errors.push(FileError::io(&path, "getdents64", &e));
+                    break;
+                }
+            };
+            let mut kind = ent.kind;
+            if kind == DirentType::Unknown || (kind == DirentType::Symlink && self.opts.follow) {
+                match sys::fstatat(Some(fd.as_fd()), &ent.name, self.opts.follow) {
+                    Ok(s) if s.is_dir() => kind = DirentType::Dir,
+                    Ok(s) if s.is_file() => kind = DirentType::File,
+                    Ok(s) if s.is_symlink() => kind = DirentType::Symlink,
+                    Ok(_) => kind = DirentType::Special,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                        // Vanished, or a dangling symlink.
+                        self.counters.vanished.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    Err(e) => {
+                        let p = path.join(sys::name_os(&ent.name));
+                        self.errors.push(FileError::io(&p, "fstatat", &e));
+                        continue;
+                    }
+                }
+            }
+            match kind {
+                DirentType::File => files.push(ent.name),
+                DirentType::Dir => {
+                    let child_rel = rel.join(sys::name_os(&ent.name));
+                    if self.filter.excluded(&child_rel, &ent.name) {
+                        self.counters.filtered.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    if descend {
+                        self.queue.push(Job::Dir {
+                            path: path.join(sys::name_os(&ent.name)),
+                            rel: child_rel,
+                            depth: depth + 1,
+                            root,
+                            root_dev,
+                            ancestors: ancestors.clone(),
+                        });
+                    }
+                }
+                DirentType::Symlink => {
+                    self.counters.symlinks.fetch_add(1, Ordering::Relaxed);
+                }
+                DirentType::Special | DirentType::Unknown => {
+                    self.counters.special.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if files.len() >= BATCH * 2 {
+                let rest = files.split_off(BATCH);
+                self.queue.push(Job::Files {
+                    dir: fd.clone(),
+                    path: path.clone(),
+                    rel: rel.clone(),
+                    names: std::mem::replace(&mut files, rest),
+                    root,
+                });
+            }
+        }
+        for name in files {
+            self.file_entry(state, &fd, &path, &rel, &name, root);
+        }
+    }
+
+    fn file_entry(&self, state: &mut S, dir: &OwnedFd, path: &Path, rel: &Path, name: &CStr, root: usize) {
+        if self.filter.include.is_some() || self.filter.exclude.is_some() {
+            let r = rel.join(sys::name_os(name));
+            if self.filter.excluded(&r, name) || !self.filter.included(&r, name) {
+                self.counters.filtered.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        let full = path.join(sys::name_os(name));
+        self.open_and_visit(state, Some(dir.as_fd()), name, &full, root, false);
+    }
+
+    fn open_and_visit(
+        &self,
+        state: &mut S,
+        dir: Option<BorrowedFd<'_>>,
+        name: &CStr,
+        path: &Path,
+        root: usize,
+        explicit: bool,
+    ) {
+        let flags = OpenFlags {
+            directory: false,
+            nofollow: !explicit && !self.opts.follow,
+            noatime: true,
+            write: self.opts.write,
+        };
+        let fd = match sys::openat(dir, name, flags) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && !explicit => {
+                self.counters.vanished.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) && !explicit && !self.opts.follow => {
+                // Replaced by a symlink since the directory was read.
+                self.counters.symlinks.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => {
+                self.errors.push(FileError::io(path, "openat", &e));
+                return;
+            }
+        };
+        let stat = match sys::fstat(fd.as_fd()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.errors.push(FileError::io(path, "fstat", &e));
+                return;
+            }
+        };
+        if !stat.is_file() && !(explicit && stat.is_block_device()) {
+            // Swapped for a FIFO or device between readdir and open: O_NONBLOCK kept us safe.
+            self.counters.special.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if stat.nlink > 1 && !self.links.lock().unwrap().insert((stat.dev, stat.ino)) {
+            self.counters.hardlinks.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.counters.files.fetch_add(1, Ordering::Relaxed);
+        (self.visit)(
+            state,
+            FileRef {
+                path,
+                dir,
+                name,
+                fd,
+                stat,
+                root,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn collect(roots: &[PathBuf], opts: &WalkOptions) -> (Vec<PathBuf>, WalkSummary, u64) {
+        let errors = ErrorLog::default();
+        let out = Mutex::new(Vec::new());
+        let s = walk(
+            roots,
+            opts,
+            &errors,
+            || (),
+            |_, f| out.lock().unwrap().push(f.path.to_path_buf()),
+            |_| {},
+        )
+        .unwrap();
+        let mut v = out.into_inner().unwrap();
+        v.sort();
+        (v, s, errors.count())
+    }
+
+    #[test]
+    fn walks_tree_skips_specials_and_dedupes_hardlinks() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("a/b/c")).unwrap();
+        fs::write(r.join("a/x"), b"x").unwrap();
+        fs::write(r.join("a/b/c/y"), b"y").unwrap();
+        fs::hard_link(r.join("a/x"), r.join("a/b/x2")).unwrap();
+        std::os::unix::fs::symlink(r.join("a"), r.join("link")).unwrap();
+        let fifo = CString::new(r.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: test-only mkfifo on a temp path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let (files, s, errs) = collect(&[r.to_path_buf()], &WalkOptions::default());
+        assert_eq!(files.len(), 2, "{files:?}");
+        assert_eq!(s.hardlinks_skipped, 1);
+        assert_eq!(s.special_skipped, 1);
+        assert_eq!(s.symlinks_skipped, 1);
+        assert_eq!(errs, 0);
+    }
+
+    #[test]
+    fn max_depth_include_exclude() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("d1/d2")).unwrap();
+        fs::write(r.join("top.txt"), b"1").unwrap();
+        fs::write(r.join("d1/mid.log"), b"1").unwrap();
+        fs::write(r.join("d1/d2/deep.txt"), b"1").unwrap();
+        let o = WalkOptions {
+            max_depth: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(collect(&[r.to_path_buf()], &o).0, vec![r.join("top.txt")]);
+        let o = WalkOptions {
+            include: vec!["*.txt".into()],
+            ..Default::default()
+        };
+        assert_eq!(collect(&[r.to_path_buf()], &o).0.len(), 2);
+        let o = WalkOptions {
+            exclude: vec!["d2".into()],
+            ..Default::default()
+        };
+        assert_eq!(collect(&[r.to_path_buf()], &o).0.len(), 2);
+    }
+
+    #[test]
+    fn follow_detects_symlink_loop() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        fs::create_dir_all(r.join("d")).unwrap();
+        fs::write(r.join("d/f"), b"1").unwrap();
+        std::os::unix::fs::symlink("..", r.join("d/up")).unwrap();
+        let o = WalkOptions {
+            follow: true,
+            ..Default::default()
+        };
+        let (files, _, errs) = collect(&[r.to_path_buf()], &o);
+        assert_eq!(files.len(), 1);
+        assert_eq!(errs, 1, "the loop is reported once");
+    }
+
+    #[test]
+    fn big_directory_is_split_and_complete() {
+        let t = tempfile::tempdir().unwrap();
+        for i in 0..2000 {
+            fs::write(t.path().join(format!("f{i}")), b"").unwrap();
+        }
+        let (files, s, _) = collect(&[t.path().to_path_buf()], &WalkOptions::default());
+        assert_eq!(files.len(), 2000);
+        assert_eq!(s.files, 2000);
+    }
+
+    #[test]
+    fn missing_root_is_an_error_naming_path_and_call() {
+        let errors = ErrorLog::default();
+        walk(
+            &[PathBuf::from("/nonexistent/pagewise")],
+            &WalkOptions::default(),
+            &errors,
+            || (),
+            |_, _| {},
+            |_| {},
+        )
+        .unwrap();
+        let e = errors.take();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].to_string(), "/nonexistent/pagewise: stat failed: No such file or directory (os error 2)");
+    }
+}
