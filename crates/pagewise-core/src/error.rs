@@ -40,7 +40,13 @@ impl FileError {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {} failed: {}", self.path.display(), self.op, self.message)
+        write!(
+            f,
+            "{}: {} failed: {}",
+            self.path.display(),
+            self.op,
+            self.message
+        )
     }
 }
 

@@ -139,14 +139,27 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         let dev_ino = (f.stat.dev, f.stat.ino);
         if self.opts.dry_run || before.cached == Some(0) {
             let after = before.clone();
-            let would = if self.opts.dry_run { before.cached_or_zero() } else { 0 };
-            self.finish(local, f.path.to_path_buf(), f.stat.size, before, after, would, dev_ino);
+            let would = if self.opts.dry_run {
+                before.cached_or_zero()
+            } else {
+                0
+            };
+            self.finish(
+                local,
+                f.path.to_path_buf(),
+                f.stat.size,
+                before,
+                after,
+                would,
+                dev_ino,
+            );
             return;
         }
         let dirty = before.dirty.unwrap_or(1) + before.writeback.unwrap_or(0);
         if self.opts.sync && dirty > 0 {
             if let Err(e) = sys::sync_file_range(f.fd(), off, len, sys::SFR_WRITE) {
-                self.errors.push(FileError::io(f.path, "sync_file_range(WRITE)", &e));
+                self.errors
+                    .push(FileError::io(f.path, "sync_file_range(WRITE)", &e));
             }
             local.totals.dirty_pages_written += before.dirty.unwrap_or(0);
             local.pending.push(Pending {
@@ -162,7 +175,17 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
             return;
         }
         let path = f.path.to_path_buf();
-        self.advise(local, path, f.fd, f.stat.size, before, dev_ino, off, len, false);
+        self.advise(
+            local,
+            path,
+            f.fd,
+            f.stat.size,
+            before,
+            dev_ino,
+            off,
+            len,
+            false,
+        );
     }
 
     /// Waits for the batch's writeback, then drops each file.
@@ -170,7 +193,9 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         let pending = std::mem::take(&mut local.pending);
         for p in pending {
             let (off, len) = self.opts.range.clamp(p.size);
-            self.advise(local, p.path, p.fd, p.size, p.before, p.dev_ino, off, len, true);
+            self.advise(
+                local, p.path, p.fd, p.size, p.before, p.dev_ino, off, len, true,
+            );
         }
     }
 
@@ -190,17 +215,24 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         if wait {
             let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
             if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
-                self.errors.push(FileError::io(&path, "sync_file_range(WAIT)", &e));
+                self.errors
+                    .push(FileError::io(&path, "sync_file_range(WAIT)", &e));
             }
         }
         if let Err(e) = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed) {
-            return self.errors.push(FileError::io(&path, "fadvise(DONTNEED)", &e));
+            return self
+                .errors
+                .push(FileError::io(&path, "fadvise(DONTNEED)", &e));
         }
         // The mincore fallback's ownership check was made on the real file before.
-        let after = self.meter.measure_fd(&path, fd.as_fd(), off, len, || before.method != "unknown");
+        let after = self
+            .meter
+            .measure_fd(&path, fd.as_fd(), off, len, || before.method != "unknown");
         match after {
             Ok(after) => {
-                let dropped = before.cached_or_zero().saturating_sub(after.cached_or_zero());
+                let dropped = before
+                    .cached_or_zero()
+                    .saturating_sub(after.cached_or_zero());
                 self.finish(local, path, size, before, after, dropped, dev_ino)
             }
             Err(e) => self.errors.push(e),
@@ -218,7 +250,11 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         dropped: u64,
         dev_ino: (u64, u64),
     ) {
-        let stayed = if self.opts.dry_run { 0 } else { after.cached_or_zero() };
+        let stayed = if self.opts.dry_run {
+            0
+        } else {
+            after.cached_or_zero()
+        };
         let reason = if stayed == 0 {
             None
         } else if after.dirty.unwrap_or(0) > 0 {
@@ -257,7 +293,12 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
 }
 
 /// Evicts every file under `roots`; `sink` sees each file's result as it is measured.
-pub fn evict<K>(roots: &[PathBuf], opts: &EvictOptions, progress: &Progress, sink: K) -> Result<EvictReport, crate::Error>
+pub fn evict<K>(
+    roots: &[PathBuf],
+    opts: &EvictOptions,
+    progress: &Progress,
+    sink: K,
+) -> Result<EvictReport, crate::Error>
 where
     K: Fn(&EvictFile) + Sync,
 {
@@ -288,7 +329,11 @@ where
     if opts.why && !m.residue.is_empty() {
         explain(&mut m.residue);
     }
-    m.residue.sort_by(|a, b| b.stayed_pages.cmp(&a.stayed_pages).then(a.path.cmp(&b.path)));
+    m.residue.sort_by(|a, b| {
+        b.stayed_pages
+            .cmp(&a.stayed_pages)
+            .then(a.path.cmp(&b.path))
+    });
     let mut notices = ctx.meter.take_notices();
     if !opts.sync && m.totals.stayed_pages > 0 {
         notices.push("--no-sync: dirty pages were not written back and stay cached".into());
@@ -338,7 +383,14 @@ fn parse_maps_line(line: &str) -> Option<((u32, u32), u64, u64)> {
     }
     let (maj, min) = dev.split_once(':')?;
     let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
-    Some(((u32::from_str_radix(maj, 16).ok()?, u32::from_str_radix(min, 16).ok()?), ino, start))
+    Some((
+        (
+            u32::from_str_radix(maj, 16).ok()?,
+            u32::from_str_radix(min, 16).ok()?,
+        ),
+        ino,
+        start,
+    ))
 }
 
 /// Which processes map each of the given (dev, inode) files, and whether they mlocked them.
@@ -349,10 +401,16 @@ pub fn find_mappers(wanted: &[(u64, u64)]) -> HashMap<(u64, u64), Vec<ProcMappin
         .map(|&(dev, ino)| ((libc::major(dev), libc::minor(dev)), ino))
         .collect();
     let mut out: HashMap<(u64, u64), Vec<ProcMapping>> = HashMap::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
     for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { continue };
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
         let mut hits: Vec<(((u32, u32), u64), u64)> = Vec::new();
         for line in maps.lines() {
             if let Some((d, ino, start)) = parse_maps_line(line) {
@@ -381,12 +439,19 @@ pub fn find_mappers(wanted: &[(u64, u64)]) -> HashMap<(u64, u64), Vec<ProcMappin
 
 /// Start addresses of a process's mappings with a non-zero `Locked:` line in smaps.
 fn locked_mappings(pid: u32) -> Vec<u64> {
-    let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else { return Vec::new() };
+    let Ok(smaps) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) else {
+        return Vec::new();
+    };
     let mut cur = None;
     let mut out = Vec::new();
     for line in smaps.lines() {
         if let Some(rest) = line.strip_prefix("Locked:") {
-            let kb: u64 = rest.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            let kb: u64 = rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .unwrap_or(0);
             if kb > 0 {
                 if let Some(s) = cur {
                     out.push(s);
@@ -394,7 +459,11 @@ fn locked_mappings(pid: u32) -> Vec<u64> {
             }
         } else if line.contains('-') && line.split_ascii_whitespace().count() >= 5 {
             if let Some(r) = line.split_ascii_whitespace().next() {
-                if let Some(s) = r.split('-').next().and_then(|s| u64::from_str_radix(s, 16).ok()) {
+                if let Some(s) = r
+                    .split('-')
+                    .next()
+                    .and_then(|s| u64::from_str_radix(s, 16).ok())
+                {
                     cur = Some(s);
                 }
             }
@@ -428,8 +497,14 @@ mod tests {
     #[test]
     fn maps_lines_parse() {
         let l = "7f0c1a200000-7f0c1a222000 r--p 00000000 fd:01 1234567                    /usr/lib/x.so";
-        assert_eq!(parse_maps_line(l), Some(((0xfd, 1), 1234567, 0x7f0c1a200000)));
-        assert_eq!(parse_maps_line("7ffd-7ffe rw-p 00000000 00:00 0 [stack]"), None);
+        assert_eq!(
+            parse_maps_line(l),
+            Some(((0xfd, 1), 1234567, 0x7f0c1a200000))
+        );
+        assert_eq!(
+            parse_maps_line("7ffd-7ffe rw-p 00000000 00:00 0 [stack]"),
+            None
+        );
         assert_eq!(parse_maps_line("garbage"), None);
     }
 }

@@ -146,7 +146,9 @@ impl Ctx<'_> {
             return;
         }
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
-            return self.errors.push(FileError::io(f.path, "fadvise(WILLNEED)", &e));
+            return self
+                .errors
+                .push(FileError::io(f.path, "fadvise(WILLNEED)", &e));
         }
         local.queued.push(Queued {
             path: f.path.to_path_buf(),
@@ -189,7 +191,14 @@ impl Ctx<'_> {
         true
     }
 
-    fn read_large(&self, local: &mut Local, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) {
+    fn read_large(
+        &self,
+        local: &mut Local,
+        path: &Path,
+        fd: std::os::fd::BorrowedFd<'_>,
+        off: u64,
+        len: u64,
+    ) {
         let w = self.opts.window;
         let end = off + len;
         let mut ahead = off;
@@ -226,7 +235,15 @@ impl Ctx<'_> {
         }
     }
 
-    fn after(&self, local: &mut Local, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64, _before: u64) {
+    fn after(
+        &self,
+        local: &mut Local,
+        path: &Path,
+        fd: std::os::fd::BorrowedFd<'_>,
+        off: u64,
+        len: u64,
+        _before: u64,
+    ) {
         let after = match self.meter.measure_fd(path, fd, off, len, || true) {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
@@ -241,7 +258,14 @@ impl Ctx<'_> {
         self.lock(local, path, fd, off, len);
     }
 
-    fn lock(&self, local: &mut Local, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) {
+    fn lock(
+        &self,
+        local: &mut Local,
+        path: &Path,
+        fd: std::os::fd::BorrowedFd<'_>,
+        off: u64,
+        len: u64,
+    ) {
         if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
             return;
         }
@@ -257,7 +281,8 @@ impl Ctx<'_> {
                     // Every further file would fail the same way: say it once, stop trying.
                     self.lock_blocked.store(true, Ordering::Relaxed);
                 }
-                self.errors.push(FileError::other(path, op, format!("{e}{why}")));
+                self.errors
+                    .push(FileError::other(path, op, format!("{e}{why}")));
             }
         }
     }
@@ -280,7 +305,11 @@ fn lock_failure_hint(op: &str, e: &std::io::Error) -> String {
 }
 
 /// Loads every file under `roots`. With `opts.lock`, also returns the locked mappings.
-pub fn load(roots: &[PathBuf], opts: &LoadOptions, progress: &Progress) -> Result<(LoadReport, LockSet), crate::Error> {
+pub fn load(
+    roots: &[PathBuf],
+    opts: &LoadOptions,
+    progress: &Progress,
+) -> Result<(LoadReport, LockSet), crate::Error> {
     sys::raise_nofile_limit();
     let start = Instant::now();
     let ctx = Ctx {
@@ -315,11 +344,17 @@ pub fn load(roots: &[PathBuf], opts: &LoadOptions, progress: &Progress) -> Resul
     )?;
     let elapsed = start.elapsed().as_secs_f64();
     let total = total.into_inner().unwrap();
-    let new_bytes = total.cached_bytes_after.saturating_sub(total.cached_bytes_before);
+    let new_bytes = total
+        .cached_bytes_after
+        .saturating_sub(total.cached_bytes_before);
     Ok((
         LoadReport {
             page_size: sys::page_size(),
-            rate_bytes_per_s: if elapsed > 0.0 { new_bytes as f64 / elapsed } else { 0.0 },
+            rate_bytes_per_s: if elapsed > 0.0 {
+                new_bytes as f64 / elapsed
+            } else {
+                0.0
+            },
             total,
             elapsed_s: elapsed,
             walk: summary,

@@ -25,7 +25,11 @@ impl ByteRange {
             .split_once('-')
             .ok_or_else(|| format!("range '{s}' must look like START-END, START- or -END"))?;
         let start = if a.is_empty() { 0 } else { parse_size(a)? };
-        let end = if b.is_empty() { None } else { Some(parse_size(b)?) };
+        let end = if b.is_empty() {
+            None
+        } else {
+            Some(parse_size(b)?)
+        };
         if let Some(e) = end {
             if e <= start {
                 return Err(format!("range '{s}': end must be after start"));
@@ -47,7 +51,10 @@ impl ByteRange {
 /// Parses `4096`, `64K`, `1.5G`, `2MiB` (binary units; B optional).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
     let (num, mult) = match t.chars().last() {
         Some(c) if c.is_ascii_alphabetic() => {
             let m: u64 = match c.to_ascii_uppercase() {
@@ -215,7 +222,8 @@ impl Meter {
             self.notice("mincore(2) cannot tell for files you neither own nor may write (it reports them fully cached): shown as unknown");
             return Ok(Residency::unknown(pages));
         }
-        let n = sys::mincore_count(fd, off, len, map).map_err(|e| FileError::io(path, "mmap+mincore", &e))?;
+        let n = sys::mincore_count(fd, off, len, map)
+            .map_err(|e| FileError::io(path, "mmap+mincore", &e))?;
         Ok(Residency {
             pages,
             cached: Some(n),
@@ -226,7 +234,13 @@ impl Meter {
 
     /// Per-bucket cached percentage over `[off, off+len)`, `buckets` cells (a `--map` line).
     /// With cachestat each cell is one exact cachestat call over its byte span.
-    pub fn map(&self, f: &FileRef<'_>, off: u64, len: u64, buckets: usize) -> Result<Vec<Option<u8>>, FileError> {
+    pub fn map(
+        &self,
+        f: &FileRef<'_>,
+        off: u64,
+        len: u64,
+        buckets: usize,
+    ) -> Result<Vec<Option<u8>>, FileError> {
         let page = sys::page_size();
         let pages = len.div_ceil(page);
         if pages == 0 || buckets == 0 {
@@ -241,7 +255,9 @@ impl Meter {
                 let p1 = pages * (i + 1) / cells;
                 match sys::cachestat(f.fd(), off + p0 * page, (p1 - p0) * page) {
                     Ok(c) => out.push(Some((c.cache * 100 / (p1 - p0).max(1)) as u8)),
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)) => {
+                    Err(e)
+                        if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)) =>
+                    {
                         ok = false;
                         break;
                     }
@@ -385,7 +401,12 @@ pub struct StatReport {
 }
 
 /// Builds a [`FileStat`] for one open file: the one measurement routine every verb reports with.
-pub fn file_stat(meter: &Meter, f: &FileRef<'_>, range: ByteRange, map_cells: usize) -> Result<FileStat, FileError> {
+pub fn file_stat(
+    meter: &Meter,
+    f: &FileRef<'_>,
+    range: ByteRange,
+    map_cells: usize,
+) -> Result<FileStat, FileError> {
     let (off, len) = range.clamp(f.stat.size);
     let residency = meter.measure(f, off, len)?;
     let map = if map_cells > 0 {
@@ -491,9 +512,27 @@ mod tests {
         assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("x").is_err());
-        assert_eq!(ByteRange::parse("1M-2M").unwrap(), ByteRange { start: 1 << 20, end: Some(2 << 20) });
-        assert_eq!(ByteRange::parse("4K-").unwrap(), ByteRange { start: 4096, end: None });
-        assert_eq!(ByteRange::parse("-8K").unwrap(), ByteRange { start: 0, end: Some(8192) });
+        assert_eq!(
+            ByteRange::parse("1M-2M").unwrap(),
+            ByteRange {
+                start: 1 << 20,
+                end: Some(2 << 20)
+            }
+        );
+        assert_eq!(
+            ByteRange::parse("4K-").unwrap(),
+            ByteRange {
+                start: 4096,
+                end: None
+            }
+        );
+        assert_eq!(
+            ByteRange::parse("-8K").unwrap(),
+            ByteRange {
+                start: 0,
+                end: Some(8192)
+            }
+        );
         assert!(ByteRange::parse("5M-1M").is_err());
         assert!(ByteRange::parse("5M").is_err());
     }
@@ -501,11 +540,17 @@ mod tests {
     #[test]
     fn clamp_aligns_to_pages() {
         let p = sys::page_size();
-        let r = ByteRange { start: 100, end: Some(p + 1) };
+        let r = ByteRange {
+            start: 100,
+            end: Some(p + 1),
+        };
         assert_eq!(r.clamp(10 * p), (0, 2 * p));
         assert_eq!(ByteRange::default().clamp(0), (0, 0));
         assert_eq!(ByteRange::default().clamp(1), (0, p));
-        let r = ByteRange { start: 20 * p, end: None };
+        let r = ByteRange {
+            start: 20 * p,
+            end: None,
+        };
         assert_eq!(r.clamp(10 * p), (10 * p, 0));
     }
 }

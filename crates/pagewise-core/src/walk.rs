@@ -163,10 +163,14 @@ impl Filter {
         set.is_match(rel) || set.is_match(sys::name_os(name))
     }
     fn excluded(&self, rel: &Path, name: &CStr) -> bool {
-        self.exclude.as_ref().is_some_and(|s| Self::matches(s, rel, name))
+        self.exclude
+            .as_ref()
+            .is_some_and(|s| Self::matches(s, rel, name))
     }
     fn included(&self, rel: &Path, name: &CStr) -> bool {
-        self.include.as_ref().is_none_or(|s| Self::matches(s, rel, name))
+        self.include
+            .as_ref()
+            .is_none_or(|s| Self::matches(s, rel, name))
     }
 }
 
@@ -333,7 +337,8 @@ where
         let name = match CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str())) {
             Ok(n) => n,
             Err(_) => {
-                self.errors.push(FileError::other(root, "open", "path contains a NUL byte"));
+                self.errors
+                    .push(FileError::other(root, "open", "path contains a NUL byte"));
                 return;
             }
         };
@@ -388,7 +393,8 @@ where
                 return;
             }
             Err(e) => {
-                self.errors.push(FileError::io(&path, "open (directory)", &e));
+                self.errors
+                    .push(FileError::io(&path, "open (directory)", &e));
                 return;
             }
         };
@@ -497,7 +503,15 @@ where
         }
     }
 
-    fn file_entry(&self, state: &mut S, dir: &OwnedFd, path: &Path, rel: &Path, name: &CStr, root: usize) {
+    fn file_entry(
+        &self,
+        state: &mut S,
+        dir: &OwnedFd,
+        path: &Path,
+        rel: &Path,
+        name: &CStr,
+        root: usize,
+    ) {
         if self.filter.include.is_some() || self.filter.exclude.is_some() {
             let r = rel.join(sys::name_os(name));
             if self.filter.excluded(&r, name) || !self.filter.included(&r, name) {
@@ -679,6 +693,9 @@ mod tests {
         .unwrap();
         let e = errors.take();
         assert_eq!(e.len(), 1);
-        assert_eq!(e[0].to_string(), "/nonexistent/pagewise: stat failed: No such file or directory (os error 2)");
+        assert_eq!(
+            e[0].to_string(),
+            "/nonexistent/pagewise: stat failed: No such file or directory (os error 2)"
+        );
     }
 }

@@ -220,9 +220,8 @@ pub fn fadvise(fd: BorrowedFd<'_>, off: u64, len: u64, advice: Advice) -> io::Re
         Advice::NoReuse => libc::POSIX_FADV_NOREUSE,
     };
     // SAFETY: no pointers involved.
-    let r = unsafe {
-        libc::posix_fadvise(fd.as_raw_fd(), off as libc::off_t, len as libc::off_t, a)
-    };
+    let r =
+        unsafe { libc::posix_fadvise(fd.as_raw_fd(), off as libc::off_t, len as libc::off_t, a) };
     // posix_fadvise returns the error number instead of setting errno.
     if r != 0 {
         Err(io::Error::from_raw_os_error(r))
@@ -376,7 +375,11 @@ pub struct OpenFlags {
 /// or CAP_FOWNER). `dir == None` means AT_FDCWD.
 pub fn openat(dir: Option<BorrowedFd<'_>>, name: &CStr, f: OpenFlags) -> io::Result<OwnedFd> {
     let mut flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-    flags |= if f.write { libc::O_RDWR } else { libc::O_RDONLY };
+    flags |= if f.write {
+        libc::O_RDWR
+    } else {
+        libc::O_RDONLY
+    };
     if f.directory {
         flags |= libc::O_DIRECTORY;
     }
@@ -484,7 +487,10 @@ impl Iterator for DirReader<'_> {
             let reclen = u16::from_ne_bytes(rec[16..18].try_into().unwrap()) as usize;
             let dtype = rec[18];
             let name_bytes = &rec[19..reclen];
-            let nul = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
+            let nul = name_bytes
+                .iter()
+                .position(|&b| b == 0)
+                .unwrap_or(name_bytes.len());
             let name = &name_bytes[..nul];
             self.pos += reclen;
             if name == b"." || name == b".." {
@@ -530,7 +536,11 @@ unsafe impl Sync for LockedMapping {}
 /// `int mlock(const void *addr, size_t len)` (<https://man7.org/linux/man-pages/man2/mlock.2.html>).
 /// Fails with ENOMEM past RLIMIT_MEMLOCK (unprivileged) or vm.max_map_count, EPERM without
 /// CAP_IPC_LOCK and a zero limit. The error says which call failed.
-pub fn mmap_lock(fd: BorrowedFd<'_>, off: u64, len: u64) -> Result<LockedMapping, (&'static str, io::Error)> {
+pub fn mmap_lock(
+    fd: BorrowedFd<'_>,
+    off: u64,
+    len: u64,
+) -> Result<LockedMapping, (&'static str, io::Error)> {
     // SAFETY: fresh read-only shared mapping of a file we hold open.
     let addr = unsafe {
         libc::mmap(

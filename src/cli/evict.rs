@@ -1,0 +1,124 @@
+//! `pagewise evict`: render the library's EvictReport.
+
+use super::progress::ProgressLine;
+use super::render::{self, bytes};
+use super::EvictArgs;
+use pagewise_core::evict::{self, EvictFile, EvictOptions, StayReason};
+use pagewise_core::Progress;
+use std::sync::Arc;
+
+pub fn run(a: EvictArgs) -> Result<i32, String> {
+    let roots = a.walk.roots()?;
+    let opts = EvictOptions {
+        walk: a
+            .walk
+            .walk_options(pagewise_core::walk::default_threads() * 2),
+        range: a.walk.range(),
+        method: a.walk.method(),
+        sync: !a.no_sync,
+        owned: a.owned,
+        dry_run: a.dry_run,
+        why: a.why,
+    };
+    let progress = Arc::new(Progress::default());
+    let bar = ProgressLine::start("evict", progress.clone(), !a.out.json && !a.out.json_lines);
+    let stream = a.out.json_lines;
+    let verbose = a.verbose;
+    let page = pagewise_core::sys::page_size();
+    let report = evict::evict(&roots, &opts, &progress, |f: &EvictFile| {
+        if stream {
+            render::print_json_line("file", f);
+        } else if verbose {
+            println!(
+                "{}: {} dropped, {} stayed",
+                f.path.display(),
+                bytes(f.dropped_pages * page),
+                bytes(f.stayed_pages * page)
+            );
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    bar.finish();
+    let code = render::exit_code(report.error_count);
+    if stream {
+        for e in &report.errors {
+            render::print_json_line("error", e);
+        }
+        render::print_json_line("summary", &report);
+        return Ok(code);
+    }
+    if a.out.json {
+        render::print_json(&report);
+        return Ok(code);
+    }
+    render::report_problems("evict", &report.errors, report.error_count, &report.notices);
+    let t = &report.total;
+    let verb = if report.dry_run {
+        "would drop"
+    } else {
+        "dropped"
+    };
+    println!(
+        "{} files, {}: {verb} {} of {} cached; {} still cached{}",
+        t.files,
+        bytes(t.bytes),
+        bytes(t.dropped_pages * page),
+        bytes(t.cached_pages_before * page),
+        bytes(t.stayed_pages * page),
+        if t.dirty_pages_written > 0 {
+            format!(
+                " ({} of dirty pages written back first)",
+                bytes(t.dirty_pages_written * page)
+            )
+        } else {
+            String::new()
+        }
+    );
+    if t.not_owned_skipped > 0 {
+        println!(
+            "{} files not owned by you were left alone (--owned)",
+            t.not_owned_skipped
+        );
+    }
+    if !report.residue.is_empty() {
+        let mut rows = vec![vec![
+            "STILL CACHED".to_string(),
+            "SIZE".into(),
+            "LEFT".into(),
+            "WHY".into(),
+        ]];
+        for f in &report.residue {
+            rows.push(vec![
+                f.path.display().to_string(),
+                bytes(f.size),
+                bytes(f.stayed_pages * page),
+                reason_text(f),
+            ]);
+        }
+        print!("{}", render::table(&rows));
+    }
+    Ok(code)
+}
+
+fn reason_text(f: &EvictFile) -> String {
+    let pids = if f.pids.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " by pid {}",
+            f.pids
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        )
+    };
+    match f.reason {
+        Some(StayReason::Dirty) => "dirty (not written back)".into(),
+        Some(StayReason::Writeback) => "under writeback".into(),
+        Some(StayReason::Mapped) => format!("mapped{pids}"),
+        Some(StayReason::Locked) => format!("mlocked{pids}"),
+        Some(StayReason::InUse) => "in use (mapped or locked; --why names the process)".into(),
+        None => String::new(),
+    }
+}

@@ -1,0 +1,68 @@
+//! `pagewise load`: render the library's LoadReport, and hold locked pages.
+
+use super::progress::ProgressLine;
+use super::render::{self, bytes};
+use super::LoadArgs;
+use pagewise_core::load::{self, LoadOptions};
+use pagewise_core::Progress;
+use std::sync::Arc;
+
+pub fn run(a: LoadArgs) -> Result<i32, String> {
+    let roots = a.walk.roots()?;
+    if a.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    let opts = LoadOptions {
+        walk: a
+            .walk
+            .walk_options((pagewise_core::walk::default_threads() * 2).max(4)),
+        range: a.walk.range(),
+        method: a.walk.method(),
+        lock: a.lock,
+        batch_files: a.batch,
+        window: a.window.max(1 << 20),
+    };
+    let progress = Arc::new(Progress::default());
+    let bar = ProgressLine::start("load", progress.clone(), !a.out.json && !a.out.json_lines);
+    let (report, locks) = load::load(&roots, &opts, &progress).map_err(|e| e.to_string())?;
+    bar.finish();
+    let code = render::exit_code(report.error_count);
+    if a.out.json || a.out.json_lines {
+        if a.out.json_lines {
+            for e in &report.errors {
+                render::print_json_line("error", e);
+            }
+            render::print_json_line("summary", &report);
+        } else {
+            render::print_json(&report);
+        }
+    } else {
+        render::report_problems("load", &report.errors, report.error_count, &report.notices);
+        let t = &report.total;
+        println!(
+            "{} files, {} in range: {} cached now (was {}); {} files were already cached; {:.2} s, {}/s",
+            t.files,
+            bytes(t.bytes),
+            bytes(t.cached_bytes_after),
+            bytes(t.cached_bytes_before),
+            t.already_cached_files,
+            report.elapsed_s,
+            bytes(report.rate_bytes_per_s as u64),
+        );
+    }
+    if a.lock && !locks.is_empty() {
+        let t = &report.total;
+        let until = match a.hold_for {
+            Some(d) => format!("for {:.0} s", d.as_secs_f64()),
+            None => "until Ctrl-C / SIGTERM".into(),
+        };
+        eprintln!(
+            "pagewise load: holding {} locked in {} files {until}",
+            bytes(t.locked_bytes),
+            t.locked_files
+        );
+        pagewise_core::sys::wait_for_interrupt(a.hold_for);
+        drop(locks);
+    }
+    Ok(code)
+}

@@ -1,0 +1,333 @@
+//! Command-line definitions: clap derive -> validated library options. No syscalls here.
+
+pub mod evict;
+pub mod load;
+pub mod progress;
+pub mod render;
+pub mod stat;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use pagewise_core::residency::parse_size;
+use pagewise_core::{ByteRange, Method, WalkOptions};
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  fatal error: bad arguments, or the verb could not start
+  2  finished, but some files failed (each is listed on stderr with the path and the syscall)";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "pagewise",
+    version,
+    about = "Exact control of the Linux page cache: see what is cached, evict it, load it",
+    after_help = EXIT_CODES,
+    propagate_version = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show how much of files and trees is in the page cache
+    #[command(after_help = STAT_EXAMPLES)]
+    Stat(StatArgs),
+    /// Drop files, ranges or trees from the page cache (dirty pages written back first) and
+    /// report what the kernel shows afterwards
+    #[command(after_help = EVICT_EXAMPLES)]
+    Evict(EvictArgs),
+    /// Bring files or trees into the page cache with many reads in flight; optionally lock them
+    #[command(after_help = LOAD_EXAMPLES)]
+    Load(LoadArgs),
+    /// Print shell completions for SHELL to stdout
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (pagewise.1 and one per verb) into DIR
+    Man {
+        #[arg(default_value = "man")]
+        dir: PathBuf,
+    },
+}
+
+const STAT_EXAMPLES: &str = "\
+Examples:
+  pagewise stat                       summary of the current directory
+  pagewise stat /var/lib/postgresql   one line per tree
+  pagewise stat -l --sort cached /data --top 20
+  pagewise stat --map big.db          per-page residency bar
+  find /data -name '*.db' -print0 | pagewise stat --from - -0 --json
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+
+const EVICT_EXAMPLES: &str = "\
+Examples:
+  pagewise evict /data/db             drop a tree, dirty pages included
+  pagewise evict --range 0-1G big.img drop only the first GiB
+  pagewise evict --owned --why ~/cache
+  pagewise evict --dry-run /srv       what would go
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+
+const LOAD_EXAMPLES: &str = "\
+Examples:
+  pagewise load /usr/lib              warm a tree
+  pagewise load --lock --for 10m model.bin
+  pagewise load --range 0-64M big.db
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+
+/// Where the files come from and which of them count: shared by every verb.
+#[derive(Args, Debug, Clone)]
+pub struct WalkArgs {
+    /// Files and directories (directories recurse). Default: the current directory.
+    pub paths: Vec<PathBuf>,
+    /// Read more paths from FILE, one per line ('-' for stdin)
+    #[arg(long, value_name = "FILE|-")]
+    pub from: Option<PathBuf>,
+    /// Paths read with --from are NUL-separated (find -print0)
+    #[arg(short = '0', long = "null")]
+    pub null: bool,
+    /// Only files matching GLOB (name or path below the root); repeatable
+    #[arg(short = 'i', long = "include", value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Skip files and directories matching GLOB; repeatable
+    #[arg(short = 'e', long = "exclude", value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Stay on the filesystem of each root
+    #[arg(short = 'x', long)]
+    pub one_file_system: bool,
+    /// Follow symlinks inside trees (roots are always followed); loops are detected
+    #[arg(short = 'L', long)]
+    pub follow: bool,
+    /// Descend at most N levels below each root (1 = only its direct entries)
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<usize>,
+    /// Worker threads [default: number of CPUs]
+    #[arg(short = 'j', long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Only this byte range of every file: START-END, START- or -END (K/M/G/T suffixes)
+    #[arg(long, value_name = "START-END", value_parser = ByteRange::parse)]
+    pub range: Option<ByteRange>,
+    /// How residency is measured: cachestat, or mmap+mincore (auto: cachestat when the kernel
+    /// has it)
+    #[arg(long, value_enum, default_value_t = MethodArg::Auto)]
+    pub method: MethodArg,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum MethodArg {
+    Auto,
+    Cachestat,
+    Mincore,
+}
+
+impl WalkArgs {
+    /// Roots from the arguments and --from; the current directory when there are none.
+    pub fn roots(&self) -> Result<Vec<PathBuf>, String> {
+        let mut roots = self.paths.clone();
+        if let Some(src) = &self.from {
+            let mut data = Vec::new();
+            let r = if src.as_os_str() == "-" {
+                std::io::stdin().read_to_end(&mut data)
+            } else {
+                std::fs::File::open(src).and_then(|mut f| f.read_to_end(&mut data))
+            };
+            r.map_err(|e| format!("--from {}: read failed: {e}", src.display()))?;
+            let sep = if self.null { b'\0' } else { b'\n' };
+            use std::os::unix::ffi::OsStrExt;
+            roots.extend(
+                data.split(|&b| b == sep)
+                    .filter(|l| !l.is_empty())
+                    .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l))),
+            );
+            if roots.is_empty() {
+                return Err(format!("--from {}: no paths in it", src.display()));
+            }
+        }
+        if roots.is_empty() {
+            roots.push(PathBuf::from("."));
+        }
+        Ok(roots)
+    }
+
+    pub fn walk_options(&self, default_threads: usize) -> WalkOptions {
+        WalkOptions {
+            follow: self.follow,
+            one_file_system: self.one_file_system,
+            max_depth: self.max_depth,
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+            threads: self.threads.unwrap_or(default_threads).max(1),
+            write: false,
+        }
+    }
+
+    pub fn range(&self) -> ByteRange {
+        self.range.unwrap_or_default()
+    }
+
+    pub fn method(&self) -> Method {
+        match self.method {
+            MethodArg::Auto => Method::Auto,
+            MethodArg::Cachestat => Method::Cachestat,
+            MethodArg::Mincore => Method::Mincore,
+        }
+    }
+}
+
+/// Output format flags shared by the verbs.
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// One JSON document on stdout
+    #[arg(long, conflicts_with = "json_lines")]
+    pub json: bool,
+    /// One JSON object per line, streamed as files are done, then a summary line
+    #[arg(long)]
+    pub json_lines: bool,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Path,
+    Size,
+    Cached,
+    Percent,
+    Dirty,
+    Evicted,
+}
+
+#[derive(Args, Debug)]
+pub struct StatArgs {
+    #[command(flatten)]
+    pub walk: WalkArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// List every file, not only one line per argument
+    #[arg(short = 'l', long)]
+    pub files: bool,
+    /// Order of listed files [default: path; cached with --top]
+    #[arg(long, value_enum)]
+    pub sort: Option<SortKey>,
+    /// List only the N files first in --sort order (memory stays bounded)
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// List only files with at least one cached page
+    #[arg(long)]
+    pub only_cached: bool,
+    /// Show a residency bar per listed file, WIDTH cells (like vmtouch -v)
+    #[arg(long, value_name = "WIDTH", num_args = 0..=1, default_missing_value = "60")]
+    pub map: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct EvictArgs {
+    #[command(flatten)]
+    pub walk: WalkArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Do not write dirty pages back first (they will stay cached)
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Only files owned by you; others are counted and left alone
+    #[arg(long)]
+    pub owned: bool,
+    /// Measure what would be dropped; change nothing
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Name the processes whose mappings keep pages in (reads /proc/*/maps)
+    #[arg(long)]
+    pub why: bool,
+    /// List every file evicted, not only those with pages left
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub walk: WalkArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Keep the loaded pages locked in memory (mlock) until Ctrl-C or --for ends
+    #[arg(long)]
+    pub lock: bool,
+    /// With --lock: how long to hold (e.g. 30s, 10m, 2h); default until SIGINT/SIGTERM
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, requires = "lock")]
+    pub hold_for: Option<Duration>,
+    /// Files each worker queues readahead for before waiting on them
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub batch: usize,
+    /// Bytes kept queued ahead of the reader in large files
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size_arg)]
+    pub window: u64,
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+/// Parses `500ms`, `30s`, `10m`, `2h`, `1d` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let v: f64 = n
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (try 30s, 10m, 2h)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1000.0,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        "d" => v * 86400.0,
+        _ => return Err(format!("unknown duration unit in '{s}' (ms, s, m, h, d)")),
+    };
+    if !(secs >= 0.0) {
+        return Err(format!("'{s}' is not a duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn from_file_reads_nul_lists() {
+        let d = tempfile::tempdir().unwrap();
+        let list = d.path().join("list");
+        std::fs::write(&list, b"/a\0/b c\0").unwrap();
+        let cli = Cli::try_parse_from(["pagewise", "stat", "--from", list.to_str().unwrap(), "-0"])
+            .unwrap();
+        let Command::Stat(a) = cli.command else {
+            panic!()
+        };
+        assert_eq!(
+            a.walk.roots().unwrap(),
+            vec![PathBuf::from("/a"), PathBuf::from("/b c")]
+        );
+    }
+}

@@ -1,0 +1,55 @@
+//! A progress line on stderr, fed by polling the library's atomic counters; hidden when stderr
+//! is not a terminal.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use pagewise_core::Progress;
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub struct ProgressLine {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ProgressLine {
+    /// Starts polling `progress` every 100 ms, if stderr is a terminal and `enabled`.
+    pub fn start(verb: &'static str, progress: Arc<Progress>, enabled: bool) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        if !enabled || !std::io::stderr().is_terminal() {
+            return ProgressLine { stop, thread: None };
+        }
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {prefix} {msg} {bytes} ({binary_bytes_per_sec}) {elapsed}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.set_prefix(verb);
+            while !s.load(Ordering::Relaxed) {
+                let files = progress.files.load(Ordering::Relaxed);
+                bar.set_message(format!("{files} files"));
+                bar.set_position(progress.bytes.load(Ordering::Relaxed));
+                bar.tick();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            bar.finish_and_clear();
+        });
+        ProgressLine {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn finish(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
