@@ -118,6 +118,7 @@ fn reason_text(f: &EvictFile) -> String {
         Some(StayReason::Writeback) => "under writeback".into(),
         Some(StayReason::Mapped) => format!("mapped{pids}"),
         Some(StayReason::Locked) => format!("mlocked{pids}"),
+        Some(StayReason::PartialFolio) => "large folio crosses the range edge".into(),
         Some(StayReason::InUse) => "in use (mapped or locked; --why names the process)".into(),
         None => String::new(),
     }

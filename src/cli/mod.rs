@@ -289,7 +289,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "d" => v * 86400.0,
         _ => return Err(format!("unknown duration unit in '{s}' (ms, s, m, h, d)")),
     };
-    if !(secs >= 0.0) {
+    if secs.is_nan() || secs < 0.0 {
         return Err(format!("'{s}' is not a duration"));
     }
     Ok(Duration::from_secs_f64(secs))

@@ -49,6 +49,9 @@ pub enum StayReason {
     Locked,
     /// Not dirty, not under writeback, no mapping found (`--why` not asked, or a short-lived user).
     InUse,
+    /// Only the edges of a `--range` stayed: the kernel caches in large folios (up to 2 MiB) and
+    /// drops a folio only when the range covers all of it.
+    PartialFolio,
 }
 
 /// One file's eviction, as the kernel showed it before and after.
@@ -233,10 +236,32 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                 let dropped = before
                     .cached_or_zero()
                     .saturating_sub(after.cached_or_zero());
-                self.finish(local, path, size, before, after, dropped, dev_ino)
+                let edges_only = after.cached_or_zero() > 0
+                    && after.dirty == Some(0)
+                    && after.writeback == Some(0)
+                    && (off, len) != (0, size.div_ceil(sys::page_size()) * sys::page_size())
+                    && self.interior_is_clear(&fd, off, len);
+                self.finish(local, path, size, before, after, dropped, dev_ino);
+                if edges_only {
+                    if let Some(last) = local.residue.last_mut() {
+                        last.reason = Some(StayReason::PartialFolio);
+                    }
+                }
             }
             Err(e) => self.errors.push(e),
         }
+    }
+
+    /// True when nothing is cached in `[off, off+len)` once a largest-folio span is cut off
+    /// each end: what stayed is folios straddling the range's edges.
+    fn interior_is_clear(&self, fd: &OwnedFd, off: u64, len: u64) -> bool {
+        let f = max_folio_bytes();
+        let a = off.div_ceil(f) * f;
+        let b = ((off + len) / f) * f;
+        if b <= a {
+            return true;
+        }
+        sys::cachestat(fd.as_fd(), a, b - a).is_ok_and(|c| c.cache == 0)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -363,12 +388,23 @@ fn merge_totals(a: &mut EvictTotals, b: &EvictTotals) {
     a.unknown_files += b.unknown_files;
 }
 
+/// Largest page-cache folio: the PMD size (2 MiB on x86-64), from sysfs when it is there.
+fn max_folio_bytes() -> u64 {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2 << 20)
+}
+
 /// A mapping of a file by a process, from /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcMapping {
     pub pid: u32,
     pub locked: bool,
 }
+
+/// ((major, minor), inode) of a mapped file as /proc/PID/maps shows it.
+type MapsKey = ((u32, u32), u64);
 
 /// Parses one /proc/PID/maps line into ((major, minor), inode, start address).
 fn parse_maps_line(line: &str) -> Option<((u32, u32), u64, u64)> {
@@ -411,7 +447,7 @@ pub fn find_mappers(wanted: &[(u64, u64)]) -> HashMap<(u64, u64), Vec<ProcMappin
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
             continue;
         };
-        let mut hits: Vec<(((u32, u32), u64), u64)> = Vec::new();
+        let mut hits: Vec<(MapsKey, u64)> = Vec::new();
         for line in maps.lines() {
             if let Some((d, ino, start)) = parse_maps_line(line) {
                 if want.contains(&(d, ino)) {

@@ -140,6 +140,28 @@ impl Ctx<'_> {
             self.lock(local, f.path, f.fd(), off, len);
             return;
         }
+        if f.stat.allocated < f.stat.size {
+            // Sparse: read only the data extents; loading holes would fill the cache with zeros.
+            match sys::data_extents(f.fd(), off, off + len) {
+                Ok(ext) => {
+                    let page = sys::page_size();
+                    for (o, l) in ext {
+                        let (o, l) = (
+                            o / page * page,
+                            (o + l).div_ceil(page) * page - o / page * page,
+                        );
+                        self.read_large(local, f.path, f.fd(), o, l);
+                    }
+                }
+                Err(e) => {
+                    return self
+                        .errors
+                        .push(FileError::io(f.path, "lseek(SEEK_DATA)", &e))
+                }
+            }
+            self.after(local, f.path, f.fd.as_fd(), off, len, cached_before);
+            return;
+        }
         if len >= self.opts.window {
             self.read_large(local, f.path, f.fd(), off, len);
             self.after(local, f.path, f.fd.as_fd(), off, len, cached_before);

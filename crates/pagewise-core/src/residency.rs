@@ -70,7 +70,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (t, 1),
     };
     let v: f64 = num.parse().map_err(|_| format!("'{s}' is not a size"))?;
-    if !(v >= 0.0) {
+    if v.is_nan() || v < 0.0 {
         return Err(format!("'{s}' is not a size"));
     }
     Ok((v * mult as f64) as u64)

@@ -561,7 +561,7 @@ where
                 return;
             }
         };
-        if !stat.is_file() && !(explicit && stat.is_block_device()) {
+        if !(stat.is_file() || explicit && stat.is_block_device()) {
             // Swapped for a FIFO or device between readdir and open: O_NONBLOCK kept us safe.
             self.counters.special.fetch_add(1, Ordering::Relaxed);
             return;

@@ -690,3 +690,36 @@ pub fn probe_cachestat() -> bool {
         Err(_) => true,
     })
 }
+
+/// Data extents of `[off, end)` of a file, from `lseek(2)` with SEEK_DATA/SEEK_HOLE
+/// (<https://man7.org/linux/man-pages/man2/lseek.2.html>, Linux 3.1). Holes are skipped, so a
+/// sparse 1 TiB file with 1 MiB of data yields one 1 MiB extent. Filesystems without support
+/// report the whole file as data, which is still correct.
+pub fn data_extents(fd: BorrowedFd<'_>, off: u64, end: u64) -> io::Result<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    let mut pos = off;
+    while pos < end {
+        // SAFETY: no pointers involved.
+        let d = unsafe { libc::lseek(fd.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
+        if d < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENXIO) {
+                break; // no data after pos
+            }
+            return Err(e);
+        }
+        let d = d as u64;
+        if d >= end {
+            break;
+        }
+        // SAFETY: no pointers involved.
+        let h = unsafe { libc::lseek(fd.as_raw_fd(), d as libc::off_t, libc::SEEK_HOLE) };
+        if h < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let h = (h as u64).min(end);
+        out.push((d, h - d));
+        pos = h;
+    }
+    Ok(out)
+}

@@ -1,0 +1,561 @@
+//! End-to-end tests of `stat`, `evict` and `load`: real files on the build's filesystem, and every
+//! assertion on what the kernel reports (cachestat, cross-checked with mincore), never on what
+//! pagewise says it did.
+
+use pagewise_core::sys;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const PAGE: u64 = 4096;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pagewise"))
+}
+
+/// A temp dir on the build's real filesystem (not tmpfs, whose pages cannot be evicted).
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn write_file(p: &Path, size: usize) {
+    let mut f = File::create(p).unwrap();
+    let mut x: u64 = 0x9E3779B97F4A7C15 ^ size as u64;
+    let mut buf = Vec::with_capacity(size);
+    while buf.len() < size {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        buf.extend_from_slice(&x.to_le_bytes());
+    }
+    buf.truncate(size);
+    f.write_all(&buf).unwrap();
+}
+
+/// The kernel's view: cachestat of the whole file.
+fn cs(p: &Path) -> sys::CacheStat {
+    let f = File::open(p).unwrap();
+    sys::cachestat(f.as_fd(), 0, 0).unwrap()
+}
+
+/// A second opinion from mincore (root owns everything here, so mincore tells the truth).
+fn mincore_pages(p: &Path) -> u64 {
+    let f = File::open(p).unwrap();
+    let len = f.metadata().unwrap().len();
+    sys::mincore_count(f.as_fd(), 0, len, None).unwrap()
+}
+
+fn sync_and_evict(p: &Path) {
+    let f = File::open(p).unwrap();
+    f.sync_all().unwrap();
+    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::DontNeed).unwrap();
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "--- {:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
+        cmd,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs with a deadline: the never-block rule.
+fn run_deadline(cmd: &mut Command, secs: u64) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > Duration::from_secs(secs) {
+            child.kill().unwrap();
+            panic!("{cmd:?} blocked for more than {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
+}
+
+fn tree(root: &Path, dirs: usize, per_dir: usize, size: usize) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d:03}"));
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..per_dir {
+            let p = dir.join(format!("f{i:04}"));
+            write_file(&p, size + i * 97);
+            v.push(p);
+        }
+    }
+    v
+}
+
+#[test]
+fn stat_matches_cachestat_and_mincore() {
+    let t = tmp();
+    let p = t.path().join("f");
+    write_file(&p, 1 << 20);
+    sync_and_evict(&p);
+    // Read the first 256 KiB only.
+    let f = File::open(&p).unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::Random).unwrap();
+    sys::pread(f.as_fd(), &mut buf, 0).unwrap();
+    let kernel = cs(&p).cache;
+    assert!(kernel >= 64, "read pages are cached: {kernel}");
+    assert_eq!(kernel, mincore_pages(&p));
+    let out = run(bin().args(["stat", "--json", "-l"]).arg(&p));
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["files"][0]["cached"], kernel);
+    assert_eq!(v["total"]["pages"], 256);
+    // The mincore method gives the same count.
+    let out = run(bin()
+        .args(["stat", "--json", "-l", "--method", "mincore"])
+        .arg(&p));
+    let v = json(&out);
+    assert_eq!(v["files"][0]["cached"], kernel);
+    assert_eq!(v["files"][0]["method"], "mincore");
+}
+
+#[test]
+fn stat_tree_counts_hardlinks_once_and_streams_json_lines() {
+    let t = tmp();
+    tree(t.path(), 3, 10, 5000);
+    fs::hard_link(t.path().join("d000/f0000"), t.path().join("d001/link")).unwrap();
+    let out = run(bin().args(["stat", "--json"]).arg(t.path()));
+    let v = json(&out);
+    assert_eq!(v["total"]["files"], 30);
+    assert_eq!(v["walk"]["hardlinks_skipped"], 1);
+    let out = run(bin().args(["stat", "--json-lines"]).arg(t.path()));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.iter().filter(|l| l["type"] == "file").count(), 30);
+    assert_eq!(lines.last().unwrap()["type"], "summary");
+    // --top keeps the N most cached, sorted.
+    let out = run(bin().args(["stat", "--json", "--top", "3"]).arg(t.path()));
+    assert_eq!(json(&out)["files"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn evict_drops_dirty_pages_of_a_tree() {
+    let t = tmp();
+    let files = tree(t.path(), 4, 50, 8192);
+    // Fresh writes: dirty in the cache.
+    let dirty: u64 = files.iter().map(|p| cs(p).dirty).sum();
+    assert!(dirty > 0, "files were written just now and should be dirty");
+    let out = run(bin().args(["evict", "--json"]).arg(t.path()));
+    assert!(out.status.success());
+    let v = json(&out);
+    let left: u64 = files.iter().map(|p| cs(p).cache).sum();
+    let left_mincore: u64 = files.iter().map(|p| mincore_pages(p)).sum();
+    assert_eq!(
+        left, 0,
+        "every page, dirty ones included, is gone (cachestat)"
+    );
+    assert_eq!(left_mincore, 0, "mincore agrees");
+    assert_eq!(v["total"]["stayed_pages"], 0);
+    assert_eq!(v["total"]["files"], 200);
+    assert!(v["total"]["dropped_pages"].as_u64().unwrap() >= 400);
+}
+
+#[test]
+fn evict_no_sync_leaves_dirty_pages_and_says_so() {
+    let t = tmp();
+    let p = t.path().join("f");
+    write_file(&p, 64 << 10);
+    assert!(cs(&p).dirty > 0);
+    let out = run(bin().args(["evict", "--no-sync", "--json"]).arg(&p));
+    let v = json(&out);
+    let k = cs(&p);
+    // Whatever the kernel still holds is exactly what pagewise reports as stayed.
+    assert_eq!(v["total"]["stayed_pages"], k.cache);
+    if k.dirty > 0 {
+        assert_eq!(v["residue"][0]["reason"], "dirty");
+    }
+}
+
+#[test]
+fn evict_range_drops_only_the_range() {
+    let t = tmp();
+    let p = t.path().join("f");
+    write_file(&p, 8 << 20);
+    // A range on large-folio boundaries (2 MiB) is dropped exactly.
+    let out = run(bin().args(["evict", "--range", "2M-6M"]).arg(&p));
+    assert!(out.status.success());
+    let f = File::open(&p).unwrap();
+    assert_eq!(
+        sys::cachestat(f.as_fd(), 2 << 20, 4 << 20).unwrap().cache,
+        0
+    );
+    assert_eq!(sys::cachestat(f.as_fd(), 0, 2 << 20).unwrap().cache, 512);
+    assert_eq!(sys::cachestat(f.as_fd(), 6 << 20, 0).unwrap().cache, 512);
+    // An unaligned range: whatever stays is reported as the kernel shows it, with the reason.
+    let p2 = t.path().join("g");
+    write_file(&p2, 4 << 20);
+    let v = json(&run(bin()
+        .args(["evict", "--json", "--range", "1M-3M"])
+        .arg(&p2)));
+    let f2 = File::open(&p2).unwrap();
+    let inside = sys::cachestat(f2.as_fd(), 1 << 20, 2 << 20).unwrap().cache;
+    assert_eq!(v["total"]["stayed_pages"], inside);
+    if inside > 0 {
+        assert_eq!(v["residue"][0]["reason"], "partial_folio");
+    }
+    assert_eq!(
+        sys::cachestat(f2.as_fd(), 0, 1 << 20).unwrap().cache,
+        256,
+        "outside untouched"
+    );
+}
+
+#[test]
+fn evict_reports_pages_kept_by_a_mapping_process() {
+    let t = tmp();
+    let p = t.path().join("mapped");
+    write_file(&p, 1 << 20);
+    // A child that maps the file and touches every page, then sleeps.
+    let script = format!(
+        "import mmap,sys,time\nf=open('{}','rb')\nm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\ns=sum(m[i] for i in range(0,len(m),4096))\nprint('ready',flush=True)\ntime.sleep(60)\n",
+        p.display()
+    );
+    let mut child = Command::new("python3")
+        .args(["-c", &script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let out = run(bin().args(["evict", "--why", "--json"]).arg(&p));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let v = json(&out);
+    let stayed = v["total"]["stayed_pages"].as_u64().unwrap();
+    assert!(stayed > 0, "mapped pages cannot be dropped");
+    assert_eq!(
+        stayed,
+        cs(&p).cache,
+        "what we report is what the kernel shows"
+    );
+    assert_eq!(v["residue"][0]["reason"], "mapped");
+    let pids: Vec<u64> = v["residue"][0]["pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert!(
+        pids.contains(&(child.id() as u64)),
+        "{pids:?} names the mapping process"
+    );
+    // Once the mapper is gone, the pages can go.
+    run(bin().arg("evict").arg(&p));
+    assert_eq!(cs(&p).cache, 0);
+}
+
+#[test]
+fn load_brings_a_cold_tree_and_big_file_in() {
+    let t = tmp();
+    let files = tree(t.path(), 5, 40, 6000);
+    let big = t.path().join("big");
+    write_file(&big, 80 << 20);
+    run(bin().arg("evict").arg(t.path()));
+    assert_eq!(files.iter().map(|p| cs(p).cache).sum::<u64>(), 0);
+    assert_eq!(cs(&big).cache, 0);
+    let out = run(bin().args(["load", "--json"]).arg(t.path()));
+    assert!(out.status.success());
+    let v = json(&out);
+    for p in &files {
+        let size = fs::metadata(p).unwrap().len();
+        assert_eq!(
+            cs(p).cache,
+            size.div_ceil(PAGE),
+            "{} fully cached",
+            p.display()
+        );
+    }
+    assert_eq!(cs(&big).cache, (80 << 20) / PAGE);
+    assert_eq!(mincore_pages(&big), (80 << 20) / PAGE);
+    assert_eq!(v["total"]["files"], 201);
+    // A second load finds everything cached and reads nothing.
+    let v = json(&run(bin().args(["load", "--json"]).arg(t.path())));
+    assert_eq!(v["total"]["already_cached_files"], 201);
+}
+
+#[test]
+fn load_range_reads_only_the_range() {
+    let t = tmp();
+    let p = t.path().join("f");
+    write_file(&p, 8 << 20);
+    sync_and_evict(&p);
+    run(bin().args(["load", "--range", "2M-4M"]).arg(&p));
+    let f = File::open(&p).unwrap();
+    assert_eq!(
+        sys::cachestat(f.as_fd(), 2 << 20, 2 << 20).unwrap().cache,
+        512
+    );
+    // Outside the range only what kernel readahead may add; far outside nothing.
+    assert_eq!(sys::cachestat(f.as_fd(), 6 << 20, 0).unwrap().cache, 0);
+}
+
+#[test]
+fn load_lock_keeps_pages_resident_against_evict() {
+    let t = tmp();
+    let p = t.path().join("f");
+    write_file(&p, 2 << 20);
+    sync_and_evict(&p);
+    let mut holder = bin()
+        .args(["load", "--lock", "--for", "30s"])
+        .arg(&p)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stderr.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.contains("holding"), "{line}");
+    let out = run(bin().args(["evict", "--why", "--json"]).arg(&p));
+    let v = json(&out);
+    assert_eq!(cs(&p).cache, 512, "locked pages stay");
+    assert_eq!(v["residue"][0]["reason"], "locked");
+    // SIGINT ends the hold cleanly.
+    Command::new("kill")
+        .args(["-INT", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    let st = holder.wait().unwrap();
+    assert!(st.success(), "{st:?}");
+    run(bin().arg("evict").arg(&p));
+    assert_eq!(cs(&p).cache, 0);
+}
+
+#[test]
+fn missing_path_is_counted_named_and_exits_2() {
+    let t = tmp();
+    write_file(&t.path().join("ok"), 100);
+    for verb in ["stat", "evict", "load"] {
+        let out = run(bin()
+            .arg(verb)
+            .arg(t.path().join("nope"))
+            .arg(t.path().join("ok")));
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("nope: stat failed: No such file or directory"),
+            "{verb}: {err}"
+        );
+    }
+}
+
+#[test]
+fn fifos_sockets_never_block() {
+    let t = tmp();
+    let fifo = t.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    write_file(&t.path().join("f"), 100);
+    for verb in ["stat", "evict", "load"] {
+        // Inside a tree: skipped and counted.
+        let out = run_deadline(bin().args([verb, "--json"]).arg(t.path()), 20);
+        assert!(out.status.success(), "{verb}");
+        assert_eq!(json(&out)["walk"]["special_skipped"], 1);
+        // Named explicitly: a clear error, still no blocking.
+        let out = run_deadline(bin().arg(verb).arg(&fifo), 20);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("is a FIFO"));
+    }
+}
+
+#[test]
+fn symlink_loops_are_reported_not_followed_forever() {
+    let t = tmp();
+    fs::create_dir(t.path().join("d")).unwrap();
+    write_file(&t.path().join("d/f"), 100);
+    std::os::unix::fs::symlink("..", t.path().join("d/up")).unwrap();
+    std::os::unix::fs::symlink("self", t.path().join("self")).unwrap();
+    let out = run_deadline(bin().args(["stat", "-L", "--json"]).arg(t.path()), 20);
+    assert_eq!(out.status.code(), Some(2));
+    let v = json(&out);
+    assert_eq!(v["total"]["files"], 1);
+    let errs = v["errors"].to_string();
+    assert!(
+        errs.contains("symlink loop") || errs.contains("Too many levels"),
+        "{errs}"
+    );
+    // Without -L the links are skipped quietly.
+    let out = run(bin().args(["stat", "--json"]).arg(t.path()));
+    assert!(out.status.success());
+    assert_eq!(json(&out)["walk"]["symlinks_skipped"], 2);
+    // A looping symlink named explicitly: an error naming it.
+    let out = run(bin().arg("stat").arg(t.path().join("self")));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("symlink loop"));
+}
+
+#[test]
+fn sparse_terabyte_file_is_fast_and_loads_only_data() {
+    let t = tmp();
+    let p = t.path().join("sparse");
+    let f = File::create(&p).unwrap();
+    f.set_len(1 << 40).unwrap();
+    use std::os::unix::fs::FileExt;
+    let data = vec![7u8; 1 << 20];
+    f.write_all_at(&data, 1 << 39).unwrap();
+    drop(f);
+    sync_and_evict(&p);
+    let start = Instant::now();
+    let out = run_deadline(bin().args(["stat", "--json"]).arg(&p), 60);
+    assert!(out.status.success());
+    assert_eq!(json(&out)["total"]["pages"], (1u64 << 40) / PAGE);
+    let out = run_deadline(bin().args(["load", "--json"]).arg(&p), 60);
+    assert!(out.status.success());
+    let k = cs(&p);
+    assert!(k.cache >= 256, "the data extent is loaded: {}", k.cache);
+    assert!(
+        k.cache < 256 * 64,
+        "holes are not loaded: {} pages",
+        k.cache
+    );
+    let out = run_deadline(bin().arg("evict").arg(&p), 60);
+    assert!(out.status.success());
+    assert_eq!(cs(&p).cache, 0);
+    assert!(start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn empty_files_are_fine() {
+    let t = tmp();
+    let p = t.path().join("empty");
+    File::create(&p).unwrap();
+    for verb in ["stat", "evict", "load"] {
+        let out = run(bin().args([verb, "--json"]).arg(&p));
+        assert!(out.status.success(), "{verb}");
+        assert_eq!(json(&out)["total"]["files"], 1);
+    }
+}
+
+#[test]
+fn files_vanishing_mid_walk_are_not_errors() {
+    let t = tmp();
+    let files = tree(t.path(), 20, 500, 100);
+    let root = t.path().to_path_buf();
+    let deleter = std::thread::spawn(move || {
+        for p in files.iter().rev() {
+            let _ = fs::remove_file(p);
+        }
+    });
+    let out = run(bin().args(["stat", "--json"]).arg(&root));
+    deleter.join().unwrap();
+    assert!(
+        out.status.success(),
+        "vanished files are counted, not failures"
+    );
+    let v = json(&out);
+    assert_eq!(v["error_count"], 0);
+}
+
+/// Runs pagewise as user nobody (65534) with setpriv(1).
+fn as_nobody() -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        env!("CARGO_BIN_EXE_pagewise"),
+    ]);
+    c
+}
+
+#[test]
+fn unprivileged_user_gets_errors_and_unknown_never_false_numbers() {
+    if sys::euid() != 0 {
+        eprintln!("skipped: needs root to switch to user nobody");
+        return;
+    }
+    let t = tmp();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = t.path().join("secret");
+    let readable = t.path().join("readable");
+    write_file(&secret, 8192);
+    write_file(&readable, 64 << 10);
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(&readable, fs::Permissions::from_mode(0o644)).unwrap();
+    sync_and_evict(&readable);
+    assert_eq!(cs(&readable).cache, 0);
+    // Make the target dir traversable for nobody: the tmp root is under target/.
+    let mut a = t.path().to_path_buf();
+    while let Some(parent) = a.parent() {
+        let _ = fs::set_permissions(
+            parent,
+            fs::Permissions::from_mode(fs::metadata(parent).unwrap().permissions().mode() | 0o005),
+        );
+        a = parent.to_path_buf();
+    }
+    let out = run(as_nobody().args(["stat", "--json", "-l"]).arg(t.path()));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "permission denied is a per-file error"
+    );
+    let v = json(&out);
+    let errs = v["errors"].to_string();
+    assert!(
+        errs.contains("secret") && errs.contains("openat") && errs.contains("Permission denied"),
+        "{errs}"
+    );
+    // The readable file: cachestat refuses (EPERM) and mincore would claim 100%: "unknown".
+    let f = &v["files"][0];
+    assert!(f["path"].as_str().unwrap().ends_with("readable"));
+    assert_eq!(f["method"], "unknown", "never a false number");
+    assert!(f["cached"].is_null());
+    // --owned as root skips files owned by someone else.
+    std::os::unix::fs::chown(&readable, Some(65534), Some(65534)).unwrap();
+    fs::read(&readable).unwrap();
+    let v = json(&run(bin()
+        .args(["evict", "--owned", "--json"])
+        .arg(&readable)));
+    assert_eq!(v["total"]["not_owned_skipped"], 1);
+    assert!(cs(&readable).cache > 0, "not owned: left alone");
+}
+
+#[test]
+fn help_man_and_completions() {
+    let out = run(bin().args(["stat", "--help"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Examples:"));
+    let t = tmp();
+    assert!(run(bin().arg("man").arg(t.path())).status.success());
+    assert!(t.path().join("pagewise-evict.1").exists());
+    let out = run(bin().args(["completions", "bash"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pagewise"));
+    let out = run(bin().args(["stat", "--range", "9-1"]));
+    assert_eq!(out.status.code(), Some(1), "usage errors are fatal: exit 1");
+}
