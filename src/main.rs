@@ -18,6 +18,7 @@ fn main() {
         Command::Stat(a) => cli::stat::run(a),
         Command::Evict(a) => cli::evict::run(a),
         Command::Load(a) => cli::load::run(a),
+        Command::Copy(a) => cli::copy::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -31,9 +31,27 @@ impl ProgressLine {
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
             bar.set_prefix(verb);
+            let mut sized = false;
             while !s.load(Ordering::Relaxed) {
                 let files = progress.files.load(Ordering::Relaxed);
-                bar.set_message(format!("{files} files"));
+                let total = progress.total_bytes.load(Ordering::Relaxed);
+                if total > 0 {
+                    if !sized {
+                        bar.set_style(
+                            ProgressStyle::with_template(
+                                "{prefix} [{bar:30}] {bytes}/{total_bytes} {msg} {binary_bytes_per_sec} ETA {eta}",
+                            )
+                            .unwrap_or_else(|_| ProgressStyle::default_bar())
+                            .progress_chars("=> "),
+                        );
+                        sized = true;
+                    }
+                    bar.set_length(total);
+                    let tf = progress.total_files.load(Ordering::Relaxed);
+                    bar.set_message(format!("{files}/{tf} files"));
+                } else {
+                    bar.set_message(format!("{files} files"));
+                }
                 bar.set_position(progress.bytes.load(Ordering::Relaxed));
                 bar.tick();
                 std::thread::sleep(Duration::from_millis(100));

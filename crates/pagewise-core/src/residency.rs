@@ -484,6 +484,9 @@ where
 pub struct Progress {
     pub files: AtomicU64,
     pub bytes: AtomicU64,
+    /// Known totals (0 when unknown); may grow while a planner is still discovering work.
+    pub total_files: AtomicU64,
+    pub total_bytes: AtomicU64,
 }
 
 impl Progress {

@@ -723,3 +723,295 @@ pub fn data_extents(fd: BorrowedFd<'_>, off: u64, end: u64) -> io::Result<Vec<(u
     }
     Ok(out)
 }
+
+// ---------------------------------------------------------------------------------------------
+// Copy support: statx DIOALIGN, aligned buffers, preadv2/pwritev2 flags, fallocate, xattrs
+// ---------------------------------------------------------------------------------------------
+
+/// Direct-I/O alignment of an open file: `(memory alignment, file offset alignment)` in bytes,
+/// from `statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN)`
+/// (<https://man7.org/linux/man-pages/man2/statx.2.html>, Linux 6.1). `None` when the
+/// filesystem does not support O_DIRECT on this file or the kernel predates the field.
+pub fn dio_align(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
+    let mut stx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    // SAFETY: c"" is a valid C string, stx is valid for writes of a struct statx.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            stx.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: statx succeeded; the struct was zeroed before, so every field is initialised.
+    let stx = unsafe { stx.assume_init() };
+    if stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_mem_align == 0 {
+        return None;
+    }
+    Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
+}
+
+/// A heap buffer aligned for O_DIRECT. Zero-filled on creation.
+pub struct AlignedBuf {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` bytes aligned to `align` (a power of two, at least 512 is sensible).
+    pub fn new(len: usize, align: usize) -> Self {
+        let layout =
+            std::alloc::Layout::from_size_align(len.max(1), align.max(1).next_power_of_two())
+                .expect("valid buffer layout");
+        // SAFETY: layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr =
+            std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, layout }
+    }
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.layout.size() == 0
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for layout.size() initialised bytes (zeroed at allocation).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref, and we hold &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in new() with this exact layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
+/// preadv2/pwritev2 flag: uncached buffered I/O (Linux 6.14); EOPNOTSUPP where the filesystem
+/// lacks it.
+pub const RWF_DONTCACHE: i32 = 0x80;
+
+/// `ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)` —
+/// <https://man7.org/linux/man-pages/man2/preadv2.2.html> (Linux 4.6), one buffer. Retries EINTR.
+pub fn preadv2(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    loop {
+        // SAFETY: iov describes buf, valid for writes for the duration of the call.
+        let r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, off as libc::off_t, flags) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// `ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)` —
+/// <https://man7.org/linux/man-pages/man2/pwritev2.2.html>, one buffer. Retries EINTR.
+pub fn pwritev2(fd: BorrowedFd<'_>, buf: &[u8], off: u64, flags: i32) -> io::Result<usize> {
+    let iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    loop {
+        // SAFETY: iov describes buf, valid for reads; the kernel does not write through it.
+        let r = unsafe { libc::pwritev2(fd.as_raw_fd(), &iov, 1, off as libc::off_t, flags) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// `int fallocate(int fd, int mode, off_t offset, off_t len)` with mode 0 —
+/// <https://man7.org/linux/man-pages/man2/fallocate.2.html>. EOPNOTSUPP on filesystems without it.
+pub fn fallocate(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: no pointers involved.
+    cvt(unsafe { libc::fallocate(fd.as_raw_fd(), 0, off as libc::off_t, len as libc::off_t) })
+        .map(drop)
+}
+
+/// `ssize_t copy_file_range(int fd_in, off_t *off_in, int fd_out, off_t *off_out, size_t len,
+/// unsigned flags)` — <https://man7.org/linux/man-pages/man2/copy_file_range.2.html> (Linux 4.5).
+/// In-kernel copy through the page cache (or a reflink/server-side copy where supported).
+pub fn copy_file_range(
+    src: BorrowedFd<'_>,
+    src_off: u64,
+    dst: BorrowedFd<'_>,
+    dst_off: u64,
+    len: usize,
+) -> io::Result<usize> {
+    let mut si = src_off as libc::loff_t;
+    let mut di = dst_off as libc::loff_t;
+    // SAFETY: the offsets are valid for reads and writes for the duration of the call.
+    let r = unsafe {
+        libc::copy_file_range(src.as_raw_fd(), &mut si, dst.as_raw_fd(), &mut di, len, 0)
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// All extended attributes of an open file as (name, value) pairs, via flistxattr(2) and
+/// fgetxattr(2) (<https://man7.org/linux/man-pages/man2/listxattr.2.html>). ENOTSUP yields none.
+pub fn xattrs(fd: BorrowedFd<'_>) -> io::Result<Vec<(CString, Vec<u8>)>> {
+    let mut names = vec![0u8; 4096];
+    let n = loop {
+        // SAFETY: names is valid for writes of names.len() bytes.
+        let r = unsafe { libc::flistxattr(fd.as_raw_fd(), names.as_mut_ptr().cast(), names.len()) };
+        if r >= 0 {
+            break r as usize;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) => names.resize(names.len() * 4, 0),
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(e),
+        }
+    };
+    let mut out = Vec::new();
+    for name in names[..n].split(|&b| b == 0).filter(|s| !s.is_empty()) {
+        let cname = CString::new(name).expect("xattr names have no interior NUL");
+        let mut val = vec![0u8; 256];
+        loop {
+            // SAFETY: cname is a valid C string; val valid for writes of val.len() bytes.
+            let r = unsafe {
+                libc::fgetxattr(
+                    fd.as_raw_fd(),
+                    cname.as_ptr(),
+                    val.as_mut_ptr().cast(),
+                    val.len(),
+                )
+            };
+            if r >= 0 {
+                val.truncate(r as usize);
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ERANGE) {
+                val.resize(val.len() * 8, 0);
+                continue;
+            }
+            return Err(e);
+        }
+        out.push((cname, val));
+    }
+    Ok(out)
+}
+
+/// `int fsetxattr(int fd, const char *name, const void *value, size_t size, int flags)`.
+pub fn set_xattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> io::Result<()> {
+    // SAFETY: name is a valid C string, value valid for reads of value.len() bytes.
+    cvt(unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    })
+    .map(drop)
+}
+
+/// Opens (creating exclusively when `create` is Some(mode)) a file for writing, optionally
+/// with O_DIRECT. `openat(2)` relative to AT_FDCWD.
+pub fn open_write(path: &Path, create: Option<u32>, direct: bool) -> io::Result<OwnedFd> {
+    let c = cstring(path)?;
+    let mut flags = libc::O_WRONLY | libc::O_CLOEXEC;
+    if create.is_some() {
+        flags |= libc::O_CREAT | libc::O_EXCL;
+    }
+    if direct {
+        flags |= libc::O_DIRECT;
+    }
+    // SAFETY: c is a valid C string.
+    let fd = cvt(unsafe { libc::open(c.as_ptr(), flags, create.unwrap_or(0) as libc::c_uint) })?;
+    // SAFETY: fd was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens a file read-only with O_DIRECT (and O_NOATIME where allowed).
+pub fn open_read_direct(path: &Path) -> io::Result<OwnedFd> {
+    let c = cstring(path)?;
+    for extra in [libc::O_NOATIME, 0] {
+        // SAFETY: c is a valid C string.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECT | extra,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: fd was just returned by open and is owned by nobody else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if extra == 0 || e.raw_os_error() != Some(libc::EPERM) {
+            return Err(e);
+        }
+    }
+    unreachable!()
+}
+
+/// `int syncfs(int fd)` — <https://man7.org/linux/man-pages/man2/syncfs.2.html>.
+pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: no pointers involved.
+    cvt(unsafe { libc::syncfs(fd.as_raw_fd()) }).map(drop)
+}
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_sig: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Installs SIGINT/SIGTERM handlers that only set a flag (async-signal-safe), so long
+/// operations can stop between I/Os and clean up (never leave a half file under a final name).
+/// Returns the flag. `sigaction(2)`: <https://man7.org/linux/man-pages/man2/sigaction.2.html>.
+pub fn interrupt_flag() -> &'static std::sync::atomic::AtomicBool {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: sa is fully initialised (zeroed, then handler and mask set); the handler
+            // only stores to an atomic, which is async-signal-safe.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_interrupt as *const () as usize;
+                libc::sigemptyset(&mut sa.sa_mask);
+                sa.sa_flags = libc::SA_RESTART;
+                libc::sigaction(sig, &sa, std::ptr::null_mut());
+            }
+        }
+    });
+    &INTERRUPTED
+}
