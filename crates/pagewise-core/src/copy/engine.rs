@@ -158,7 +158,7 @@ where
     } else {
         std::thread::scope(|s| {
             for _ in 0..threads {
-                s.spawn(&run);
+                s.spawn(run);
             }
         });
     }
@@ -310,14 +310,28 @@ pub fn copy_dontcache(job: &Job<'_>) -> Outcome {
     })
 }
 
+/// Granularity of drop-behind on the source: pages cached before the copy are remembered per
+/// block of this size and never dropped.
+const DROP_BLOCK: u64 = 128 << 10;
+
 /// Drop-behind copy: buffered reads and writes; behind the cursor the destination is written
-/// back and dropped, and source chunks that were not cached before are dropped.
+/// back and dropped, and source blocks that were not cached before the copy are dropped. The
+/// snapshot of what was cached is taken before the first read, so our own readahead into the
+/// next chunk is not mistaken for someone else's cached pages.
 pub fn copy_drop_behind(job: &Job<'_>) -> Outcome {
+    let size = job.extents.last().map_or(0, |e| e.0 + e.1);
+    let blocks = size.div_ceil(DROP_BLOCK) as usize;
+    let mut precached = vec![false; blocks];
+    for &(off, len) in job.extents {
+        let (b0, b1) = (off / DROP_BLOCK, (off + len).div_ceil(DROP_BLOCK));
+        for b in b0..b1 {
+            precached[b as usize] = sys::cachestat(job.src, b * DROP_BLOCK, DROP_BLOCK)
+                .map(|c| c.cache > 0)
+                .unwrap_or(true);
+        }
+    }
     let _ = sys::fadvise(job.src, 0, 0, Advice::Sequential);
     parallel(job, 4096, |buf, off, len| {
-        let was_cached = sys::cachestat(job.src, off, len)
-            .map(|c| c.cache)
-            .unwrap_or(0);
         let n = read_full(buf, off, len as usize, |b, o| sys::pread(job.src, b, o))
             .map_err(|e| fail("pread", false, e))?;
         if n == 0 {
@@ -326,8 +340,24 @@ pub fn copy_drop_behind(job: &Job<'_>) -> Outcome {
         if let Some(h) = job.hasher {
             h.add(off, &buf[..n]);
         }
-        if was_cached == 0 {
-            let _ = sys::fadvise(job.src, off, len, Advice::DontNeed);
+        // Drop the runs of blocks of this chunk that were not cached before the copy.
+        let (b0, b1) = (off / DROP_BLOCK, (off + len).div_ceil(DROP_BLOCK));
+        let mut b = b0;
+        while b < b1 {
+            if precached[b as usize] {
+                b += 1;
+                continue;
+            }
+            let start = b;
+            while b < b1 && !precached[b as usize] {
+                b += 1;
+            }
+            let _ = sys::fadvise(
+                job.src,
+                start * DROP_BLOCK,
+                (b - start) * DROP_BLOCK,
+                Advice::DontNeed,
+            );
         }
         write_full(&buf[..n], off, |b, o| pwrite(job.dst, b, o))
             .map_err(|e| fail("pwrite", true, e))?;

@@ -128,8 +128,11 @@ struct Local {
     data_bytes: u64,
     strategies: BTreeMap<String, u64>,
     residue: Residue,
-    digests: Vec<(PathBuf, Vec<(u64, u64)>, u64)>,
+    digests: Vec<Digest>,
 }
+
+/// A copied file's destination, data extents and the checksum of the source data.
+type Digest = (PathBuf, Vec<(u64, u64)>, u64);
 
 const SETTLE_BATCH: usize = 256;
 
