@@ -13,14 +13,17 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
         return Err("--batch must be at least 1".into());
     }
     let opts = LoadOptions {
-        walk: a
-            .walk
-            .walk_options((pagewise_core::walk::default_threads() * 2).max(4)),
+        walk: pagewise_core::WalkOptions {
+            noatime: true,
+            ..a.walk
+                .walk_options((pagewise_core::walk::default_threads() * 2).max(4))
+        },
         range: a.walk.range(),
         method: a.walk.method(),
         lock: a.lock,
         batch_files: a.batch,
         window: a.window.max(1 << 20),
+        depth: a.depth.max(1),
     };
     let progress = Arc::new(Progress::default());
     let bar = ProgressLine::start("load", progress.clone(), !a.out.json && !a.out.json_lines);

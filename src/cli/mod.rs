@@ -184,6 +184,7 @@ impl WalkArgs {
             exclude: self.exclude.clone(),
             threads: self.threads.unwrap_or(default_threads).max(1),
             write: false,
+            noatime: false,
         }
     }
 
@@ -282,9 +283,12 @@ pub struct LoadArgs {
     /// Files each worker queues readahead for before waiting on them
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub batch: usize,
-    /// Bytes kept queued ahead of the reader in large files
+    /// Bytes in flight within one large file
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size_arg)]
     pub window: u64,
+    /// Threads reading one large file
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub depth: usize,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

@@ -41,6 +41,7 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         range: a.walk.range(),
         method: a.walk.method(),
         map_cells: a.map.unwrap_or(0),
+        files: list || a.out.json_lines,
     };
     let keep: Mutex<Vec<FileStat>> = Mutex::new(Vec::new());
     let top = a.top;

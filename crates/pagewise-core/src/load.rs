@@ -8,6 +8,7 @@
 //! a page under read I/O already counts as cached for cachestat, so a count alone would claim
 //! success too early.
 
+use crate::chunks::{self, Stopped};
 use crate::error::{ErrorLog, FileError};
 use crate::residency::{ByteRange, Meter, Method, Progress};
 use crate::sys::{self, Advice, LockedMapping};
@@ -29,8 +30,10 @@ pub struct LoadOptions {
     pub lock: bool,
     /// Files per worker whose readahead is queued before the worker waits for them.
     pub batch_files: usize,
-    /// Bytes kept queued ahead of the reader in a large file.
+    /// Bytes in flight within one large file (split over `depth` threads).
     pub window: u64,
+    /// Threads reading one large file.
+    pub depth: usize,
 }
 
 impl Default for LoadOptions {
@@ -42,6 +45,7 @@ impl Default for LoadOptions {
             lock: false,
             batch_files: 64,
             window: 64 << 20,
+            depth: 4,
         }
     }
 }
@@ -150,7 +154,7 @@ impl Ctx<'_> {
                             o / page * page,
                             (o + l).div_ceil(page) * page - o / page * page,
                         );
-                        self.read_large(local, f.path, f.fd(), o, l);
+                        self.read_large(f.path, f.fd(), o, l);
                     }
                 }
                 Err(e) => {
@@ -163,7 +167,7 @@ impl Ctx<'_> {
             return;
         }
         if len >= self.opts.window {
-            self.read_large(local, f.path, f.fd(), off, len);
+            self.read_large(f.path, f.fd(), off, len);
             self.after(local, f.path, f.fd.as_fd(), off, len, cached_before);
             return;
         }
@@ -213,47 +217,36 @@ impl Ctx<'_> {
         true
     }
 
-    fn read_large(
-        &self,
-        local: &mut Local,
-        path: &Path,
-        fd: std::os::fd::BorrowedFd<'_>,
-        off: u64,
-        len: u64,
-    ) {
-        let w = self.opts.window;
-        let end = off + len;
-        let mut ahead = off;
-        // Queue two windows, then keep one window queued ahead of the reader.
-        for _ in 0..2 {
-            if ahead < end {
-                let n = w.min(end - ahead);
-                let _ = sys::fadvise(fd, ahead, n, Advice::WillNeed);
-                ahead += n;
-            }
-        }
-        if local.buf.len() < READ_BUF {
-            local.buf = vec![0; READ_BUF];
-        }
-        let mut pos = off;
-        while pos < end {
-            let n = ((end - pos) as usize).min(READ_BUF);
-            match sys::pread(fd, &mut local.buf[..n], pos) {
-                Ok(0) => break,
-                Ok(r) => {
-                    pos += r as u64;
-                    self.progress.add(0, r as u64);
-                }
-                Err(e) => {
-                    self.errors.push(FileError::io(path, "pread", &e));
-                    return;
+    /// A large file (or a data extent of a sparse one): `depth` threads each queue a whole
+    /// chunk with WILLNEED and then read it, so `depth` chunks are in flight at once.
+    fn read_large(&self, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) {
+        let chunk =
+            (self.opts.window / self.opts.depth.max(1) as u64).clamp(1 << 20, 64 << 20) as usize;
+        let work = |buf: &mut sys::AlignedBuf, o: u64, l: u64| -> Result<(), std::io::Error> {
+            let _ = sys::fadvise(fd, o, l, Advice::WillNeed);
+            // Read through a 1 MiB window of the buffer: the rest is never touched, RSS stays small.
+            let slice = &mut buf[..READ_BUF.min(chunk)];
+            let mut pos = o;
+            while pos < o + l {
+                let n = ((o + l - pos) as usize).min(slice.len());
+                match sys::pread(fd, &mut slice[..n], pos)? {
+                    0 => break,
+                    r => pos += r as u64,
                 }
             }
-            if ahead < end && ahead - pos < w {
-                let n = w.min(end - ahead);
-                let _ = sys::fadvise(fd, ahead, n, Advice::WillNeed);
-                ahead += n;
-            }
+            Ok(())
+        };
+        let done = |l| self.progress.add(0, l);
+        if let Err(Stopped::Failed(e)) = chunks::run(
+            &[(off, len)],
+            chunk,
+            self.opts.depth,
+            4096,
+            None,
+            work,
+            done,
+        ) {
+            self.errors.push(FileError::io(path, "pread", &e));
         }
     }
 

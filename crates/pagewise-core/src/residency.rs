@@ -333,15 +333,17 @@ pub struct Totals {
 
 impl Totals {
     pub fn add(&mut self, f: &FileStat) {
-        let r = &f.residency;
+        self.add_parts(f.size, &f.residency, f.cached_bytes);
+    }
+    pub fn add_parts(&mut self, size: u64, r: &Residency, cached_bytes: Option<u64>) {
         self.files += 1;
-        self.size += f.size;
+        self.size += size;
         self.pages += r.pages;
         if r.cached.is_none() {
             self.unknown_files += 1;
         }
         self.cached_pages += r.cached.unwrap_or(0);
-        self.cached_bytes += f.cached_bytes.unwrap_or(0);
+        self.cached_bytes += cached_bytes.unwrap_or(0);
         self.dirty_pages += r.dirty.unwrap_or(0);
         self.writeback_pages += r.writeback.unwrap_or(0);
         self.evicted_pages += r.evicted.unwrap_or(0);
@@ -377,6 +379,8 @@ pub struct StatOptions {
     pub method: Method,
     /// Cells of the per-file residency map, 0 for none.
     pub map_cells: usize,
+    /// Build a per-file record for the sink (off: totals only, the fastest walk).
+    pub files: bool,
 }
 
 /// One root argument's totals.
@@ -400,6 +404,12 @@ pub struct StatReport {
     pub notices: Vec<String>,
 }
 
+/// Cached bytes of a range: cached pages, capped at the bytes the range really covers.
+fn cached_bytes(pages: u64, range: ByteRange, size: u64, off: u64) -> u64 {
+    let real_end = range.end.unwrap_or(u64::MAX).min(size);
+    (pages * sys::page_size()).min(real_end.saturating_sub(off))
+}
+
 /// Builds a [`FileStat`] for one open file: the one measurement routine every verb reports with.
 pub fn file_stat(
     meter: &Meter,
@@ -414,10 +424,9 @@ pub fn file_stat(
     } else {
         None
     };
-    let real_end = range.end.unwrap_or(u64::MAX).min(f.stat.size);
     let cached_bytes = residency
         .cached
-        .map(|c| (c * sys::page_size()).min(real_end.saturating_sub(off)));
+        .map(|c| cached_bytes(c, range, f.stat.size, off));
     Ok(FileStat {
         path: f.path.to_path_buf(),
         size: f.stat.size,
@@ -442,12 +451,28 @@ where
         &opts.walk,
         &errors,
         || vec![Totals::default(); roots.len()],
-        |local: &mut Vec<Totals>, f| match file_stat(&meter, &f, opts.range, opts.map_cells) {
-            Ok(fs) => {
-                local[fs.root].add(&fs);
-                sink(fs);
+        |local: &mut Vec<Totals>, f| {
+            if opts.files {
+                match file_stat(&meter, &f, opts.range, opts.map_cells) {
+                    Ok(fs) => {
+                        local[fs.root].add(&fs);
+                        sink(fs);
+                    }
+                    Err(e) => errors.push(e),
+                }
+                return;
             }
-            Err(e) => errors.push(e),
+            // Totals only: no per-file record, no path copy.
+            let (off, len) = opts.range.clamp(f.stat.size);
+            match meter.measure(&f, off, len) {
+                Ok(r) => {
+                    let cached = r
+                        .cached
+                        .map(|c| cached_bytes(c, opts.range, f.stat.size, off));
+                    local[f.root].add_parts(f.stat.size, &r, cached);
+                }
+                Err(e) => errors.push(e),
+            }
         },
         |local| {
             let mut t = totals.lock().unwrap();

@@ -35,6 +35,9 @@ pub struct WalkOptions {
     pub threads: usize,
     /// Open files read-write (needed by nothing today; kept for copy's destination checks).
     pub write: bool,
+    /// Open files with O_NOATIME (for verbs that read data; opening alone never touches atime,
+    /// and the flag costs an ownership check per open).
+    pub noatime: bool,
 }
 
 impl Default for WalkOptions {
@@ -47,6 +50,7 @@ impl Default for WalkOptions {
             exclude: Vec::new(),
             threads: default_threads(),
             write: false,
+            noatime: false,
         }
     }
 }
@@ -519,8 +523,17 @@ where
                 return;
             }
         }
-        let full = path.join(sys::name_os(name));
-        self.open_and_visit(state, Some(dir.as_fd()), name, &full, root, false);
+        // One path buffer per thread, reused: no allocation per file.
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<PathBuf> = const { std::cell::RefCell::new(PathBuf::new()) };
+        }
+        SCRATCH.with(|cell| {
+            let mut full = cell.borrow_mut();
+            full.as_mut_os_string().clear();
+            full.push(path);
+            full.push(sys::name_os(name));
+            self.open_and_visit(state, Some(dir.as_fd()), name, &full, root, false);
+        });
     }
 
     fn open_and_visit(
@@ -535,7 +548,7 @@ where
         let flags = OpenFlags {
             directory: false,
             nofollow: !explicit && !self.opts.follow,
-            noatime: true,
+            noatime: self.opts.noatime,
             write: self.opts.write,
         };
         let fd = match sys::openat(dir, name, flags) {

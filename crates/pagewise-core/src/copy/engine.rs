@@ -1,6 +1,7 @@
 //! Moving the bytes of one file, by strategy. Every strategy copies only the source's data
 //! extents (holes stay holes) and reports the strategy it really used.
 
+use crate::chunks::{self, pieces, Stopped};
 use crate::sys::{self, Advice, AlignedBuf};
 use serde::Serialize;
 use std::io;
@@ -101,68 +102,27 @@ impl ChunkHashes {
     }
 }
 
-/// Splits extents into chunk-sized pieces.
-fn pieces(extents: &[(u64, u64)], chunk: u64) -> Vec<(u64, u64)> {
-    let mut v = Vec::new();
-    for &(off, len) in extents {
-        let mut o = off;
-        while o < off + len {
-            let n = chunk.min(off + len - o);
-            v.push((o, n));
-            o += n;
-        }
-    }
-    v
-}
-
-/// Runs `work(buf, off, len)` over all pieces with up to `depth` threads, each with its own
-/// aligned buffer. Stops at the first failure or interruption.
+/// Runs `work` over the job's extents with the job's depth (see [`chunks::run`]).
 fn parallel<F>(job: &Job<'_>, align: usize, work: F) -> Outcome
 where
     F: Fn(&mut AlignedBuf, u64, u64) -> Result<(), Outcome> + Sync,
 {
-    let pieces = pieces(job.extents, job.chunk as u64);
-    let next = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let result: std::sync::Mutex<Option<Outcome>> = std::sync::Mutex::new(None);
-    let threads = job.depth.clamp(1, pieces.len().max(1));
-    let run = || {
-        let mut buf = AlignedBuf::new(job.chunk, align);
-        loop {
-            if stop.load(Ordering::Relaxed) {
-                return;
-            }
-            if job.interrupted.load(Ordering::Relaxed) {
-                stop.store(true, Ordering::Relaxed);
-                result.lock().unwrap().get_or_insert(Outcome::Interrupted);
-                return;
-            }
-            let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-            let Some(&(off, len)) = pieces.get(i) else {
-                return;
-            };
-            if let Err(o) = work(&mut buf, off, len) {
-                stop.store(true, Ordering::Relaxed);
-                let mut r = result.lock().unwrap();
-                // The first failure wins; a fallback is only honoured before any data moved.
-                if r.is_none() {
-                    *r = Some(o);
-                }
-                return;
-            }
-            job.progress.fetch_add(len, Ordering::Relaxed);
-        }
+    let done = |len| {
+        job.progress.fetch_add(len, Ordering::Relaxed);
     };
-    if threads == 1 {
-        run();
-    } else {
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(run);
-            }
-        });
+    match chunks::run(
+        job.extents,
+        job.chunk,
+        job.depth,
+        align,
+        Some(job.interrupted),
+        work,
+        done,
+    ) {
+        Ok(()) => Outcome::Done,
+        Err(Stopped::Interrupted) => Outcome::Interrupted,
+        Err(Stopped::Failed(o)) => o,
     }
-    result.into_inner().unwrap().unwrap_or(Outcome::Done)
 }
 
 fn fail(op: &'static str, on_dest: bool, err: io::Error) -> Outcome {
