@@ -281,7 +281,7 @@ pub struct LoadArgs {
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, requires = "lock")]
     pub hold_for: Option<Duration>,
     /// Files each worker queues readahead for before waiting on them
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 256)]
     pub batch: usize,
     /// Bytes in flight within one large file
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size_arg)]

@@ -6,7 +6,9 @@
 //! I/Os queued instead of one. Large files are read in windows with WILLNEED kept a window
 //! ahead, so the device always has the next window's requests. Completion is proven by reading:
 //! a page under read I/O already counts as cached for cachestat, so a count alone would claim
-//! success too early.
+//! success too early. Large files are waited for with MADV_POPULATE_READ instead of a copy:
+//! on a virtual machine the first CPU touch of each freshly read page costs a hypervisor fault
+//! (measured here: 4–10 s of system time per 4 GiB with pread, 0.65 s with populate).
 
 use crate::chunks::{self, Stopped};
 use crate::error::{ErrorLog, FileError};
@@ -43,7 +45,7 @@ impl Default for LoadOptions {
             range: ByteRange::default(),
             method: Method::Auto,
             lock: false,
-            batch_files: 64,
+            batch_files: 256,
             window: 64 << 20,
             depth: 4,
         }
@@ -222,19 +224,10 @@ impl Ctx<'_> {
     fn read_large(&self, path: &Path, fd: std::os::fd::BorrowedFd<'_>, off: u64, len: u64) {
         let chunk =
             (self.opts.window / self.opts.depth.max(1) as u64).clamp(1 << 20, 64 << 20) as usize;
-        let work = |buf: &mut sys::AlignedBuf, o: u64, l: u64| -> Result<(), std::io::Error> {
+        let work = |_: &mut sys::AlignedBuf, o: u64, l: u64| -> Result<(), std::io::Error> {
             let _ = sys::fadvise(fd, o, l, Advice::WillNeed);
-            // Read through a 1 MiB window of the buffer: the rest is never touched, RSS stays small.
-            let slice = &mut buf[..READ_BUF.min(chunk)];
-            let mut pos = o;
-            while pos < o + l {
-                let n = ((o + l - pos) as usize).min(slice.len());
-                match sys::pread(fd, &mut slice[..n], pos)? {
-                    0 => break,
-                    r => pos += r as u64,
-                }
-            }
-            Ok(())
+            // Wait for the chunk without copying it (see sys::populate_read).
+            sys::populate_read(fd, o, l)
         };
         let done = |l| self.progress.add(0, l);
         if let Err(Stopped::Failed(e)) = chunks::run(
@@ -246,7 +239,8 @@ impl Ctx<'_> {
             work,
             done,
         ) {
-            self.errors.push(FileError::io(path, "pread", &e));
+            self.errors
+                .push(FileError::io(path, "madvise(MADV_POPULATE_READ)", &e));
         }
     }
 
