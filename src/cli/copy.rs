@@ -12,7 +12,7 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         .paths
         .split_last()
         .ok_or("need a source and a destination")?;
-    if a.chunk < 4096 || a.chunk % 4096 != 0 {
+    if a.chunk < 4096 || !a.chunk.is_multiple_of(4096) {
         return Err("--chunk must be a multiple of 4 KiB".into());
     }
     let opts = CopyOptions {
