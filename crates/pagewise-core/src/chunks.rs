@@ -19,6 +19,23 @@ pub fn pieces(extents: &[(u64, u64)], chunk: u64) -> Vec<(u64, u64)> {
     v
 }
 
+thread_local! {
+    /// One I/O buffer kept per thread: allocating (mmap) and freeing (munmap, a TLB shootdown
+    /// on every CPU) a multi-MiB buffer per file cost milliseconds per small file.
+    static BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+fn take_buf(len: usize, align: usize) -> AlignedBuf {
+    BUF.with(|b| match b.borrow_mut().take() {
+        Some(buf) if buf.len() >= len && buf.align() >= align => buf,
+        _ => AlignedBuf::new(len, align),
+    })
+}
+
+fn give_buf(buf: AlignedBuf) {
+    BUF.with(|b| *b.borrow_mut() = Some(buf));
+}
+
 /// Why a chunk run stopped early.
 pub enum Stopped<E> {
     Interrupted,
@@ -50,27 +67,28 @@ where
     let result: Mutex<Option<Stopped<E>>> = Mutex::new(None);
     let threads = threads.clamp(1, pieces.len().max(1));
     let worker = || {
-        let mut buf = AlignedBuf::new(chunk, align);
+        let mut buf = take_buf(chunk, align);
         loop {
             if stop.load(Ordering::Relaxed) {
-                return;
+                break;
             }
             if interrupted.is_some_and(|f| f.load(Ordering::Relaxed)) {
                 stop.store(true, Ordering::Relaxed);
                 result.lock().unwrap().get_or_insert(Stopped::Interrupted);
-                return;
+                break;
             }
             let i = next.fetch_add(1, Ordering::Relaxed) as usize;
             let Some(&(off, len)) = pieces.get(i) else {
-                return;
+                break;
             };
             if let Err(e) = work(&mut buf, off, len) {
                 stop.store(true, Ordering::Relaxed);
                 result.lock().unwrap().get_or_insert(Stopped::Failed(e));
-                return;
+                break;
             }
             done(len);
         }
+        give_buf(buf);
     };
     if threads == 1 {
         worker();

@@ -177,7 +177,9 @@ impl Ctx<'_> {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        dst.with_file_name(format!(".{name}.pagewise-{}-{n}.tmp", std::process::id()))
+        static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+        let pid = *PID.get_or_init(std::process::id);
+        dst.with_file_name(format!(".{name}.pagewise-{pid}-{n}.tmp"))
     }
 
     fn chain(&self, dev: u64, size: u64) -> Vec<Strategy> {
@@ -441,6 +443,9 @@ fn settle(batch: &mut Vec<Settle>) {
 struct Planner<'a> {
     ctx: &'a Ctx<'a>,
     tx: crossbeam_channel::Sender<FileTask>,
+    /// Files waiting to be sent, grouped by destination directory (see [`Planner::flush`]).
+    pending: Vec<Vec<FileTask>>,
+    pending_files: usize,
     dirs: Vec<DirTask>,
     links: HashMap<(u64, u64), PathBuf>,
     deferred_links: Vec<(PathBuf, PathBuf)>,
@@ -448,7 +453,32 @@ struct Planner<'a> {
     special: u64,
 }
 
+/// Directories (and files) the planner gathers before handing files out interleaved.
+const INTERLEAVE_DIRS: usize = 32;
+const INTERLEAVE_FILES: usize = 8192;
+
 impl Planner<'_> {
+    /// Sends the gathered files round-robin across their directories: workers then create and
+    /// rename in different directories at once instead of queueing on one directory's lock
+    /// (measured: 16 workers renaming into one directory spent most of their time spinning
+    /// on its i_rwsem).
+    fn flush(&mut self) {
+        let mut groups: Vec<std::vec::IntoIter<FileTask>> = std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|g| g.into_iter())
+            .collect();
+        while !groups.is_empty() {
+            groups.retain_mut(|g| match g.next() {
+                Some(t) => {
+                    let _ = self.tx.send(t);
+                    true
+                }
+                None => false,
+            });
+        }
+        self.pending_files = 0;
+    }
+
     fn entry(&mut self, src: &Path, dst: &Path, meta: fs::Metadata) {
         if self.ctx.interrupted.load(Ordering::Relaxed) {
             return;
@@ -518,10 +548,23 @@ impl Planner<'_> {
                 .progress
                 .total_bytes
                 .fetch_add(meta.len(), Ordering::Relaxed);
-            let _ = self.tx.send(FileTask {
+            let task = FileTask {
                 src: src.to_path_buf(),
                 dst: dst.to_path_buf(),
-            });
+            };
+            match self.pending.last_mut() {
+                Some(g)
+                    if g.last()
+                        .is_some_and(|t| t.dst.parent() == task.dst.parent()) =>
+                {
+                    g.push(task)
+                }
+                _ => self.pending.push(vec![task]),
+            }
+            self.pending_files += 1;
+            if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
+                self.flush();
+            }
         } else {
             self.special += 1;
             self.ctx
@@ -598,6 +641,8 @@ pub fn copy(
     let mut planner = Planner {
         ctx: &ctx,
         tx,
+        pending: Vec::new(),
+        pending_files: 0,
         dirs: Vec::new(),
         links: HashMap::new(),
         deferred_links: Vec::new(),
@@ -655,6 +700,7 @@ pub fn copy(
                 Err(e) => ctx.errors.push(FileError::io(src, "lstat", &e)),
             }
         }
+        planner.flush();
         drop(std::mem::replace(
             &mut planner.tx,
             crossbeam_channel::bounded(0).0,

@@ -782,6 +782,9 @@ impl AlignedBuf {
     pub fn is_empty(&self) -> bool {
         self.layout.size() == 0
     }
+    pub fn align(&self) -> usize {
+        self.layout.align()
+    }
 }
 
 impl std::ops::Deref for AlignedBuf {
