@@ -230,6 +230,10 @@ impl Ctx<'_> {
             ));
         }
         let size = st.size;
+        let st_mtime = match fs::metadata(&src) {
+            Ok(m) => (m.mtime(), m.mtime_nsec()),
+            Err(e) => return self.errors.push(FileError::io(&src, "stat", &e)),
+        };
         let sparse = st.allocated < size;
         let extents = if sparse {
             match sys::data_extents(sf.as_fd(), 0, size) {
@@ -332,6 +336,16 @@ impl Ctx<'_> {
                 "no strategy could write this file",
             ));
         };
+        // A source written to while we copied it would give a copy that never existed.
+        if let Ok(now) = fs::metadata(&src) {
+            if now.len() != size || now.mtime() != st_mtime.0 || now.mtime_nsec() != st_mtime.1 {
+                return self.errors.push(FileError::other(
+                    &src,
+                    "copy",
+                    "source changed while it was being copied (not renamed into place; copy again)",
+                ));
+            }
+        }
         let dfile = fs::File::from(df);
         if sparse || strat == Strategy::Direct {
             if let Err(e) = dfile.set_len(size) {
