@@ -6,6 +6,7 @@ use clap::{CommandFactory, Parser};
 use cli::{Cli, Command};
 
 fn main() {
+    pagewise_core::sys::default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -19,6 +20,9 @@ fn main() {
         Command::Evict(a) => cli::evict::run(a),
         Command::Load(a) => cli::load::run(a),
         Command::Copy(a) => cli::copy::run(a),
+        Command::Record(a) => cli::record::run(a),
+        Command::Show(a) => cli::record::show(a),
+        Command::Replay(a) => cli::record::replay(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -8,6 +8,14 @@ use pagewise_core::Progress;
 use std::sync::Arc;
 
 pub fn run(a: EvictArgs) -> Result<i32, String> {
+    if let Some(t) = &a.trace {
+        return super::record::cache_verb(
+            "evict",
+            t,
+            a.out.json,
+            pagewise_core::replay::evict_trace,
+        );
+    }
     let roots = a.walk.roots()?;
     let opts = EvictOptions {
         walk: a

@@ -8,6 +8,12 @@ use pagewise_core::Progress;
 use std::sync::Arc;
 
 pub fn run(a: LoadArgs) -> Result<i32, String> {
+    if let Some(t) = &a.trace {
+        let depth = a.walk.threads.unwrap_or(32);
+        return super::record::cache_verb("load", t, a.out.json, |tr| {
+            pagewise_core::replay::load_trace(tr, depth)
+        });
+    }
     let roots = a.walk.roots()?;
     if a.batch == 0 {
         return Err("--batch must be at least 1".into());

@@ -4,6 +4,7 @@ pub mod copy;
 pub mod evict;
 pub mod load;
 pub mod progress;
+pub mod record;
 pub mod render;
 pub mod stat;
 
@@ -48,6 +49,14 @@ pub enum Command {
     /// Copy files and trees at device speed, leaving the page cache as it was
     #[command(after_help = COPY_EXAMPLES)]
     Copy(CopyArgs),
+    /// Record which file pages a command (and its children) brings into the page cache
+    #[command(after_help = RECORD_EXAMPLES)]
+    Record(RecordArgs),
+    /// Print a recorded trace as text (per page or grouped) or JSON
+    Show(ShowArgs),
+    /// Re-issue a recorded read set in recorded, per-file or on-disk order and time it
+    #[command(after_help = REPLAY_EXAMPLES)]
+    Replay(ReplayArgs),
     /// Print shell completions for SHELL to stdout
     Completions {
         #[arg(value_enum)]
@@ -100,6 +109,21 @@ refuses; buffered leaves both files cached, like cp.
 
 Exit codes: 0 success, 1 fatal error, 2 some files failed, 130 interrupted (no partial file is
 left under a final name).";
+
+const RECORD_EXAMPLES: &str = "\
+Examples:
+  pagewise record -o py.trace -- python3 -c 'import asyncio, json'
+  pagewise record --format grouped -o - -- ./app --init     grouped text on stdout
+  pagewise show --format text py.trace                      one line per page
+
+Needs root (tracefs; mounted at /sys/kernel/tracing when only unmounted). Exit code: the
+command's own (128+N when it died of signal N); 1 when tracing could not start.";
+
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  pagewise replay --compare --direct app.trace     all orders, cold, side by side
+  pagewise replay --order disk --depth 64 app.trace
+  hyperfine --prepare 'pagewise evict --trace app.trace' './app'   selectively cold start";
 
 /// Where the files come from and which of them count: shared by every verb.
 #[derive(Args, Debug, Clone)]
@@ -266,6 +290,9 @@ pub struct EvictArgs {
     /// List every file evicted, not only those with pages left
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Evict exactly the pages recorded in TRACE (a selectively cold cache)
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from"])]
+    pub trace: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -289,6 +316,77 @@ pub struct LoadArgs {
     /// Threads reading one large file
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub depth: usize,
+    /// Load exactly the pages recorded in TRACE, in on-disk order with a deep queue
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from", "lock"])]
+    pub trace: Option<PathBuf>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// The versioned binary trace (for replay, evict --trace, load --trace)
+    Binary,
+    /// One line per page: time path offset
+    Text,
+    /// Contiguous pages merged: time path offset length
+    Grouped,
+    /// JSON document
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Where to write the trace ('-' for stdout)
+    #[arg(short = 'o', long, default_value = "pagewise.trace")]
+    pub output: PathBuf,
+    #[arg(long, value_enum, default_value_t = TraceFormat::Binary)]
+    pub format: TraceFormat,
+    /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
+    #[arg(long, value_name = "KIB", default_value_t = 32768)]
+    pub buffer_kb: u64,
+    /// The command and its arguments
+    #[arg(required = true, last = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct ShowArgs {
+    pub trace: PathBuf,
+    #[arg(long, value_enum, default_value_t = TraceFormat::Grouped)]
+    pub format: TraceFormat,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum OrderArg {
+    Recorded,
+    File,
+    Disk,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    pub trace: PathBuf,
+    #[arg(long, value_enum, default_value_t = OrderArg::Disk)]
+    pub order: OrderArg,
+    /// Read with O_DIRECT: exactly the recorded pages, no cache, no readahead
+    #[arg(long)]
+    pub direct: bool,
+    /// Merge ranges at most SIZE apart (reading the gap)
+    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size_arg)]
+    pub merge_gap: u64,
+    /// Requests in flight [default: 1 for recorded/file, 32 for disk]
+    #[arg(long, value_name = "N")]
+    pub depth: Option<usize>,
+    /// Longest single request (merged ranges are split)
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size_arg)]
+    pub max_request: u64,
+    /// Run every order on a cold cache (evicting the traced pages before each) and compare
+    #[arg(long)]
+    pub compare: bool,
+    /// Runs per order with --compare (median reported)
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]

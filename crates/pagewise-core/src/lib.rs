@@ -8,8 +8,10 @@ pub mod copy;
 pub mod error;
 pub mod evict;
 pub mod load;
+pub mod replay;
 pub mod residency;
 pub mod sys;
+pub mod trace;
 pub mod walk;
 
 pub use error::{Error, ErrorLog, FileError};

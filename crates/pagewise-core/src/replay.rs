@@ -1,0 +1,646 @@
+//! `replay`: re-issue a recorded read set — in the program's order, grouped per file, or
+//! sorted by position on disk (FIEMAP) and merged — and time it. Also the trace-driven
+//! `evict --trace` and `load --trace`.
+
+use crate::error::{ErrorLog, FileError};
+use crate::sys::{self, Advice, AlignedBuf};
+use crate::trace::{self, Trace};
+use serde::Serialize;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// In which order the recorded pages are read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// The program's order, contiguous pages merged.
+    Recorded,
+    /// Per file (first-use order), each file's pages by offset, merged.
+    File,
+    /// By physical block on disk (FIEMAP), neighbours merged.
+    Disk,
+}
+
+impl Order {
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Recorded => "recorded",
+            Order::File => "file",
+            Order::Disk => "disk",
+        }
+    }
+    /// Requests in flight by default: the program's own serial reads for `recorded` and
+    /// `file`; a deep queue for `disk`, which is what sorting is for.
+    pub fn default_depth(self) -> usize {
+        match self {
+            Order::Recorded | Order::File => 1,
+            Order::Disk => 32,
+        }
+    }
+}
+
+/// Options of `replay`.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub order: Order,
+    /// O_DIRECT: read exactly the recorded pages from the device, no cache, no readahead.
+    pub direct: bool,
+    /// Merge ranges whose gap is at most this many bytes (reading the gap too).
+    pub merge_gap: u64,
+    /// Requests in flight (None: the order's default).
+    pub depth: Option<usize>,
+    /// Longest single request.
+    pub max_request: u64,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            order: Order::Disk,
+            direct: false,
+            merge_gap: 0,
+            depth: None,
+            max_request: 1 << 20,
+        }
+    }
+}
+
+/// One read to issue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub file: u32,
+    pub off: u64,
+    pub len: u64,
+    /// Physical byte address of `off` (disk order only; 0 when unknown).
+    pub physical: u64,
+}
+
+/// What one replay did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    pub order: Order,
+    pub direct: bool,
+    pub depth: usize,
+    pub requests: u64,
+    pub bytes: u64,
+    pub elapsed_s: f64,
+    pub mb_per_s: f64,
+    pub files: u64,
+    pub files_missing: u64,
+    pub errors: Vec<FileError>,
+    pub error_count: u64,
+}
+
+/// The traced files, opened (None where they are gone).
+pub struct OpenFiles {
+    pub fds: Vec<Option<OwnedFd>>,
+    pub direct: Vec<Option<OwnedFd>>,
+    pub missing: u64,
+}
+
+/// Opens every traced file (by path, else by inode); with `direct`, an O_DIRECT twin too.
+pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
+    let cache = Mutex::new(None);
+    let mut fds = Vec::new();
+    let mut dfd = Vec::new();
+    let mut missing = 0;
+    for f in &trace.files {
+        let fd = trace::open_file(f, &cache).ok();
+        if fd.is_none() {
+            missing += 1;
+        }
+        let d = if direct {
+            fd.as_ref().and_then(|fd| {
+                sys::open_read_direct(std::path::Path::new(&format!(
+                    "/proc/self/fd/{}",
+                    sys::raw(fd)
+                )))
+                .ok()
+            })
+        } else {
+            None
+        };
+        fds.push(fd);
+        dfd.push(d);
+    }
+    OpenFiles {
+        fds,
+        direct: dfd,
+        missing,
+    }
+}
+
+/// Each traced file's distinct pages as sorted, merged byte ranges `(file, offset, length)`,
+/// files in order of first use, ranges closer than `gap` bytes joined.
+pub fn file_ranges(trace: &Trace, gap: u64) -> Vec<(u32, u64, u64)> {
+    let page = trace.page_size as u64;
+    let mut per_file: Vec<Vec<(u64, u64)>> = vec![Vec::new(); trace.files.len()];
+    let mut order: Vec<u32> = Vec::new();
+    for e in &trace.events {
+        let v = &mut per_file[e.file as usize];
+        if v.is_empty() {
+            order.push(e.file);
+        }
+        v.push((e.index, e.pages as u64));
+    }
+    let mut out = Vec::new();
+    for f in order {
+        let v = &mut per_file[f as usize];
+        v.sort_unstable();
+        let mut cur: Option<(u64, u64)> = None;
+        for &(idx, n) in v.iter() {
+            let (s, e) = (idx * page, (idx + n) * page);
+            cur = match cur {
+                Some((cs, ce)) if s <= ce + gap => Some((cs, ce.max(e))),
+                Some((cs, ce)) => {
+                    out.push((f, cs, ce - cs));
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((cs, ce)) = cur {
+            out.push((f, cs, ce - cs));
+        }
+    }
+    out
+}
+
+/// The requests of a replay in the given order.
+pub fn plan(trace: &Trace, files: &OpenFiles, opts: &ReplayOptions) -> Vec<Request> {
+    let page = trace.page_size as u64;
+    let mut reqs: Vec<Request> = match opts.order {
+        Order::Recorded => trace::grouped(trace)
+            .into_iter()
+            .map(|r| Request {
+                file: r.file,
+                off: r.index * page,
+                len: r.pages * page,
+                physical: 0,
+            })
+            .collect(),
+        Order::File => file_ranges(trace, opts.merge_gap)
+            .into_iter()
+            .map(|(file, off, len)| Request {
+                file,
+                off,
+                len,
+                physical: 0,
+            })
+            .collect(),
+        Order::Disk => {
+            let mut pieces = Vec::new();
+            for (file, off, len) in file_ranges(trace, 0) {
+                let Some(fd) = files.fds[file as usize].as_ref() else {
+                    continue;
+                };
+                match sys::fiemap(fd.as_fd(), off, len) {
+                    Ok(ext) if !ext.is_empty() => {
+                        for x in ext {
+                            let s = off.max(x.logical);
+                            let e = (off + len).min(x.logical + x.length);
+                            if e > s {
+                                pieces.push(Request {
+                                    file,
+                                    off: s,
+                                    len: e - s,
+                                    physical: x.physical + (s - x.logical),
+                                });
+                            }
+                        }
+                    }
+                    // Holes, inline data or no FIEMAP: keep the range, ordered by file offset.
+                    _ => pieces.push(Request {
+                        file,
+                        off,
+                        len,
+                        physical: u64::MAX / 2 + off,
+                    }),
+                }
+            }
+            pieces.sort_by_key(|r| (r.physical, r.file, r.off));
+            let mut merged: Vec<Request> = Vec::new();
+            for r in pieces {
+                if let Some(m) = merged.last_mut() {
+                    let logical_gap = r.off.saturating_sub(m.off + m.len);
+                    let physical_gap = r.physical.saturating_sub(m.physical + m.len);
+                    if m.file == r.file
+                        && r.off >= m.off + m.len
+                        && logical_gap <= opts.merge_gap
+                        && logical_gap == physical_gap
+                    {
+                        m.len = r.off + r.len - m.off;
+                        continue;
+                    }
+                }
+                merged.push(r);
+            }
+            merged
+        }
+    };
+    // Split requests longer than max_request.
+    let max = opts.max_request.max(page);
+    if reqs.iter().any(|r| r.len > max) {
+        let mut out = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            let mut o = 0;
+            while o < r.len {
+                let n = max.min(r.len - o);
+                out.push(Request {
+                    off: r.off + o,
+                    len: n,
+                    physical: r.physical + o,
+                    ..r
+                });
+                o += n;
+            }
+        }
+        reqs = out;
+    }
+    reqs
+}
+
+/// Issues the requests with `depth` threads in flight; returns (bytes read, seconds). Threads
+/// and their buffers are made and touched before the clock starts, so the time is the I/O's
+/// (on a VM, the first DMA into a fresh buffer page costs a hypervisor fault).
+#[allow(clippy::too_many_arguments)]
+fn issue(
+    reqs: &[Request],
+    files: &OpenFiles,
+    direct: bool,
+    depth: usize,
+    max: usize,
+    errors: &ErrorLog,
+    trace: &Trace,
+) -> (u64, f64) {
+    let next = AtomicU64::new(0);
+    let bytes = AtomicU64::new(0);
+    let depth = depth.clamp(1, reqs.len().max(1));
+    let barrier = std::sync::Barrier::new(depth + 1);
+    let mut bufs: Vec<AlignedBuf> = (0..depth)
+        .map(|_| {
+            let mut b = AlignedBuf::new(max, 4096);
+            b.fill(1);
+            b
+        })
+        .collect();
+    let mut start = Instant::now();
+    std::thread::scope(|s| {
+        for mut buf in bufs.drain(..) {
+            let (next, bytes, barrier) = (&next, &bytes, &barrier);
+            s.spawn(move || {
+                barrier.wait();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(r) = reqs.get(i) else { return };
+                    let fd = if direct {
+                        files.direct[r.file as usize].as_ref()
+                    } else {
+                        files.fds[r.file as usize].as_ref()
+                    };
+                    let Some(fd) = fd else { continue };
+                    let n = (r.len as usize).min(buf.len());
+                    match sys::pread(fd.as_fd(), &mut buf[..n], r.off) {
+                        Ok(got) => {
+                            bytes.fetch_add(got as u64, Ordering::Relaxed);
+                        }
+                        Err(e) => errors.push(FileError::io(
+                            std::path::Path::new(&trace.files[r.file as usize].display()),
+                            if direct { "pread(O_DIRECT)" } else { "pread" },
+                            &e,
+                        )),
+                    }
+                }
+            });
+        }
+        barrier.wait();
+        start = Instant::now();
+    });
+    (bytes.into_inner(), start.elapsed().as_secs_f64())
+}
+
+/// [`issue`] through one io_uring: batches of submissions instead of a thread per request.
+#[allow(clippy::too_many_arguments)]
+fn issue_uring(
+    reqs: &[Request],
+    files: &OpenFiles,
+    direct: bool,
+    depth: usize,
+    max: usize,
+    errors: &ErrorLog,
+    trace: &Trace,
+) -> (u64, f64) {
+    use std::os::fd::AsRawFd;
+    let table = if direct { &files.direct } else { &files.fds };
+    let rr: Vec<(usize, sys::ReadReq)> = reqs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let fd = table[r.file as usize].as_ref()?;
+            Some((
+                i,
+                sys::ReadReq {
+                    fd: fd.as_raw_fd(),
+                    off: r.off,
+                    len: r.len.min(max as u64) as u32,
+                },
+            ))
+        })
+        .collect();
+    let list: Vec<sys::ReadReq> = rr.iter().map(|x| x.1).collect();
+    let mut start = Instant::now();
+    match sys::uring_read_all(&list, depth, max, || start = Instant::now()) {
+        Ok(results) => {
+            let elapsed = start.elapsed().as_secs_f64();
+            let mut bytes = 0;
+            for ((i, _), res) in rr.iter().zip(results) {
+                match res {
+                    Ok(n) => bytes += n as u64,
+                    Err(e) => errors.push(FileError::io(
+                        std::path::Path::new(&trace.files[reqs[*i].file as usize].display()),
+                        if direct {
+                            "io_uring read(O_DIRECT)"
+                        } else {
+                            "io_uring read"
+                        },
+                        &e,
+                    )),
+                }
+            }
+            (bytes, elapsed)
+        }
+        // Ring setup refused (e.g. io_uring disabled): the thread pool does it.
+        Err(_) => issue(reqs, files, direct, depth, max, errors, trace),
+    }
+}
+
+/// Replays a trace once (the cache is left as the replay made it).
+pub fn replay(trace: &Trace, opts: &ReplayOptions) -> ReplayReport {
+    let files = open_files(trace, opts.direct);
+    replay_with(trace, &files, opts)
+}
+
+fn replay_with(trace: &Trace, files: &OpenFiles, opts: &ReplayOptions) -> ReplayReport {
+    let errors = ErrorLog::default();
+    let reqs = plan(trace, files, opts);
+    if !opts.direct {
+        // Exactly the recorded pages: no kernel readahead around them.
+        for fd in files.fds.iter().flatten() {
+            let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Random);
+        }
+    }
+    let depth = opts.depth.unwrap_or(opts.order.default_depth());
+    let max = reqs.iter().map(|r| r.len).max().unwrap_or(4096) as usize;
+    let (bytes, elapsed) = if depth > 1 && sys::probe_io_uring() {
+        issue_uring(&reqs, files, opts.direct, depth, max, &errors, trace)
+    } else {
+        issue(&reqs, files, opts.direct, depth, max, &errors, trace)
+    };
+    if !opts.direct {
+        for fd in files.fds.iter().flatten() {
+            let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Normal);
+        }
+    }
+    ReplayReport {
+        order: opts.order,
+        direct: opts.direct,
+        depth,
+        requests: reqs.len() as u64,
+        bytes,
+        elapsed_s: elapsed,
+        mb_per_s: if elapsed > 0.0 {
+            bytes as f64 / elapsed / 1e6
+        } else {
+            0.0
+        },
+        files: files.fds.iter().filter(|f| f.is_some()).count() as u64,
+        files_missing: files.missing,
+        error_count: errors.count(),
+        errors: errors.take(),
+    }
+}
+
+/// Cache state of the traced pages before and after a trace-driven evict or load.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TraceCacheReport {
+    pub files: u64,
+    pub files_missing: u64,
+    pub ranges: u64,
+    /// Bytes of the traced ranges.
+    pub bytes: u64,
+    pub cached_bytes_before: u64,
+    pub cached_bytes_after: u64,
+    pub elapsed_s: f64,
+    pub errors: Vec<FileError>,
+    pub error_count: u64,
+}
+
+/// Cached bytes of the traced ranges, as cachestat reports them.
+fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> u64 {
+    let page = sys::page_size();
+    ranges
+        .iter()
+        .filter_map(|&(f, off, len)| {
+            let fd = files.fds[f as usize].as_ref()?;
+            sys::cachestat(fd.as_fd(), off, len)
+                .ok()
+                .map(|c| (c.cache * page).min(len))
+        })
+        .sum()
+}
+
+/// Drops exactly the traced pages (dirty ones written back first); other pages stay.
+pub fn evict_trace(trace: &Trace) -> TraceCacheReport {
+    let files = open_files(trace, false);
+    let ranges = file_ranges(trace, 0);
+    let errors = ErrorLog::default();
+    let start = Instant::now();
+    let before = traced_cached(&files, &ranges);
+    for &(f, off, len) in &ranges {
+        let Some(fd) = files.fds[f as usize].as_ref() else {
+            continue;
+        };
+        let path = PathBuf::from(trace.files[f as usize].display());
+        let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+        if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
+            errors.push(FileError::io(&path, "sync_file_range", &e));
+        }
+        if let Err(e) = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed) {
+            errors.push(FileError::io(&path, "fadvise(DONTNEED)", &e));
+        }
+    }
+    cache_report(&files, &ranges, before, start, errors)
+}
+
+/// Loads exactly the traced pages, in disk order with a deep queue (a preloader).
+pub fn load_trace(trace: &Trace, depth: usize) -> TraceCacheReport {
+    let files = open_files(trace, false);
+    let ranges = file_ranges(trace, 0);
+    let start = Instant::now();
+    let before = traced_cached(&files, &ranges);
+    let opts = ReplayOptions {
+        order: Order::Disk,
+        direct: false,
+        merge_gap: 0,
+        depth: Some(depth),
+        ..Default::default()
+    };
+    let r = replay_with(trace, &files, &opts);
+    let errors = ErrorLog::default();
+    for e in r.errors {
+        errors.push(e);
+    }
+    cache_report(&files, &ranges, before, start, errors)
+}
+
+fn cache_report(
+    files: &OpenFiles,
+    ranges: &[(u32, u64, u64)],
+    before: u64,
+    start: Instant,
+    errors: ErrorLog,
+) -> TraceCacheReport {
+    TraceCacheReport {
+        files: files.fds.iter().filter(|f| f.is_some()).count() as u64,
+        files_missing: files.missing,
+        ranges: ranges.len() as u64,
+        bytes: ranges.iter().map(|r| r.2).sum(),
+        cached_bytes_before: before,
+        cached_bytes_after: traced_cached(files, ranges),
+        elapsed_s: start.elapsed().as_secs_f64(),
+        error_count: errors.count(),
+        errors: errors.take(),
+    }
+}
+
+/// `replay --compare`: every order on a cold cache (the traced pages evicted before each run),
+/// `runs` times each; the median run per order is reported.
+pub fn compare(
+    trace: &Trace,
+    direct: bool,
+    merge_gap: u64,
+    max_request: u64,
+    runs: usize,
+) -> Vec<ReplayReport> {
+    let files = open_files(trace, direct);
+    let mut out = Vec::new();
+    for order in [Order::Recorded, Order::File, Order::Disk] {
+        let opts = ReplayOptions {
+            order,
+            direct,
+            merge_gap,
+            max_request,
+            ..Default::default()
+        };
+        let mut rs: Vec<ReplayReport> = (0..runs.max(1))
+            .map(|_| {
+                evict_trace(trace);
+                replay_with(trace, &files, &opts)
+            })
+            .collect();
+        rs.sort_by(|a, b| a.elapsed_s.total_cmp(&b.elapsed_s));
+        out.push(rs.swap_remove(rs.len() / 2));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Event, TraceFile};
+
+    fn t(events: &[(u32, u64, u32)]) -> Trace {
+        Trace {
+            version: 1,
+            page_size: 4096,
+            lost_events: 0,
+            started_unix_ns: 0,
+            duration_ns: 0,
+            command: vec![],
+            files: (0..2)
+                .map(|i| TraceFile {
+                    dev_major: 0,
+                    dev_minor: 0,
+                    ino: i,
+                    size: 0,
+                    path: None,
+                    path_bytes: None,
+                    deleted: false,
+                })
+                .collect(),
+            events: events
+                .iter()
+                .enumerate()
+                .map(|(i, &(file, index, pages))| Event {
+                    ts_ns: i as u64,
+                    file,
+                    pid: 1,
+                    index,
+                    pages,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn file_ranges_sort_dedupe_and_merge() {
+        let tr = t(&[
+            (1, 10, 1),
+            (0, 5, 1),
+            (1, 0, 4),
+            (0, 6, 2),
+            (1, 10, 1),
+            (1, 12, 1),
+        ]);
+        assert_eq!(
+            file_ranges(&tr, 0),
+            vec![
+                (1, 0, 4 * 4096),
+                (1, 10 * 4096, 4096),
+                (1, 12 * 4096, 4096),
+                (0, 5 * 4096, 3 * 4096)
+            ]
+        );
+        // A gap of one page is bridged with merge_gap = 4096.
+        assert_eq!(file_ranges(&tr, 4096)[1], (1, 10 * 4096, 3 * 4096));
+    }
+
+    #[test]
+    fn recorded_order_keeps_program_order() {
+        let tr = t(&[(0, 8, 1), (0, 9, 1), (1, 0, 1), (0, 0, 1)]);
+        let files = OpenFiles {
+            fds: vec![None, None],
+            direct: vec![None, None],
+            missing: 2,
+        };
+        let r = plan(
+            &tr,
+            &files,
+            &ReplayOptions {
+                order: Order::Recorded,
+                ..Default::default()
+            },
+        );
+        let v: Vec<(u32, u64, u64)> = r
+            .iter()
+            .map(|r| (r.file, r.off / 4096, r.len / 4096))
+            .collect();
+        assert_eq!(v, vec![(0, 8, 2), (1, 0, 1), (0, 0, 1)]);
+        let r = plan(
+            &tr,
+            &files,
+            &ReplayOptions {
+                order: Order::File,
+                ..Default::default()
+            },
+        );
+        let v: Vec<(u32, u64, u64)> = r
+            .iter()
+            .map(|r| (r.file, r.off / 4096, r.len / 4096))
+            .collect();
+        assert_eq!(v, vec![(0, 0, 1), (0, 8, 2), (1, 0, 1)]);
+    }
+}

@@ -1,0 +1,288 @@
+//! A private tracefs instance recording the page-cache tracepoints of a set of processes.
+//!
+//! The instance (`instances/pagewise-PID`) has its own ring buffer and settings, so pagewise
+//! never touches the global trace or other tracers. `set_event_pid` with the `event-fork` option
+//! follows every descendant from the moment the PID is written. Events are read from the
+//! instance's `trace_pipe` by a thread that sleeps while nothing arrives.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why tracing could not start: the message names what is missing and what to do.
+#[derive(Debug)]
+pub struct TraceUnavailable(pub String);
+
+impl std::fmt::Display for TraceUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Finds tracefs, mounting it at /sys/kernel/tracing when it is only unmounted and we are root.
+pub fn tracefs_root() -> Result<PathBuf, TraceUnavailable> {
+    for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if Path::new(p).join("events").is_dir() {
+            return Ok(PathBuf::from(p));
+        }
+    }
+    let target = Path::new("/sys/kernel/tracing");
+    if crate::sys::euid() != 0 {
+        return Err(TraceUnavailable(
+            "tracing needs root (or CAP_SYS_ADMIN with tracefs mounted and readable): tracefs is not mounted at /sys/kernel/tracing".into(),
+        ));
+    }
+    if !target.is_dir() {
+        return Err(TraceUnavailable(
+            "this kernel has no tracefs (/sys/kernel/tracing is missing: CONFIG_TRACING off?)"
+                .into(),
+        ));
+    }
+    crate::sys::mount_tracefs(target).map_err(|e| {
+        TraceUnavailable(format!(
+            "mount -t tracefs nodev /sys/kernel/tracing failed: {e}"
+        ))
+    })?;
+    if target.join("events").is_dir() {
+        Ok(target.to_path_buf())
+    } else {
+        Err(TraceUnavailable(
+            "tracefs mounted but has no events directory".into(),
+        ))
+    }
+}
+
+/// One private tracing instance; removed on drop.
+pub struct Instance {
+    dir: PathBuf,
+    events: Vec<String>,
+}
+
+fn write(p: &Path, v: &str) -> io::Result<()> {
+    fs::write(p, v)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: write failed: {e}", p.display())))
+}
+
+impl Instance {
+    /// Creates the instance with `buffer_kb` of ring buffer per CPU and the given events
+    /// (`system/name`) ready but not yet enabled.
+    pub fn new(events: &[&str], buffer_kb: u64) -> Result<Instance, TraceUnavailable> {
+        let root = tracefs_root()?;
+        for ev in events {
+            if !root.join("events").join(ev).is_dir() {
+                return Err(TraceUnavailable(format!(
+                    "this kernel has no tracepoint {ev}"
+                )));
+            }
+        }
+        let dir = root
+            .join("instances")
+            .join(format!("pagewise-{}", std::process::id()));
+        let _ = fs::remove_dir(&dir);
+        fs::create_dir(&dir)
+            .map_err(|e| TraceUnavailable(format!("{}: mkdir failed: {e}", dir.display())))?;
+        let inst = Instance {
+            dir,
+            events: events.iter().map(|s| s.to_string()).collect(),
+        };
+        let setup = || -> io::Result<()> {
+            write(&inst.dir.join("buffer_size_kb"), &buffer_kb.to_string())?;
+            // CLOCK_MONOTONIC, so event times line up with sys::monotonic_ns().
+            write(&inst.dir.join("trace_clock"), "mono")?;
+            write(&inst.dir.join("options/event-fork"), "1")?;
+            Ok(())
+        };
+        setup().map_err(|e| TraceUnavailable(e.to_string()))?;
+        Ok(inst)
+    }
+
+    /// Follows these PIDs and, through event-fork, all their future children.
+    pub fn follow(&self, pids: &[u32]) -> io::Result<()> {
+        let s: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+        write(&self.dir.join("set_event_pid"), &s.join(" "))
+    }
+
+    pub fn enable(&self) -> io::Result<()> {
+        for ev in &self.events {
+            write(&self.dir.join("events").join(ev).join("enable"), "1")?;
+        }
+        Ok(())
+    }
+
+    pub fn disable(&self) -> io::Result<()> {
+        for ev in &self.events {
+            write(&self.dir.join("events").join(ev).join("enable"), "0")?;
+        }
+        Ok(())
+    }
+
+    /// Events lost to ring-buffer overruns, summed over CPUs.
+    pub fn lost(&self) -> u64 {
+        let mut n = 0;
+        if let Ok(rd) = fs::read_dir(self.dir.join("per_cpu")) {
+            for cpu in rd.flatten() {
+                if let Ok(s) = fs::read_to_string(cpu.path().join("stats")) {
+                    for l in s.lines() {
+                        if let Some(v) = l
+                            .strip_prefix("overrun:")
+                            .or_else(|| l.strip_prefix("dropped events:"))
+                        {
+                            n += v.trim().parse::<u64>().unwrap_or(0);
+                        }
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// Starts a thread reading `trace_pipe` line by line into `on_line` until `stop` is set and
+    /// the pipe is empty. Sleeps 10 ms whenever nothing is there.
+    pub fn reader<F>(
+        &self,
+        stop: Arc<AtomicBool>,
+        mut on_line: F,
+    ) -> io::Result<std::thread::JoinHandle<()>>
+    where
+        F: FnMut(&str) + Send + 'static,
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(self.dir.join("trace_pipe"))?;
+        Ok(std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 16];
+            let mut partial: Vec<u8> = Vec::new();
+            loop {
+                match f.read(&mut buf) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        partial.extend_from_slice(&buf[..n]);
+                        let mut start = 0;
+                        while let Some(i) = partial[start..].iter().position(|&b| b == b'\n') {
+                            if let Ok(line) = std::str::from_utf8(&partial[start..start + i]) {
+                                on_line(line);
+                            }
+                            start += i + 1;
+                        }
+                        partial.drain(..start);
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return,
+                }
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }))
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.disable();
+        let _ = fs::remove_dir(&self.dir);
+    }
+}
+
+/// A parsed `mm_filemap_add_to_page_cache` (or `mm_filemap_fault`) line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawEvent {
+    pub pid: u32,
+    /// Trace clock, microseconds.
+    pub ts_us: u64,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub ino: u64,
+    /// Byte offset of the first page.
+    pub ofs: u64,
+    /// Folio order (pages = 1 << order); 0 for faults.
+    pub order: u32,
+    pub fault: bool,
+}
+
+/// Parses one trace_pipe line of the filemap events, e.g.
+/// `  python3-1234  [001] ..... 12.345678: mm_filemap_add_to_page_cache: dev 254:0 ino 3a1f pfn=0x1 ofs=8192 order=2`.
+pub fn parse_line(line: &str) -> Option<RawEvent> {
+    let (head, tail, fault) = if let Some(i) = line.find(": mm_filemap_add_to_page_cache: ") {
+        (&line[..i], &line[i + 32..], false)
+    } else if let Some(i) = line.find(": mm_filemap_fault: ") {
+        (&line[..i], &line[i + 20..], true)
+    } else {
+        return None;
+    };
+    let ts = head.rsplit(' ').next()?;
+    let (sec, frac) = ts.split_once('.')?;
+    let frac6 = format!("{frac:0<6}");
+    let ts_us = sec.trim().parse::<u64>().ok()? * 1_000_000 + frac6[..6].parse::<u64>().ok()?;
+    let bracket = head.rfind('[')?;
+    let comm_pid = head[..bracket].trim_end();
+    let pid = comm_pid.rsplit('-').next()?.parse().ok()?;
+    let mut it = tail.split_ascii_whitespace();
+    if it.next()? != "dev" {
+        return None;
+    }
+    let (maj, min) = it.next()?.split_once(':')?;
+    if it.next()? != "ino" {
+        return None;
+    }
+    let ino = u64::from_str_radix(it.next()?, 16).ok()?;
+    let mut ofs = None;
+    let mut order = 0;
+    for kv in it {
+        if let Some(v) = kv.strip_prefix("ofs=") {
+            ofs = v.parse().ok();
+        } else if let Some(v) = kv.strip_prefix("order=") {
+            order = v.parse().ok()?;
+        }
+    }
+    Some(RawEvent {
+        pid,
+        ts_us,
+        dev_major: maj.parse().ok()?,
+        dev_minor: min.parse().ok()?,
+        ino,
+        ofs: ofs?,
+        order,
+        fault,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_add_to_page_cache_lines() {
+        let l = "         python3-4242    [001] ..... 12345.678901: mm_filemap_add_to_page_cache: dev 254:0 ino 3a1f pfn=0x10a2b ofs=8192 order=2";
+        assert_eq!(
+            parse_line(l),
+            Some(RawEvent {
+                pid: 4242,
+                ts_us: 12_345_678_901,
+                dev_major: 254,
+                dev_minor: 0,
+                ino: 0x3a1f,
+                ofs: 8192,
+                order: 2,
+                fault: false
+            })
+        );
+        // A command name with spaces and dashes.
+        let l = "  my-prog x-77 [000] d..1. 1.000002: mm_filemap_add_to_page_cache: dev 8:1 ino ff pfn=0x1 ofs=0 order=0";
+        let e = parse_line(l).unwrap();
+        assert_eq!((e.pid, e.ts_us, e.ino), (77, 1_000_002, 255));
+        assert_eq!(parse_line("garbage"), None);
+        assert_eq!(
+            parse_line("x-1 [0] . 1.0: mm_filemap_add_to_page_cache: dev"),
+            None
+        );
+    }
+}
