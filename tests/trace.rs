@@ -1,0 +1,329 @@
+//! End-to-end tests of `record`, `show`, `replay`, `evict --trace` and `load --trace`, against
+//! the kernel's own page-cache tracepoint and cachestat.
+
+use pagewise_core::sys;
+use pagewise_core::trace::Trace;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PAGE: u64 = 4096;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pagewise"))
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "--- {:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
+        cmd,
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Tracing needs root and tracefs; on this project's machines both are there, so the tests
+/// run. Elsewhere they say why they skip.
+fn can_trace() -> bool {
+    if sys::euid() != 0 {
+        eprintln!("skipped: tracing needs root");
+        return false;
+    }
+    true
+}
+
+fn page_cached(p: &Path, page: u64) -> bool {
+    let f = File::open(p).unwrap();
+    sys::cachestat(f.as_fd(), page * PAGE, PAGE).unwrap().cache == 1
+}
+
+fn write_pages(p: &Path, pages: u64) {
+    let mut f = File::create(p).unwrap();
+    for i in 0..pages {
+        f.write_all(&vec![(i % 251) as u8 + 1; PAGE as usize])
+            .unwrap();
+    }
+    f.sync_all().unwrap();
+    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::DontNeed).unwrap();
+}
+
+/// A helper that maps a file with MADV_RANDOM (no readahead) and touches the given pages:
+/// compiled from C when a compiler is there, else the same in Python.
+fn toucher(dir: &Path) -> Vec<String> {
+    let src = dir.join("touch.c");
+    fs::write(
+        &src,
+        r#"#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_RDONLY);
+    struct stat st; fstat(fd, &st);
+    volatile unsigned char *m = mmap(0, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    madvise((void *)m, st.st_size, MADV_RANDOM);
+    unsigned s = 0;
+    for (int i = 2; i < argc; i++) s += m[atol(argv[i]) * 4096];
+    return s == 12345678 ? 1 : 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("touch");
+    let ok = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        return vec![exe.to_string_lossy().into_owned()];
+    }
+    eprintln!("note: no C compiler; using the Python toucher");
+    let py = dir.join("touch.py");
+    fs::write(
+        &py,
+        "import mmap,sys\nf=open(sys.argv[1],'rb')\nm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\nm.madvise(mmap.MADV_RANDOM)\ns=sum(m[int(p)*4096] for p in sys.argv[2:])\n",
+    )
+    .unwrap();
+    vec!["python3".into(), py.to_string_lossy().into_owned()]
+}
+
+fn record(trace: &Path, cmd: &[String]) -> Trace {
+    let out = run(bin().arg("record").arg("-o").arg(trace).arg("--").args(cmd));
+    assert!(out.status.success());
+    Trace::from_bytes(&fs::read(trace).unwrap()).unwrap()
+}
+
+fn pages_of(t: &Trace, path: &Path) -> Vec<u64> {
+    let p = path.to_string_lossy();
+    let Some(id) = t.files.iter().position(|f| f.path.as_deref() == Some(&*p)) else {
+        return Vec::new();
+    };
+    let mut v: Vec<u64> = t
+        .events
+        .iter()
+        .filter(|e| e.file as usize == id)
+        .flat_map(|e| e.index..e.index + e.pages as u64)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[test]
+fn records_exactly_the_pages_an_mmap_reader_faults_in() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("data");
+    write_pages(&data, 64);
+    let mut cmd = toucher(t.path());
+    cmd.push(data.to_string_lossy().into_owned());
+    cmd.extend(["3", "17", "40"].map(String::from));
+    let tr = record(&t.path().join("a.trace"), &cmd);
+    assert_eq!(tr.lost_events, 0);
+    let pages = pages_of(&tr, &data);
+    for p in [3, 17, 40] {
+        assert!(pages.contains(&p), "page {p} recorded: {pages:?}");
+    }
+    assert!(
+        pages.len() <= 3 * 16,
+        "MADV_RANDOM: no big readahead around the touches: {pages:?}"
+    );
+    assert!(
+        !pages.contains(&63),
+        "an untouched far page is not in the trace: {pages:?}"
+    );
+    // The text views name the file and the offsets.
+    let out = run(bin()
+        .args(["show", "--format", "text"])
+        .arg(t.path().join("a.trace")));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("{} {}", data.display(), 17 * PAGE)),
+        "{text}"
+    );
+    let out = run(bin()
+        .args(["show", "--format", "grouped"])
+        .arg(t.path().join("a.trace")));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&data.display().to_string()));
+}
+
+#[test]
+fn records_a_python_import_through_children() {
+    if !can_trace() {
+        return;
+    }
+    let out = Command::new("python3")
+        .args(["-c", "import json,os;print(os.path.dirname(json.__file__))"])
+        .output()
+        .unwrap();
+    let json_dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    // Make the module cold, so importing it must read it.
+    assert!(run(bin().arg("evict").arg(&json_dir)).status.success());
+    let t = tmp();
+    // Through a shell: the pages are read by a child of the recorded command.
+    let tr = record(
+        &t.path().join("py.trace"),
+        &[
+            "sh".into(),
+            "-c".into(),
+            "python3 -c 'import json' && true".into(),
+        ],
+    );
+    let dir = json_dir.to_string_lossy();
+    assert!(
+        tr.files
+            .iter()
+            .any(|f| f.path.as_deref().is_some_and(|p| p.starts_with(&*dir))),
+        "a file of {dir} was read from disk: {:?}",
+        tr.files.iter().map(|f| f.display()).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn evict_and_load_by_trace_touch_only_the_traced_pages() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("data");
+    write_pages(&data, 64);
+    let mut cmd = toucher(t.path());
+    cmd.push(data.to_string_lossy().into_owned());
+    cmd.extend(["5", "30", "50"].map(String::from));
+    let trace = t.path().join("a.trace");
+    let tr = record(&trace, &cmd);
+    let traced = pages_of(&tr, &data);
+    assert!(!traced.is_empty());
+    // Everything cached, then evict by trace: traced pages gone, all others stay.
+    fs::read(&data).unwrap();
+    assert!(run(bin().arg("evict").arg("--trace").arg(&trace))
+        .status
+        .success());
+    for p in 0..64 {
+        assert_eq!(page_cached(&data, p), !traced.contains(&p), "page {p}");
+    }
+    // Cold file, then load by trace: exactly the traced pages come in.
+    assert!(run(bin().arg("evict").arg(&data)).status.success());
+    let out = run(bin().args(["load", "--json", "--trace"]).arg(&trace));
+    assert!(out.status.success());
+    for p in 0..64 {
+        assert_eq!(page_cached(&data, p), traced.contains(&p), "page {p}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["cached_bytes_after"].as_u64().unwrap(),
+        traced.len() as u64 * PAGE
+    );
+}
+
+#[test]
+fn replay_orders_read_the_same_bytes_in_different_orders() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let a = t.path().join("a");
+    let b = t.path().join("b");
+    write_pages(&a, 64);
+    write_pages(&b, 64);
+    let tool = toucher(t.path());
+    // Interleave two files, backwards: recorded order is neither per-file nor sorted.
+    let script = format!(
+        "{0} {1} 60 40 20 && {0} {2} 50 && {0} {1} 10 && {0} {2} 5",
+        tool.join(" "),
+        a.display(),
+        b.display()
+    );
+    let trace = t.path().join("x.trace");
+    let tr = record(&trace, &["sh".into(), "-c".into(), script]);
+    let total = tr.bytes();
+    let mut bytes = Vec::new();
+    for order in ["recorded", "file", "disk"] {
+        for direct in [false, true] {
+            assert!(run(bin().arg("evict").arg("--trace").arg(&trace))
+                .status
+                .success());
+            let mut c = bin();
+            c.args(["replay", "--json", "--order", order]).arg(&trace);
+            if direct {
+                c.arg("--direct");
+            }
+            let out = run(&mut c);
+            assert!(out.status.success());
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            bytes.push(v[0]["bytes"].as_u64().unwrap());
+            if direct {
+                // O_DIRECT reads leave the cache as it was: cold.
+                assert!(!page_cached(&a, 60) && !page_cached(&b, 50));
+            }
+        }
+    }
+    assert!(bytes.iter().all(|&x| x == total), "{bytes:?} vs {total}");
+    let out = run(bin()
+        .args(["replay", "--compare", "--runs", "1", "--direct"])
+        .arg(&trace));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("recorded (direct)") && table.contains("disk (direct)"),
+        "{table}"
+    );
+}
+
+#[test]
+fn record_passes_the_exit_status_through() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let out = run(bin()
+        .arg("record")
+        .arg("-o")
+        .arg(t.path().join("x"))
+        .args(["--", "sh", "-c", "exit 3"]));
+    assert_eq!(out.status.code(), Some(3));
+    let out = run(bin()
+        .arg("record")
+        .arg("-o")
+        .arg(t.path().join("y"))
+        .args(["--", "/nonexistent/cmd"]));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/cmd: spawn failed"));
+}
+
+#[test]
+fn corrupt_traces_are_rejected_with_a_clear_error() {
+    let t = tmp();
+    let bad = t.path().join("bad.trace");
+    fs::write(&bad, b"PWTRACE\0\x01\x00\x00\x00trunc").unwrap();
+    for args in [
+        vec!["replay"],
+        vec!["show"],
+        vec!["evict", "--trace"],
+        vec!["load", "--trace"],
+    ] {
+        let out = run(bin().args(&args).arg(&bad));
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("truncated trace"),
+            "{args:?}"
+        );
+    }
+    fs::write(&bad, b"not a trace at all").unwrap();
+    let out = run(bin().arg("replay").arg(&bad));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a pagewise trace"));
+}
