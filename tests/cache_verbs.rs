@@ -2,9 +2,10 @@
 //! assertion on what the kernel reports (cachestat, cross-checked with mincore), never on what
 //! pagewise says it did.
 
+mod common;
+use common::*;
 use pagewise_core::sys;
 use std::fs::{self, File};
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -13,58 +14,11 @@ use std::time::{Duration, Instant};
 
 const PAGE: u64 = 4096;
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pagewise"))
-}
-
-/// A temp dir on the build's real filesystem (not tmpfs, whose pages cannot be evicted).
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
-
-fn write_file(p: &Path, size: usize) {
-    let mut f = File::create(p).unwrap();
-    let mut x: u64 = 0x9E3779B97F4A7C15 ^ size as u64;
-    let mut buf = Vec::with_capacity(size);
-    while buf.len() < size {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        buf.extend_from_slice(&x.to_le_bytes());
-    }
-    buf.truncate(size);
-    f.write_all(&buf).unwrap();
-}
-
-/// The kernel's view: cachestat of the whole file.
-fn cs(p: &Path) -> sys::CacheStat {
-    let f = File::open(p).unwrap();
-    sys::cachestat(f.as_fd(), 0, 0).unwrap()
-}
-
 /// A second opinion from mincore (root owns everything here, so mincore tells the truth).
 fn mincore_pages(p: &Path) -> u64 {
     let f = File::open(p).unwrap();
     let len = f.metadata().unwrap().len();
     sys::mincore_count(f.as_fd(), 0, len, None).unwrap()
-}
-
-fn sync_and_evict(p: &Path) {
-    let f = File::open(p).unwrap();
-    f.sync_all().unwrap();
-    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::DontNeed).unwrap();
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "--- {:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
-        cmd,
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// Runs with a deadline: the never-block rule.

@@ -2,59 +2,21 @@
 //! measured with cachestat, pre-cached source pages kept, ENOSPC and SIGINT leaving no partial
 //! file under a final name.
 
+mod common;
+use common::*;
 use pagewise_core::sys;
 use std::fs::{self, File};
-use std::io::Write;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pagewise"))
-}
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
-
-fn write_file(p: &Path, size: usize) {
-    let mut f = File::create(p).unwrap();
-    let mut x: u64 = 0x2545F4914F6CDD1D ^ size as u64;
-    let mut buf = Vec::with_capacity(size + 8);
-    while buf.len() < size {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        buf.extend_from_slice(&x.to_le_bytes());
-    }
-    buf.truncate(size);
-    f.write_all(&buf).unwrap();
-}
-
-fn cached(p: &Path) -> u64 {
-    let f = File::open(p).unwrap();
-    sys::cachestat(f.as_fd(), 0, 0).unwrap().cache
-}
 
 fn evict(p: &Path) {
     let f = File::open(p).unwrap();
     f.sync_all().unwrap();
     sys::fadvise(f.as_fd(), 0, 0, sys::Advice::DontNeed).unwrap();
     assert_eq!(cached(p), 0);
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "--- {:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
-        cmd,
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn same(a: &Path, b: &Path) -> bool {

@@ -1,35 +1,17 @@
 //! End-to-end tests of `record`, `show`, `replay`, `evict --trace` and `load --trace`, against
 //! the kernel's own page-cache tracepoint and cachestat.
 
+mod common;
+use common::*;
 use pagewise_core::sys;
 use pagewise_core::trace::Trace;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 const PAGE: u64 = 4096;
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pagewise"))
-}
-
-fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "--- {:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
-        cmd,
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// Tracing needs root and tracefs; on this project's machines both are there, so the tests
 /// run. Elsewhere they say why they skip.

@@ -49,10 +49,7 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
     bar.finish();
     let code = render::exit_code(report.error_count);
     if stream {
-        for e in &report.errors {
-            render::print_json_line("error", e);
-        }
-        render::print_json_line("summary", &report);
+        render::print_stream_end(&report.errors, &report);
         return Ok(code);
     }
     if a.out.json {

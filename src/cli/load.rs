@@ -38,10 +38,7 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
     let code = render::exit_code(report.error_count);
     if a.out.json || a.out.json_lines {
         if a.out.json_lines {
-            for e in &report.errors {
-                render::print_json_line("error", e);
-            }
-            render::print_json_line("summary", &report);
+            render::print_stream_end(&report.errors, &report);
         } else {
             render::print_json(&report);
         }

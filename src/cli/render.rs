@@ -148,3 +148,11 @@ mod tests {
         assert_eq!(t, "PATH  SIZE\na     10 B\n");
     }
 }
+
+/// Ends a `--json-lines` stream: one line per error, then the summary.
+pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) {
+    for e in errors {
+        print_json_line("error", e);
+    }
+    print_json_line("summary", summary);
+}

@@ -76,10 +76,7 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
     }
     let code = render::exit_code(report.error_count);
     if stream {
-        for e in &report.errors {
-            render::print_json_line("error", e);
-        }
-        render::print_json_line("summary", &report);
+        render::print_stream_end(&report.errors, &report);
         return Ok(code);
     }
     if a.out.json {

@@ -116,6 +116,46 @@ pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<CacheStat
 // mmap + mincore(2), in bounded windows
 // ---------------------------------------------------------------------------------------------
 
+/// A read-only shared mapping of a file range, unmapped on drop. Private: the wrappers below
+/// hand out only what they compute from it, never the memory.
+struct Mapping {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapping {
+    /// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, off)` —
+    /// <https://man7.org/linux/man-pages/man2/mmap.2.html>.
+    fn new(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Mapping> {
+        // SAFETY: a fresh PROT_READ shared mapping of a file the caller holds open; it is never
+        // dereferenced by pagewise, only passed to mincore/madvise/mlock and unmapped on drop.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                off as libc::off_t,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            addr,
+            len: len as usize,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping this value owns.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
 /// Largest window mapped at once by [`mincore_count`]: 1 GiB of file needs a 256 KiB vector.
 pub const MINCORE_WINDOW: u64 = 1 << 30;
 
@@ -139,32 +179,13 @@ pub fn mincore_count(
     let mut resident = 0u64;
     while done < len {
         let win = (len - done).min(MINCORE_WINDOW);
-        let start = off + done;
-        // SAFETY: a fresh PROT_READ shared mapping of a file we hold open; nothing dereferences
-        // it, it is only handed to mincore and unmapped below.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                win as usize,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                start as libc::off_t,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        let map = Mapping::new(fd, off + done, win)?;
         let pages = win.div_ceil(page) as usize;
         vec.clear();
         vec.resize(pages, 0);
-        // SAFETY: addr spans `win` bytes of a live mapping and vec has one byte per page.
-        let r = unsafe { libc::mincore(addr, win as usize, vec.as_mut_ptr()) };
-        let err = io::Error::last_os_error();
-        // SAFETY: unmapping exactly the mapping created above.
-        unsafe { libc::munmap(addr, win as usize) };
-        if r < 0 {
-            return Err(err);
+        // SAFETY: map spans `win` bytes of a live mapping and vec has one byte per page.
+        if unsafe { libc::mincore(map.addr, map.len, vec.as_mut_ptr()) } < 0 {
+            return Err(io::Error::last_os_error());
         }
         for b in &vec {
             let present = b & 1 == 1;
@@ -523,8 +544,7 @@ pub fn name_os(name: &CStr) -> &OsStr {
 
 /// A read-only shared mapping of a file range locked with mlock(2); unlocked and unmapped on drop.
 pub struct LockedMapping {
-    addr: *mut libc::c_void,
-    len: usize,
+    _map: Mapping,
 }
 
 // SAFETY: the mapping is never dereferenced by pagewise; it only pins pages. Moving the handle
@@ -541,36 +561,12 @@ pub fn mmap_lock(
     off: u64,
     len: u64,
 ) -> Result<LockedMapping, (&'static str, io::Error)> {
-    // SAFETY: fresh read-only shared mapping of a file we hold open.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len as usize,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            off as libc::off_t,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(("mmap", io::Error::last_os_error()));
-    }
-    let m = LockedMapping {
-        addr,
-        len: len as usize,
-    };
-    // SAFETY: locks exactly the mapping created above.
-    if unsafe { libc::mlock(m.addr, m.len) } < 0 {
+    let map = Mapping::new(fd, off, len).map_err(|e| ("mmap", e))?;
+    // SAFETY: locks exactly the live mapping created above.
+    if unsafe { libc::mlock(map.addr, map.len) } < 0 {
         return Err(("mlock", io::Error::last_os_error()));
     }
-    Ok(m)
-}
-
-impl Drop for LockedMapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping (which also unlocks) exactly the mapping this value owns.
-        unsafe { libc::munmap(self.addr, self.len) };
-    }
+    Ok(LockedMapping { _map: map })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1033,34 +1029,18 @@ pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
-    // SAFETY: fresh read-only shared mapping of a file we hold open; never dereferenced here.
-    let addr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len as usize,
-            libc::PROT_READ,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            off as libc::off_t,
-        )
-    };
-    if addr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    let r = loop {
-        // SAFETY: addr/len describe the mapping created above.
-        let r = unsafe { libc::madvise(addr, len as usize, MADV_POPULATE_READ) };
+    let map = Mapping::new(fd, off, len)?;
+    loop {
+        // SAFETY: addr/len describe the live mapping created above.
+        let r = unsafe { libc::madvise(map.addr, map.len, MADV_POPULATE_READ) };
         if r == 0 {
-            break Ok(());
+            return Ok(());
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
-            break Err(e);
+            return Err(e);
         }
-    };
-    // SAFETY: unmapping exactly the mapping created above.
-    unsafe { libc::munmap(addr, len as usize) };
-    r
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
