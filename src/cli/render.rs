@@ -118,6 +118,14 @@ pub fn print_json_line<T: serde::Serialize>(kind: &str, v: &T) {
     let _ = writeln!(out);
 }
 
+/// Ends a `--json-lines` stream: one line per error, then the summary.
+pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) {
+    for e in errors {
+        print_json_line("error", e);
+    }
+    print_json_line("summary", summary);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,12 +155,4 @@ mod tests {
         ]);
         assert_eq!(t, "PATH  SIZE\na     10 B\n");
     }
-}
-
-/// Ends a `--json-lines` stream: one line per error, then the summary.
-pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) {
-    for e in errors {
-        print_json_line("error", e);
-    }
-    print_json_line("summary", summary);
 }
