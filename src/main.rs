@@ -23,6 +23,7 @@ fn main() {
         Command::Record(a) => cli::record::run(a),
         Command::Show(a) => cli::record::show(a),
         Command::Replay(a) => cli::record::replay(a),
+        Command::Run(a) => cli::record::run_cmd(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -57,6 +57,9 @@ pub enum Command {
     /// Re-issue a recorded read set in recorded, per-file or on-disk order and time it
     #[command(after_help = REPLAY_EXAMPLES)]
     Replay(ReplayArgs),
+    /// Run a command and drop again exactly the pages it brings into the page cache
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
     /// Print shell completions for SHELL to stdout
     Completions {
         #[arg(value_enum)]
@@ -124,6 +127,16 @@ Examples:
   pagewise replay --compare --direct app.trace     all orders, cold, side by side
   pagewise replay --order disk --depth 64 app.trace
   hyperfine --prepare 'pagewise evict --trace app.trace' './app'   selectively cold start";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  pagewise run -- tar cf /backup/home.tar /home        the backup leaves the cache as it was
+  pagewise run --max-cache 16M -- grep -r needle /data
+  pagewise run --keep-written --report run.json -- rsync -a /src /dst
+
+The command's stdin/stdout/stderr are untouched; pagewise's report goes to stderr (or
+--report FILE as JSON). Exit code: the command's own (128+N when killed by signal N); 1 when
+tracing is impossible (needs root or CAP_SYS_ADMIN with tracefs).";
 
 /// Where the files come from and which of them count: shared by every verb.
 #[derive(Args, Debug, Clone)]
@@ -341,6 +354,25 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value_t = TraceFormat::Binary)]
     pub format: TraceFormat,
     /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
+    #[arg(long, value_name = "KIB", default_value_t = 32768)]
+    pub buffer_kb: u64,
+    /// The command and its arguments
+    #[arg(required = true, last = true)]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Drop the command's pages whenever more than SIZE of them are cached
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size_arg)]
+    pub max_cache: u64,
+    /// Leave the pages of files the command wrote alone
+    #[arg(long)]
+    pub keep_written: bool,
+    /// Write the report as JSON to FILE instead of a line on stderr
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Ring buffer per CPU in KiB
     #[arg(long, value_name = "KIB", default_value_t = 32768)]
     pub buffer_kb: u64,
     /// The command and its arguments

@@ -1,7 +1,7 @@
 //! `record`, `show`, `replay`, and the trace side of `evict`/`load`.
 
 use super::render::{self, bytes};
-use super::{OrderArg, RecordArgs, ReplayArgs, ShowArgs, TraceFormat};
+use super::{OrderArg, RecordArgs, ReplayArgs, RunArgs, ShowArgs, TraceFormat};
 use pagewise_core::replay::{self, Order, ReplayOptions, TraceCacheReport};
 use pagewise_core::trace::{self, RecordOptions, Trace};
 use std::io::Write;
@@ -174,4 +174,34 @@ pub fn cache_verb(
         );
     }
     Ok(render::exit_code(r.error_count))
+}
+
+/// `pagewise run`.
+pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
+    let opts = pagewise_core::run::RunOptions {
+        max_cache: a.max_cache,
+        keep_written: a.keep_written,
+        buffer_kb: a.buffer_kb,
+    };
+    let r = pagewise_core::run::run(&a.command, &opts).map_err(|e| format!("run: {e}"))?;
+    let page = pagewise_core::sys::page_size();
+    if let Some(path) = &a.report {
+        let json = serde_json::to_vec_pretty(&r).map_err(|e| e.to_string())?;
+        std::fs::write(path, json).map_err(|e| format!("{}: write failed: {e}", path.display()))?;
+    } else {
+        render::report_problems("run", &r.errors, r.error_count, &[]);
+        eprintln!(
+            "pagewise run: the command brought {} into the page cache; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",
+            bytes(r.pages_added * page),
+            bytes(r.pages_dropped * page),
+            bytes(r.pages_left * page),
+            bytes(r.pages_left_dirty * page),
+            bytes(r.pages_left_mapped_or_busy * page),
+            if r.pages_kept_written > 0 { format!(", {} of written files kept", bytes(r.pages_kept_written * page)) } else { String::new() },
+            if r.lost_events > 0 { format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events) } else { String::new() },
+            r.files,
+            r.elapsed_s
+        );
+    }
+    Ok(r.exit_code)
 }

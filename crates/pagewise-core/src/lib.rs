@@ -10,6 +10,7 @@ pub mod evict;
 pub mod load;
 pub mod replay;
 pub mod residency;
+pub mod run;
 pub mod sys;
 pub mod trace;
 pub mod walk;

@@ -1,0 +1,348 @@
+//! `run`: run any command, and drop again exactly the pages it brought into the page cache.
+//!
+//! The same tracepoint as `record` (one tracefs instance following the command's process tree)
+//! says which pages the command added. Those pages, and only those, are dropped: whenever the
+//! command's outstanding footprint exceeds `max_cache` (drop-behind), and all of them when it
+//! exits. Pages that were cached before the command touched them never produce an event, so
+//! they stay. Written pages are written back (one batched wait) before they are dropped, unless
+//! `keep_written`. Works for static binaries and mmap readers alike: nothing is injected into
+//! the command.
+
+use crate::error::{ErrorLog, FileError};
+use crate::sys::{self, Advice};
+use crate::trace::tracefs::{self, Instance};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Options of `run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Drop the command's pages whenever more than this many bytes of them are outstanding.
+    pub max_cache: u64,
+    /// Leave the pages of files the command wrote alone.
+    pub keep_written: bool,
+    /// Ring buffer per CPU, KiB.
+    pub buffer_kb: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            max_cache: 64 << 20,
+            keep_written: false,
+            buffer_kb: 32 * 1024,
+        }
+    }
+}
+
+/// What `run` did to the page cache.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunReport {
+    /// The command's exit code (128 + signal when it was killed).
+    pub exit_code: i32,
+    pub elapsed_s: f64,
+    /// Pages the command brought into the cache (events seen).
+    pub pages_added: u64,
+    /// Pages dropped again, as cachestat measured them before and after each drop.
+    pub pages_dropped: u64,
+    /// Pages of the command's that were still cached after the final drop, by reason.
+    pub pages_left: u64,
+    pub pages_left_dirty: u64,
+    pub pages_left_mapped_or_busy: u64,
+    /// Pages of written files left alone (--keep-written).
+    pub pages_kept_written: u64,
+    /// Drop-behind passes while the command ran (beyond the final one).
+    pub drops_while_running: u64,
+    pub files: u64,
+    /// Files that could not be opened to drop their pages (gone, or no handle support).
+    pub files_unreachable: u64,
+    /// Events the kernel lost (ring buffer overrun): their pages may stay cached.
+    pub lost_events: u64,
+    pub errors: Vec<FileError>,
+    pub error_count: u64,
+}
+
+type FileKey = (u32, u32, u64);
+
+/// The command's outstanding pages, per file.
+#[derive(Default)]
+struct Pending {
+    files: HashMap<FileKey, Vec<(u64, u64)>>,
+    pages: u64,
+}
+
+struct Dropper {
+    opts: RunOptions,
+    fds: Mutex<HashMap<FileKey, Option<OwnedFd>>>,
+    mounts: Mutex<Option<HashMap<(u32, u32), PathBuf>>>,
+    written: Mutex<std::collections::HashSet<FileKey>>,
+    report: Mutex<RunReport>,
+    errors: ErrorLog,
+}
+
+impl Dropper {
+    fn open(&self, key: FileKey) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let mut fds = self.fds.lock().unwrap();
+        let e = fds.entry(key).or_insert_with(|| {
+            let f = crate::trace::TraceFile {
+                dev_major: key.0,
+                dev_minor: key.1,
+                ino: key.2,
+                size: 0,
+                path: None,
+                path_bytes: None,
+                deleted: false,
+            };
+            crate::trace::open_file(&f, &self.mounts).ok()
+        });
+        e.as_ref().map(|fd| fd.as_raw_fd())
+    }
+
+    /// Drops every pending range: writeback started for all dirty ranges first, then one wait
+    /// per range, then DONTNEED; counts from cachestat before and after. Returns the ranges
+    /// where pages stayed (typically still under read I/O: readahead reports pages when it
+    /// queues them), so the caller can try them again.
+    fn drop_pending(&self, pending: Pending) -> Pending {
+        let mut stayed = Pending::default();
+        let page = sys::page_size();
+        let mut work: Vec<(FileKey, std::os::fd::RawFd, Vec<(u64, u64)>)> = Vec::new();
+        for (key, mut ranges) in pending.files {
+            let Some(fd) = self.open(key) else {
+                self.report.lock().unwrap().files_unreachable += 1;
+                continue;
+            };
+            ranges.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (i, n) in ranges {
+                match merged.last_mut() {
+                    Some(m) if i <= m.0 + m.1 => m.1 = m.1.max(i + n - m.0),
+                    _ => merged.push((i, n)),
+                }
+            }
+            work.push((key, fd, merged));
+        }
+        let fds = self.fds.lock().unwrap();
+        let borrow = |key: &FileKey| fds.get(key).and_then(|f| f.as_ref()).map(|f| f.as_fd());
+        // Start writeback of everything dirty at once, so the waits below overlap.
+        for (key, _, ranges) in &work {
+            let Some(fd) = borrow(key) else { continue };
+            for &(i, n) in ranges {
+                if sys::cachestat(fd, i * page, n * page).is_ok_and(|c| c.dirty > 0) {
+                    self.written.lock().unwrap().insert(*key);
+                    if !self.opts.keep_written {
+                        let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
+                    }
+                }
+            }
+        }
+        let mut dropped = 0;
+        let mut kept = 0;
+        for (key, _, ranges) in &work {
+            let Some(fd) = borrow(key) else { continue };
+            let written = self.written.lock().unwrap().contains(key);
+            for &(i, n) in ranges {
+                let (off, len) = (i * page, n * page);
+                let before = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(0);
+                if written && self.opts.keep_written {
+                    kept += before;
+                    continue;
+                }
+                let _ = sys::sync_file_range(
+                    fd,
+                    off,
+                    len,
+                    sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
+                );
+                if let Err(e) = sys::fadvise(fd, off, len, Advice::DontNeed) {
+                    self.errors.push(FileError::io(
+                        std::path::Path::new(&format!("<{}:{} inode {}>", key.0, key.1, key.2)),
+                        "fadvise(DONTNEED)",
+                        &e,
+                    ));
+                    continue;
+                }
+                let after = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(0);
+                dropped += before.saturating_sub(after);
+                if after > 0 {
+                    stayed.files.entry(*key).or_default().push((i, n));
+                    stayed.pages += after;
+                }
+            }
+        }
+        let mut r = self.report.lock().unwrap();
+        r.pages_dropped += dropped;
+        r.pages_kept_written += kept;
+        stayed
+    }
+
+    /// After the final drop: what of the command's pages is still cached, and why.
+    fn measure_left(&self, all: &HashMap<FileKey, Vec<(u64, u64)>>) {
+        let page = sys::page_size();
+        let fds = self.fds.lock().unwrap();
+        let written = self.written.lock().unwrap();
+        let (mut left, mut dirty) = (0, 0);
+        for (key, ranges) in all {
+            if self.opts.keep_written && written.contains(key) {
+                continue;
+            }
+            let Some(Some(fd)) = fds.get(key) else {
+                continue;
+            };
+            for &(i, n) in ranges {
+                if let Ok(c) = sys::cachestat(fd.as_fd(), i * page, n * page) {
+                    left += c.cache;
+                    dirty += c.dirty + c.writeback;
+                }
+            }
+        }
+        let mut r = self.report.lock().unwrap();
+        r.pages_left = left;
+        r.pages_left_dirty = dirty;
+        r.pages_left_mapped_or_busy = left.saturating_sub(dirty);
+    }
+}
+
+/// The error to show when tracing is impossible, with what the user can do instead.
+pub fn no_tracing_hint(e: &tracefs::TraceUnavailable) -> String {
+    format!(
+        "{e}. pagewise run needs the page-cache tracepoints (root, or CAP_SYS_ADMIN with tracefs). \
+         Without them, a cgroup memory limit also keeps a command's cache small, e.g.: \
+         systemd-run --scope -p MemoryHigh=256M -- CMD"
+    )
+}
+
+/// Runs `cmd` and drops the pages it brings into the page cache. stdin/stdout/stderr are
+/// inherited; SIGINT and SIGTERM received by pagewise are forwarded to the command.
+pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Error> {
+    let Some((prog, args)) = cmd.split_first() else {
+        return Err(crate::Error::Invalid {
+            what: "command",
+            message: "nothing to run".into(),
+        });
+    };
+    sys::raise_nofile_limit();
+    let inst = Instance::new(&[crate::trace::ADD_EVENT], opts.buffer_kb)
+        .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
+    let dropper = Arc::new(Dropper {
+        opts: opts.clone(),
+        fds: Mutex::new(HashMap::new()),
+        mounts: Mutex::new(None),
+        written: Mutex::new(Default::default()),
+        report: Mutex::new(RunReport::default()),
+        errors: ErrorLog::default(),
+    });
+    let pending = Arc::new(Mutex::new(Pending::default()));
+    let all: Arc<Mutex<HashMap<FileKey, Vec<(u64, u64)>>>> = Arc::default();
+    let added = Arc::new(AtomicU64::new(0));
+    let me = std::process::id();
+    let page = sys::page_size();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (p2, a2, ad2) = (pending.clone(), all.clone(), added.clone());
+    let reader = inst
+        .reader(stop.clone(), move |line| {
+            let Some(e) = tracefs::parse_line(line) else {
+                return;
+            };
+            if e.pid == me || e.fault {
+                return;
+            }
+            let key = (e.dev_major, e.dev_minor, e.ino);
+            let r = (e.ofs / page, 1u64 << e.order.min(20));
+            ad2.fetch_add(r.1, Ordering::Relaxed);
+            let mut p = p2.lock().unwrap();
+            p.files.entry(key).or_default().push(r);
+            p.pages += r.1;
+            a2.lock().unwrap().entry(key).or_default().push(r);
+        })
+        .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
+    // Drop-behind: a thread that drops whenever the outstanding footprint passes the limit.
+    let limit_pages = (opts.max_cache / page).max(1);
+    let dropper_thread = {
+        let (pending, dropper, stop) = (pending.clone(), dropper.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let over = pending.lock().unwrap().pages > limit_pages;
+                if over {
+                    let batch = std::mem::take(&mut *pending.lock().unwrap());
+                    let stayed = dropper.drop_pending(batch);
+                    dropper.report.lock().unwrap().drops_while_running += 1;
+                    // Pages still in flight: retry them with the next pass.
+                    let mut p = pending.lock().unwrap();
+                    let retry = stayed.pages;
+                    p.pages += stayed.pages;
+                    for (k, v) in stayed.files {
+                        p.files.entry(k).or_default().extend(v);
+                    }
+                    drop(p);
+                    if retry > 0 {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        })
+    };
+    let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
+    let interrupted = sys::interrupt_flag();
+    inst.follow(&[me]).map_err(fail)?;
+    inst.enable().map_err(fail)?;
+    let start = std::time::Instant::now();
+    let mut child = std::process::Command::new(prog)
+        .args(args)
+        .spawn()
+        .map_err(|e| crate::Error::Io {
+            path: prog.into(),
+            op: "spawn",
+            source: e,
+        })?;
+    // Forward SIGINT/SIGTERM (pagewise's handler only sets a flag).
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => return Err(crate::Error::Other(format!("wait for the command: {e}"))),
+        }
+        if interrupted.swap(false, Ordering::SeqCst) {
+            let _ = sys::kill(child.id(), libc::SIGTERM);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let elapsed = start.elapsed().as_secs_f64();
+    // Let the reader catch up with the last events, then stop tracing and drop the rest.
+    std::thread::sleep(Duration::from_millis(20));
+    let _ = inst.disable();
+    stop.store(true, Ordering::Release);
+    let _ = reader.join();
+    let _ = dropper_thread.join();
+    let lost = inst.lost();
+    drop(inst);
+    // The final pass covers everything the command added, not only what is pending: pages
+    // still under read I/O during a drop-behind pass could not be dropped then.
+    pending.lock().unwrap().files.clear();
+    let all = std::mem::take(&mut *all.lock().unwrap());
+    let _ = dropper.drop_pending(Pending {
+        files: all.clone(),
+        pages: 0,
+    });
+    dropper.measure_left(&all);
+    use std::os::unix::process::ExitStatusExt;
+    let mut r = std::mem::take(&mut *dropper.report.lock().unwrap());
+    r.exit_code = status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
+    r.elapsed_s = elapsed;
+    r.pages_added = added.load(Ordering::Relaxed);
+    r.files = all.len() as u64;
+    r.lost_events = lost;
+    r.error_count = dropper.errors.count();
+    r.errors = dropper.errors.take();
+    Ok(r)
+}
