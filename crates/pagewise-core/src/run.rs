@@ -69,11 +69,13 @@ pub struct RunReport {
 }
 
 type FileKey = (u32, u32, u64);
+/// Page ranges `(first page, pages)` per file.
+type PageMap = HashMap<FileKey, Vec<(u64, u64)>>;
 
 /// The command's outstanding pages, per file.
 #[derive(Default)]
 struct Pending {
-    files: HashMap<FileKey, Vec<(u64, u64)>>,
+    files: PageMap,
     pages: u64,
 }
 
@@ -112,12 +114,12 @@ impl Dropper {
     fn drop_pending(&self, pending: Pending) -> Pending {
         let mut stayed = Pending::default();
         let page = sys::page_size();
-        let mut work: Vec<(FileKey, std::os::fd::RawFd, Vec<(u64, u64)>)> = Vec::new();
+        let mut work: Vec<(FileKey, Vec<(u64, u64)>)> = Vec::new();
         for (key, mut ranges) in pending.files {
-            let Some(fd) = self.open(key) else {
+            if self.open(key).is_none() {
                 self.report.lock().unwrap().files_unreachable += 1;
                 continue;
-            };
+            }
             ranges.sort_unstable();
             let mut merged: Vec<(u64, u64)> = Vec::new();
             for (i, n) in ranges {
@@ -126,12 +128,12 @@ impl Dropper {
                     _ => merged.push((i, n)),
                 }
             }
-            work.push((key, fd, merged));
+            work.push((key, merged));
         }
         let fds = self.fds.lock().unwrap();
         let borrow = |key: &FileKey| fds.get(key).and_then(|f| f.as_ref()).map(|f| f.as_fd());
         // Start writeback of everything dirty at once, so the waits below overlap.
-        for (key, _, ranges) in &work {
+        for (key, ranges) in &work {
             let Some(fd) = borrow(key) else { continue };
             for &(i, n) in ranges {
                 if sys::cachestat(fd, i * page, n * page).is_ok_and(|c| c.dirty > 0) {
@@ -144,7 +146,7 @@ impl Dropper {
         }
         let mut dropped = 0;
         let mut kept = 0;
-        for (key, _, ranges) in &work {
+        for (key, ranges) in &work {
             let Some(fd) = borrow(key) else { continue };
             let written = self.written.lock().unwrap().contains(key);
             for &(i, n) in ranges {
@@ -183,7 +185,7 @@ impl Dropper {
     }
 
     /// After the final drop: what of the command's pages is still cached, and why.
-    fn measure_left(&self, all: &HashMap<FileKey, Vec<(u64, u64)>>) {
+    fn measure_left(&self, all: &PageMap) {
         let page = sys::page_size();
         let fds = self.fds.lock().unwrap();
         let written = self.written.lock().unwrap();
@@ -239,7 +241,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         errors: ErrorLog::default(),
     });
     let pending = Arc::new(Mutex::new(Pending::default()));
-    let all: Arc<Mutex<HashMap<FileKey, Vec<(u64, u64)>>>> = Arc::default();
+    let all: Arc<Mutex<PageMap>> = Arc::default();
     let added = Arc::new(AtomicU64::new(0));
     let me = std::process::id();
     let page = sys::page_size();
