@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use pagewise_core::sys;
-use std::fs::File;
+use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -62,4 +62,73 @@ pub fn sync_and_evict(p: &Path) {
     let f = File::open(p).unwrap();
     f.sync_all().unwrap();
     sys::fadvise(f.as_fd(), 0, 0, sys::Advice::DontNeed).unwrap();
+}
+
+/// A helper that maps a file with MADV_RANDOM (no readahead) and touches the given pages:
+/// compiled from C when a compiler is there, else the same in Python.
+pub fn toucher(dir: &Path) -> Vec<String> {
+    let src = dir.join("touch.c");
+    fs::write(
+        &src,
+        r#"#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+int main(int argc, char **argv) {
+    int fd = open(argv[1], O_RDONLY);
+    struct stat st; fstat(fd, &st);
+    volatile unsigned char *m = mmap(0, st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    madvise((void *)m, st.st_size, MADV_RANDOM);
+    unsigned s = 0;
+    for (int i = 2; i < argc; i++) s += m[atol(argv[i]) * 4096];
+    return s == 12345678 ? 1 : 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("touch");
+    let ok = Command::new("cc")
+        .arg("-O2")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if ok {
+        return vec![exe.to_string_lossy().into_owned()];
+    }
+    eprintln!("note: no C compiler; using the Python toucher");
+    let py = dir.join("touch.py");
+    fs::write(
+        &py,
+        "import mmap,sys\nf=open(sys.argv[1],'rb')\nm=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ)\nm.madvise(mmap.MADV_RANDOM)\ns=sum(m[int(p)*4096] for p in sys.argv[2:])\n",
+    )
+    .unwrap();
+    vec!["python3".into(), py.to_string_lossy().into_owned()]
+}
+
+/// Compiles a small C program (statically when `static_link`); None without a C compiler.
+pub fn compile_c(
+    dir: &Path,
+    name: &str,
+    src: &str,
+    static_link: bool,
+) -> Option<std::path::PathBuf> {
+    let c = dir.join(format!("{name}.c"));
+    fs::write(&c, src).unwrap();
+    let exe = dir.join(name);
+    let mut cmd = Command::new("cc");
+    cmd.arg("-O2");
+    if static_link {
+        cmd.arg("-static");
+    }
+    let ok = cmd
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then_some(exe)
 }

@@ -1,0 +1,198 @@
+//! End-to-end tests of `pagewise run`: the command's pages are dropped again (cachestat says
+//! so), pages cached before stay, the command's I/O and exit status pass through.
+
+mod common;
+use common::*;
+use pagewise_core::sys;
+use std::fs;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+fn can_trace() -> bool {
+    if sys::euid() != 0 {
+        eprintln!("skipped: pagewise run needs root for tracing");
+        return false;
+    }
+    true
+}
+
+fn cold_file(p: &Path, size: usize) {
+    write_file(p, size);
+    sync_and_evict(p);
+    assert_eq!(cached(p), 0);
+}
+
+#[test]
+fn a_static_binary_reading_a_file_leaves_no_cache() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("data");
+    cold_file(&data, 8 << 20);
+    let src = r#"#include <fcntl.h>
+#include <unistd.h>
+int main(int c, char **v) { char b[65536]; int fd = open(v[1], O_RDONLY); long n = 0, r;
+  while ((r = read(fd, b, sizeof b)) > 0) n += r; return n > 0 ? 0 : 1; }"#;
+    let Some(exe) = compile_c(t.path(), "reader", src, true) else {
+        eprintln!("skipped: no C compiler with static libc (cc -static)");
+        return;
+    };
+    let out = run(bin().arg("run").arg("--").arg(&exe).arg(&data));
+    assert!(out.status.success());
+    assert_eq!(cached(&data), 0, "the static reader's pages were dropped");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dropped 8.0 MiB"));
+}
+
+#[test]
+fn an_mmap_reader_leaves_no_cache() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("data");
+    cold_file(&data, 1 << 20);
+    let mut cmd = toucher(t.path());
+    cmd.push(data.to_string_lossy().into_owned());
+    cmd.extend(["1", "100", "200"].map(String::from));
+    let out = run(bin().arg("run").arg("--").args(&cmd));
+    assert!(out.status.success());
+    assert_eq!(cached(&data), 0);
+}
+
+#[test]
+fn a_pipeline_of_children_and_precached_files() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let (warm, cold) = (t.path().join("warm"), t.path().join("cold"));
+    cold_file(&cold, 4 << 20);
+    write_file(&warm, 4 << 20);
+    fs::read(&warm).unwrap();
+    let warm_pages = cached(&warm);
+    assert_eq!(warm_pages, 1024);
+    let script = format!("cat {} {} | wc -c", warm.display(), cold.display());
+    let out = run(bin().args(["run", "--", "sh", "-c", &script]));
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (8u64 << 20).to_string(),
+        "stdout passes through"
+    );
+    assert_eq!(cached(&cold), 0, "pages the pipeline brought in are gone");
+    assert_eq!(
+        cached(&warm),
+        warm_pages,
+        "pages cached before the command stay cached"
+    );
+}
+
+#[test]
+fn written_files_are_written_back_and_dropped_or_kept() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    cold_file(&src, 2 << 20);
+    for keep in [false, true] {
+        let dst = t.path().join(format!("dst-{keep}"));
+        let script = format!("cat {} > {}", src.display(), dst.display());
+        let mut c = bin();
+        c.arg("run");
+        if keep {
+            c.arg("--keep-written");
+        }
+        let out = run(c.args(["--", "sh", "-c", &script]));
+        assert!(out.status.success());
+        if !keep {
+            let f = fs::File::open(&dst).unwrap();
+            assert_eq!(
+                sys::cachestat(f.as_fd(), 0, 0).unwrap().cache,
+                0,
+                "written pages written back and dropped"
+            );
+        }
+        // Content check last: reading caches the file again.
+        assert_eq!(fs::read(&dst).unwrap().len(), 2 << 20);
+        sync_and_evict(&src);
+    }
+    let dst = t.path().join("dst-keep");
+    let script = format!("cat {} > {}", src.display(), dst.display());
+    assert!(
+        run(bin().args(["run", "--keep-written", "--", "sh", "-c", &script]))
+            .status
+            .success()
+    );
+    assert!(
+        cached(&dst) >= 500,
+        "--keep-written leaves the written file cached"
+    );
+}
+
+#[test]
+fn exit_status_and_report_file() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let report = t.path().join("r.json");
+    let out = run(bin().arg("run").arg("--report").arg(&report).args([
+        "--",
+        "sh",
+        "-c",
+        "echo hi; exit 7",
+    ]));
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(v["exit_code"], 7);
+    assert_eq!(v["lost_events"], 0);
+}
+
+#[test]
+fn max_cache_bounds_the_footprint_while_running() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("big");
+    cold_file(&data, 384 << 20);
+    let peak = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, done, data) = (peak.clone(), done.clone(), data.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(cached(&data), Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+    };
+    let st = bin()
+        .args(["run", "--max-cache", "32M", "--", "cat"])
+        .arg(&data)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    sampler.join().unwrap();
+    assert!(st.success());
+    let peak_mib = peak.load(Ordering::Relaxed) * 4096 >> 20;
+    eprintln!("peak {peak_mib} MiB with --max-cache 32M");
+    assert!(
+        peak_mib <= 96,
+        "footprint stayed near the limit: peak {peak_mib} MiB"
+    );
+    assert_eq!(cached(&data), 0);
+}
+
+#[test]
+fn without_a_command_is_a_usage_error() {
+    let out = run(Command::new(env!("CARGO_BIN_EXE_pagewise")).arg("run"));
+    assert_eq!(out.status.code(), Some(1));
+}
