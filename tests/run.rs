@@ -182,7 +182,7 @@ fn max_cache_bounds_the_footprint_while_running() {
     done.store(true, Ordering::Relaxed);
     sampler.join().unwrap();
     assert!(st.success());
-    let peak_mib = peak.load(Ordering::Relaxed) * 4096 >> 20;
+    let peak_mib = (peak.load(Ordering::Relaxed) * 4096) >> 20;
     eprintln!("peak {peak_mib} MiB with --max-cache 32M");
     assert!(
         peak_mib <= 96,
