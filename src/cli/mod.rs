@@ -106,9 +106,9 @@ Examples:
   pagewise copy --verify --fsync db/ /backup/db   durable, and re-read from disk to compare
   pagewise copy --cache drop-behind a b           force a strategy
 
-Strategies (--cache): auto picks direct (O_DIRECT, many I/Os in flight) for files of 1 MiB and
-more and dontcache (RWF_DONTCACHE) below, falling back to drop-behind where the filesystem
-refuses; buffered leaves both files cached, like cp.
+Strategies (--cache): auto picks dontcache (RWF_DONTCACHE) where the filesystem has it, else
+direct (O_DIRECT, many I/Os in flight) for files of 1 MiB and more, else drop-behind;
+buffered leaves both files cached, like cp.
 
 Exit codes: 0 success, 1 fatal error, 2 some files failed, 130 interrupted (no partial file is
 left under a final name).";
