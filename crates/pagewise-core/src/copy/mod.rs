@@ -187,7 +187,9 @@ impl Ctx<'_> {
     /// then O_DIRECT for large files (where the filesystem lacks DONTCACHE), then drop-behind.
     fn chain(&self, dev: u64, size: u64) -> Vec<Strategy> {
         let mut v: Vec<Strategy> = match self.opts.strategy {
-            Strategy::Auto if size >= self.opts.direct_min => vec![Strategy::Dontcache, Strategy::Direct, Strategy::DropBehind],
+            Strategy::Auto if size >= self.opts.direct_min => {
+                vec![Strategy::Dontcache, Strategy::Direct, Strategy::DropBehind]
+            }
             Strategy::Auto | Strategy::Dontcache => vec![Strategy::Dontcache, Strategy::DropBehind],
             Strategy::Direct => vec![Strategy::Direct, Strategy::Dontcache, Strategy::DropBehind],
             s => vec![s],
