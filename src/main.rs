@@ -24,6 +24,7 @@ fn main() {
         Command::Show(a) => cli::record::show(a),
         Command::Replay(a) => cli::record::replay(a),
         Command::Run(a) => cli::record::run_cmd(a),
+        Command::Assist(a) => cli::assist::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

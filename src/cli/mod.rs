@@ -1,5 +1,6 @@
 //! Command-line definitions: clap derive -> validated library options. No syscalls here.
 
+pub mod assist;
 pub mod copy;
 pub mod evict;
 pub mod load;
@@ -60,6 +61,10 @@ pub enum Command {
     /// Run a command and drop again exactly the pages it brings into the page cache
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
+    /// Prefetch for running processes that mmap and read at random (Lustre-style range
+    /// readahead), or simulate the predictor on a recorded trace
+    #[command(after_help = ASSIST_EXAMPLES)]
+    Assist(AssistArgs),
     /// Print shell completions for SHELL to stdout
     Completions {
         #[arg(value_enum)]
@@ -71,6 +76,21 @@ pub enum Command {
         dir: PathBuf,
     },
 }
+
+const ASSIST_EXAMPLES: &str = "\
+Examples:
+  pagewise assist -p $(pidof postgres)          assist running processes until they exit
+  pagewise run --assist --max-cache none -- fio job.fio
+  pagewise record --faults -o fio.trace -- fio job.fio
+  pagewise assist --simulate fio.trace          hit rate with and without the range detector
+
+How it works: the target's page faults (tracepoint mm_filemap_fault) feed a predictor with
+sequential, stride and range detectors. The range detector (Lustre LU-13669) groups faults
+within --range of each other into clusters; on the next miss it prefetches a window of the last
+cluster's span (at least --min-window) with fadvise(WILLNEED), starting at the fault when the
+last cluster was read upwards (--centred: centred on it, as Lustre does). Hits prefetch nothing.
+
+Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, bad trace).";
 
 const STAT_EXAMPLES: &str = "\
 Examples:
@@ -356,16 +376,75 @@ pub struct RecordArgs {
     /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
     #[arg(long, value_name = "KIB", default_value_t = 32768)]
     pub buffer_kb: u64,
+    /// Also record the command's page faults on file mappings (for `assist --simulate`)
+    #[arg(long)]
+    pub faults: bool,
     /// The command and its arguments
     #[arg(required = true, last = true)]
     pub command: Vec<std::ffi::OsString>,
 }
 
+/// Tuning of the assist predictor.
+#[derive(Args, Debug, Clone)]
+pub struct AssistTuning {
+    /// Cluster radius: a fault within SIZE of the previous one joins its cluster
+    #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size_arg)]
+    pub range: u64,
+    /// Smallest prefetch window
+    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = parse_size_arg)]
+    pub min_window: u64,
+    /// Largest prefetch window
+    #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_size_arg)]
+    pub max_window: u64,
+    /// Centre range windows on the fault (Lustre) even when clusters are read upwards
+    #[arg(long)]
+    pub centred: bool,
+    /// Turn off the range detector
+    #[arg(long)]
+    pub no_range: bool,
+    /// Turn off the sequential detector
+    #[arg(long)]
+    pub no_sequential: bool,
+    /// Turn off the stride detector
+    #[arg(long)]
+    pub no_stride: bool,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "simulate"])))]
+pub struct AssistArgs {
+    /// Processes to assist (all their threads, and children they start from now on)
+    #[arg(short = 'p', long = "pid", value_name = "PID", num_args = 1..)]
+    pub pid: Vec<u32>,
+    /// Replay the faults of a trace (`record --faults`) through the predictor instead
+    #[arg(long, value_name = "TRACE")]
+    pub simulate: Option<PathBuf>,
+    /// With --simulate: time from a fault to its prefetch being ready
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration, requires = "simulate")]
+    pub latency: Duration,
+    /// Stop after DURATION even if the processes still run
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "simulate")]
+    pub for_: Option<Duration>,
+    /// Ring buffer per CPU in KiB
+    #[arg(long, value_name = "KIB", default_value_t = 8192)]
+    pub buffer_kb: u64,
+    #[command(flatten)]
+    pub tuning: AssistTuning,
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Drop the command's pages whenever more than SIZE of them are cached
-    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size_arg)]
+    /// Drop the command's pages whenever more than SIZE of them are cached ('none': only when
+    /// the command exits)
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_limit_arg)]
     pub max_cache: u64,
+    /// Prefetch for the command like `pagewise assist` (the prefetched pages are dropped too)
+    #[arg(long)]
+    pub assist: bool,
+    #[command(flatten)]
+    pub tuning: AssistTuning,
     /// Leave the pages of files the command wrote alone
     #[arg(long)]
     pub keep_written: bool,
@@ -469,6 +548,14 @@ pub struct CopyArgs {
 
 fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
+}
+
+/// A size, or `none`/`off`/`unlimited` for no limit.
+fn parse_limit_arg(s: &str) -> Result<u64, String> {
+    match s {
+        "none" | "off" | "unlimited" => Ok(u64::MAX),
+        _ => parse_size(s),
+    }
 }
 
 /// Parses `500ms`, `30s`, `10m`, `2h`, `1d` or a plain number of seconds.

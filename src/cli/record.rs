@@ -50,6 +50,7 @@ pub fn run(a: RecordArgs) -> Result<i32, String> {
         &a.command,
         &RecordOptions {
             buffer_kb: a.buffer_kb,
+            faults: a.faults,
         },
     )
     .map_err(|e| format!("record: {e}"))?;
@@ -182,6 +183,7 @@ pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
         max_cache: a.max_cache,
         keep_written: a.keep_written,
         buffer_kb: a.buffer_kb,
+        assist: a.assist.then(|| super::assist::options(&a.tuning, 8192)),
     };
     let r = pagewise_core::run::run(&a.command, &opts).map_err(|e| format!("run: {e}"))?;
     let page = pagewise_core::sys::page_size();
@@ -202,6 +204,9 @@ pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
             r.files,
             r.elapsed_s
         );
+        if let Some(ar) = &r.assist {
+            super::assist::print_live(ar);
+        }
     }
     Ok(r.exit_code)
 }

@@ -582,6 +582,7 @@ mod tests {
                     pages,
                 })
                 .collect(),
+            faults: None,
         }
     }
 

@@ -29,6 +29,9 @@ pub struct RunOptions {
     pub keep_written: bool,
     /// Ring buffer per CPU, KiB.
     pub buffer_kb: u64,
+    /// Also prefetch for the command (`run --assist`); its prefetches are dropped like its own
+    /// pages.
+    pub assist: Option<crate::assist::live::AssistOptions>,
 }
 
 impl Default for RunOptions {
@@ -37,9 +40,14 @@ impl Default for RunOptions {
             max_cache: 64 << 20,
             keep_written: false,
             buffer_kb: 32 * 1024,
+            assist: None,
         }
     }
 }
+
+/// Prefetched windows join the drop-behind only after this long, so they are not dropped
+/// before the command reads them.
+const PREFETCH_GRACE: Duration = Duration::from_millis(500);
 
 /// What `run` did to the page cache.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -66,6 +74,9 @@ pub struct RunReport {
     pub lost_events: u64,
     pub errors: Vec<FileError>,
     pub error_count: u64,
+    /// What `--assist` did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assist: Option<crate::assist::live::AssistReport>,
 }
 
 type FileKey = (u32, u32, u64);
@@ -230,8 +241,19 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         });
     };
     sys::raise_nofile_limit();
-    let inst = Instance::new(&[crate::trace::ADD_EVENT], opts.buffer_kb)
+    let events: &[&str] = if opts.assist.is_some() {
+        &crate::assist::live::EVENTS
+    } else {
+        &[crate::trace::ADD_EVENT]
+    };
+    let inst = Instance::new(events, opts.buffer_kb)
         .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
+    let assistant = opts
+        .assist
+        .as_ref()
+        .map(|a| Arc::new(Mutex::new(crate::assist::live::Assistant::new(a))));
+    type Delayed = std::collections::VecDeque<(std::time::Instant, FileKey, (u64, u64))>;
+    let delayed: Arc<Mutex<Delayed>> = Arc::default();
     let dropper = Arc::new(Dropper {
         opts: opts.clone(),
         fds: Mutex::new(HashMap::new()),
@@ -247,12 +269,28 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     let page = sys::page_size();
     let stop = Arc::new(AtomicBool::new(false));
     let (p2, a2, ad2) = (pending.clone(), all.clone(), added.clone());
+    let (as2, d2) = (assistant.clone(), delayed.clone());
     let reader = inst
-        .reader(stop.clone(), move |line| {
+        .reader(stop.clone(), assistant.is_some(), move |line| {
             let Some(e) = tracefs::parse_line(line) else {
                 return;
             };
-            if e.pid == me || e.fault {
+            if e.pid == me {
+                return;
+            }
+            if let Some(a) = &as2 {
+                let windows = a.lock().unwrap().on_event(&e);
+                if !windows.is_empty() {
+                    let now = std::time::Instant::now();
+                    let mut all = a2.lock().unwrap();
+                    let mut d = d2.lock().unwrap();
+                    for (key, start, n) in windows {
+                        all.entry(key).or_default().push((start, n));
+                        d.push_back((now, key, (start, n)));
+                    }
+                }
+            }
+            if e.fault {
                 return;
             }
             let key = (e.dev_major, e.dev_minor, e.ino);
@@ -268,8 +306,19 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     let limit_pages = (opts.max_cache / page).max(1);
     let dropper_thread = {
         let (pending, dropper, stop) = (pending.clone(), dropper.clone(), stop.clone());
+        let delayed = delayed.clone();
         std::thread::spawn(move || {
             while !stop.load(Ordering::Acquire) {
+                {
+                    // Prefetched windows old enough join the command's footprint.
+                    let mut d = delayed.lock().unwrap();
+                    let mut p = pending.lock().unwrap();
+                    while d.front().is_some_and(|x| x.0.elapsed() >= PREFETCH_GRACE) {
+                        let (_, key, r) = d.pop_front().unwrap();
+                        p.files.entry(key).or_default().push(r);
+                        p.pages += r.1;
+                    }
+                }
                 let over = pending.lock().unwrap().pages > limit_pages;
                 if over {
                     let batch = std::mem::take(&mut *pending.lock().unwrap());
@@ -346,5 +395,11 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     r.lost_events = lost;
     r.error_count = dropper.errors.count();
     r.errors = dropper.errors.take();
+    if let Some(a) = &assistant {
+        let mut ar = a.lock().unwrap().report();
+        ar.elapsed_s = elapsed;
+        ar.lost_events = lost;
+        r.assist = Some(ar);
+    }
     Ok(r)
 }

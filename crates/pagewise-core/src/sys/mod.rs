@@ -1168,6 +1168,19 @@ pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(drop)
 }
 
+/// Waits up to `timeout_ms` for `fd` to become readable: poll(2) with POLLIN
+/// (<https://man7.org/linux/man-pages/man2/poll.2.html>). Ok(true) when readable.
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: p is one valid pollfd for the duration of the call.
+    let n = cvt(unsafe { libc::poll(&mut p, 1, timeout_ms) })?;
+    Ok(n > 0)
+}
+
 /// Mounts tracefs at `target`: `mount("nodev", target, "tracefs", 0, NULL)`
 /// (<https://man7.org/linux/man-pages/man2/mount.2.html>; needs CAP_SYS_ADMIN).
 pub fn mount_tracefs(target: &Path) -> io::Result<()> {

@@ -5,7 +5,7 @@
 //! ```text
 //! magic       8 bytes  "PWTRACE\0"
 //! version     u32      1
-//! flags       u32      0 (reserved)
+//! flags       u32      bit 0 (1): a fault section follows the events; other bits reserved (0)
 //! page_size   u32
 //! lost        u64      events the kernel dropped (ring buffer overrun), never hidden
 //! started     u64      wall clock at start, ns since the Unix epoch
@@ -17,6 +17,10 @@
 //! nevents     u64, then nevents × event (28 bytes):
 //!   ts u64 (ns since start), file u32 (index into files), pid u32, index u64 (first page),
 //!   pages u32 (pages added together: 1 << folio order)
+//! [only with flag 1, from `record --faults`:]
+//! nfaults     u64, then nfaults × fault (24 bytes): the program's page faults on file mappings
+//!   (mm_filemap_fault: the page it touched, cached or not)
+//!   ts u64 (ns since start), file u32, pid u32, index u64 (page)
 //! checksum    u64      xxh3-64 of every byte before it
 //! ```
 //!
@@ -31,6 +35,9 @@ pub const VERSION: u32 = 1;
 const MAX_ARGS: u32 = 65_536;
 const MAX_STR: u32 = 1 << 20;
 const EVENT_BYTES: u64 = 28;
+const FAULT_BYTES: u64 = 24;
+/// Header flag: the trace has a fault section.
+pub const HAS_FAULTS: u32 = 1;
 
 pub const FILE_PATH_KNOWN: u32 = 1;
 pub const FILE_DELETED: u32 = 2;
@@ -69,6 +76,15 @@ pub struct Event {
     pub pages: u32,
 }
 
+/// A page fault of the recorded command on a file mapping (`record --faults`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Fault {
+    pub ts_ns: u64,
+    pub file: u32,
+    pub pid: u32,
+    pub index: u64,
+}
+
 /// A whole recording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Trace {
@@ -80,6 +96,8 @@ pub struct Trace {
     pub command: Vec<String>,
     pub files: Vec<TraceFile>,
     pub events: Vec<Event>,
+    /// Page faults, in time order; `None` when the trace was recorded without `--faults`.
+    pub faults: Option<Vec<Fault>>,
 }
 
 /// Why a trace file could not be read.
@@ -123,7 +141,8 @@ impl Trace {
         );
         b.extend_from_slice(MAGIC);
         b.extend_from_slice(&VERSION.to_le_bytes());
-        b.extend_from_slice(&0u32.to_le_bytes());
+        let flags = if self.faults.is_some() { HAS_FAULTS } else { 0 };
+        b.extend_from_slice(&flags.to_le_bytes());
         b.extend_from_slice(&self.page_size.to_le_bytes());
         b.extend_from_slice(&self.lost_events.to_le_bytes());
         b.extend_from_slice(&self.started_unix_ns.to_le_bytes());
@@ -154,6 +173,15 @@ impl Trace {
             b.extend_from_slice(&e.index.to_le_bytes());
             b.extend_from_slice(&e.pages.to_le_bytes());
         }
+        if let Some(faults) = &self.faults {
+            b.extend_from_slice(&(faults.len() as u64).to_le_bytes());
+            for f in faults {
+                b.extend_from_slice(&f.ts_ns.to_le_bytes());
+                b.extend_from_slice(&f.file.to_le_bytes());
+                b.extend_from_slice(&f.pid.to_le_bytes());
+                b.extend_from_slice(&f.index.to_le_bytes());
+            }
+        }
         let sum = xxhash_rust::xxh3::xxh3_64(&b);
         b.extend_from_slice(&sum.to_le_bytes());
         b
@@ -175,7 +203,12 @@ impl Trace {
                 at: data.len(),
             });
         }
-        let _flags = r.u32("flags")?;
+        let header_flags = r.u32("flags")?;
+        if header_flags & !HAS_FAULTS != 0 {
+            return Err(TraceError::Corrupt(format!(
+                "unknown header flags {header_flags:#x}"
+            )));
+        }
         let page_size = r.u32("page_size")?;
         if !page_size.is_power_of_two() || !(512..=1 << 21).contains(&page_size) {
             return Err(TraceError::Corrupt(format!("page size {page_size}")));
@@ -238,7 +271,7 @@ impl Trace {
                 at: r.pos,
             });
         }
-        if need != Some(r.left() as u64) {
+        if header_flags & HAS_FAULTS == 0 && need != Some(r.left() as u64) {
             return Err(TraceError::Corrupt(format!(
                 "{} bytes after the last event",
                 r.left() as u64 - need.unwrap()
@@ -267,6 +300,41 @@ impl Trace {
             }
             events.push(e);
         }
+        let faults = if header_flags & HAS_FAULTS != 0 {
+            let n = r.u64("nfaults")?;
+            let need = n.checked_mul(FAULT_BYTES).and_then(|n| n.checked_add(8));
+            if need.is_none_or(|n| n > r.left() as u64) {
+                return Err(TraceError::Truncated {
+                    field: "faults",
+                    at: r.pos,
+                });
+            }
+            if need != Some(r.left() as u64) {
+                return Err(TraceError::Corrupt(format!(
+                    "{} bytes after the last fault",
+                    r.left() as u64 - need.unwrap()
+                )));
+            }
+            let mut faults = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let f = Fault {
+                    ts_ns: r.u64("fault time")?,
+                    file: r.u32("fault file")?,
+                    pid: r.u32("fault pid")?,
+                    index: r.u64("fault index")?,
+                };
+                if f.file >= nfiles {
+                    return Err(TraceError::Corrupt(format!(
+                        "fault names file {} of {nfiles}",
+                        f.file
+                    )));
+                }
+                faults.push(f);
+            }
+            Some(faults)
+        } else {
+            None
+        };
         let body = r.pos;
         let sum = r.u64("checksum")?;
         if xxhash_rust::xxh3::xxh3_64(&data[..body]) != sum {
@@ -281,6 +349,7 @@ impl Trace {
             command,
             files,
             events,
+            faults,
         })
     }
 
@@ -374,6 +443,16 @@ mod tests {
                     pages: 1 << (i % 3),
                 })
                 .collect(),
+            faults: Some(
+                (0..20)
+                    .map(|i| Fault {
+                        ts_ns: i * 700,
+                        file: (i % 2) as u32,
+                        pid: 101,
+                        index: i * 3,
+                    })
+                    .collect(),
+            ),
         }
     }
 
@@ -382,6 +461,16 @@ mod tests {
         let t = sample();
         let b = t.to_bytes();
         assert_eq!(Trace::from_bytes(&b).unwrap(), t);
+        let mut t = sample();
+        t.faults = None;
+        assert_eq!(Trace::from_bytes(&t.to_bytes()).unwrap(), t);
+        // A fault section without the header flag (or the flag without the section) is refused.
+        let mut b = t.to_bytes();
+        b[12] = 1;
+        let n = b.len() - 8;
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..n]);
+        b[n..].copy_from_slice(&sum.to_le_bytes());
+        assert!(Trace::from_bytes(&b).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@ pub mod format;
 pub mod tracefs;
 
 use crate::sys;
-pub use format::{Event, Trace, TraceError, TraceFile};
+pub use format::{Event, Fault, Trace, TraceError, TraceFile};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -19,17 +19,21 @@ pub use tracefs::TraceUnavailable;
 pub struct RecordOptions {
     /// Ring buffer per CPU, KiB.
     pub buffer_kb: u64,
+    /// Also record page faults on file mappings (mm_filemap_fault), for `assist --simulate`.
+    pub faults: bool,
 }
 
 impl Default for RecordOptions {
     fn default() -> Self {
         RecordOptions {
             buffer_kb: 32 * 1024,
+            faults: false,
         }
     }
 }
 
 pub const ADD_EVENT: &str = "filemap/mm_filemap_add_to_page_cache";
+pub const FAULT_EVENT: &str = "filemap/mm_filemap_fault";
 
 /// Runs `cmd` under the tracepoint and returns its trace and exit status. SIGINT and SIGTERM
 /// reach the command (same process group); pagewise itself survives them to write the trace.
@@ -43,13 +47,18 @@ pub fn record(
             message: "nothing to run".into(),
         });
     };
-    let inst = tracefs::Instance::new(&[ADD_EVENT], opts.buffer_kb)
-        .map_err(|e| crate::Error::Other(e.0))?;
+    let events: &[&str] = if opts.faults {
+        &[ADD_EVENT, FAULT_EVENT]
+    } else {
+        &[ADD_EVENT]
+    };
+    let inst =
+        tracefs::Instance::new(events, opts.buffer_kb).map_err(|e| crate::Error::Other(e.0))?;
     let raw: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let sink = raw.clone();
     let reader = inst
-        .reader(stop.clone(), move |line| {
+        .reader(stop.clone(), false, move |line| {
             if let Some(e) = tracefs::parse_line(line) {
                 sink.lock().unwrap().push(e);
             }
@@ -92,6 +101,9 @@ pub fn record(
     let mut raw = std::mem::take(&mut *raw.lock().unwrap());
     raw.retain(|e| e.pid != me);
     let mut trace = build(raw, start_mono, lost, started_unix_ns, duration_ns, cmd);
+    if !opts.faults {
+        trace.faults = None;
+    }
     resolve(&mut trace.files);
     Ok((trace, status))
 }
@@ -109,7 +121,8 @@ fn build(
     let mut ids: HashMap<(u32, u32, u64), u32> = HashMap::new();
     let mut files = Vec::new();
     let mut events = Vec::with_capacity(raw.len());
-    for r in raw.iter().filter(|r| !r.fault) {
+    let mut faults = Vec::new();
+    for r in raw.iter() {
         let id = *ids
             .entry((r.dev_major, r.dev_minor, r.ino))
             .or_insert_with(|| {
@@ -124,8 +137,18 @@ fn build(
                 });
                 (files.len() - 1) as u32
             });
+        let ts_ns = (r.ts_us * 1000).saturating_sub(start_mono);
+        if r.fault {
+            faults.push(format::Fault {
+                ts_ns,
+                file: id,
+                pid: r.pid,
+                index: r.ofs / page,
+            });
+            continue;
+        }
         events.push(Event {
-            ts_ns: (r.ts_us * 1000).saturating_sub(start_mono),
+            ts_ns,
             file: id,
             pid: r.pid,
             index: r.ofs / page,
@@ -133,6 +156,7 @@ fn build(
         });
     }
     events.sort_by_key(|e| e.ts_ns);
+    faults.sort_by_key(|f| f.ts_ns);
     Trace {
         version: format::VERSION,
         page_size: page as u32,
@@ -145,6 +169,7 @@ fn build(
             .collect(),
         files,
         events,
+        faults: Some(faults),
     }
 }
 

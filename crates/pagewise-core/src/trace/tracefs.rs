@@ -140,10 +140,12 @@ impl Instance {
     }
 
     /// Starts a thread reading `trace_pipe` line by line into `on_line` until `stop` is set and
-    /// the pipe is empty. Sleeps 10 ms whenever nothing is there.
+    /// the pipe is empty. Whenever nothing is there it sleeps 10 ms (cheap batching, for
+    /// recording) or, with `low_latency`, waits in poll(2) to be woken by the next event.
     pub fn reader<F>(
         &self,
         stop: Arc<AtomicBool>,
+        low_latency: bool,
         mut on_line: F,
     ) -> io::Result<std::thread::JoinHandle<()>>
     where
@@ -179,7 +181,12 @@ impl Instance {
                 if stop.load(Ordering::Acquire) {
                     return;
                 }
-                std::thread::sleep(Duration::from_millis(10));
+                if low_latency {
+                    use std::os::fd::AsFd;
+                    let _ = crate::sys::poll_readable(f.as_fd(), 50);
+                } else {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
         }))
     }
@@ -225,30 +232,31 @@ pub fn parse_line(line: &str) -> Option<RawEvent> {
     let bracket = head.rfind('[')?;
     let comm_pid = head[..bracket].trim_end();
     let pid = comm_pid.rsplit('-').next()?.parse().ok()?;
+    // add_to_page_cache prints `dev 254:0 ino 3a1f ... ofs=8192 order=2`, fault prints
+    // `dev=254:0 ino=3a1f ofs=8192`: accept both spellings of every key.
+    let (mut dev, mut ino, mut ofs, mut order) = (None, None, None, 0);
     let mut it = tail.split_ascii_whitespace();
-    if it.next()? != "dev" {
-        return None;
-    }
-    let (maj, min) = it.next()?.split_once(':')?;
-    if it.next()? != "ino" {
-        return None;
-    }
-    let ino = u64::from_str_radix(it.next()?, 16).ok()?;
-    let mut ofs = None;
-    let mut order = 0;
-    for kv in it {
-        if let Some(v) = kv.strip_prefix("ofs=") {
-            ofs = v.parse().ok();
-        } else if let Some(v) = kv.strip_prefix("order=") {
-            order = v.parse().ok()?;
+    while let Some(tok) = it.next() {
+        let (k, v) = match tok.split_once('=') {
+            Some((k, v)) => (k, v),
+            None if tok == "dev" || tok == "ino" => (tok, it.next()?),
+            None => continue,
+        };
+        match k {
+            "dev" => dev = Some(v),
+            "ino" => ino = Some(u64::from_str_radix(v, 16).ok()?),
+            "ofs" => ofs = Some(v.parse().ok()?),
+            "order" => order = v.parse().ok()?,
+            _ => {}
         }
     }
+    let (maj, min) = dev?.split_once(':')?;
     Some(RawEvent {
         pid,
         ts_us,
         dev_major: maj.parse().ok()?,
         dev_minor: min.parse().ok()?,
-        ino,
+        ino: ino?,
         ofs: ofs?,
         order,
         fault,
@@ -279,6 +287,20 @@ mod tests {
         let l = "  my-prog x-77 [000] d..1. 1.000002: mm_filemap_add_to_page_cache: dev 8:1 ino ff pfn=0x1 ofs=0 order=0";
         let e = parse_line(l).unwrap();
         assert_eq!((e.pid, e.ts_us, e.ino), (77, 1_000_002, 255));
+        let l = "  fio-900 [001] ..... 5.000001: mm_filemap_fault: dev=254:0 ino=3a1f ofs=1048576";
+        assert_eq!(
+            parse_line(l),
+            Some(RawEvent {
+                pid: 900,
+                ts_us: 5_000_001,
+                dev_major: 254,
+                dev_minor: 0,
+                ino: 0x3a1f,
+                ofs: 1 << 20,
+                order: 0,
+                fault: true
+            })
+        );
         assert_eq!(parse_line("garbage"), None);
         assert_eq!(
             parse_line("x-1 [0] . 1.0: mm_filemap_add_to_page_cache: dev"),

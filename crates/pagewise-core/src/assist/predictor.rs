@@ -1,0 +1,439 @@
+//! The access-pattern predictor: fed `(file, page, hit/miss, time)` accesses, it returns the
+//! windows worth prefetching. Pure logic, no I/O.
+//!
+//! Three detectors, tried in this order on every miss (a hit never prefetches):
+//!
+//! - **sequential**: the accesses since the current cluster began climb without gaps larger than
+//!   `seq_gap` pages, over more than `seq_min_run` pages and twice the last cluster's span. The
+//!   window starts where the last sequential prefetch ended and doubles up to `max_window`.
+//! - **stride**: the first pages of the last three clusters are equally spaced (a column scan
+//!   reading a little every N MiB): prefetch the next cluster, one stride ahead, with the span of
+//!   the last one.
+//! - **range** (Lustre LU-13669): accesses within `range` bytes of the previous one form a
+//!   cluster; when an access lands farther away, the cluster closes and its span (highest − lowest
+//!   page + 1) is remembered. On the next miss, prefetch a window of that span (at least
+//!   `min_window` pages) centred on the missing page. `forward` is our refinement: when the last
+//!   cluster was read upwards (memcpy of a chunk does that), the window starts at the missing page
+//!   instead of centring on it, so no half of it lands before the chunk.
+//!
+//! Per-file state is bounded (`max_files`, least recently used dropped first) and windows that
+//! were already issued recently are not issued again.
+
+use std::collections::HashMap;
+
+/// Which detector proposed a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Detector {
+    Sequential,
+    Stride,
+    Range,
+}
+
+/// Tuning of the predictor. Sizes are in pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub sequential: bool,
+    pub stride: bool,
+    pub range: bool,
+    /// Cluster radius: an access within this many pages of the previous one joins its cluster.
+    pub range_pages: u64,
+    /// Smallest window issued (Lustre: 16 pages).
+    pub min_window: u64,
+    /// Largest window issued.
+    pub max_window: u64,
+    /// Start range windows at the missing page when the last cluster was read upwards.
+    pub forward: bool,
+    /// Largest gap between two accesses of a sequential run (fault-around maps 16 pages at once,
+    /// so faults of a sequential reader are up to 16 pages apart).
+    pub seq_gap: u64,
+    /// A run must cover this many pages before it counts as sequential.
+    pub seq_min_run: u64,
+    /// Files tracked at once.
+    pub max_files: usize,
+}
+
+impl Config {
+    /// Defaults for a page size: 1 MiB range, 16-page minimum, 8 MiB maximum window.
+    pub fn for_page_size(page: u64) -> Config {
+        Config {
+            sequential: true,
+            stride: true,
+            range: true,
+            range_pages: (1 << 20) / page,
+            min_window: 16,
+            max_window: (8 << 20) / page,
+            forward: true,
+            seq_gap: 32,
+            seq_min_run: 64,
+            max_files: 4096,
+        }
+    }
+}
+
+/// One access to a page of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub file: u64,
+    pub page: u64,
+    /// The page was already cached.
+    pub hit: bool,
+    pub t_ns: u64,
+}
+
+/// Pages `[start, start + pages)` of `file` to prefetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub file: u64,
+    pub start: u64,
+    pub pages: u64,
+    pub detector: Detector,
+}
+
+#[derive(Debug, Clone, Default)]
+struct FileState {
+    last_use: u64,
+    /// Previous access.
+    last: Option<u64>,
+    /// Current cluster: lowest, highest, first page, steps up and down.
+    cl_lo: u64,
+    cl_hi: u64,
+    cl_first: u64,
+    cl_up: u32,
+    cl_down: u32,
+    /// The last closed cluster: span and direction.
+    last_span: u64,
+    last_up: bool,
+    /// First pages of the last three clusters (for stride).
+    starts: [Option<u64>; 3],
+    /// Sequential run: first page, and where the last sequential window ended.
+    run_start: u64,
+    seq_until: u64,
+    seq_window: u64,
+    /// Windows issued recently (start, end), a small ring.
+    recent: [(u64, u64); 8],
+    recent_pos: usize,
+}
+
+impl FileState {
+    fn covered(&self, start: u64, end: u64) -> bool {
+        self.recent.iter().any(|&(s, e)| s <= start && end <= e)
+    }
+
+    /// Trims the part of `[start, end)` that a recent window already covers at its front.
+    fn trim(&self, mut start: u64, end: u64) -> u64 {
+        let mut moved = true;
+        while moved && start < end {
+            moved = false;
+            for &(s, e) in &self.recent {
+                if s <= start && start < e {
+                    start = e;
+                    moved = true;
+                }
+            }
+        }
+        start
+    }
+
+    fn remember(&mut self, start: u64, end: u64) {
+        self.recent[self.recent_pos] = (start, end);
+        self.recent_pos = (self.recent_pos + 1) % self.recent.len();
+    }
+}
+
+/// The predictor: one per watched process tree (or simulation).
+#[derive(Debug, Clone)]
+pub struct Predictor {
+    cfg: Config,
+    files: HashMap<u64, FileState>,
+    tick: u64,
+}
+
+impl Predictor {
+    pub fn new(cfg: Config) -> Predictor {
+        Predictor {
+            cfg,
+            files: HashMap::new(),
+            tick: 0,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Files currently tracked.
+    pub fn tracked_files(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Feeds one access; returns the windows to prefetch (empty on a hit).
+    pub fn access(&mut self, a: Access) -> Vec<Window> {
+        self.tick += 1;
+        if !self.files.contains_key(&a.file) && self.files.len() >= self.cfg.max_files {
+            // Bounded state: forget the least recently used file.
+            if let Some((&old, _)) = self.files.iter().min_by_key(|(_, s)| s.last_use) {
+                self.files.remove(&old);
+            }
+        }
+        let cfg = &self.cfg;
+        let st = self.files.entry(a.file).or_default();
+        st.last_use = self.tick;
+        let p = a.page;
+        // Cluster tracking sees every access, hits included.
+        match st.last {
+            Some(prev) if p.abs_diff(prev) <= cfg.range_pages => {
+                st.cl_lo = st.cl_lo.min(p);
+                st.cl_hi = st.cl_hi.max(p);
+                if p > prev {
+                    st.cl_up += 1;
+                } else if p < prev {
+                    st.cl_down += 1;
+                }
+                if p < prev || p - prev > cfg.seq_gap {
+                    st.run_start = p;
+                    st.seq_window = 0;
+                }
+            }
+            prev => {
+                if prev.is_some() {
+                    st.last_span = st.cl_hi - st.cl_lo + 1;
+                    st.last_up = st.cl_up >= st.cl_down;
+                    st.starts = [st.starts[1], st.starts[2], Some(st.cl_first)];
+                }
+                st.cl_lo = p;
+                st.cl_hi = p;
+                st.cl_first = p;
+                st.cl_up = 0;
+                st.cl_down = 0;
+                st.run_start = p;
+                st.seq_window = 0;
+            }
+        }
+        st.last = Some(p);
+        let mut out = Vec::new();
+        let mut push = |st: &mut FileState, start: u64, pages: u64, d: Detector| {
+            let end = start.saturating_add(pages);
+            if st.covered(start, end) {
+                return;
+            }
+            let s = st.trim(start, end);
+            if s < end {
+                st.remember(s, end);
+                out.push(Window {
+                    file: a.file,
+                    start: s,
+                    pages: end - s,
+                    detector: d,
+                });
+            }
+        };
+        // Sequential: started by a miss, then kept ahead like the kernel's async readahead:
+        // the next window goes out once half of the last one has been consumed, hit or not.
+        let run = p - st.run_start.min(p);
+        if cfg.sequential && run >= cfg.seq_min_run && run >= 2 * st.last_span {
+            let due = if st.seq_window == 0 {
+                !a.hit
+            } else {
+                p + st.seq_window / 2 >= st.seq_until
+            };
+            if due {
+                let start = if st.seq_window == 0 {
+                    p
+                } else {
+                    st.seq_until.max(p)
+                };
+                st.seq_window = if st.seq_window == 0 {
+                    (cfg.min_window * 4).min(cfg.max_window)
+                } else {
+                    (st.seq_window * 2).min(cfg.max_window)
+                };
+                let w = st.seq_window;
+                st.seq_until = start + w;
+                push(st, start, w, Detector::Sequential);
+            }
+            return out;
+        }
+        let span = st.last_span.max(cfg.min_window).min(cfg.max_window);
+        let new_cluster = st.cl_first == p && st.cl_lo == p && st.cl_hi == p;
+        // Stride: this access starts a cluster, and cluster starts are evenly spaced. Once locked
+        // on, the next cluster is prefetched at each new one, hit or miss.
+        if cfg.stride && new_cluster && st.last_span > 0 {
+            if let [Some(a0), Some(a1), Some(a2)] = st.starts {
+                let d1 = a1 as i128 - a0 as i128;
+                let d2 = a2 as i128 - a1 as i128;
+                let d3 = p as i128 - a2 as i128;
+                let next = p as i128 + d3;
+                if d1 == d2 && d2 == d3 && d1 != 0 && next >= 0 {
+                    if !a.hit {
+                        push(st, p, span, Detector::Stride);
+                    }
+                    push(st, next as u64, span, Detector::Stride);
+                    return out;
+                }
+            }
+        }
+        // A hit, or a miss on a page a window already covers (still in flight): nothing to do.
+        if a.hit || st.recent.iter().any(|&(s, e)| s <= p && p < e) {
+            return out;
+        }
+        // Range.
+        if cfg.range && st.last_span > 0 {
+            let start = if cfg.forward && st.last_up {
+                p
+            } else {
+                p.saturating_sub(span / 2)
+            };
+            push(st, start, span, Detector::Range);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> Config {
+        Config::for_page_size(4096)
+    }
+
+    /// Feeds page accesses of one file; a page is a hit when an earlier window covered it or it
+    /// was accessed before. Returns (hits, misses, windows).
+    fn drive(p: &mut Predictor, pages: &[u64]) -> (u64, u64, Vec<Window>) {
+        let mut cached = std::collections::HashSet::new();
+        let (mut hits, mut misses, mut all) = (0, 0, Vec::new());
+        for (i, &pg) in pages.iter().enumerate() {
+            let hit = cached.contains(&pg);
+            if hit {
+                hits += 1;
+            } else {
+                misses += 1;
+                cached.insert(pg);
+            }
+            for w in p.access(Access {
+                file: 1,
+                page: pg,
+                hit,
+                t_ns: i as u64,
+            }) {
+                cached.extend(w.start..w.start + w.pages);
+                all.push(w);
+            }
+        }
+        (hits, misses, all)
+    }
+
+    /// 32-page chunks (128 KiB) at scattered offsets, each read upwards one page at a time.
+    fn chunks(n: u64) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut x: u64 = 12345;
+        for _ in 0..n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let base = (x >> 33) % 2_000_000 / 32 * 32;
+            v.extend(base..base + 32);
+        }
+        v
+    }
+
+    #[test]
+    fn range_detector_prefetches_the_last_clusters_span_at_each_new_chunk() {
+        let mut p = Predictor::new(cfg());
+        let (hits, misses, ws) = drive(&mut p, &chunks(100));
+        // First chunk: 32 misses (nothing learnt yet). Then one miss per chunk.
+        assert_eq!(misses, 32 + 99, "hits {hits}");
+        assert!(ws
+            .iter()
+            .all(|w| w.detector == Detector::Range && w.pages == 32));
+        // Forward: every window starts at the chunk's first page, so none is wasted.
+        let v = chunks(100);
+        for (k, w) in ws.iter().enumerate() {
+            assert_eq!(w.start, v[(k + 1) * 32]);
+        }
+    }
+
+    #[test]
+    fn centred_range_windows_are_lustres_and_waste_half() {
+        let mut c = cfg();
+        c.forward = false;
+        let mut p = Predictor::new(c);
+        let (_, misses, ws) = drive(&mut p, &chunks(100));
+        let v = chunks(100);
+        assert_eq!(ws[0].start, v[32] - 16);
+        assert_eq!(ws[0].pages, 32);
+        // Each chunk: the first miss prefetches its lower half; the middle page misses again
+        // and that window covers the rest.
+        assert!(misses > 32 + 99 && misses < 32 + 3 * 99, "{misses}");
+    }
+
+    #[test]
+    fn without_range_detector_random_chunks_get_nothing() {
+        let mut c = cfg();
+        c.range = false;
+        let mut p = Predictor::new(c);
+        let (hits, misses, ws) = drive(&mut p, &chunks(50));
+        assert_eq!((hits, misses), (0, 50 * 32));
+        assert!(ws.is_empty(), "{ws:?}");
+    }
+
+    #[test]
+    fn sequential_stream_gets_growing_windows_ahead() {
+        let mut p = Predictor::new(cfg());
+        // Faults every 16 pages (fault-around maps the rest), 40 MiB.
+        let pages: Vec<u64> = (0..640).map(|i| i * 16).collect();
+        let (hits, misses, ws) = drive(&mut p, &pages);
+        assert!(ws.iter().all(|w| w.detector == Detector::Sequential));
+        assert!(ws.windows(2).all(|w| w[1].start >= w[0].start + w[0].pages));
+        assert_eq!(ws.iter().map(|w| w.pages).max(), Some(2048));
+        assert!(hits > 600, "hits {hits} misses {misses}");
+    }
+
+    #[test]
+    fn stride_detector_prefetches_the_next_cluster() {
+        let mut p = Predictor::new(cfg());
+        // 8 pages every 4 MiB (1024 pages).
+        let pages: Vec<u64> = (0..40u64).flat_map(|i| i * 1024..i * 1024 + 8).collect();
+        let (hits, misses, ws) = drive(&mut p, &pages);
+        assert!(ws.iter().any(|w| w.detector == Detector::Stride));
+        // After the detector locks on, whole clusters are prefetched before they are read.
+        assert!(misses < 3 * 8 + 10, "misses {misses} hits {hits}");
+    }
+
+    #[test]
+    fn hits_never_prefetch_and_repeats_are_not_reissued() {
+        let mut p = Predictor::new(cfg());
+        let a = |page, hit| Access {
+            file: 9,
+            page,
+            hit,
+            t_ns: 0,
+        };
+        p.access(a(0, false));
+        p.access(a(1, false));
+        p.access(a(100_000, false)); // closes a 2-page cluster
+        assert!(p.access(a(250_000, true)).is_empty());
+        let w = p.access(a(300_000, false));
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].pages, 16); // at least min_window
+                                    // A second miss inside a window issued just now issues nothing new.
+        assert!(p.access(a(300_001, false)).is_empty());
+    }
+
+    #[test]
+    fn state_is_bounded() {
+        let mut c = cfg();
+        c.max_files = 10;
+        let mut p = Predictor::new(c);
+        for f in 0..1000 {
+            p.access(Access {
+                file: f,
+                page: 1,
+                hit: false,
+                t_ns: f,
+            });
+        }
+        assert_eq!(p.tracked_files(), 10);
+    }
+}
