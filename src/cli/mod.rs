@@ -374,7 +374,7 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value_t = TraceFormat::Binary)]
     pub format: TraceFormat,
     /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
-    #[arg(long, value_name = "KIB", default_value_t = 32768)]
+    #[arg(long, value_name = "KIB", default_value_t = 4096)]
     pub buffer_kb: u64,
     /// Also record the command's page faults on file mappings (for `assist --simulate`)
     #[arg(long)]
@@ -426,7 +426,7 @@ pub struct AssistArgs {
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "simulate")]
     pub for_: Option<Duration>,
     /// Ring buffer per CPU in KiB
-    #[arg(long, value_name = "KIB", default_value_t = 8192)]
+    #[arg(long, value_name = "KIB", default_value_t = 4096)]
     pub buffer_kb: u64,
     #[command(flatten)]
     pub tuning: AssistTuning,
@@ -452,7 +452,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Ring buffer per CPU in KiB
-    #[arg(long, value_name = "KIB", default_value_t = 32768)]
+    #[arg(long, value_name = "KIB", default_value_t = 4096)]
     pub buffer_kb: u64,
     /// The command and its arguments
     #[arg(required = true, last = true)]

@@ -183,7 +183,9 @@ pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
         max_cache: a.max_cache,
         keep_written: a.keep_written,
         buffer_kb: a.buffer_kb,
-        assist: a.assist.then(|| super::assist::options(&a.tuning, 8192)),
+        assist: a
+            .assist
+            .then(|| super::assist::options(&a.tuning, a.buffer_kb)),
     };
     let r = pagewise_core::run::run(&a.command, &opts).map_err(|e| format!("run: {e}"))?;
     let page = pagewise_core::sys::page_size();

@@ -39,7 +39,7 @@ impl Default for RunOptions {
         RunOptions {
             max_cache: 64 << 20,
             keep_written: false,
-            buffer_kb: 32 * 1024,
+            buffer_kb: 4096,
             assist: None,
         }
     }

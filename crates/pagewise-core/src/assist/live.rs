@@ -35,7 +35,7 @@ impl Default for AssistOptions {
     fn default() -> Self {
         AssistOptions {
             config: Config::for_page_size(sys::page_size()),
-            buffer_kb: 8 * 1024,
+            buffer_kb: 4096,
             max_open: 1024,
         }
     }

@@ -1168,6 +1168,46 @@ pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
     cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(drop)
 }
 
+/// Opens `path` with O_WRONLY|O_TRUNC in a detached grandchild process and returns at once
+/// (fork twice; the child is reaped here, the grandchild is adopted by init). For tracefs files
+/// whose truncation waits for an RCU grace period: the caller does not wait. File descriptions
+/// the caller holds (e.g. a lock) stay held until the grandchild exits.
+pub fn truncate_detached(path: &Path) -> io::Result<()> {
+    let c = cstring(path)?;
+    // SAFETY: between fork and _exit the children only call async-signal-safe functions
+    // (fork, close, open, _exit) on memory prepared before the first fork.
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            if libc::fork() == 0 {
+                for fd in 0..3 {
+                    libc::close(fd);
+                }
+                let fd = libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC);
+                libc::_exit(if fd < 0 { 1 } else { 0 });
+            }
+            libc::_exit(0);
+        }
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
+    Ok(())
+}
+
+/// Tries to take an exclusive lock on `fd` without waiting: flock(LOCK_EX | LOCK_NB)
+/// (<https://man7.org/linux/man-pages/man2/flock.2.html>). Ok(false) when someone holds it.
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: no pointers involved.
+    match cvt(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }) {
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Waits up to `timeout_ms` for `fd` to become readable: poll(2) with POLLIN
 /// (<https://man7.org/linux/man-pages/man2/poll.2.html>). Ok(true) when readable.
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {

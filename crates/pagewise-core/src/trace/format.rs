@@ -204,12 +204,12 @@ impl Trace {
             });
         }
         let header_flags = r.u32("flags")?;
+        let page_size = r.u32("page_size")?;
         if header_flags & !HAS_FAULTS != 0 {
             return Err(TraceError::Corrupt(format!(
                 "unknown header flags {header_flags:#x}"
             )));
         }
-        let page_size = r.u32("page_size")?;
         if !page_size.is_power_of_two() || !(512..=1 << 21).contains(&page_size) {
             return Err(TraceError::Corrupt(format!("page size {page_size}")));
         }

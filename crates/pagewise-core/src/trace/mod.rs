@@ -26,7 +26,7 @@ pub struct RecordOptions {
 impl Default for RecordOptions {
     fn default() -> Self {
         RecordOptions {
-            buffer_kb: 32 * 1024,
+            buffer_kb: 4096,
             faults: false,
         }
     }

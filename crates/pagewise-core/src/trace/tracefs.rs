@@ -1,7 +1,14 @@
-//! A private tracefs instance recording the page-cache tracepoints of a set of processes.
+//! A tracefs instance of pagewise's own recording the page-cache tracepoints of a set of
+//! processes.
 //!
-//! The instance (`instances/pagewise-PID`) has its own ring buffer and settings, so pagewise
-//! never touches the global trace or other tracers. `set_event_pid` with the `event-fork` option
+//! The instance has its own ring buffer and settings, so pagewise never touches the global
+//! trace or other tracers. Creating and removing an instance costs the kernel ~0.2 s (RCU
+//! grace periods in mkdir, clock and buffer changes, rmdir), which would be most of a short
+//! program's run time under `record`. So one instance, `instances/pagewise`, is kept between
+//! runs: idle (no events enabled, no PIDs, buffer cleared) and guarded by an exclusive lock on
+//! `/run/pagewise-tracefs.lock`; a run that cannot take the lock (another pagewise is tracing)
+//! uses a private `instances/pagewise-PID` that it removes at the end.
+//! `rmdir /sys/kernel/tracing/instances/pagewise` frees the idle one. `set_event_pid` with the `event-fork` option
 //! follows every descendant from the moment the PID is written. Events are read from the
 //! instance's `trace_pipe` by a thread that sleeps while nothing arrives.
 
@@ -55,10 +62,55 @@ pub fn tracefs_root() -> Result<PathBuf, TraceUnavailable> {
     }
 }
 
-/// One private tracing instance; removed on drop.
+/// One tracing instance; idle again (shared) or removed (private) on drop.
 pub struct Instance {
     dir: PathBuf,
     events: Vec<String>,
+    /// The lock on the shared instance; `None` for a private one.
+    shared: Option<fs::File>,
+    /// Lost-event counters when this run began (a shared instance keeps counting).
+    lost_base: u64,
+}
+
+const SHARED_NAME: &str = "pagewise";
+const LOCK_PATH: &str = "/run/pagewise-tracefs.lock";
+
+/// Takes the shared instance's lock without waiting.
+fn lock_shared() -> Option<fs::File> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(LOCK_PATH)
+        .ok()?;
+    // The previous run may still be clearing its PID list (a detached process holds the lock
+    // for ~50 ms): wait a little before falling back to a private instance.
+    for _ in 0..60 {
+        match crate::sys::try_lock_exclusive(std::os::fd::AsFd::as_fd(&f)) {
+            Ok(true) => return Some(f),
+            Ok(false) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// Writes `v` unless the file already says it (tracefs setting changes are slow); for files
+/// listing choices, the current one is in brackets.
+fn set(p: &Path, v: &str) -> io::Result<()> {
+    if let Ok(cur) = fs::read_to_string(p) {
+        let cur = cur.trim();
+        if cur == v || cur.split_whitespace().any(|w| w == format!("[{v}]")) {
+            return Ok(());
+        }
+        // buffer_size_kb reads back rounded up to whole pages of ring buffer.
+        if let (Ok(c), Ok(w)) = (cur.parse::<u64>(), v.parse::<u64>()) {
+            if c >= w && c - w < 64 {
+                return Ok(());
+            }
+        }
+    }
+    write(p, v)
 }
 
 fn write(p: &Path, v: &str) -> io::Result<()> {
@@ -78,31 +130,71 @@ impl Instance {
                 )));
             }
         }
-        let dir = root
-            .join("instances")
-            .join(format!("pagewise-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir)
-            .map_err(|e| TraceUnavailable(format!("{}: mkdir failed: {e}", dir.display())))?;
-        let inst = Instance {
+        let shared = lock_shared();
+        let name = match shared {
+            Some(_) => SHARED_NAME.to_string(),
+            None => format!("pagewise-{}", std::process::id()),
+        };
+        let dir = root.join("instances").join(name);
+        if shared.is_none() {
+            // Private instances of runs that were killed before they could remove them.
+            if let Ok(rd) = fs::read_dir(root.join("instances")) {
+                for e in rd.flatten() {
+                    let n = e.file_name();
+                    let pid = n.to_str().and_then(|s| s.strip_prefix("pagewise-"));
+                    if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+                        let _ = fs::remove_dir(e.path());
+                    }
+                }
+            }
+            let _ = fs::remove_dir(&dir);
+        }
+        if !dir.is_dir() {
+            fs::create_dir(&dir)
+                .map_err(|e| TraceUnavailable(format!("{}: mkdir failed: {e}", dir.display())))?;
+        }
+        let mut inst = Instance {
             dir,
             events: events.iter().map(|s| s.to_string()).collect(),
+            shared,
+            lost_base: 0,
         };
         let setup = || -> io::Result<()> {
-            write(&inst.dir.join("buffer_size_kb"), &buffer_kb.to_string())?;
+            use std::os::unix::fs::OpenOptionsExt;
+            // A shared instance left by a run that was killed: quiet it first.
+            write(&inst.dir.join("events/enable"), "0")?;
+            set(&inst.dir.join("buffer_size_kb"), &buffer_kb.to_string())?;
             // CLOCK_MONOTONIC, so event times line up with sys::monotonic_ns().
-            write(&inst.dir.join("trace_clock"), "mono")?;
-            write(&inst.dir.join("options/event-fork"), "1")?;
+            set(&inst.dir.join("trace_clock"), "mono")?;
+            set(&inst.dir.join("options/event-fork"), "1")?;
+            // Drain whatever a run that was killed left in the ring (reading is cheaper than
+            // clearing the buffer, which waits for an RCU grace period).
+            let mut pipe = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(inst.dir.join("trace_pipe"))?;
+            let mut buf = vec![0u8; 1 << 16];
+            while matches!(pipe.read(&mut buf), Ok(n) if n > 0) {}
             Ok(())
         };
         setup().map_err(|e| TraceUnavailable(e.to_string()))?;
+        inst.lost_base = inst.lost_total();
         Ok(inst)
     }
 
     /// Follows these PIDs and, through event-fork, all their future children.
     pub fn follow(&self, pids: &[u32]) -> io::Result<()> {
+        // Appended without O_TRUNC: truncating clears the list, which waits for an RCU grace
+        // period (~50 ms). The list is empty anyway: with event-fork the kernel removes each
+        // traced task from it when the task exits, so the last run's PIDs are gone.
+        use std::io::Write;
         let s: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
-        write(&self.dir.join("set_event_pid"), &s.join(" "))
+        let p = self.dir.join("set_event_pid");
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .and_then(|mut f| f.write_all(s.join(" ").as_bytes()))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: write failed: {e}", p.display())))
     }
 
     pub fn enable(&self) -> io::Result<()> {
@@ -119,8 +211,12 @@ impl Instance {
         Ok(())
     }
 
-    /// Events lost to ring-buffer overruns, summed over CPUs.
+    /// Events lost to ring-buffer overruns during this run, summed over CPUs.
     pub fn lost(&self) -> u64 {
+        self.lost_total().saturating_sub(self.lost_base)
+    }
+
+    fn lost_total(&self) -> u64 {
         let mut n = 0;
         if let Ok(rd) = fs::read_dir(self.dir.join("per_cpu")) {
             for cpu in rd.flatten() {
@@ -195,7 +291,19 @@ impl Instance {
 impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.disable();
-        let _ = fs::remove_dir(&self.dir);
+        if self.shared.is_some() {
+            // Idle until the next run: events off; the PID list is cleared by a detached
+            // process (clearing waits ~50 ms for RCU) that holds the lock until it is done; the
+            // next run drains the ring.
+            if crate::sys::truncate_detached(&self.dir.join("set_event_pid")).is_err() {
+                let _ = fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(self.dir.join("set_event_pid"));
+            }
+        } else {
+            let _ = fs::remove_dir(&self.dir);
+        }
     }
 }
 
