@@ -103,18 +103,9 @@ impl Dropper {
     fn open(&self, key: FileKey) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         let mut fds = self.fds.lock().unwrap();
-        let e = fds.entry(key).or_insert_with(|| {
-            let f = crate::trace::TraceFile {
-                dev_major: key.0,
-                dev_minor: key.1,
-                ino: key.2,
-                size: 0,
-                path: None,
-                path_bytes: None,
-                deleted: false,
-            };
-            crate::trace::open_file(&f, &self.mounts).ok()
-        });
+        let e = fds
+            .entry(key)
+            .or_insert_with(|| crate::trace::open_inode(key, &self.mounts).ok());
         e.as_ref().map(|fd| fd.as_raw_fd())
     }
 
@@ -234,12 +225,12 @@ pub fn no_tracing_hint(e: &tracefs::TraceUnavailable) -> String {
 /// Runs `cmd` and drops the pages it brings into the page cache. stdin/stdout/stderr are
 /// inherited; SIGINT and SIGTERM received by pagewise are forwarded to the command.
 pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Error> {
-    let Some((prog, args)) = cmd.split_first() else {
+    if cmd.is_empty() {
         return Err(crate::Error::Invalid {
             what: "command",
             message: "nothing to run".into(),
         });
-    };
+    }
     sys::raise_nofile_limit();
     let events: &[&str] = if opts.assist.is_some() {
         &crate::assist::live::EVENTS
@@ -346,14 +337,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     inst.follow(&[me]).map_err(fail)?;
     inst.enable().map_err(fail)?;
     let start = std::time::Instant::now();
-    let mut child = std::process::Command::new(prog)
-        .args(args)
-        .spawn()
-        .map_err(|e| crate::Error::Io {
-            path: prog.into(),
-            op: "spawn",
-            source: e,
-        })?;
+    let mut child = crate::trace::spawn(cmd)?;
     // Forward SIGINT/SIGTERM (pagewise's handler only sets a flag).
     let status = loop {
         match child.try_wait() {

@@ -150,16 +150,7 @@ impl Assistant {
                     self.wasted += s.issued.iter().map(Issued::unused).sum::<u64>();
                 }
             }
-            let f = crate::trace::TraceFile {
-                dev_major: key.0,
-                dev_minor: key.1,
-                ino: key.2,
-                size: 0,
-                path: None,
-                path_bytes: None,
-                deleted: false,
-            };
-            let fd = crate::trace::open_file(&f, &self.mounts).ok();
+            let fd = crate::trace::open_inode(key, &self.mounts).ok();
             let pages = fd
                 .as_ref()
                 .and_then(|fd| sys::fstat(fd.as_fd()).ok())

@@ -41,12 +41,12 @@ pub fn record(
     cmd: &[OsString],
     opts: &RecordOptions,
 ) -> Result<(Trace, std::process::ExitStatus), crate::Error> {
-    let Some((prog, args)) = cmd.split_first() else {
+    if cmd.is_empty() {
         return Err(crate::Error::Invalid {
             what: "command",
             message: "nothing to run".into(),
         });
-    };
+    }
     let events: &[&str] = if opts.faults {
         &[ADD_EVENT, FAULT_EVENT]
     } else {
@@ -77,14 +77,7 @@ pub fn record(
     let started_unix_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut child = std::process::Command::new(prog)
-        .args(args)
-        .spawn()
-        .map_err(|e| crate::Error::Io {
-            path: prog.into(),
-            op: "spawn",
-            source: e,
-        })?;
+    let mut child = spawn(cmd)?;
     let status = loop {
         match child.wait() {
             Ok(s) => break s,
@@ -243,6 +236,41 @@ pub fn open_file(
         },
     )?;
     sys::open_by_inode(mfd.as_fd(), f.ino)
+}
+
+/// Opens a file known only by `(device major, device minor, inode)`, by handle.
+pub fn open_inode(
+    key: (u32, u32, u64),
+    mounts_cache: &Mutex<Option<HashMap<(u32, u32), std::path::PathBuf>>>,
+) -> std::io::Result<OwnedFd> {
+    let f = TraceFile {
+        dev_major: key.0,
+        dev_minor: key.1,
+        ino: key.2,
+        size: 0,
+        path: None,
+        path_bytes: None,
+        deleted: false,
+    };
+    open_file(&f, mounts_cache)
+}
+
+/// Starts the command to trace (`cmd[0]` with the rest as arguments).
+pub(crate) fn spawn(cmd: &[OsString]) -> Result<std::process::Child, crate::Error> {
+    let Some((prog, args)) = cmd.split_first() else {
+        return Err(crate::Error::Invalid {
+            what: "command",
+            message: "nothing to run".into(),
+        });
+    };
+    std::process::Command::new(prog)
+        .args(args)
+        .spawn()
+        .map_err(|e| crate::Error::Io {
+            path: prog.into(),
+            op: "spawn",
+            source: e,
+        })
 }
 
 /// Fills in paths and sizes of traced files (open_by_handle_at + /proc/self/fd), keeping by
