@@ -1,0 +1,166 @@
+//! End-to-end tests of `pagewise assist`: a program reading 128 KiB chunks at random offsets
+//! through mmap (MADV_RANDOM, so the kernel reads one page per fault) takes one major fault per
+//! chunk when assisted instead of one per page — counted by the kernel (getrusage ru_majflt) —
+//! and the simulator says the same from a recorded trace.
+
+mod common;
+use common::*;
+use pagewise_core::sys;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Maps the file, waits for `go`, reads chunk 0 page by page (the predictor learns a 32-page
+/// cluster), then three far-apart chunks: first page, a pause for the prefetch, the other 31
+/// pages. Prints the major faults of the three chunks.
+const READER: &str = r#"#include <fcntl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+int main(int c, char **v) {
+  int fd = open(v[1], O_RDONLY); long sz = lseek(fd, 0, SEEK_END);
+  volatile char *m = mmap(0, sz, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return 1;
+  madvise((void *)m, sz, MADV_RANDOM);
+  while (access(v[2], F_OK)) usleep(10000);
+  volatile char s = 0; long chunk = 128 * 1024;
+  for (long o = 0; o < chunk; o += 4096) s += m[o];
+  struct rusage r0, r1; getrusage(RUSAGE_SELF, &r0);
+  long offs[3] = {16L << 20, 40L << 20, 8L << 20};
+  for (int i = 0; i < 3; i++) {
+    s += m[offs[i]];
+    usleep(200000);
+    for (long o = 4096; o < chunk; o += 4096) s += m[offs[i] + o];
+  }
+  getrusage(RUSAGE_SELF, &r1);
+  printf("%ld\n", r1.ru_majflt - r0.ru_majflt);
+  return 0;
+}"#;
+
+fn setup() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
+    if sys::euid() != 0 {
+        eprintln!("skipped: assist needs root for tracing");
+        return None;
+    }
+    let t = tmp();
+    let Some(exe) = compile_c(t.path(), "chunks", READER, false) else {
+        eprintln!("skipped: no C compiler (cc)");
+        return None;
+    };
+    let data = t.path().join("data");
+    write_file(&data, 64 << 20);
+    sync_and_evict(&data);
+    assert_eq!(cached(&data), 0);
+    Some((t, exe, data))
+}
+
+fn major_faults(out: &std::process::Output) -> u64 {
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn start_reader(exe: &Path, data: &Path, go: &Path) -> std::process::Child {
+    Command::new(exe)
+        .arg(data)
+        .arg(go)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn assisted_reader_takes_one_major_fault_per_chunk() {
+    let Some((t, exe, data)) = setup() else {
+        return;
+    };
+    // Unassisted: every page of every chunk is a major fault.
+    let go = t.path().join("go");
+    std::fs::write(&go, b"").unwrap();
+    let bare = start_reader(&exe, &data, &go).wait_with_output().unwrap();
+    assert!(bare.status.success());
+    assert!(major_faults(&bare) >= 90, "bare: {}", major_faults(&bare));
+
+    // Assisted, attached by PID.
+    sync_and_evict(&data);
+    std::fs::remove_file(&go).unwrap();
+    let reader = start_reader(&exe, &data, &go);
+    let assist = bin()
+        .args(["assist", "--json", "-p", &reader.id().to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Give the tracer time to start before the reader begins.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::fs::write(&go, b"").unwrap();
+    let out = reader.wait_with_output().unwrap();
+    let rep = assist.wait_with_output().unwrap();
+    assert!(rep.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
+    let mf = major_faults(&out);
+    assert!(mf <= 12, "assisted: {mf} major faults; report {v}");
+    assert!(v["prefetches_range"].as_u64().unwrap() >= 3, "{v}");
+    assert!(v["faults"].as_u64().unwrap() >= 32 + 3, "{v}");
+    assert_eq!(v["files_unreachable"].as_u64(), Some(0), "{v}");
+    // The prefetched chunks are in the cache (cachestat), chunk by chunk.
+    let f = std::fs::File::open(&data).unwrap();
+    use std::os::fd::AsFd;
+    for off in [16u64 << 20, 40 << 20, 8 << 20] {
+        let c = sys::cachestat(f.as_fd(), off, 128 << 10).unwrap();
+        assert_eq!(c.cache, 32, "chunk at {off}");
+    }
+}
+
+#[test]
+fn run_assist_drops_its_prefetches_and_simulate_reads_a_fault_trace() {
+    let Some((t, exe, data)) = setup() else {
+        return;
+    };
+    let go = t.path().join("go");
+    std::fs::write(&go, b"").unwrap();
+    // run --assist: fewer major faults, and nothing of the file left cached afterwards.
+    let out = run(bin()
+        .args(["run", "--assist", "--report"])
+        .arg(t.path().join("r.json"))
+        .arg("--")
+        .arg(&exe)
+        .arg(&data)
+        .arg(&go));
+    assert!(out.status.success());
+    let mf = major_faults(&out);
+    assert!(mf <= 12, "run --assist: {mf} major faults");
+    assert_eq!(cached(&data), 0, "prefetched pages must be dropped too");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(t.path().join("r.json")).unwrap()).unwrap();
+    assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");
+
+    // record --faults, then the simulator: the range detector turns the chunks' faults into hits.
+    sync_and_evict(&data);
+    let trace = t.path().join("t.trace");
+    let out = run(bin()
+        .args(["record", "--faults", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .arg(&data)
+        .arg(&go));
+    assert!(out.status.success());
+    let out = run(bin().args(["assist", "--json", "--simulate"]).arg(&trace));
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    let rate = |i: usize| rows[i]["hit_rate"].as_f64().unwrap();
+    assert!(rows[0]["accesses"].as_u64().unwrap() >= 32 + 3 * 32);
+    assert_eq!(rate(0), 0.0, "{rows:?}");
+    assert!(rate(3) > 0.6, "forward range: {rows:?}");
+    // A trace without faults is refused with the reason.
+    let plain = t.path().join("plain.trace");
+    assert!(run(bin()
+        .args(["record", "-o"])
+        .arg(&plain)
+        .args(["--", "true"]))
+    .status
+    .success());
+    let out = run(bin().args(["assist", "--simulate"]).arg(&plain));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--faults"));
+}
