@@ -45,6 +45,9 @@ impl Default for RunOptions {
     }
 }
 
+/// Files kept open between drop-behind passes.
+const MAX_OPEN: usize = 4096;
+
 /// Prefetched windows join the drop-behind only after this long, so they are not dropped
 /// before the command reads them.
 const PREFETCH_GRACE: Duration = Duration::from_millis(500);
@@ -92,7 +95,10 @@ struct Pending {
 
 struct Dropper {
     opts: RunOptions,
-    fds: Mutex<HashMap<FileKey, Option<OwnedFd>>>,
+    /// Open files, bounded (a tree of 100k files must not run into RLIMIT_NOFILE).
+    fds: Mutex<HashMap<FileKey, Arc<OwnedFd>>>,
+    /// Files that could not be opened (gone, or no handle support).
+    unreachable: Mutex<std::collections::HashSet<FileKey>>,
     mounts: Mutex<Option<HashMap<(u32, u32), PathBuf>>>,
     written: Mutex<std::collections::HashSet<FileKey>>,
     report: Mutex<RunReport>,
@@ -100,13 +106,31 @@ struct Dropper {
 }
 
 impl Dropper {
-    fn open(&self, key: FileKey) -> Option<std::os::fd::RawFd> {
-        use std::os::fd::AsRawFd;
-        let mut fds = self.fds.lock().unwrap();
-        let e = fds
-            .entry(key)
-            .or_insert_with(|| crate::trace::open_inode(key, &self.mounts).ok());
-        e.as_ref().map(|fd| fd.as_raw_fd())
+    /// The file's descriptor: from the cache, or opened by handle (and cached while there is
+    /// room). None when it cannot be opened.
+    fn fd(&self, key: FileKey) -> Option<Arc<OwnedFd>> {
+        if let Some(fd) = self.fds.lock().unwrap().get(&key) {
+            return Some(fd.clone());
+        }
+        if self.unreachable.lock().unwrap().contains(&key) {
+            return None;
+        }
+        match crate::trace::open_inode(key, &self.mounts) {
+            Ok(fd) => {
+                let fd = Arc::new(fd);
+                let mut fds = self.fds.lock().unwrap();
+                if fds.len() < MAX_OPEN {
+                    fds.insert(key, fd.clone());
+                }
+                Some(fd)
+            }
+            Err(_) => {
+                if self.unreachable.lock().unwrap().insert(key) {
+                    self.report.lock().unwrap().files_unreachable += 1;
+                }
+                None
+            }
+        }
     }
 
     /// Drops every pending range: writeback started for all dirty ranges first, then one wait
@@ -115,13 +139,8 @@ impl Dropper {
     /// queues them), so the caller can try them again.
     fn drop_pending(&self, pending: Pending) -> Pending {
         let mut stayed = Pending::default();
-        let page = sys::page_size();
         let mut work: Vec<(FileKey, Vec<(u64, u64)>)> = Vec::new();
         for (key, mut ranges) in pending.files {
-            if self.open(key).is_none() {
-                self.report.lock().unwrap().files_unreachable += 1;
-                continue;
-            }
             ranges.sort_unstable();
             let mut merged: Vec<(u64, u64)> = Vec::new();
             for (i, n) in ranges {
@@ -132,38 +151,76 @@ impl Dropper {
             }
             work.push((key, merged));
         }
-        let fds = self.fds.lock().unwrap();
-        let borrow = |key: &FileKey| fds.get(key).and_then(|f| f.as_ref()).map(|f| f.as_fd());
-        // Start writeback of everything dirty at once, so the waits below overlap.
-        for (key, ranges) in &work {
-            let Some(fd) = borrow(key) else { continue };
+        let mut dropped = 0;
+        let mut kept = 0;
+        // In batches of files, so that a tree of 100k files never holds more than a batch open.
+        for batch in work.chunks(1024) {
+            let fds: Vec<Option<Arc<OwnedFd>>> = batch.iter().map(|(k, _)| self.fd(*k)).collect();
+            let (d, k) = self.drop_batch(batch, &fds, &mut stayed);
+            dropped += d;
+            kept += k;
+        }
+        let mut r = self.report.lock().unwrap();
+        r.pages_dropped += dropped;
+        r.pages_kept_written += kept;
+        stayed
+    }
+
+    /// Drops one batch of files: writeback started for all dirty ranges first (so the waits
+    /// overlap), then per range a wait and DONTNEED, counted by cachestat before and after.
+    /// Returns (pages dropped, pages of written files kept).
+    fn drop_batch(
+        &self,
+        batch: &[(FileKey, Vec<(u64, u64)>)],
+        fds: &[Option<Arc<OwnedFd>>],
+        stayed: &mut Pending,
+    ) -> (u64, u64) {
+        let page = sys::page_size();
+        let (mut dropped, mut kept) = (0, 0);
+        // One cachestat per range says what is cached and dirty; writeback of everything dirty
+        // is started at once, so the waits below overlap.
+        let mut before: Vec<Vec<(u64, bool)>> = Vec::with_capacity(batch.len());
+        for ((key, ranges), fd) in batch.iter().zip(fds) {
+            let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
+                before.push(Vec::new());
+                continue;
+            };
+            let mut v = Vec::with_capacity(ranges.len());
             for &(i, n) in ranges {
-                if sys::cachestat(fd, i * page, n * page).is_ok_and(|c| c.dirty > 0) {
+                let c = sys::cachestat(fd, i * page, n * page).unwrap_or_default();
+                let dirty = c.dirty + c.writeback > 0;
+                if dirty {
                     self.written.lock().unwrap().insert(*key);
                     if !self.opts.keep_written {
                         let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
                     }
                 }
+                v.push((c.cache, dirty));
             }
+            before.push(v);
         }
-        let mut dropped = 0;
-        let mut kept = 0;
-        for (key, ranges) in &work {
-            let Some(fd) = borrow(key) else { continue };
+        for (((key, ranges), fd), before) in batch.iter().zip(fds).zip(&before) {
+            let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
+                continue;
+            };
             let written = self.written.lock().unwrap().contains(key);
-            for &(i, n) in ranges {
+            for (&(i, n), &(before, dirty)) in ranges.iter().zip(before) {
                 let (off, len) = (i * page, n * page);
-                let before = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(0);
                 if written && self.opts.keep_written {
                     kept += before;
                     continue;
                 }
-                let _ = sys::sync_file_range(
-                    fd,
-                    off,
-                    len,
-                    sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
-                );
+                if before == 0 {
+                    continue;
+                }
+                if dirty {
+                    let _ = sys::sync_file_range(
+                        fd,
+                        off,
+                        len,
+                        sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
+                    );
+                }
                 if let Err(e) = sys::fadvise(fd, off, len, Advice::DontNeed) {
                     self.errors.push(FileError::io(
                         std::path::Path::new(&format!("<{}:{} inode {}>", key.0, key.1, key.2)),
@@ -180,30 +237,41 @@ impl Dropper {
                 }
             }
         }
-        let mut r = self.report.lock().unwrap();
-        r.pages_dropped += dropped;
-        r.pages_kept_written += kept;
-        stayed
+        (dropped, kept)
     }
 
-    /// After the final drop: what of the command's pages is still cached, and why.
+    /// After the final drop: what of the command's pages is still cached, and why (a range
+    /// still cached is dropped once more first).
     fn measure_left(&self, all: &PageMap) {
         let page = sys::page_size();
-        let fds = self.fds.lock().unwrap();
-        let written = self.written.lock().unwrap();
         let (mut left, mut dirty) = (0, 0);
         for (key, ranges) in all {
-            if self.opts.keep_written && written.contains(key) {
+            if self.opts.keep_written && self.written.lock().unwrap().contains(key) {
                 continue;
             }
-            let Some(Some(fd)) = fds.get(key) else {
+            let Some(fd) = self.fd(*key) else {
                 continue;
             };
             for &(i, n) in ranges {
-                if let Ok(c) = sys::cachestat(fd.as_fd(), i * page, n * page) {
-                    left += c.cache;
-                    dirty += c.dirty + c.writeback;
+                let (off, len) = (i * page, n * page);
+                let Ok(mut c) = sys::cachestat(fd.as_fd(), off, len) else {
+                    continue;
+                };
+                if c.cache > 0 {
+                    // Missed by the passes so far (e.g. a lost retry): drop it now.
+                    let _ = sys::sync_file_range(
+                        fd.as_fd(),
+                        off,
+                        len,
+                        sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
+                    );
+                    let _ = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed);
+                    let was = c.cache;
+                    c = sys::cachestat(fd.as_fd(), off, len).unwrap_or(c);
+                    self.report.lock().unwrap().pages_dropped += was.saturating_sub(c.cache);
                 }
+                left += c.cache;
+                dirty += c.dirty + c.writeback;
             }
         }
         let mut r = self.report.lock().unwrap();
@@ -248,6 +316,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     let dropper = Arc::new(Dropper {
         opts: opts.clone(),
         fds: Mutex::new(HashMap::new()),
+        unreachable: Mutex::new(Default::default()),
         mounts: Mutex::new(None),
         written: Mutex::new(Default::default()),
         report: Mutex::new(RunReport::default()),
@@ -359,14 +428,12 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     let _ = dropper_thread.join();
     let lost = inst.lost();
     drop(inst);
-    // The final pass covers everything the command added, not only what is pending: pages
-    // still under read I/O during a drop-behind pass could not be dropped then.
-    pending.lock().unwrap().files.clear();
+    // The final pass: what is pending, including pages that were still under read I/O during
+    // a drop-behind pass (they were queued again); then every range the command added is
+    // measured, and dropped again where cachestat still finds pages.
+    let last = std::mem::take(&mut *pending.lock().unwrap());
+    let _ = dropper.drop_pending(last);
     let all = std::mem::take(&mut *all.lock().unwrap());
-    let _ = dropper.drop_pending(Pending {
-        files: all.clone(),
-        pages: 0,
-    });
     dropper.measure_left(&all);
     use std::os::unix::process::ExitStatusExt;
     let mut r = std::mem::take(&mut *dropper.report.lock().unwrap());
