@@ -558,7 +558,7 @@ fn parse_limit_arg(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Parses `500ms`, `30s`, `10m`, `2h`, `1d` or a plain number of seconds.
+/// Parses `100us`, `500ms`, `30s`, `10m`, `2h`, `1d` or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
@@ -569,10 +569,15 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let secs = match unit {
         "" | "s" => v,
         "ms" => v / 1000.0,
+        "us" => v / 1e6,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
         "d" => v * 86400.0,
-        _ => return Err(format!("unknown duration unit in '{s}' (ms, s, m, h, d)")),
+        _ => {
+            return Err(format!(
+                "unknown duration unit in '{s}' (us, ms, s, m, h, d)"
+            ))
+        }
     };
     if secs.is_nan() || secs < 0.0 {
         return Err(format!("'{s}' is not a duration"));

@@ -209,7 +209,7 @@ impl Assistant {
             self.r.misses += 1;
         }
         let windows = self.pred.access(Access {
-            file: id,
+            file: super::predictor::stream(id, e.pid),
             page: p,
             hit: cached,
             t_ns: e.ts_us * 1000,

@@ -74,11 +74,19 @@ impl Config {
 /// One access to a page of a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
+    /// Identifies the access stream: use [`stream`] to give every process its own state per
+    /// file (two processes reading one file at random would otherwise break each other's
+    /// clusters — Lustre keeps this state per open file).
     pub file: u64,
     pub page: u64,
     /// The page was already cached.
     pub hit: bool,
     pub t_ns: u64,
+}
+
+/// The stream key of `pid` reading file number `file`.
+pub fn stream(file: u64, pid: u32) -> u64 {
+    (file << 24) ^ pid as u64
 }
 
 /// Pages `[start, start + pages)` of `file` to prefetch.

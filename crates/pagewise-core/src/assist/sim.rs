@@ -90,7 +90,7 @@ pub fn simulate(
             }
         };
         for w in pred.access(Access {
-            file: f.file as u64,
+            file: super::predictor::stream(f.file as u64, f.pid),
             page: f.index,
             hit,
             t_ns: t,
