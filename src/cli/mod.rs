@@ -343,11 +343,11 @@ pub struct LoadArgs {
     /// Files each worker queues readahead for before waiting on them
     #[arg(long, value_name = "N", default_value_t = 256)]
     pub batch: usize,
-    /// Bytes in flight within one large file
-    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size_arg)]
+    /// Bytes in flight within one large file (>= 64 MiB), split into --depth chunks
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size_arg)]
     pub window: u64,
     /// Threads reading one large file
-    #[arg(long, value_name = "N", default_value_t = 4)]
+    #[arg(long, value_name = "N", default_value_t = 16)]
     pub depth: usize,
     /// Load exactly the pages recorded in TRACE, in on-disk order with a deep queue
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from", "lock"])]

@@ -1024,12 +1024,23 @@ const MADV_POPULATE_READ: libc::c_int = 22;
 /// Linux 5.14), then unmaps. Pages not yet read are read (with readahead); pages under I/O are
 /// waited for. Unlike a read() into a buffer, the data is never touched by the CPU, which matters
 /// on virtual machines where the first touch of a fresh page costs a hypervisor fault.
+///
+/// With `huge`, the mapping is first marked `madvise(MADV_HUGEPAGE)`: the fault path then reads
+/// ahead in PMD-sized (2 MiB) folios (`do_sync_mmap_readahead`, VM_HUGEPAGE) instead of the
+/// 4 KiB folios that fadvise(WILLNEED)/readahead(2) allocate (`force_page_cache_ra`). Measured
+/// here on a cold 4 GiB ext4 file: 1.4 s of system time with 4 KiB folios, 0.05 s with 2 MiB
+/// ones. Only useful where [`thp_file_readahead`] says so; harmless elsewhere.
 /// `off` must be page aligned. Returns EINVAL on kernels without MADV_POPULATE_READ.
-pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
+pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> io::Result<()> {
     if len == 0 {
         return Ok(());
     }
     let map = Mapping::new(fd, off, len)?;
+    if huge {
+        // SAFETY: addr/len describe the live mapping created above. A failure (THP not built
+        // in) only loses the speed-up, so it is ignored.
+        unsafe { libc::madvise(map.addr, map.len, libc::MADV_HUGEPAGE) };
+    }
     loop {
         // SAFETY: addr/len describe the live mapping created above.
         let r = unsafe { libc::madvise(map.addr, map.len, MADV_POPULATE_READ) };
@@ -1041,6 +1052,18 @@ pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
             return Err(e);
         }
     }
+}
+
+/// Whether mappings marked MADV_HUGEPAGE get huge-folio readahead: transparent huge pages are
+/// built in and not set to `never` (`/sys/kernel/mm/transparent_hugepage/enabled`, which shows
+/// the active mode in brackets). Probed once.
+pub fn thp_file_readahead() -> bool {
+    static PROBE: OnceLock<bool> = OnceLock::new();
+    *PROBE.get_or_init(|| {
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .map(|s| !s.contains("[never]"))
+            .unwrap_or(false)
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
