@@ -394,3 +394,28 @@ fn cp_rules_for_destinations() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("into itself"));
 }
+
+#[test]
+fn without_preserve_mode_is_the_sources_less_umask_and_no_set_id_bits() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let umask = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .map(|v| u32::from_str_radix(v.trim(), 8).unwrap())
+        .unwrap();
+    for (name, mode) in [("a", 0o754), ("b", 0o4755), ("c", 0o400)] {
+        let p = src.join(name);
+        fs::write(&p, vec![7u8; 5000]).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let dst = t.path().join("dst");
+    assert!(run(bin().arg("copy").arg(&src).arg(&dst)).status.success());
+    for (name, mode) in [("a", 0o754), ("b", 0o4755), ("c", 0o400)] {
+        let m = fs::metadata(dst.join(name)).unwrap();
+        assert_eq!(m.mode() & 0o7777, mode & 0o777 & !umask, "{name}");
+        assert_eq!(fs::read(dst.join(name)).unwrap(), vec![7u8; 5000]);
+    }
+}

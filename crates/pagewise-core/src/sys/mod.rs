@@ -309,9 +309,14 @@ pub struct Stat {
     pub mode: u32,
     pub nlink: u64,
     pub uid: u32,
+    pub gid: u32,
     pub size: u64,
     /// Allocated bytes (st_blocks * 512): far below `size` for sparse files.
     pub allocated: u64,
+    /// Last access, seconds and nanoseconds since the epoch.
+    pub atime: (i64, i64),
+    /// Last modification, seconds and nanoseconds since the epoch.
+    pub mtime: (i64, i64),
 }
 
 impl Stat {
@@ -322,8 +327,11 @@ impl Stat {
             mode: s.st_mode,
             nlink: s.st_nlink,
             uid: s.st_uid,
+            gid: s.st_gid,
             size: s.st_size as u64,
             allocated: (s.st_blocks as u64) * 512,
+            atime: (s.st_atime, s.st_atime_nsec),
+            mtime: (s.st_mtime, s.st_mtime_nsec),
         }
     }
     pub fn is_file(&self) -> bool {
