@@ -335,7 +335,7 @@ pub fn watch(
     let a2 = assistant.clone();
     let me = std::process::id();
     let reader = inst
-        .reader(stop.clone(), true, move |line| {
+        .reader(stop.clone(), tracefs::Wake::OnEvent, move |line| {
             if let Some(e) = tracefs::parse_line(line) {
                 if e.pid != me {
                     a2.lock().unwrap().on_event(&e);
@@ -361,8 +361,7 @@ pub fn watch(
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = inst.disable();
-    stop.store(true, Ordering::Release);
-    let _ = reader.join();
+    tracefs::Instance::stop_reader(&stop, reader);
     let mut r = assistant.lock().unwrap().report();
     r.lost_events = inst.lost();
     r.elapsed_s = start.elapsed().as_secs_f64();

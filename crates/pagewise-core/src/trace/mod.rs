@@ -10,7 +10,7 @@ pub use format::{Event, Fault, Trace, TraceError, TraceFile};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 pub use tracefs::TraceUnavailable;
 
@@ -58,11 +58,15 @@ pub fn record(
     let stop = Arc::new(AtomicBool::new(false));
     let sink = raw.clone();
     let reader = inst
-        .reader(stop.clone(), false, move |line| {
-            if let Some(e) = tracefs::parse_line(line) {
-                sink.lock().unwrap().push(e);
-            }
-        })
+        .reader(
+            stop.clone(),
+            tracefs::Wake::Every(std::time::Duration::from_millis(10)),
+            move |line| {
+                if let Some(e) = tracefs::parse_line(line) {
+                    sink.lock().unwrap().push(e);
+                }
+            },
+        )
         .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
     // SIGINT/SIGTERM from the terminal reach the command (same process group); pagewise only
     // notes them, so it survives to write the trace.
@@ -87,8 +91,7 @@ pub fn record(
     };
     let duration_ns = sys::monotonic_ns() - start_mono;
     inst.disable().map_err(fail)?;
-    stop.store(true, Ordering::Release);
-    let _ = reader.join();
+    tracefs::Instance::stop_reader(&stop, reader);
     let lost = inst.lost();
     drop(inst);
     let mut raw = std::mem::take(&mut *raw.lock().unwrap());

@@ -95,6 +95,15 @@ fn lock_shared() -> Option<fs::File> {
     None
 }
 
+/// How a trace reader waits when the pipe is empty.
+#[derive(Debug, Clone, Copy)]
+pub enum Wake {
+    /// Sleep this long, then read whatever arrived (batching: fewest wake-ups).
+    Every(Duration),
+    /// Wait in poll(2) for the next event (lowest latency; a quiet target costs nothing).
+    OnEvent,
+}
+
 /// Writes `v` unless the file already says it (tracefs setting changes are slow); for files
 /// listing choices, the current one is in brackets.
 fn set(p: &Path, v: &str) -> io::Result<()> {
@@ -235,13 +244,20 @@ impl Instance {
         n
     }
 
+    /// Stops a [`reader`](Self::reader) thread: sets `stop`, wakes it, and waits until it has
+    /// drained the pipe.
+    pub fn stop_reader(stop: &AtomicBool, reader: std::thread::JoinHandle<()>) {
+        stop.store(true, Ordering::Release);
+        reader.thread().unpark();
+        let _ = reader.join();
+    }
+
     /// Starts a thread reading `trace_pipe` line by line into `on_line` until `stop` is set and
-    /// the pipe is empty. Whenever nothing is there it sleeps 10 ms (cheap batching, for
-    /// recording) or, with `low_latency`, waits in poll(2) to be woken by the next event.
+    /// the pipe is empty. Whenever nothing is there it waits as `wake` says.
     pub fn reader<F>(
         &self,
         stop: Arc<AtomicBool>,
-        low_latency: bool,
+        wake: Wake,
         mut on_line: F,
     ) -> io::Result<std::thread::JoinHandle<()>>
     where
@@ -277,11 +293,13 @@ impl Instance {
                 if stop.load(Ordering::Acquire) {
                     return;
                 }
-                if low_latency {
-                    use std::os::fd::AsFd;
-                    let _ = crate::sys::poll_readable(f.as_fd(), 50);
-                } else {
-                    std::thread::sleep(Duration::from_millis(10));
+                match wake {
+                    Wake::OnEvent => {
+                        use std::os::fd::AsFd;
+                        let _ = crate::sys::poll_readable(f.as_fd(), 50);
+                    }
+                    // Woken early by stop_reader, so the end of a run waits for no sleep.
+                    Wake::Every(d) => std::thread::park_timeout(d),
                 }
             }
         }))
@@ -292,14 +310,18 @@ impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.disable();
         if self.shared.is_some() {
-            // Idle until the next run: events off; the PID list is cleared by a detached
-            // process (clearing waits ~50 ms for RCU) that holds the lock until it is done; the
-            // next run drains the ring.
-            if crate::sys::truncate_detached(&self.dir.join("set_event_pid")).is_err() {
+            // Idle until the next run: events off; the next run drains the ring. The PID list
+            // is cleared (set to none) by a detached process that holds the lock until it is
+            // done: clearing waits for an RCU grace period (~35-50 ms here), and so does any
+            // write to a list that exists, even an empty one (the old list is freed after a
+            // grace period), while the first write to no list costs nothing. Tasks leave the
+            // list by themselves when freed, but the emptied list stays.
+            let pids = self.dir.join("set_event_pid");
+            if crate::sys::truncate_detached(&pids).is_err() {
                 let _ = fs::OpenOptions::new()
                     .write(true)
                     .truncate(true)
-                    .open(self.dir.join("set_event_pid"));
+                    .open(&pids);
             }
         } else {
             let _ = fs::remove_dir(&self.dir);
