@@ -75,6 +75,8 @@ pub struct Job<'a> {
     pub progress: &'a AtomicU64,
     /// xxh3 of the data as read, when --verify wants it (computed per chunk, combined).
     pub hasher: Option<&'a ChunkHashes>,
+    /// Source pages cached before the copy (cachestat of the whole file; None if unknown).
+    pub src_cached_before: Option<u64>,
 }
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
@@ -287,11 +289,11 @@ const DROP_BLOCK: u64 = 128 << 10;
 struct PrecachedBlocks(Vec<bool>);
 
 impl PrecachedBlocks {
-    /// One cachestat for the whole file, and one per block only when something was cached.
+    /// One cachestat per block, only when something of the file was cached before.
     fn snapshot(job: &Job<'_>) -> PrecachedBlocks {
         let size = job.extents.last().map_or(0, |e| e.0 + e.1);
         let mut precached = vec![false; size.div_ceil(DROP_BLOCK) as usize];
-        if sys::cachestat(job.src, 0, size).is_ok_and(|c| c.cache == 0) {
+        if job.src_cached_before == Some(0) {
             return PrecachedBlocks(precached);
         }
         for &(off, len) in job.extents {

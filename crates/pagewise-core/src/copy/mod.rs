@@ -244,9 +244,8 @@ impl Ctx<'_> {
         } else {
             Vec::new()
         };
-        let src_before = sys::cachestat(sf.as_fd(), 0, 0)
-            .map(|c| c.cache)
-            .unwrap_or(0);
+        let src_cached = sys::cachestat(sf.as_fd(), 0, 0).ok().map(|c| c.cache);
+        let src_before = src_cached.unwrap_or(0);
         let tmp = self.temp_name(&dst);
         // Without --preserve the copy gets the source's permission bits less the umask, which
         // open(O_CREAT) applies itself: no fchmod afterwards. With --preserve the mode is set
@@ -300,6 +299,7 @@ impl Ctx<'_> {
                 interrupted: self.interrupted,
                 progress,
                 hasher: hashes.as_ref(),
+                src_cached_before: src_cached,
             };
             if let Some(h) = &hashes {
                 h.parts.lock().unwrap().clear();
