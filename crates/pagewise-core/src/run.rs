@@ -326,12 +326,13 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         errors: ErrorLog::default(),
     });
     let pending = Arc::new(Mutex::new(Pending::default()));
-    let all: Arc<Mutex<PageMap>> = Arc::default();
+    // Files the command (or --assist) added pages to: only counted for the report.
+    let files: Arc<Mutex<std::collections::HashSet<FileKey>>> = Arc::default();
     let added = Arc::new(AtomicU64::new(0));
     let me = std::process::id();
     let page = sys::page_size();
     let stop = Arc::new(AtomicBool::new(false));
-    let (p2, a2, ad2) = (pending.clone(), all.clone(), added.clone());
+    let (p2, f2, ad2) = (pending.clone(), files.clone(), added.clone());
     let (as2, d2) = (assistant.clone(), delayed.clone());
     // Drop-behind needs the events soon: a command reading at 3 GB/s adds 30 MB in 10 ms.
     // With --assist, prefetches need them at once.
@@ -352,10 +353,10 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
                 let windows = a.lock().unwrap().on_event(&e);
                 if !windows.is_empty() {
                     let now = std::time::Instant::now();
-                    let mut all = a2.lock().unwrap();
+                    let mut files = f2.lock().unwrap();
                     let mut d = d2.lock().unwrap();
                     for (key, start, n) in windows {
-                        all.entry(key).or_default().push((start, n));
+                        files.insert(key);
                         d.push_back((now, key, (start, n)));
                     }
                 }
@@ -369,7 +370,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
             let mut p = p2.lock().unwrap();
             p.files.entry(key).or_default().push(r);
             p.pages += r.1;
-            a2.lock().unwrap().entry(key).or_default().push(r);
+            f2.lock().unwrap().insert(key);
         })
         .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
     // Drop-behind: a thread that drops whenever the outstanding footprint passes the limit.
@@ -458,7 +459,6 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         stayed = dropper.drop_pending(stayed);
     }
     dropper.measure_left(&stayed.files);
-    let all = std::mem::take(&mut *all.lock().unwrap());
     use std::os::unix::process::ExitStatusExt;
     let mut r = std::mem::take(&mut *dropper.report.lock().unwrap());
     r.exit_code = status
@@ -466,7 +466,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     r.elapsed_s = elapsed;
     r.pages_added = added.load(Ordering::Relaxed);
-    r.files = all.len() as u64;
+    r.files = files.lock().unwrap().len() as u64;
     r.lost_events = lost;
     r.error_count = dropper.errors.count();
     r.errors = dropper.errors.take();
