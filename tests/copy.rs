@@ -100,6 +100,90 @@ fn every_strategy_copies_exact_bytes_and_leaves_no_cache() {
     }
 }
 
+/// Trees of small files go through the batched path (io_uring reads, write-back in batches):
+/// exact bytes, nothing of the copy left cached, and source files cached before stay cached —
+/// with unnamed (O_TMPFILE) and named temporary files.
+#[test]
+fn small_file_batches_copy_exactly_and_keep_precached_files() {
+    let t = tmp();
+    let src = t.path().join("src");
+    let mut files = Vec::new();
+    for d in 0..3 {
+        let dir = src.join(format!("d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for i in 0..120usize {
+            // 0 bytes to 300 KiB: mostly batched, a few above the batch limit.
+            let size = (i * 7919 + d * 131) % (300 << 10);
+            let p = dir.join(format!("f{i:03}"));
+            write_file(&p, if i % 40 == 0 { 0 } else { size });
+            files.push(p);
+        }
+    }
+    for p in &files {
+        evict(p);
+    }
+    // Every third file is in someone's cache.
+    let precached: Vec<&PathBuf> = files.iter().step_by(3).collect();
+    for p in &precached {
+        fs::read(p).unwrap();
+    }
+    let pages = |ps: &[&PathBuf]| -> u64 {
+        ps.iter()
+            .map(|p| fs::metadata(p).unwrap().len().div_ceil(4096))
+            .sum()
+    };
+    let pre_pages = pages(&precached);
+    let others: Vec<&PathBuf> = files
+        .iter()
+        .skip(1)
+        .step_by(3)
+        .chain(files.iter().skip(2).step_by(3))
+        .collect();
+    let other_pages = pages(&others);
+    for (i, extra) in [None, Some("--named-temp")].into_iter().enumerate() {
+        let dst = t.path().join(format!("dst{i}"));
+        let out = run(bin()
+            .args(["copy", "--json"])
+            .args(extra)
+            .arg(&src)
+            .arg(&dst));
+        assert!(out.status.success(), "{extra:?}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["files"], files.len());
+        let dst_of = |p: &Path| dst.join(p.strip_prefix(&src).unwrap());
+        let dst_left: u64 = files.iter().map(|p| cached(&dst_of(p))).sum();
+        let pre_left: u64 = precached.iter().map(|p| cached(p)).sum();
+        for p in &precached {
+            let want = fs::metadata(p).unwrap().len().div_ceil(4096);
+            if cached(p) != want {
+                eprintln!("{}: {} of {want} pages cached", p.display(), cached(p));
+            }
+        }
+        let other_left: u64 = others.iter().map(|p| cached(p)).sum();
+        assert_eq!(
+            pre_left, pre_pages,
+            "{extra:?}: pre-cached sources stay cached"
+        );
+        assert!(
+            other_left * 100 <= other_pages,
+            "{extra:?}: source residue {other_left} of {other_pages} pages"
+        );
+        assert!(
+            dst_left * 100 <= pre_pages + other_pages,
+            "{extra:?}: destination residue {dst_left} pages"
+        );
+        for p in &files {
+            assert!(same(p, &dst_of(p)), "{}", p.display());
+        }
+        for d in 0..3 {
+            assert!(leftovers(&dst.join(format!("d{d}"))).is_empty());
+        }
+        for p in &others {
+            evict(p);
+        }
+    }
+}
+
 #[test]
 fn precached_source_pages_stay_cached() {
     let t = tmp();
@@ -278,24 +362,26 @@ fn enospc_leaves_no_partial_file_and_other_files_are_copied() {
     fs::create_dir(&src).unwrap();
     write_file(&src.join("a-small"), 100_000);
     write_file(&src.join("b-big"), 8 << 20);
-    let dst = fs_small.path().join("dst");
-    let out = run(bin().arg("copy").arg(&src).arg(&dst));
-    assert_eq!(out.status.code(), Some(2), "per-file failure: exit 2");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("b-big") && err.contains("No space left on device"),
-        "{err}"
-    );
-    assert!(
-        !dst.join("b-big").exists(),
-        "no half file under the final name"
-    );
-    assert!(
-        leftovers(&dst).is_empty(),
-        "temporary removed: {:?}",
-        leftovers(&dst)
-    );
-    assert!(same(&src.join("a-small"), &dst.join("a-small")));
+    for (i, extra) in [None, Some("--named-temp")].into_iter().enumerate() {
+        let dst = fs_small.path().join(format!("dst{i}"));
+        let out = run(bin().arg("copy").args(extra).arg(&src).arg(&dst));
+        assert_eq!(out.status.code(), Some(2), "per-file failure: exit 2");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("b-big") && err.contains("No space left on device"),
+            "{err}"
+        );
+        assert!(
+            !dst.join("b-big").exists(),
+            "no half file under the final name"
+        );
+        assert!(
+            leftovers(&dst).is_empty(),
+            "temporary removed: {:?}",
+            leftovers(&dst)
+        );
+        assert!(same(&src.join("a-small"), &dst.join("a-small")));
+    }
 }
 
 #[test]

@@ -25,6 +25,7 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         },
         preserve: a.preserve,
         preallocate: !a.no_preallocate,
+        named_temp: a.named_temp,
         fsync: a.fsync,
         verify: a.verify,
         threads: a.threads.max(1),

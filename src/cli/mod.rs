@@ -523,6 +523,10 @@ pub struct CopyArgs {
     /// Do not fallocate destinations before writing
     #[arg(long)]
     pub no_preallocate: bool,
+    /// Write each file under a hidden temporary name, renamed into place when complete
+    /// (default: an unnamed O_TMPFILE file, linked into place, where the filesystem has it)
+    #[arg(long)]
+    pub named_temp: bool,
     /// fsync each file before it is renamed into place (and the directories at the end)
     #[arg(long)]
     pub fsync: bool,

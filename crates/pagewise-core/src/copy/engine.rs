@@ -104,6 +104,17 @@ impl ChunkHashes {
     }
 }
 
+/// The digest [`ChunkHashes`] gives for a file whose data (extents `extents`, all in `data`,
+/// which starts at offset 0) was read in one piece.
+pub fn digest_of(extents: &[(u64, u64)], chunk: usize, data: &[u8]) -> u64 {
+    let h = ChunkHashes::default();
+    for (off, len) in pieces(extents, chunk as u64) {
+        let end = ((off + len) as usize).min(data.len());
+        h.add(off, &data[off as usize..end]);
+    }
+    h.digest()
+}
+
 /// Runs `work` over the job's extents with the job's depth (see [`chunks::run`]).
 fn parallel<F>(job: &Job<'_>, align: usize, work: F) -> Outcome
 where
@@ -131,7 +142,7 @@ fn fail(op: &'static str, on_dest: bool, err: io::Error) -> Outcome {
     Outcome::Failed(IoFailure { op, on_dest, err })
 }
 
-fn refused(e: &io::Error) -> bool {
+pub(crate) fn refused(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
@@ -139,7 +150,7 @@ fn refused(e: &io::Error) -> bool {
 }
 
 /// Reads `len` bytes at `off` fully (short only at EOF) with `read`.
-fn read_full(
+pub(crate) fn read_full(
     buf: &mut [u8],
     off: u64,
     len: usize,
@@ -156,7 +167,7 @@ fn read_full(
     Ok(got)
 }
 
-fn write_full(
+pub(crate) fn write_full(
     buf: &[u8],
     off: u64,
     mut write: impl FnMut(&[u8], u64) -> io::Result<usize>,
@@ -476,14 +487,14 @@ pub fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io
 pub fn open_direct_pair(
     src_path: &Path,
     dst_path: &Path,
-    dst: &OwnedFd,
+    dst: BorrowedFd<'_>,
 ) -> Result<(OwnedFd, OwnedFd, usize, u64), Unsupported> {
     let s =
         sys::open_read_direct(src_path).map_err(|e| Unsupported::Refused("open(O_DIRECT)", e))?;
     let d = sys::open_write(dst_path, None, true)
         .map_err(|e| Unsupported::Refused("open(O_DIRECT)", e))?;
     let sa = sys::dio_align(s.as_fd());
-    let da = sys::dio_align(dst.as_fd());
+    let da = sys::dio_align(dst);
     match (sa, da) {
         (Some((sm, so)), Some((dm, dof))) => {
             let mem = sm.max(dm).max(512) as usize;

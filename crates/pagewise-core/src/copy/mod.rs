@@ -2,10 +2,12 @@
 //!
 //! A planner thread walks the sources (cp semantics), creates directories and symlinks, and
 //! feeds regular files through a bounded channel to a pool of workers, so memory stays flat on
-//! any tree. Each worker copies a file under a temporary name in the destination directory and
-//! renames it into place only when complete; on any error or SIGINT the temporary is removed, so
-//! no half file ever stands under a final name. Destination pages are cleaned in batches: one
-//! writeback wait for many files, never an fdatasync per file. Hard links inside the copied set
+//! any tree. Each worker writes a file as an unnamed O_TMPFILE (or under a hidden temporary
+//! name) and links (renames) it into place only when complete; on any error or SIGINT nothing
+//! is linked (the temporary is removed), so no half file ever stands under a final name. Small
+//! files travel in batches of neighbours: one io_uring submission reads a batch, and their
+//! write-back is batched across files (syncfs, then a wait and a drop per file). Destination
+//! pages are cleaned in batches, never with an fdatasync per file. Hard links inside the copied set
 //! are recreated as hard links once their first name exists; directory modes and times are set
 //! last, after their contents.
 
@@ -13,14 +15,14 @@ pub mod engine;
 
 use crate::error::{ErrorLog, FileError};
 use crate::residency::{self, Progress, StatOptions};
-use crate::sys::{self, Advice};
+use crate::sys::{self, Advice, AlignedBuf};
 pub use engine::Strategy;
 use engine::{ChunkHashes, Job, Outcome, Unsupported};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,6 +49,8 @@ pub struct CopyOptions {
     pub chunk: usize,
     /// Under `auto`, files below this size never try O_DIRECT (it pays only for large I/O).
     pub direct_min: u64,
+    /// Write under hidden temporary names even where O_TMPFILE is available.
+    pub named_temp: bool,
 }
 
 impl Default for CopyOptions {
@@ -61,6 +65,7 @@ impl Default for CopyOptions {
             depth: 8,
             chunk: 4 << 20,
             direct_min: 1 << 20,
+            named_temp: false,
         }
     }
 }
@@ -108,6 +113,8 @@ pub struct CopyReport {
 struct FileTask {
     src: PathBuf,
     dst: PathBuf,
+    /// Size when the planner saw it.
+    size: u64,
 }
 
 struct DirTask {
@@ -144,21 +151,105 @@ struct Ctx<'a> {
     interrupted: &'static AtomicBool,
     seq: AtomicU64,
     is_root: bool,
+    /// A destination refused O_TMPFILE: use named temporary files from then on.
+    no_tmpfile: AtomicBool,
+    /// io_uring or RWF_DONTCACHE reads are refused: small files go one by one.
+    no_small_path: AtomicBool,
+    batch_settle: BatchSettle,
     /// Filesystems (st_dev of the destination dir) where a strategy was refused.
     refused: Mutex<HashMap<(u64, Strategy), ()>>,
 }
 
-/// Removes the temporary file on drop unless the copy committed it.
-struct TempGuard<'a> {
-    path: &'a Path,
+/// Where a file is written before it gets its final name.
+enum Temp {
+    /// O_TMPFILE: no name until linked; nothing to clean up if the copy fails.
+    Unnamed,
+    /// A hidden name in the destination directory, renamed over the final name when complete.
+    Named(NamedTemp),
+}
+
+/// A hidden temporary name, removed on drop unless the copy committed it.
+struct NamedTemp {
+    path: PathBuf,
     armed: bool,
 }
 
-impl Drop for TempGuard<'_> {
+impl Drop for NamedTemp {
     fn drop(&mut self) {
         if self.armed {
-            let _ = fs::remove_file(self.path);
+            let _ = fs::remove_file(&self.path);
         }
+    }
+}
+
+/// A source opened and checked, and the file its data goes to.
+struct Open {
+    src: PathBuf,
+    dst: PathBuf,
+    sf: OwnedFd,
+    st: sys::Stat,
+    sparse: bool,
+    /// Data extents of the source, `(offset, length)`.
+    extents: Vec<(u64, u64)>,
+    /// Source pages cached before the copy (None if unknown).
+    src_cached: Option<u64>,
+    df: fs::File,
+    temp: Temp,
+}
+
+/// Files up to this size are copied in batches (see [`Ctx::copy_small`]).
+const SMALL_FILE: u64 = 256 << 10;
+/// Files and bytes per small-file batch of one worker.
+const SMALL_BATCH: usize = 64;
+const SMALL_BATCH_BYTES: u64 = 2 << 20;
+
+/// What one worker thread keeps between batches.
+struct Worker {
+    ring: sys::ReadRing,
+    buf: AlignedBuf,
+}
+
+/// Write-back of small files, shared by the workers: their pages are written back by one
+/// `syncfs` per batch (the kernel then writes many files under one block plug: neighbouring
+/// files' blocks go out as one request — 100k files took ~12k write requests instead of
+/// ~100k), then each file is waited on and dropped. syncfs also starts write-back of other
+/// dirty data of that filesystem, which the kernel would write within seconds anyway.
+#[derive(Default)]
+struct BatchSettle {
+    pending: Mutex<(Vec<fs::File>, u64)>,
+}
+
+/// Files and dirty bytes that trigger a batch write-back.
+const SETTLE_FILES: usize = 2048;
+const SETTLE_BYTES: u64 = 64 << 20;
+
+impl BatchSettle {
+    fn add(&self, f: fs::File, bytes: u64) {
+        let batch = {
+            let mut p = self.pending.lock().unwrap();
+            p.0.push(f);
+            p.1 += bytes;
+            if p.0.len() < SETTLE_FILES && p.1 < SETTLE_BYTES {
+                return;
+            }
+            p.1 = 0;
+            std::mem::take(&mut p.0)
+        };
+        Self::write_back(batch);
+    }
+
+    fn flush(&self) {
+        let batch = std::mem::take(&mut self.pending.lock().unwrap().0);
+        Self::write_back(batch);
+    }
+
+    fn write_back(batch: Vec<fs::File>) {
+        let Some(first) = batch.first() else { return };
+        let _ = sys::syncfs(first.as_fd());
+        // Per file: whatever syncfs did not cover (another filesystem, pages dirtied since)
+        // is written and waited for, then the pages are dropped.
+        let mut s: Vec<Settle> = batch.into_iter().map(|f| Settle { fd: f.into() }).collect();
+        settle(&mut s);
     }
 }
 
@@ -181,6 +272,74 @@ impl Ctx<'_> {
         dst.with_file_name(format!(".{name}.pagewise-{pid}-{n}.tmp"))
     }
 
+    /// Creates the file the data goes to: unnamed (O_TMPFILE) where the filesystem has it,
+    /// which costs one directory entry (at link time) instead of a create plus a rename —
+    /// measured 12% of the CPU of a 100k-file tree copy went to rename —, else a hidden name.
+    fn create_temp(&self, dst: &Path, mode: u32) -> Result<(OwnedFd, Temp), FileError> {
+        if !self.opts.named_temp && !self.no_tmpfile.load(Ordering::Relaxed) {
+            let dir = match dst.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            match sys::open_tmpfile(dir, mode) {
+                Ok(fd) => return Ok((fd, Temp::Unnamed)),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+                    ) =>
+                {
+                    self.no_tmpfile.store(true, Ordering::Relaxed);
+                    self.notice(format!(
+                        "{} has no O_TMPFILE ({e}): files are written under hidden temporary names",
+                        dir.display()
+                    ));
+                }
+                Err(e) => return Err(FileError::io(dir, "open(O_TMPFILE)", &e)),
+            }
+        }
+        let tmp = self.temp_name(dst);
+        match sys::open_write(&tmp, Some(mode), false) {
+            Ok(fd) => Ok((
+                fd,
+                Temp::Named(NamedTemp {
+                    path: tmp,
+                    armed: true,
+                }),
+            )),
+            Err(e) => Err(FileError::io(&tmp, "open(O_CREAT|O_EXCL)", &e)),
+        }
+    }
+
+    /// Gives the complete file its final name, replacing what was there (as cp does).
+    fn commit(
+        &self,
+        fd: BorrowedFd<'_>,
+        temp: &mut Temp,
+        dst: &Path,
+    ) -> Result<(), (&'static str, io::Error)> {
+        match temp {
+            Temp::Named(tmp) => {
+                fs::rename(&tmp.path, dst).map_err(|e| ("rename", e))?;
+                tmp.armed = false;
+                Ok(())
+            }
+            Temp::Unnamed => match sys::link_fd(fd, dst) {
+                Ok(()) => Ok(()),
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    // Replacing an existing file atomically needs a rename.
+                    let tmp = self.temp_name(dst);
+                    sys::link_fd(fd, &tmp).map_err(|e| ("linkat", e))?;
+                    fs::rename(&tmp, dst).map_err(|e| {
+                        let _ = fs::remove_file(&tmp);
+                        ("rename", e)
+                    })
+                }
+                Err(e) => Err(("linkat", e)),
+            },
+        }
+    }
+
     /// Strategies to try for one file, best first. `auto` prefers RWF_DONTCACHE (measured
     /// fastest here: 4 GiB in 3.8 s against 6.1 s for O_DIRECT, at 2.1 s of CPU against 0.25 s),
     /// then O_DIRECT for large files (where the filesystem lacks DONTCACHE), then drop-behind.
@@ -199,10 +358,128 @@ impl Ctx<'_> {
     }
 
     fn copy_file(&self, local: &mut Local, task: FileTask) {
-        if self.interrupted.load(Ordering::Relaxed) {
+        if let Some(o) = self.open_pair(task) {
+            self.copy_data_and_finish(local, o);
+        }
+    }
+
+    /// Whether a file planned at `size` bytes goes through [`Ctx::copy_small`].
+    fn is_small(&self, task: &FileTask) -> bool {
+        self.opts.strategy == Strategy::Auto
+            && task.size <= SMALL_FILE
+            && !self.no_small_path.load(Ordering::Relaxed)
+    }
+
+    /// Copies a batch of small files: their reads go to the kernel in one io_uring submission
+    /// (RWF_DONTCACHE) — one device notification, and neighbouring files merged into one
+    /// request — and their writes are plain buffered writes whose write-back is batched across
+    /// files (see [`BatchSettle`]). A 100k-file tree needed ~100k reads and ~100k writes
+    /// through per-file preadv2/pwritev2(RWF_DONTCACHE); this path needs a fraction of each.
+    /// Files that turn out not to fit (grown, sparse) take the general path.
+    fn copy_small(&self, local: &mut Local, tasks: Vec<FileTask>, w: &mut Worker) {
+        let mut open = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            if let Some(o) = self.open_pair(t) {
+                if o.sparse || o.st.size > SMALL_FILE || o.st.size == 0 {
+                    self.copy_data_and_finish(local, o);
+                } else {
+                    open.push(o);
+                }
+            }
+        }
+        if open.is_empty() || self.interrupted.load(Ordering::Relaxed) {
             return;
         }
-        let FileTask { src, dst } = task;
+        let total: usize = open.iter().map(|o| o.st.size as usize).sum();
+        if w.buf.len() < total {
+            w.buf = AlignedBuf::new(total.next_multiple_of(1 << 20), 4096);
+        }
+        let results = {
+            let mut reqs: Vec<(BorrowedFd<'_>, u64, &mut [u8])> = Vec::with_capacity(open.len());
+            let mut rest: &mut [u8] = &mut w.buf;
+            for o in &open {
+                let (head, tail) = rest.split_at_mut(o.st.size as usize);
+                reqs.push((o.sf.as_fd(), 0, head));
+                rest = tail;
+            }
+            w.ring.read_batch(&mut reqs, sys::RWF_DONTCACHE)
+        };
+        let results = match results {
+            Ok(r) => r,
+            Err(e) => {
+                self.no_small_path.store(true, Ordering::Relaxed);
+                self.notice(format!(
+                    "io_uring batches unavailable ({e}): files copied one by one"
+                ));
+                Vec::new()
+            }
+        };
+        let mut at = 0usize;
+        for (i, o) in open.into_iter().enumerate() {
+            let size = o.st.size as usize;
+            let data = &mut w.buf[at..at + size];
+            at += size;
+            let got = match results.get(i) {
+                Some(Ok(n)) => Ok(*n),
+                Some(Err(e)) if engine::refused(e) => {
+                    // RWF_DONTCACHE or io_uring reads refused here: the general path decides.
+                    self.no_small_path.store(true, Ordering::Relaxed);
+                    Err(None)
+                }
+                Some(Err(e)) => Err(Some(io::Error::from_raw_os_error(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                ))),
+                None => Err(None),
+            };
+            // Short reads (a file shrinking, or a partial read) are finished synchronously.
+            let n = match got {
+                Ok(n) => engine::read_full(&mut data[n..], n as u64, size - n, |b, off| {
+                    sys::preadv2(o.sf.as_fd(), b, off, sys::RWF_DONTCACHE)
+                })
+                .map(|m| n + m)
+                .map_err(Some),
+                Err(e) => Err(e),
+            };
+            let n = match n {
+                Ok(n) => n,
+                Err(Some(e)) => {
+                    self.errors
+                        .push(FileError::io(&o.src, "read(RWF_DONTCACHE)", &e));
+                    continue;
+                }
+                Err(None) => {
+                    self.copy_data_and_finish(local, o);
+                    continue;
+                }
+            };
+            self.progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+            if let Err(e) = engine::write_full(&data[..n], 0, |b, off| {
+                sys::pwritev2(o.df.as_fd(), b, off, 0)
+            }) {
+                self.errors.push(FileError::io(&o.dst, "pwritev2", &e));
+                continue;
+            }
+            let digest = self
+                .opts
+                .verify
+                .then(|| engine::digest_of(&o.extents, self.opts.chunk, &data[..n]));
+            self.finish(local, o, Strategy::Dontcache, digest, true);
+        }
+    }
+
+    fn copy_data_and_finish(&self, local: &mut Local, o: Open) {
+        let hashes = self.opts.verify.then(ChunkHashes::default);
+        if let Some(s) = self.copy_data(&o, hashes.as_ref()) {
+            self.finish(local, o, s, hashes.map(|h| h.digest()), false);
+        }
+    }
+
+    /// Opens the source, checks it, and creates the file its data goes to.
+    fn open_pair(&self, task: FileTask) -> Option<Open> {
+        if self.interrupted.load(Ordering::Relaxed) {
+            return None;
+        }
+        let FileTask { src, dst, .. } = task;
         let sf = match sys::open_path(
             &src,
             sys::OpenFlags {
@@ -213,20 +490,27 @@ impl Ctx<'_> {
             Ok(f) => f,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
                 self.notice("some source files vanished during the copy and were skipped".into());
-                return;
+                return None;
             }
-            Err(e) => return self.errors.push(FileError::io(&src, "open", &e)),
+            Err(e) => {
+                self.errors.push(FileError::io(&src, "open", &e));
+                return None;
+            }
         };
         let st = match sys::fstat(sf.as_fd()) {
             Ok(s) => s,
-            Err(e) => return self.errors.push(FileError::io(&src, "fstat", &e)),
+            Err(e) => {
+                self.errors.push(FileError::io(&src, "fstat", &e));
+                return None;
+            }
         };
         if !st.is_file() {
-            return self.errors.push(FileError::other(
+            self.errors.push(FileError::other(
                 &src,
                 "open",
                 format!("is a {} now, not a regular file", st.kind()),
             ));
+            return None;
         }
         let size = st.size;
         let sparse = st.allocated < size;
@@ -234,9 +518,9 @@ impl Ctx<'_> {
             match sys::data_extents(sf.as_fd(), 0, size) {
                 Ok(e) => e,
                 Err(e) => {
-                    return self
-                        .errors
-                        .push(FileError::io(&src, "lseek(SEEK_DATA)", &e))
+                    self.errors
+                        .push(FileError::io(&src, "lseek(SEEK_DATA)", &e));
+                    return None;
                 }
             }
         } else if size > 0 {
@@ -245,8 +529,6 @@ impl Ctx<'_> {
             Vec::new()
         };
         let src_cached = sys::cachestat(sf.as_fd(), 0, 0).ok().map(|c| c.cache);
-        let src_before = src_cached.unwrap_or(0);
-        let tmp = self.temp_name(&dst);
         // Without --preserve the copy gets the source's permission bits less the umask, which
         // open(O_CREAT) applies itself: no fchmod afterwards. With --preserve the mode is set
         // after the owner (chown clears set-id bits), so the file starts private.
@@ -255,17 +537,12 @@ impl Ctx<'_> {
         } else {
             st.mode & 0o777
         };
-        let df = match sys::open_write(&tmp, Some(create_mode), false) {
-            Ok(f) => f,
+        let (df, temp) = match self.create_temp(&dst, create_mode) {
+            Ok(t) => t,
             Err(e) => {
-                return self
-                    .errors
-                    .push(FileError::io(&tmp, "open(O_CREAT|O_EXCL)", &e))
+                self.errors.push(e);
+                return None;
             }
-        };
-        let mut guard = TempGuard {
-            path: &tmp,
-            armed: true,
         };
         // Only files written in several chunks (in parallel, out of order) gain from
         // preallocation; a file written by one write is allocated in one piece by delayed
@@ -274,22 +551,44 @@ impl Ctx<'_> {
         if self.opts.preallocate && !sparse && size > self.opts.chunk as u64 {
             if let Err(e) = sys::fallocate(df.as_fd(), 0, size) {
                 if e.raw_os_error() == Some(libc::ENOSPC) {
-                    return self.errors.push(FileError::io(&dst, "fallocate", &e));
+                    self.errors.push(FileError::io(&dst, "fallocate", &e));
+                    return None;
                 }
                 // EOPNOTSUPP and friends: write without preallocation.
             }
         }
-        let dev = sys::fstat(df.as_fd()).map(|s| s.dev).unwrap_or(0);
-        let hashes = self.opts.verify.then(ChunkHashes::default);
-        let progress = &self.progress.bytes;
-        let mut used = None;
+        Some(Open {
+            src,
+            dst,
+            sf,
+            st,
+            sparse,
+            extents,
+            src_cached,
+            df: df.into(),
+            temp,
+        })
+    }
+
+    /// Moves the data with the first strategy of the chain that the filesystems accept.
+    fn copy_data(&self, o: &Open, hashes: Option<&ChunkHashes>) -> Option<Strategy> {
+        let size = o.st.size;
+        let dev = sys::fstat(o.df.as_fd()).map(|s| s.dev).unwrap_or(0);
+        let proc_path;
+        let tmp: &Path = match &o.temp {
+            Temp::Named(n) => &n.path,
+            Temp::Unnamed => {
+                proc_path = PathBuf::from(format!("/proc/self/fd/{}", o.df.as_raw_fd()));
+                &proc_path
+            }
+        };
         for strat in self.chain(dev, size) {
             let job = Job {
-                src_path: &src,
-                dst_path: &tmp,
-                src: sf.as_fd(),
-                dst: df.as_fd(),
-                extents: &extents,
+                src_path: &o.src,
+                dst_path: tmp,
+                src: o.sf.as_fd(),
+                dst: o.df.as_fd(),
+                extents: &o.extents,
                 chunk: self.opts.chunk,
                 depth: if size >= 2 * self.opts.chunk as u64 {
                     self.opts.depth
@@ -297,15 +596,15 @@ impl Ctx<'_> {
                     1
                 },
                 interrupted: self.interrupted,
-                progress,
-                hasher: hashes.as_ref(),
-                src_cached_before: src_cached,
+                progress: &self.progress.bytes,
+                hasher: hashes,
+                src_cached_before: o.src_cached,
             };
-            if let Some(h) = &hashes {
+            if let Some(h) = hashes {
                 h.parts.lock().unwrap().clear();
             }
             let outcome = match strat {
-                Strategy::Direct => match engine::open_direct_pair(&src, &tmp, &df) {
+                Strategy::Direct => match engine::open_direct_pair(&o.src, tmp, o.df.as_fd()) {
                     Ok((s, d, mem, off)) => {
                         engine::copy_direct(&job, s.as_fd(), d.as_fd(), mem, off)
                     }
@@ -316,71 +615,81 @@ impl Ctx<'_> {
                 Strategy::Buffered | Strategy::Auto => engine::copy_buffered(&job),
             };
             match outcome {
-                Outcome::Done => {
-                    used = Some(strat);
-                    break;
-                }
+                Outcome::Done => return Some(strat),
                 Outcome::Fallback(Unsupported::Refused(op, e)) => {
                     self.refused.lock().unwrap().insert((dev, strat), ());
                     self.notice(format!(
                         "{} refused on {} ({op}: {e}): falling back",
                         strat.name(),
-                        dst.parent().unwrap_or(Path::new(".")).display()
+                        o.dst.parent().unwrap_or(Path::new(".")).display()
                     ));
-                    let _ = fs::File::from(df.try_clone().expect("dup")).set_len(0);
+                    let _ = o.df.set_len(0);
                 }
                 Outcome::Failed(f) => {
-                    let path = if f.on_dest { &dst } else { &src };
-                    return self.errors.push(FileError::io(path, f.op, &f.err));
+                    let path = if f.on_dest { &o.dst } else { &o.src };
+                    self.errors.push(FileError::io(path, f.op, &f.err));
+                    return None;
                 }
-                Outcome::Interrupted => return,
+                Outcome::Interrupted => return None,
             }
         }
-        let Some(strat) = used else {
-            return self.errors.push(FileError::other(
-                &dst,
-                "copy",
-                "no strategy could write this file",
-            ));
-        };
+        self.errors.push(FileError::other(
+            &o.dst,
+            "copy",
+            "no strategy could write this file",
+        ));
+        None
+    }
+
+    /// Checks the source did not change, applies metadata, gives the file its final name and
+    /// hands it to write-back: `batched` files were written without RWF_DONTCACHE and go to the
+    /// shared [`BatchSettle`]; the others to this worker's per-file settle list.
+    fn finish(
+        &self,
+        local: &mut Local,
+        mut o: Open,
+        strat: Strategy,
+        digest: Option<u64>,
+        batched: bool,
+    ) {
+        let size = o.st.size;
         // A source written to while we copied it would give a copy that never existed.
-        if let Ok(now) = fs::metadata(&src) {
-            if now.len() != size || (now.mtime(), now.mtime_nsec()) != st.mtime {
+        if let Ok(now) = sys::fstat(o.sf.as_fd()) {
+            if now.size != size || now.mtime != o.st.mtime {
                 return self.errors.push(FileError::other(
-                    &src,
+                    &o.src,
                     "copy",
                     "source changed while it was being copied (not renamed into place; copy again)",
                 ));
             }
         }
-        let dfile = fs::File::from(df);
-        if sparse || strat == Strategy::Direct {
-            if let Err(e) = dfile.set_len(size) {
-                return self.errors.push(FileError::io(&dst, "ftruncate", &e));
+        if o.sparse || strat == Strategy::Direct {
+            if let Err(e) = o.df.set_len(size) {
+                return self.errors.push(FileError::io(&o.dst, "ftruncate", &e));
             }
         }
-        if let Err((op, e)) = self.apply_meta(&sf, &dfile, &st) {
-            return self.errors.push(FileError::io(&dst, op, &e));
+        if let Err((op, e)) = self.apply_meta(&o.sf, &o.df, &o.st) {
+            return self.errors.push(FileError::io(&o.dst, op, &e));
         }
         if self.opts.fsync {
-            if let Err(e) = dfile.sync_all() {
-                return self.errors.push(FileError::io(&dst, "fsync", &e));
+            if let Err(e) = o.df.sync_all() {
+                return self.errors.push(FileError::io(&o.dst, "fsync", &e));
             }
         }
         if self.interrupted.load(Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = fs::rename(&tmp, &dst) {
-            return self.errors.push(FileError::io(&dst, "rename", &e));
+        if let Err((op, e)) = self.commit(o.df.as_fd(), &mut o.temp, &o.dst) {
+            return self.errors.push(FileError::io(&o.dst, op, &e));
         }
-        guard.armed = false;
         let page = sys::page_size();
-        let src_after = sys::cachestat(sf.as_fd(), 0, 0)
+        let src_before = o.src_cached.unwrap_or(0);
+        let src_after = sys::cachestat(o.sf.as_fd(), 0, 0)
             .map(|c| c.cache)
             .unwrap_or(0);
         local.residue.source_added_bytes += src_after.saturating_sub(src_before) * page;
         local.residue.source_precached_bytes += src_before * page;
-        let data: u64 = extents.iter().map(|e| e.1).sum();
+        let data: u64 = o.extents.iter().map(|e| e.1).sum();
         local.residue.source_bytes += data;
         local.residue.dest_bytes += data;
         local.files += 1;
@@ -391,11 +700,14 @@ impl Ctx<'_> {
             .entry(strat.name().to_string())
             .or_default() += 1;
         self.progress.files.fetch_add(1, Ordering::Relaxed);
-        if let Some(h) = hashes {
-            local.digests.push((dst.clone(), extents, h.digest()));
+        if let Some(d) = digest {
+            local.digests.push((o.dst, o.extents, d));
         }
-        if strat != Strategy::Buffered {
-            local.settle.push(Settle { fd: dfile.into() });
+        let fd = o.df;
+        if batched {
+            self.batch_settle.add(fd, data);
+        } else if strat != Strategy::Buffered {
+            local.settle.push(Settle { fd: fd.into() });
             if local.settle.len() >= SETTLE_BATCH {
                 settle(&mut local.settle);
             }
@@ -467,7 +779,7 @@ fn settle(batch: &mut Vec<Settle>) {
 /// The planner: cp semantics over the sources.
 struct Planner<'a> {
     ctx: &'a Ctx<'a>,
-    tx: crossbeam_channel::Sender<FileTask>,
+    tx: crossbeam_channel::Sender<Vec<FileTask>>,
     /// Files waiting to be sent, grouped by destination directory (see [`Planner::flush`]).
     pending: Vec<Vec<FileTask>>,
     pending_files: usize,
@@ -488,17 +800,33 @@ impl Planner<'_> {
     /// (measured: 16 workers renaming into one directory spent most of their time spinning
     /// on its i_rwsem).
     fn flush(&mut self) {
-        let mut groups: Vec<std::vec::IntoIter<FileTask>> = std::mem::take(&mut self.pending)
-            .into_iter()
-            .map(|g| g.into_iter())
-            .collect();
+        let mut groups: Vec<std::iter::Peekable<std::vec::IntoIter<FileTask>>> =
+            std::mem::take(&mut self.pending)
+                .into_iter()
+                .map(|g| g.into_iter().peekable())
+                .collect();
         while !groups.is_empty() {
-            groups.retain_mut(|g| match g.next() {
-                Some(t) => {
-                    let _ = self.tx.send(t);
-                    true
+            groups.retain_mut(|g| {
+                let Some(first) = g.next() else {
+                    return false;
+                };
+                // Small files go in batches of neighbours from one directory (likely
+                // neighbours on disk too: their reads merge), others one by one.
+                let mut unit = vec![first];
+                if unit[0].size <= SMALL_FILE {
+                    let mut bytes = unit[0].size;
+                    while unit.len() < SMALL_BATCH && bytes < SMALL_BATCH_BYTES {
+                        match g.next_if(|t| t.size <= SMALL_FILE) {
+                            Some(t) => {
+                                bytes += t.size;
+                                unit.push(t);
+                            }
+                            None => break,
+                        }
+                    }
                 }
-                None => false,
+                let _ = self.tx.send(unit);
+                true
             });
         }
         self.pending_files = 0;
@@ -576,6 +904,7 @@ impl Planner<'_> {
             let task = FileTask {
                 src: src.to_path_buf(),
                 dst: dst.to_path_buf(),
+                size: meta.len(),
             };
             match self.pending.last_mut() {
                 Some(g)
@@ -658,9 +987,12 @@ pub fn copy(
         seq: AtomicU64::new(0),
         is_root: sys::euid() == 0,
         refused: Mutex::new(HashMap::new()),
+        no_tmpfile: AtomicBool::new(false),
+        no_small_path: AtomicBool::new(opts.strategy != Strategy::Auto || !sys::probe_io_uring()),
+        batch_settle: BatchSettle::default(),
     };
     let start = Instant::now();
-    let (tx, rx) = crossbeam_channel::bounded::<FileTask>(4096);
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<FileTask>>(1024);
     let merged = Mutex::new(Local::default());
     let mut planner = Planner {
         ctx: &ctx,
@@ -680,8 +1012,39 @@ pub fn copy(
             let merged = &merged;
             s.spawn(move || {
                 let mut local = Local::default();
-                for task in rx.iter() {
-                    ctx.copy_file(&mut local, task);
+                let mut worker = None;
+                for unit in rx.iter() {
+                    let (unit, others): (Vec<_>, Vec<_>) =
+                        unit.into_iter().partition(|t| ctx.is_small(t));
+                    for t in others {
+                        ctx.copy_file(&mut local, t);
+                    }
+                    if unit.len() < 2 {
+                        for t in unit {
+                            ctx.copy_file(&mut local, t);
+                        }
+                        continue;
+                    }
+                    let w = match &mut worker {
+                        Some(w) => w,
+                        None => match sys::ReadRing::new(SMALL_BATCH as u32) {
+                            Ok(ring) => worker.insert(Worker {
+                                ring,
+                                buf: AlignedBuf::new(SMALL_BATCH_BYTES as usize, 4096),
+                            }),
+                            Err(e) => {
+                                ctx.no_small_path.store(true, Ordering::Relaxed);
+                                ctx.notice(format!(
+                                    "io_uring unavailable ({e}): files copied one by one"
+                                ));
+                                for t in unit {
+                                    ctx.copy_file(&mut local, t);
+                                }
+                                continue;
+                            }
+                        },
+                    };
+                    ctx.copy_small(&mut local, unit, w);
                 }
                 settle(&mut local.settle);
                 merge(&mut merged.lock().unwrap(), local);
@@ -730,6 +1093,7 @@ pub fn copy(
             crossbeam_channel::bounded(0).0,
         ));
     });
+    ctx.batch_settle.flush();
     let mut m = merged.into_inner().unwrap();
     // Hard links: their first name exists now.
     let mut hardlinks = 0;

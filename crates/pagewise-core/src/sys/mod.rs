@@ -967,6 +967,73 @@ pub fn open_write(path: &Path, create: Option<u32>, direct: bool) -> io::Result<
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `open(dir, O_TMPFILE | O_WRONLY, mode)` — an unnamed regular file in `dir`'s filesystem
+/// (<https://man7.org/linux/man-pages/man2/open.2.html>): it vanishes when closed unless
+/// [`link_fd`] gives it a name, so a crash or an error never leaves a partial file behind.
+/// EOPNOTSUPP (or EISDIR/EINVAL on old kernels) when the filesystem has no O_TMPFILE.
+pub fn open_tmpfile(dir: &Path, mode: u32) -> io::Result<OwnedFd> {
+    let c = cstring(dir)?;
+    // SAFETY: c is a valid C string.
+    let fd = cvt(unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_TMPFILE | libc::O_WRONLY | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    })?;
+    // SAFETY: fd was just returned by open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// 0: untried, 1: linkat(AT_EMPTY_PATH) works, 2: it does not (no CAP_DAC_READ_SEARCH).
+static LINK_EMPTY_PATH: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Gives the open file `fd` (typically from [`open_tmpfile`]) the name `to`:
+/// `linkat(fd, "", AT_FDCWD, to, AT_EMPTY_PATH)`, which needs CAP_DAC_READ_SEARCH, else
+/// `linkat(AT_FDCWD, "/proc/self/fd/N", AT_FDCWD, to, AT_SYMLINK_FOLLOW)`
+/// (<https://man7.org/linux/man-pages/man2/linkat.2.html>). EEXIST when `to` exists.
+pub fn link_fd(fd: BorrowedFd<'_>, to: &Path) -> io::Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let to = cstring(to)?;
+    if LINK_EMPTY_PATH.load(Relaxed) != 2 {
+        // SAFETY: both strings are valid C strings; fd is open.
+        let r = unsafe {
+            libc::linkat(
+                fd.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::AT_EMPTY_PATH,
+            )
+        };
+        if r == 0 {
+            LINK_EMPTY_PATH.store(1, Relaxed);
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EPERM)) {
+            return Err(e);
+        }
+        // ENOENT here means "not allowed" only while the target's directory exists.
+        if LINK_EMPTY_PATH.load(Relaxed) == 1 {
+            return Err(e);
+        }
+        LINK_EMPTY_PATH.store(2, Relaxed);
+    }
+    let proc = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+    // SAFETY: both strings are valid C strings.
+    cvt(unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    })
+    .map(drop)
+}
+
 /// Opens a file read-only with O_DIRECT (and O_NOATIME where allowed).
 pub fn open_read_direct(path: &Path) -> io::Result<OwnedFd> {
     let c = cstring(path)?;
@@ -1364,6 +1431,84 @@ pub fn uring_read_all(
         }
     }
     Ok(results)
+}
+
+/// An io_uring kept by one thread for batches of reads into the caller's buffers.
+pub struct ReadRing {
+    ring: io_uring::IoUring,
+}
+
+impl ReadRing {
+    /// A ring with room for `entries` reads per batch.
+    pub fn new(entries: u32) -> io::Result<ReadRing> {
+        Ok(ReadRing {
+            ring: io_uring::IoUring::new(entries.next_power_of_two())?,
+        })
+    }
+
+    /// Issues one read per request — descriptor, offset, buffer — all in one submission, and
+    /// waits for all of them. Buffered reads of uncached data start their disk I/O during the
+    /// submission, under one block plug: one device notification for the batch, and adjacent
+    /// requests merged. `rw_flags` are preadv2 flags (e.g. [`RWF_DONTCACHE`]). Results (bytes
+    /// read, possibly short, or the error) are in request order. Batches larger than the
+    /// ring are split.
+    pub fn read_batch(
+        &mut self,
+        reqs: &mut [(BorrowedFd<'_>, u64, &mut [u8])],
+        rw_flags: i32,
+    ) -> io::Result<Vec<io::Result<usize>>> {
+        use io_uring::{opcode, types};
+        let mut results: Vec<io::Result<usize>> = Vec::with_capacity(reqs.len());
+        let cap = self.ring.params().sq_entries() as usize;
+        for (base, part) in reqs.chunks_mut(cap).enumerate().map(|(i, p)| (i * cap, p)) {
+            results.resize_with(base + part.len(), || Ok(0));
+            {
+                let mut sq = self.ring.submission();
+                for (i, (fd, off, buf)) in part.iter_mut().enumerate() {
+                    let len = buf.len().min(u32::MAX as usize) as u32;
+                    let e = opcode::Read::new(types::Fd(fd.as_raw_fd()), buf.as_mut_ptr(), len)
+                        .offset(*off)
+                        .rw_flags(rw_flags)
+                        .build()
+                        .user_data(i as u64);
+                    // SAFETY: each buffer is borrowed mutably for this whole call and every
+                    // submitted entry is reaped below before it returns; the ring has room
+                    // for `cap` entries and is empty here.
+                    unsafe { sq.push(&e) }.expect("ring has room for the part");
+                }
+            }
+            let mut left = part.len();
+            while left > 0 {
+                match self.ring.submit_and_wait(left) {
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                        ) => {}
+                    Err(e) => {
+                        // Reads in flight would write into buffers the caller is about to
+                        // free: then nothing safe is left to do but stop.
+                        if left > self.ring.submission().len() {
+                            eprintln!("pagewise: io_uring wait failed with reads in flight: {e}");
+                            std::process::abort();
+                        }
+                        return Err(e);
+                    }
+                }
+                for cqe in self.ring.completion() {
+                    let i = cqe.user_data() as usize;
+                    results[base + i] = if cqe.result() < 0 {
+                        Err(io::Error::from_raw_os_error(-cqe.result()))
+                    } else {
+                        Ok(cqe.result() as usize)
+                    };
+                    left -= 1;
+                }
+            }
+        }
+        Ok(results)
+    }
 }
 
 /// Restores the default SIGPIPE action, so `pagewise ... | head` ends quietly like other
