@@ -39,8 +39,23 @@ fn write_pages(p: &Path, pages: u64) {
 }
 
 fn record(trace: &Path, cmd: &[String]) -> Trace {
-    let out = run(bin().arg("record").arg("-o").arg(trace).arg("--").args(cmd));
-    assert!(out.status.success());
+    record_with(trace, cmd, "auto")
+}
+
+fn record_with(trace: &Path, cmd: &[String], backend: &str) -> Trace {
+    let out = run(bin()
+        .args(["record", "--backend", backend, "-o"])
+        .arg(trace)
+        .arg("--")
+        .args(cmd));
+    assert!(out.status.success(), "{backend}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    if backend == "auto" {
+        // On this machine perf events work: auto must not fall back.
+        assert!(err.contains("record (perf)"), "{err}");
+    } else {
+        assert!(err.contains(&format!("record ({backend})")), "{err}");
+    }
     Trace::from_bytes(&fs::read(trace).unwrap()).unwrap()
 }
 
@@ -71,6 +86,20 @@ fn records_exactly_the_pages_an_mmap_reader_faults_in() {
     let mut cmd = toucher(t.path());
     cmd.push(data.to_string_lossy().into_owned());
     cmd.extend(["3", "17", "40"].map(String::from));
+    // Both ways of collecting see the same pages.
+    for backend in ["tracefs", "perf"] {
+        sync_and_evict(&data);
+        let tr = record_with(&t.path().join("a.trace"), &cmd, backend);
+        assert_eq!(tr.lost_events, 0);
+        let pages = pages_of(&tr, &data);
+        for p in [3, 17, 40] {
+            assert!(
+                pages.contains(&p),
+                "{backend}: page {p} recorded: {pages:?}"
+            );
+        }
+    }
+    sync_and_evict(&data);
     let tr = record(&t.path().join("a.trace"), &cmd);
     assert_eq!(tr.lost_events, 0);
     let pages = pages_of(&tr, &data);
@@ -100,6 +129,43 @@ fn records_exactly_the_pages_an_mmap_reader_faults_in() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(&data.display().to_string()));
 }
 
+/// With a ring far too small, every page the command brought into the cache is either in the
+/// trace or counted as lost: nothing is dropped silently (both backends). Writing a new file
+/// 4 KiB at a time adds pages faster than any reader can take them from a 4 KiB ring.
+#[test]
+fn overruns_are_counted_not_silently_dropped() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let n = 16384u64;
+    let mut any_lost = false;
+    for backend in ["perf", "tracefs"] {
+        let w = t.path().join(format!("w-{backend}"));
+        let trace = t.path().join("small.trace");
+        let out = run(bin()
+            .args(["record", "--buffer-kb", "4", "--backend", backend, "-o"])
+            .arg(&trace)
+            .args(["--", "dd", "if=/dev/zero", "bs=4k", "status=none"])
+            .arg(format!("count={n}"))
+            .arg(format!("of={}", w.display())));
+        assert!(out.status.success(), "{backend}");
+        let tr = Trace::from_bytes(&fs::read(&trace).unwrap()).unwrap();
+        let got = pages_of(&tr, &w).len() as u64;
+        assert!(
+            got + tr.lost_events >= n,
+            "{backend}: {got} pages recorded + {} lost < {n} written",
+            tr.lost_events
+        );
+        if tr.lost_events > 0 {
+            any_lost = true;
+            assert!(String::from_utf8_lossy(&out.stderr).contains("events lost"));
+        }
+        sync_and_evict(&w);
+    }
+    assert!(any_lost, "a 4 KiB ring overran at least once");
+}
+
 #[test]
 fn records_a_python_import_through_children() {
     if !can_trace() {
@@ -114,22 +180,26 @@ fn records_a_python_import_through_children() {
     assert!(run(bin().arg("evict").arg(&json_dir)).status.success());
     let t = tmp();
     // Through a shell: the pages are read by a child of the recorded command.
-    let tr = record(
-        &t.path().join("py.trace"),
-        &[
-            "sh".into(),
-            "-c".into(),
-            "python3 -c 'import json' && true".into(),
-        ],
-    );
-    let dir = json_dir.to_string_lossy();
-    assert!(
-        tr.files
-            .iter()
-            .any(|f| f.path.as_deref().is_some_and(|p| p.starts_with(&*dir))),
-        "a file of {dir} was read from disk: {:?}",
-        tr.files.iter().map(|f| f.display()).collect::<Vec<_>>()
-    );
+    for backend in ["perf", "tracefs"] {
+        assert!(run(bin().arg("evict").arg(&json_dir)).status.success());
+        let tr = record_with(
+            &t.path().join("py.trace"),
+            &[
+                "sh".into(),
+                "-c".into(),
+                "python3 -c 'import json' && true".into(),
+            ],
+            backend,
+        );
+        let dir = json_dir.to_string_lossy();
+        assert!(
+            tr.files
+                .iter()
+                .any(|f| f.path.as_deref().is_some_and(|p| p.starts_with(&*dir))),
+            "{backend}: a file of {dir} was read from disk: {:?}",
+            tr.files.iter().map(|f| f.display()).collect::<Vec<_>>()
+        );
+    }
 }
 
 #[test]

@@ -379,9 +379,20 @@ pub struct RecordArgs {
     /// Also record the command's page faults on file mappings (for `assist --simulate`)
     #[arg(long)]
     pub faults: bool,
+    /// How events are collected: perf events (the fast way), a tracefs instance, or perf
+    /// where the kernel allows it, else tracefs
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// The command and its arguments
     #[arg(required = true, last = true)]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum BackendArg {
+    Auto,
+    Perf,
+    Tracefs,
 }
 
 /// Tuning of the assist predictor.

@@ -3,7 +3,7 @@
 use super::render::{self, bytes};
 use super::{OrderArg, RecordArgs, ReplayArgs, RunArgs, ShowArgs, TraceFormat};
 use pagewise_core::replay::{self, Order, ReplayOptions, TraceCacheReport};
-use pagewise_core::trace::{self, RecordOptions, Trace};
+use pagewise_core::trace::{self, Backend, RecordOptions, Trace};
 use std::io::Write;
 use std::path::Path;
 
@@ -46,18 +46,27 @@ fn tmp_name(p: &Path) -> std::path::PathBuf {
 }
 
 pub fn run(a: RecordArgs) -> Result<i32, String> {
-    let (t, status) = trace::record(
+    let rec = trace::record(
         &a.command,
         &RecordOptions {
             buffer_kb: a.buffer_kb,
             faults: a.faults,
+            backend: match a.backend {
+                super::BackendArg::Auto => Backend::Auto,
+                super::BackendArg::Perf => Backend::Perf,
+                super::BackendArg::Tracefs => Backend::Tracefs,
+            },
         },
     )
     .map_err(|e| format!("record: {e}"))?;
+    for n in &rec.notices {
+        eprintln!("pagewise record: {n}");
+    }
+    let (t, status, source) = (rec.trace, rec.status, rec.source);
     write_trace(&t, a.format, &a.output)?;
     let files_known = t.files.iter().filter(|f| f.path.is_some()).count();
     eprintln!(
-        "pagewise record: {} events, {} pages ({}) in {} files ({} resolved to paths), {:.3} s{}{}",
+        "pagewise record ({source}): {} events, {} pages ({}) in {} files ({} resolved to paths), {:.3} s{}{}",
         t.events.len(),
         t.bytes() / t.page_size as u64,
         bytes(t.bytes()),

@@ -3,6 +3,7 @@
 //! disk, readahead and mmap faults included, not the read() calls the program made.
 
 pub mod format;
+pub mod perf;
 pub mod tracefs;
 
 use crate::sys;
@@ -21,6 +22,20 @@ pub struct RecordOptions {
     pub buffer_kb: u64,
     /// Also record page faults on file mappings (mm_filemap_fault), for `assist --simulate`.
     pub faults: bool,
+    /// How events are collected.
+    pub backend: Backend,
+}
+
+/// How `record` collects events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// Perf events where the kernel allows them, else a tracefs instance (with a notice).
+    #[default]
+    Auto,
+    /// Perf events ([`perf`]): no PID list, binary samples, nothing to wait for at the end.
+    Perf,
+    /// A tracefs instance ([`tracefs`]) following the command with set_event_pid.
+    Tracefs,
 }
 
 impl Default for RecordOptions {
@@ -28,6 +43,7 @@ impl Default for RecordOptions {
         RecordOptions {
             buffer_kb: 4096,
             faults: false,
+            backend: Backend::Auto,
         }
     }
 }
@@ -37,10 +53,8 @@ pub const FAULT_EVENT: &str = "filemap/mm_filemap_fault";
 
 /// Runs `cmd` under the tracepoint and returns its trace and exit status. SIGINT and SIGTERM
 /// reach the command (same process group); pagewise itself survives them to write the trace.
-pub fn record(
-    cmd: &[OsString],
-    opts: &RecordOptions,
-) -> Result<(Trace, std::process::ExitStatus), crate::Error> {
+/// Events come from perf events where the kernel allows them, else from a tracefs instance.
+pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate::Error> {
     if cmd.is_empty() {
         return Err(crate::Error::Invalid {
             what: "command",
@@ -52,56 +66,124 @@ pub fn record(
     } else {
         &[ADD_EVENT]
     };
-    let inst =
-        tracefs::Instance::new(events, opts.buffer_kb).map_err(|e| crate::Error::Other(e.0))?;
-    let raw: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sink = raw.clone();
-    let reader = inst
-        .reader(
-            stop.clone(),
-            tracefs::Wake::Every(std::time::Duration::from_millis(10)),
-            move |line| {
-                if let Some(e) = tracefs::parse_line(line) {
-                    sink.lock().unwrap().push(e);
-                }
-            },
-        )
-        .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
     // SIGINT/SIGTERM from the terminal reach the command (same process group); pagewise only
     // notes them, so it survives to write the trace.
     let _ = sys::interrupt_flag();
-    let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
-    // Follow ourselves first: with event-fork the child is traced from the fork on, before
-    // exec, so not a page it reads is missed. Our own events are dropped below.
+    let mut notices = Vec::new();
     let me = std::process::id();
-    inst.follow(&[me]).map_err(fail)?;
-    inst.enable().map_err(fail)?;
-    let start_mono = sys::monotonic_ns();
-    let started_unix_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut child = spawn(cmd)?;
-    let status = loop {
-        match child.wait() {
-            Ok(s) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::Error::Other(format!("wait for the command: {e}"))),
-        }
+    let start_mono;
+    let started_unix_ns;
+    let status;
+    let raw;
+    let lost;
+    let source;
+    let session = match opts.backend {
+        Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
+        _ => perf::Session::start(events, opts.buffer_kb),
     };
-    let duration_ns = sys::monotonic_ns() - start_mono;
-    inst.disable().map_err(fail)?;
-    tracefs::Instance::stop_reader(&stop, reader);
-    let lost = inst.lost();
-    drop(inst);
-    let mut raw = std::mem::take(&mut *raw.lock().unwrap());
+    match session {
+        Err(why) if opts.backend == Backend::Perf => {
+            return Err(crate::Error::Other(why.0));
+        }
+        Ok(mut session) => {
+            // The events follow this thread and what it starts from now on: the command is
+            // followed from its fork, before exec, so not a page it reads is missed. Our own
+            // events are dropped below.
+            let reader = session
+                .reader()
+                .map_err(|e| crate::Error::Other(format!("trace reader: {e}")))?;
+            start_mono = sys::monotonic_ns();
+            started_unix_ns = unix_now_ns();
+            status = run_to_end(cmd);
+            session.stop();
+            let (r, l) = reader
+                .join()
+                .map_err(|_| crate::Error::Other("trace reader panicked".into()))?;
+            raw = r;
+            lost = l;
+            source = "perf";
+        }
+        Err(why) => {
+            if opts.backend == Backend::Auto {
+                notices.push(format!(
+                    "perf events unavailable ({why}): recording through tracefs"
+                ));
+            }
+            let inst = tracefs::Instance::new(events, opts.buffer_kb)
+                .map_err(|e| crate::Error::Other(e.0))?;
+            let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
+            let stop = Arc::new(AtomicBool::new(false));
+            let s2 = sink.clone();
+            let reader = inst
+                .reader(
+                    stop.clone(),
+                    tracefs::Wake::Every(std::time::Duration::from_millis(10)),
+                    move |line| {
+                        if let Some(e) = tracefs::parse_line(line) {
+                            s2.lock().unwrap().push(e);
+                        }
+                    },
+                )
+                .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
+            let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
+            // Follow ourselves first: with event-fork the child is traced from the fork on.
+            inst.follow(&[me]).map_err(fail)?;
+            inst.enable().map_err(fail)?;
+            start_mono = sys::monotonic_ns();
+            started_unix_ns = unix_now_ns();
+            status = run_to_end(cmd);
+            inst.disable().map_err(fail)?;
+            tracefs::Instance::stop_reader(&stop, reader);
+            lost = inst.lost();
+            drop(inst);
+            raw = std::mem::take(&mut *sink.lock().unwrap());
+            source = "tracefs";
+        }
+    }
+    let (status, duration_ns) = status?;
+    let mut raw = raw;
     raw.retain(|e| e.pid != me);
     let mut trace = build(raw, start_mono, lost, started_unix_ns, duration_ns, cmd);
     if !opts.faults {
         trace.faults = None;
     }
     resolve(&mut trace.files);
-    Ok((trace, status))
+    Ok(Recorded {
+        trace,
+        status,
+        source,
+        notices,
+    })
+}
+
+/// What [`record`] gives back.
+pub struct Recorded {
+    pub trace: Trace,
+    /// The command's exit status.
+    pub status: std::process::ExitStatus,
+    /// How events were collected: "perf" (perf events) or "tracefs" (a tracefs instance).
+    pub source: &'static str,
+    /// One-line notices (fallbacks taken).
+    pub notices: Vec<String>,
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Runs the command to its end: its exit status and how long it ran (ns).
+fn run_to_end(cmd: &[OsString]) -> Result<(std::process::ExitStatus, u64), crate::Error> {
+    let start = sys::monotonic_ns();
+    let mut child = spawn(cmd)?;
+    loop {
+        match child.wait() {
+            Ok(s) => return Ok((s, sys::monotonic_ns() - start)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(crate::Error::Other(format!("wait for the command: {e}"))),
+        }
+    }
 }
 
 /// Turns raw events into a trace: files numbered in order of first appearance.

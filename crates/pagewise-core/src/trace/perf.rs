@@ -1,0 +1,228 @@
+//! Recording the filemap tracepoints through perf events instead of a tracefs instance.
+//!
+//! One perf event per CPU and tracepoint, opened on the recording thread with `inherit`: the
+//! command started afterwards, and everything it starts, is followed by the kernel's own
+//! fork handling — no PID list to write, and no text to format: samples arrive in per-CPU ring
+//! buffers as the tracepoint's raw record. A tracefs instance follows processes through
+//! `set_event_pid`, and every change of that list after the first waits for an RCU grace
+//! period under the kernel's event lock (35–50 ms here), which back-to-back recordings paid.
+//! Closing the last perf event of a tracepoint also waits for a grace period, so the events
+//! are handed to a detached process that keeps them open for a few seconds
+//! ([`sys::linger_detached`]): a recording that follows finds the tracepoint still
+//! registered and pays nothing.
+
+use super::tracefs::{tracefs_root, RawEvent, TraceUnavailable};
+use crate::sys::{self, PerfRing};
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// How long the detached process keeps the events (and the tracepoints' registration) alive.
+const LINGER_SECS: u32 = 5;
+
+/// Where a tracepoint's fields sit in its raw record (from its tracefs `format` file).
+#[derive(Debug, Clone, Default)]
+struct Layout {
+    fault: bool,
+    pid: usize,
+    ino: usize,
+    index: usize,
+    dev: usize,
+    /// Offset of `order` (folio order) for mm_filemap_add_to_page_cache.
+    order: Option<usize>,
+}
+
+fn layout(event: &str, fault: bool) -> Result<(u64, Layout), TraceUnavailable> {
+    let dir = tracefs_root()?.join("events").join(event);
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .map_err(|e| TraceUnavailable(format!("{}: read failed: {e}", dir.join(f).display())))
+    };
+    let id: u64 = read("id")?
+        .trim()
+        .parse()
+        .map_err(|_| TraceUnavailable(format!("{}/id: not a number", dir.display())))?;
+    let fmt = read("format")?;
+    let mut fields = HashMap::new();
+    for l in fmt.lines() {
+        // "\tfield:unsigned long i_ino;\toffset:16;\tsize:8;\tsigned:0;"
+        let mut name = None;
+        let mut off = None;
+        for part in l.split(';') {
+            let part = part.trim();
+            if let Some(decl) = part.strip_prefix("field:") {
+                name = decl.rsplit([' ', '*']).next().map(str::to_string);
+            } else if let Some(o) = part.strip_prefix("offset:") {
+                off = o.parse::<usize>().ok();
+            }
+        }
+        if let (Some(n), Some(o)) = (name, off) {
+            fields.insert(n, o);
+        }
+    }
+    let get = |n: &str| {
+        fields.get(n).copied().ok_or_else(|| {
+            TraceUnavailable(format!("{event}: this kernel's record has no field {n}"))
+        })
+    };
+    Ok((
+        id,
+        Layout {
+            fault,
+            pid: get("common_pid")?,
+            ino: get("i_ino")?,
+            index: get("index")?,
+            dev: get("s_dev")?,
+            order: if fault { None } else { Some(get("order")?) },
+        },
+    ))
+}
+
+/// The perf events of one recording: per CPU, one event per tracepoint, all writing into the
+/// first one's ring.
+pub struct Session {
+    events: Vec<OwnedFd>,
+    /// Wakes the reader at the end.
+    wake: OwnedFd,
+    rings: Vec<(OwnedFd, PerfRing)>,
+    layouts: HashMap<u16, Layout>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Session {
+    /// Opens the events (`system/name` tracepoints) on every online CPU with `buffer_kb` of
+    /// ring each. They count from now on, for this thread and everything it starts later.
+    pub fn start(events: &[&str], buffer_kb: u64) -> Result<Session, TraceUnavailable> {
+        let mut layouts = HashMap::new();
+        let mut ids = Vec::new();
+        for ev in events {
+            let (id, l) = layout(ev, ev.ends_with("mm_filemap_fault"))?;
+            layouts.insert(id as u16, l);
+            ids.push(id);
+        }
+        let page = sys::page_size();
+        let pages = (buffer_kb * 1024 / page).max(8).next_power_of_two() as usize;
+        let wakeup = (pages as u64 * page / 2) as u32;
+        let mut s = Session {
+            events: Vec::new(),
+            wake: sys::eventfd().map_err(|e| TraceUnavailable(format!("eventfd failed: {e}")))?,
+            rings: Vec::new(),
+            layouts,
+            stop: Arc::default(),
+        };
+        for cpu in sys::online_cpus() {
+            let mut first: Option<OwnedFd> = None;
+            for &id in &ids {
+                let fd = match sys::perf_tracepoint_open(id, cpu, true, wakeup) {
+                    Ok(fd) => fd,
+                    // A CPU that went offline since we listed them.
+                    Err(e) if e.raw_os_error() == Some(libc::ENODEV) => break,
+                    Err(e) => {
+                        return Err(TraceUnavailable(format!(
+                            "perf_event_open(tracepoint {id}, cpu {cpu}) failed: {e}"
+                        )))
+                    }
+                };
+                match &first {
+                    None => {
+                        let ring = PerfRing::map(fd.as_fd(), pages).map_err(|e| {
+                            TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}"))
+                        })?;
+                        let poll = fd.try_clone().map_err(|e| {
+                            TraceUnavailable(format!("dup of a perf event failed: {e}"))
+                        })?;
+                        s.rings.push((poll, ring));
+                        first = Some(fd);
+                    }
+                    Some(f) => {
+                        sys::perf_set_output(fd.as_fd(), f.as_fd()).map_err(|e| {
+                            TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}"))
+                        })?;
+                        s.events.push(fd);
+                    }
+                }
+            }
+            s.events.extend(first);
+        }
+        if s.rings.is_empty() {
+            return Err(TraceUnavailable("no CPU accepted a perf event".into()));
+        }
+        Ok(s)
+    }
+
+    /// Starts the thread that empties the rings (woken when one is half full, or every
+    /// 100 ms) until [`Session::stop`]; it returns the events and the count of lost ones.
+    pub fn reader(&mut self) -> std::io::Result<std::thread::JoinHandle<(Vec<RawEvent>, u64)>> {
+        let mut rings = std::mem::take(&mut self.rings);
+        let layouts = self.layouts.clone();
+        let wake = self.wake.try_clone()?;
+        let stop = self.stop.clone();
+        Ok(std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let mut lost = 0u64;
+            loop {
+                // Read the flag first: a ring emptied after it was set holds everything.
+                let last = stop.load(Ordering::Acquire);
+                for (_, ring) in rings.iter_mut() {
+                    ring.drain(|typ, body| match typ {
+                        sys::PERF_RECORD_SAMPLE => {
+                            if let Some(e) = parse_sample(body, &layouts) {
+                                out.push(e);
+                            }
+                        }
+                        sys::PERF_RECORD_LOST if body.len() >= 16 => {
+                            lost += u64::from_ne_bytes(body[8..16].try_into().unwrap());
+                        }
+                        _ => {}
+                    });
+                }
+                if last {
+                    return (out, lost);
+                }
+                let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
+                fds.push(wake.as_fd());
+                let _ = sys::poll_any_readable(&fds, 100);
+            }
+        }))
+    }
+
+    /// Stops counting, hands the events to a detached process that keeps them a few
+    /// seconds (see the module documentation), and tells the reader to finish.
+    pub fn stop(self) {
+        for fd in &self.events {
+            let _ = sys::perf_disable(fd.as_fd());
+        }
+        let _ = sys::linger_detached(LINGER_SECS);
+        self.stop.store(true, Ordering::Release);
+        let _ = sys::eventfd_signal(self.wake.as_fd());
+    }
+}
+
+/// Decodes one PERF_RECORD_SAMPLE body: u32 pid, u32 tid, u64 time, u32 size, raw record.
+fn parse_sample(b: &[u8], layouts: &HashMap<u16, Layout>) -> Option<RawEvent> {
+    let time = u64::from_ne_bytes(b.get(8..16)?.try_into().ok()?);
+    let size = u32::from_ne_bytes(b.get(16..20)?.try_into().ok()?) as usize;
+    let raw = b.get(20..20 + size)?;
+    let typ = u16::from_ne_bytes(raw.get(0..2)?.try_into().ok()?);
+    let l = layouts.get(&typ)?;
+    let u64_at =
+        |o: usize| -> Option<u64> { Some(u64::from_ne_bytes(raw.get(o..o + 8)?.try_into().ok()?)) };
+    let u32_at =
+        |o: usize| -> Option<u32> { Some(u32::from_ne_bytes(raw.get(o..o + 4)?.try_into().ok()?)) };
+    let dev = u32_at(l.dev)?;
+    let order = match l.order {
+        Some(o) => *raw.get(o)? as u32,
+        None => 0,
+    };
+    Some(RawEvent {
+        pid: u32_at(l.pid)?,
+        ts_us: time / 1000,
+        dev_major: dev >> 20,
+        dev_minor: dev & ((1 << 20) - 1),
+        ino: u64_at(l.ino)?,
+        ofs: u64_at(l.index)? * sys::page_size(),
+        order,
+        fault: l.fault,
+    })
+}
