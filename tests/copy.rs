@@ -384,6 +384,40 @@ fn enospc_leaves_no_partial_file_and_other_files_are_copied() {
     }
 }
 
+/// The batched small-file path on a full filesystem: the files that fit are complete, the
+/// others are reported and absent — never a short file under a final name.
+#[test]
+fn enospc_in_a_small_file_batch_leaves_only_complete_files() {
+    let Some(fs_small) = Tmpfs::new("2m") else {
+        eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        return;
+    };
+    let t = tmp();
+    let src = t.path().join("many");
+    fs::create_dir(&src).unwrap();
+    for i in 0..60 {
+        write_file(&src.join(format!("f{i:02}")), 50_000 + i * 97);
+    }
+    for (i, extra) in [None, Some("--named-temp")].into_iter().enumerate() {
+        let dst = fs_small.path().join(format!("dst{i}"));
+        let out = run(bin().arg("copy").args(extra).arg(&src).arg(&dst));
+        assert_eq!(out.status.code(), Some(2), "per-file failure: exit 2");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("No space left on device"));
+        let mut copied = 0;
+        for e in fs::read_dir(&dst).unwrap().flatten() {
+            assert!(
+                same(&src.join(e.file_name()), &e.path()),
+                "{}: complete or absent",
+                e.path().display()
+            );
+            copied += 1;
+        }
+        assert!(copied > 0, "what fits is copied");
+        assert!(leftovers(&dst).is_empty());
+        fs::remove_dir_all(&dst).unwrap();
+    }
+}
+
 #[test]
 fn tmpfs_destination_works_whatever_its_direct_io_rules() {
     let Some(m) = Tmpfs::new("64m") else {
