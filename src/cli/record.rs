@@ -14,12 +14,34 @@ pub fn load_trace(path: &Path) -> Result<Trace, String> {
 }
 
 fn write_trace(t: &Trace, format: TraceFormat, out: &Path) -> Result<(), String> {
+    // Write beside, then rename: a trace is never seen half written. Not for stdout, and not
+    // for an existing non-regular file (/dev/null, a FIFO, a device): renaming over that would
+    // replace it, so it is written to directly. A symlink is followed: the file it names is
+    // replaced, the link stays.
+    let meta = std::fs::metadata(out).ok();
+    let direct = out.as_os_str() == "-" || meta.as_ref().is_some_and(|m| !m.is_file());
+    let target = if direct {
+        out.to_path_buf()
+    } else if let Ok(p) = std::fs::canonicalize(out) {
+        p
+    } else if let Ok(l) = std::fs::read_link(out) {
+        // A dangling symlink: create what it names.
+        out.parent().map_or(l.clone(), |d| d.join(&l))
+    } else {
+        out.to_path_buf()
+    };
     let mut w: Box<dyn Write> = if out.as_os_str() == "-" {
         Box::new(std::io::stdout().lock())
-    } else {
-        // Write beside, then rename: a trace is never seen half written.
+    } else if direct {
         Box::new(std::io::BufWriter::new(
-            std::fs::File::create(tmp_name(out))
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(out)
+                .map_err(|e| format!("{}: open failed: {e}", out.display()))?,
+        ))
+    } else {
+        Box::new(std::io::BufWriter::new(
+            std::fs::File::create(tmp_name(&target))
                 .map_err(|e| format!("{}: create failed: {e}", out.display()))?,
         ))
     };
@@ -29,11 +51,15 @@ fn write_trace(t: &Trace, format: TraceFormat, out: &Path) -> Result<(), String>
         TraceFormat::Grouped => trace::write_text(t, true, &mut w),
         TraceFormat::Json => serde_json::to_writer_pretty(&mut w, t).map_err(std::io::Error::other),
     };
-    r.and_then(|_| w.flush())
-        .map_err(|e| format!("{}: write failed: {e}", out.display()))?;
+    r.and_then(|_| w.flush()).map_err(|e| {
+        if !direct {
+            let _ = std::fs::remove_file(tmp_name(&target));
+        }
+        format!("{}: write failed: {e}", out.display())
+    })?;
     drop(w);
-    if out.as_os_str() != "-" {
-        std::fs::rename(tmp_name(out), out)
+    if !direct {
+        std::fs::rename(tmp_name(&target), &target)
             .map_err(|e| format!("{}: rename failed: {e}", out.display()))?;
     }
     Ok(())
