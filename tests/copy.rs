@@ -515,6 +515,28 @@ fn cp_rules_for_destinations() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("into itself"));
 }
 
+/// A FIFO (or device) standing at the destination is not replaced by the copy.
+#[test]
+fn a_fifo_at_the_destination_is_refused_not_replaced() {
+    let t = tmp();
+    let a = t.path().join("a");
+    write_file(&a, 1000);
+    let fifo = t.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    for extra in [None, Some("--named-temp")] {
+        let out = run(bin().arg("copy").args(extra).arg(&a).arg(&fifo));
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("FIFO"));
+        use std::os::unix::fs::FileTypeExt;
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+        assert!(leftovers(t.path()).is_empty());
+    }
+}
+
 #[test]
 fn without_preserve_mode_is_the_sources_less_umask_and_no_set_id_bits() {
     let t = tmp();

@@ -320,6 +320,7 @@ impl Ctx<'_> {
     ) -> Result<(), (&'static str, io::Error)> {
         match temp {
             Temp::Named(tmp) => {
+                replaceable(dst).map_err(|e| ("rename", e))?;
                 fs::rename(&tmp.path, dst).map_err(|e| ("rename", e))?;
                 tmp.armed = false;
                 Ok(())
@@ -328,6 +329,7 @@ impl Ctx<'_> {
                 Ok(()) => Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                     // Replacing an existing file atomically needs a rename.
+                    replaceable(dst).map_err(|e| ("rename", e))?;
                     let tmp = self.temp_name(dst);
                     sys::link_fd(fd, &tmp).map_err(|e| ("linkat", e))?;
                     fs::rename(&tmp, dst).map_err(|e| {
@@ -746,6 +748,21 @@ impl Ctx<'_> {
             .set_modified(epoch_time(st.mtime));
         df.set_times(times).map_err(|e| ("futimens", e))?;
         Ok(())
+    }
+}
+
+/// Whether the copy may take the place of what stands at `dst`: a regular file or a symlink
+/// (replaced, as `cp --remove-destination` would) or nothing. A FIFO, socket or device node
+/// is refused — renaming over /dev/null would replace the device with a file.
+fn replaceable(dst: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(dst) {
+        Ok(m) if !(m.is_file() || m.file_type().is_symlink() || m.is_dir()) => {
+            Err(io::Error::other(format!(
+                "the destination is a {}, not replaced by a copy",
+                sys::Stat::kind_of(m.mode())
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

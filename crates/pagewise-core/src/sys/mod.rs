@@ -348,7 +348,12 @@ impl Stat {
     }
     /// Short name of the file type, for messages.
     pub fn kind(&self) -> &'static str {
-        match self.mode & libc::S_IFMT {
+        Self::kind_of(self.mode)
+    }
+
+    /// The file type of an `st_mode`, in words.
+    pub fn kind_of(mode: u32) -> &'static str {
+        match mode & libc::S_IFMT {
             libc::S_IFREG => "regular file",
             libc::S_IFDIR => "directory",
             libc::S_IFLNK => "symlink",
