@@ -332,12 +332,7 @@ fn missing_path_is_counted_named_and_exits_2() {
 #[test]
 fn fifos_sockets_never_block() {
     let t = tmp();
-    let fifo = t.path().join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let fifo = mkfifo(&t.path().join("fifo"));
     write_file(&t.path().join("f"), 100);
     for verb in ["stat", "evict", "load"] {
         // Inside a tree: skipped and counted.

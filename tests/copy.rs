@@ -521,12 +521,7 @@ fn a_fifo_at_the_destination_is_refused_not_replaced() {
     let t = tmp();
     let a = t.path().join("a");
     write_file(&a, 1000);
-    let fifo = t.path().join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let fifo = mkfifo(&t.path().join("fifo"));
     for extra in [None, Some("--named-temp")] {
         let out = run(bin().arg("copy").args(extra).arg(&a).arg(&fifo));
         assert_eq!(out.status.code(), Some(2), "{extra:?}");

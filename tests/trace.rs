@@ -211,12 +211,7 @@ fn output_to_a_fifo_or_through_a_symlink() {
         return;
     }
     let t = tmp();
-    let fifo = t.path().join("fifo");
-    assert!(Command::new("mkfifo")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let fifo = mkfifo(&t.path().join("fifo"));
     let f2 = fifo.clone();
     let reader = std::thread::spawn(move || fs::read(&f2).unwrap());
     let out = run(bin()

@@ -33,6 +33,12 @@ pub fn write_file(p: &Path, size: usize) {
     f.write_all(&buf).unwrap();
 }
 
+/// Makes a FIFO at `p` (mkfifo(1)) and returns its path.
+pub fn mkfifo(p: &Path) -> std::path::PathBuf {
+    assert!(Command::new("mkfifo").arg(p).status().unwrap().success());
+    p.to_path_buf()
+}
+
 /// Runs a command, echoing what it printed (shown when a test fails).
 pub fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
