@@ -379,8 +379,7 @@ pub struct RecordArgs {
     /// Also record the command's page faults on file mappings (for `assist --simulate`)
     #[arg(long)]
     pub faults: bool,
-    /// How events are collected: perf events (the fast way), a tracefs instance, or perf
-    /// where the kernel allows it, else tracefs
+    /// How events are collected
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     /// The command and its arguments
@@ -390,8 +389,11 @@ pub struct RecordArgs {
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum BackendArg {
+    /// Perf events where the kernel allows them, else tracefs (with a notice)
     Auto,
+    /// Perf events, one per CPU, inherited by the command's process tree (fails if refused)
     Perf,
+    /// A tracefs instance following the command with set_event_pid (slower back to back)
     Tracefs,
 }
 
