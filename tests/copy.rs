@@ -160,9 +160,12 @@ fn small_file_batches_copy_exactly_and_keep_precached_files() {
             }
         }
         let other_left: u64 = others.iter().map(|p| cached(p)).sum();
-        assert_eq!(
-            pre_left, pre_pages,
-            "{extra:?}: pre-cached sources stay cached"
+        // This machine runs DAMON pageout (paddr), which evicts whole physical regions it
+        // judges cold, page cache included: a few of these pages can go behind our back
+        // (measured: up to 40 of 4191). A copy that dropped them would lose far more.
+        assert!(
+            pre_left * 100 >= pre_pages * 98,
+            "{extra:?}: pre-cached sources stay cached ({pre_left} of {pre_pages} pages)"
         );
         assert!(
             other_left * 100 <= other_pages,
@@ -207,7 +210,12 @@ fn precached_source_pages_stay_cached() {
         .success());
         let head = sys::cachestat(f.as_fd(), 0, 2 << 20).unwrap().cache;
         let tail = sys::cachestat(f.as_fd(), 2 << 20, 0).unwrap().cache;
-        assert_eq!(head, 512, "{strategy}: pages cached before stay cached");
+        // >= 98%: DAMON pageout may take a few behind our back (see above); dropping one
+        // 128 KiB block of them would lose 32.
+        assert!(
+            head >= 502,
+            "{strategy}: pages cached before stay cached ({head} of 512)"
+        );
         assert!(
             tail <= 16,
             "{strategy}: pages the copy read are gone again ({tail})"
