@@ -1752,15 +1752,19 @@ pub fn online_cpus() -> Vec<i32> {
     v
 }
 
-/// Starts a detached process (double fork, own session, stdin/stdout/stderr closed) that keeps
-/// a copy of every descriptor this process has open for `secs` seconds, then exits. Used to
-/// keep perf events — and so their tracepoints' registration — alive after this process is
-/// done: the last close of a tracepoint's perf events waits for an RCU grace period (tens of
-/// ms) under the kernel's event lock, which a recording started right after would wait for.
-/// Returns once the grandchild exists.
-pub fn linger_detached(secs: u32) -> io::Result<()> {
+/// Starts a detached process (double fork, own session) that keeps the descriptors `keep`
+/// open for `secs` seconds, then exits; every other descriptor is closed in it (close_range),
+/// so no pipe a caller waits on stays open. Used to keep perf events — and so their
+/// tracepoints' registration — alive after this process is done: the last close of a
+/// tracepoint's perf events waits for an RCU grace period (tens of ms) under the kernel's
+/// event lock, which a recording started right after would wait for. Returns once the
+/// grandchild exists.
+pub fn linger_detached(keep: &[BorrowedFd<'_>], secs: u32) -> io::Result<()> {
+    let mut keep: Vec<libc::c_uint> = keep.iter().map(|f| f.as_raw_fd() as libc::c_uint).collect();
+    keep.sort_unstable();
+    keep.dedup();
     // SAFETY: between fork and _exit the children only call async-signal-safe functions
-    // (fork, setsid, close, nanosleep, _exit) on memory prepared before the first fork.
+    // (fork, setsid, close_range, nanosleep, _exit) on memory prepared before the first fork.
     unsafe {
         let pid = libc::fork();
         if pid < 0 {
@@ -1769,9 +1773,14 @@ pub fn linger_detached(secs: u32) -> io::Result<()> {
         if pid == 0 {
             libc::setsid();
             if libc::fork() == 0 {
-                for fd in 0..3 {
-                    libc::close(fd);
+                let mut from: libc::c_uint = 0;
+                for &k in &keep {
+                    if k > from {
+                        libc::syscall(libc::SYS_close_range, from, k - 1, 0);
+                    }
+                    from = k + 1;
                 }
+                libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0);
                 let ts = libc::timespec {
                     tv_sec: secs as libc::time_t,
                     tv_nsec: 0,

@@ -193,7 +193,8 @@ impl Session {
         for fd in &self.events {
             let _ = sys::perf_disable(fd.as_fd());
         }
-        let _ = sys::linger_detached(LINGER_SECS);
+        let keep: Vec<_> = self.events.iter().map(|f| f.as_fd()).collect();
+        let _ = sys::linger_detached(&keep, LINGER_SECS);
         self.stop.store(true, Ordering::Release);
         let _ = sys::eventfd_signal(self.wake.as_fd());
     }
