@@ -244,6 +244,31 @@ fn output_to_a_fifo_or_through_a_symlink() {
     }
 }
 
+/// The process that keeps the perf events alive after a recording holds no other descriptor:
+/// a pipeline reading pagewise's output (stdout, or another inherited pipe) ends at once, not
+/// when that process exits 5 s later.
+#[test]
+fn a_recording_in_a_pipeline_ends_at_once() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let script = format!(
+        "{} record -o - -- true 3>&1 | cat >/dev/null",
+        env!("CARGO_BIN_EXE_pagewise")
+    );
+    let start = std::time::Instant::now();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let took = start.elapsed();
+    assert!(took < std::time::Duration::from_secs(3), "took {took:?}");
+}
+
 #[test]
 fn records_a_python_import_through_children() {
     if !can_trace() {
