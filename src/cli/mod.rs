@@ -540,7 +540,7 @@ pub struct CopyArgs {
     /// (default: an unnamed O_TMPFILE file, linked into place, where the filesystem has it)
     #[arg(long)]
     pub named_temp: bool,
-    /// fsync each file before it is renamed into place (and the directories at the end)
+    /// fsync each file before it is linked (or renamed) into place, and the directories at the end
     #[arg(long)]
     pub fsync: bool,
     /// Re-read every copied file from disk (not cache) and compare checksums with the source

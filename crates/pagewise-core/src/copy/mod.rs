@@ -37,7 +37,7 @@ pub struct CopyOptions {
     pub preserve: bool,
     /// fallocate the destination before writing (not for sparse files).
     pub preallocate: bool,
-    /// fsync each file before it is renamed into place, and each directory at the end.
+    /// fsync each file before it is linked (or renamed) into place, and each directory at the end.
     pub fsync: bool,
     /// Re-read every destination from disk and compare with the source's checksum.
     pub verify: bool,
