@@ -19,6 +19,24 @@ fn can_trace() -> bool {
     true
 }
 
+/// Both ways of following the command, unless this kernel refuses perf events (then the
+/// reason is printed and only tracefs is tested).
+fn backends() -> Vec<&'static str> {
+    let out = bin()
+        .args(["run", "--backend", "perf", "--", "true"])
+        .output()
+        .unwrap();
+    if out.status.success() {
+        vec!["perf", "tracefs"]
+    } else {
+        eprintln!(
+            "skipped the perf backend: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        vec!["tracefs"]
+    }
+}
+
 fn cold_file(p: &Path, size: usize) {
     write_file(p, size);
     sync_and_evict(p);
@@ -41,10 +59,25 @@ int main(int c, char **v) { char b[65536]; int fd = open(v[1], O_RDONLY); long n
         eprintln!("skipped: no C compiler with static libc (cc -static)");
         return;
     };
-    let out = run(bin().arg("run").arg("--").arg(&exe).arg(&data));
-    assert!(out.status.success());
-    assert_eq!(cached(&data), 0, "the static reader's pages were dropped");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("dropped 8.0 MiB"));
+    for backend in backends() {
+        sync_and_evict(&data);
+        let out = run(bin()
+            .args(["run", "--backend", backend, "--"])
+            .arg(&exe)
+            .arg(&data));
+        assert!(out.status.success(), "{backend}");
+        assert_eq!(
+            cached(&data),
+            0,
+            "{backend}: the static reader's pages were dropped"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("dropped 8.0 MiB"), "{backend}: {err}");
+        assert!(
+            !err.contains("unavailable"),
+            "{backend}: no fallback: {err}"
+        );
+    }
 }
 
 #[test]
@@ -76,19 +109,22 @@ fn a_pipeline_of_children_and_precached_files() {
     let warm_pages = cached(&warm);
     assert_eq!(warm_pages, 1024);
     let script = format!("cat {} {} | wc -c", warm.display(), cold.display());
-    let out = run(bin().args(["run", "--", "sh", "-c", &script]));
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        (8u64 << 20).to_string(),
-        "stdout passes through"
-    );
-    assert_eq!(cached(&cold), 0, "pages the pipeline brought in are gone");
-    assert_eq!(
-        cached(&warm),
-        warm_pages,
-        "pages cached before the command stay cached"
-    );
+    for backend in backends() {
+        sync_and_evict(&cold);
+        let out = run(bin().args(["run", "--backend", backend, "--", "sh", "-c", &script]));
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            (8u64 << 20).to_string(),
+            "stdout passes through"
+        );
+        assert_eq!(cached(&cold), 0, "pages the pipeline brought in are gone");
+        assert_eq!(
+            cached(&warm),
+            warm_pages,
+            "pages cached before the command stay cached"
+        );
+    }
 }
 
 #[test]

@@ -467,6 +467,9 @@ pub struct RunArgs {
     /// Ring buffer per CPU in KiB
     #[arg(long, value_name = "KIB", default_value_t = 4096)]
     pub buffer_kb: u64,
+    /// How the command's page-cache events are followed (as for `record`)
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// The command and its arguments
     #[arg(required = true, last = true)]
     pub command: Vec<std::ffi::OsString>,

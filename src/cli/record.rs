@@ -71,17 +71,21 @@ fn tmp_name(p: &Path) -> std::path::PathBuf {
     s.into()
 }
 
+fn backend(b: super::BackendArg) -> Backend {
+    match b {
+        super::BackendArg::Auto => Backend::Auto,
+        super::BackendArg::Perf => Backend::Perf,
+        super::BackendArg::Tracefs => Backend::Tracefs,
+    }
+}
+
 pub fn run(a: RecordArgs) -> Result<i32, String> {
     let rec = trace::record(
         &a.command,
         &RecordOptions {
             buffer_kb: a.buffer_kb,
             faults: a.faults,
-            backend: match a.backend {
-                super::BackendArg::Auto => Backend::Auto,
-                super::BackendArg::Perf => Backend::Perf,
-                super::BackendArg::Tracefs => Backend::Tracefs,
-            },
+            backend: backend(a.backend),
         },
     )
     .map_err(|e| format!("record: {e}"))?;
@@ -218,12 +222,16 @@ pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
         max_cache: a.max_cache,
         keep_written: a.keep_written,
         buffer_kb: a.buffer_kb,
+        backend: backend(a.backend),
         assist: a
             .assist
             .then(|| super::assist::options(&a.tuning, a.buffer_kb)),
     };
     let r = pagewise_core::run::run(&a.command, &opts).map_err(|e| format!("run: {e}"))?;
     let page = pagewise_core::sys::page_size();
+    for n in &r.notices {
+        eprintln!("pagewise run: note: {n}");
+    }
     if let Some(path) = &a.report {
         let json = serde_json::to_vec_pretty(&r).map_err(|e| e.to_string())?;
         std::fs::write(path, json).map_err(|e| format!("{}: write failed: {e}", path.display()))?;

@@ -29,6 +29,8 @@ pub struct RunOptions {
     pub keep_written: bool,
     /// Ring buffer per CPU, KiB.
     pub buffer_kb: u64,
+    /// How the command's events are followed.
+    pub backend: crate::trace::Backend,
     /// Also prefetch for the command (`run --assist`); its prefetches are dropped like its own
     /// pages.
     pub assist: Option<crate::assist::live::AssistOptions>,
@@ -40,6 +42,7 @@ impl Default for RunOptions {
             max_cache: 64 << 20,
             keep_written: false,
             buffer_kb: 4096,
+            backend: crate::trace::Backend::Auto,
             assist: None,
         }
     }
@@ -83,6 +86,17 @@ pub struct RunReport {
     /// What `--assist` did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assist: Option<crate::assist::live::AssistReport>,
+    /// One-line notices (fallbacks taken).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
+}
+
+/// How the command's events are followed.
+enum Tracer {
+    /// Perf events on this thread, inherited by the command (see [`crate::trace::perf`]).
+    Perf(crate::trace::perf::Session, std::thread::JoinHandle<u64>),
+    /// A tracefs instance following our PID with event-fork, and its reader.
+    Tracefs(Instance, std::thread::JoinHandle<()>),
 }
 
 type FileKey = (u32, u32, u64);
@@ -308,8 +322,6 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     } else {
         &[crate::trace::ADD_EVENT]
     };
-    let inst = Instance::new(events, opts.buffer_kb)
-        .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
     let assistant = opts
         .assist
         .as_ref()
@@ -336,43 +348,76 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     let (as2, d2) = (assistant.clone(), delayed.clone());
     // Drop-behind needs the events soon: a command reading at 3 GB/s adds 30 MB in 10 ms.
     // With --assist, prefetches need them at once.
-    let wake = if assistant.is_some() {
-        tracefs::Wake::OnEvent
-    } else {
-        tracefs::Wake::Every(std::time::Duration::from_millis(2))
-    };
-    let reader = inst
-        .reader(stop.clone(), wake, move |line| {
-            let Some(e) = tracefs::parse_line(line) else {
-                return;
-            };
-            if e.pid == me {
-                return;
-            }
-            if let Some(a) = &as2 {
-                let windows = a.lock().unwrap().on_event(&e);
-                if !windows.is_empty() {
-                    let now = std::time::Instant::now();
-                    let mut files = f2.lock().unwrap();
-                    let mut d = d2.lock().unwrap();
-                    for (key, start, n) in windows {
-                        files.insert(key);
-                        d.push_back((now, key, (start, n)));
-                    }
+    let wake_each = assistant.is_some();
+    let on_event = move |e: tracefs::RawEvent| {
+        if e.pid == me {
+            return;
+        }
+        if let Some(a) = &as2 {
+            let windows = a.lock().unwrap().on_event(&e);
+            if !windows.is_empty() {
+                let now = std::time::Instant::now();
+                let mut files = f2.lock().unwrap();
+                let mut d = d2.lock().unwrap();
+                for (key, start, n) in windows {
+                    files.insert(key);
+                    d.push_back((now, key, (start, n)));
                 }
             }
-            if e.fault {
-                return;
+        }
+        if e.fault {
+            return;
+        }
+        let key = (e.dev_major, e.dev_minor, e.ino);
+        let r = (e.ofs / page, 1u64 << e.order.min(20));
+        ad2.fetch_add(r.1, Ordering::Relaxed);
+        let mut p = p2.lock().unwrap();
+        p.files.entry(key).or_default().push(r);
+        p.pages += r.1;
+        f2.lock().unwrap().insert(key);
+    };
+    let mut notices = Vec::new();
+    // Perf events where the kernel allows them: they follow the command from its fork without
+    // a PID list, whose changes cost an RCU grace period each (~40 ms per run back to back).
+    use crate::trace::Backend;
+    let session = match opts.backend {
+        Backend::Tracefs => Err(tracefs::TraceUnavailable("--backend tracefs".into())),
+        _ => crate::trace::perf::Session::start(events, opts.buffer_kb, wake_each),
+    };
+    let tracer = match session {
+        Err(why) if opts.backend == Backend::Perf => {
+            return Err(crate::Error::Other(no_tracing_hint(&why)));
+        }
+        Ok(mut session) => {
+            let every = Duration::from_millis(if wake_each { 50 } else { 2 });
+            let reader = session
+                .stream(every, on_event)
+                .map_err(|e| crate::Error::Other(format!("trace reader: {e}")))?;
+            Tracer::Perf(session, reader)
+        }
+        Err(why) => {
+            if opts.backend == Backend::Auto {
+                notices.push(format!(
+                    "perf events unavailable ({why}): following the command through tracefs"
+                ));
             }
-            let key = (e.dev_major, e.dev_minor, e.ino);
-            let r = (e.ofs / page, 1u64 << e.order.min(20));
-            ad2.fetch_add(r.1, Ordering::Relaxed);
-            let mut p = p2.lock().unwrap();
-            p.files.entry(key).or_default().push(r);
-            p.pages += r.1;
-            f2.lock().unwrap().insert(key);
-        })
-        .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
+            let inst = Instance::new(events, opts.buffer_kb)
+                .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
+            let wake = if wake_each {
+                tracefs::Wake::OnEvent
+            } else {
+                tracefs::Wake::Every(Duration::from_millis(2))
+            };
+            let reader = inst
+                .reader(stop.clone(), wake, move |line| {
+                    if let Some(e) = tracefs::parse_line(line) {
+                        on_event(e);
+                    }
+                })
+                .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
+            Tracer::Tracefs(inst, reader)
+        }
+    };
     // Drop-behind: a thread that drops whenever the outstanding footprint passes the limit.
     let limit_pages = (opts.max_cache / page).max(1);
     let dropper_thread = {
@@ -412,10 +457,14 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
             }
         })
     };
-    let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
     let interrupted = sys::interrupt_flag();
-    inst.follow(&[me]).map_err(fail)?;
-    inst.enable().map_err(fail)?;
+    if let Tracer::Tracefs(inst, _) = &tracer {
+        // Follow ourselves (our threads started before this are not followed), and with
+        // event-fork the command from its fork on.
+        let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
+        inst.follow(&[me]).map_err(fail)?;
+        inst.enable().map_err(fail)?;
+    }
     let start = std::time::Instant::now();
     let mut child = crate::trace::spawn(cmd)?;
     // Forward SIGINT/SIGTERM (pagewise's handler only sets a flag).
@@ -431,13 +480,23 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         std::thread::sleep(Duration::from_millis(5));
     };
     let elapsed = start.elapsed().as_secs_f64();
-    // Let the reader catch up with the last events, then stop tracing and drop the rest.
-    std::thread::sleep(Duration::from_millis(20));
-    let _ = inst.disable();
-    tracefs::Instance::stop_reader(&stop, reader);
+    // Stop tracing (perf: every event until now is in the rings and read; tracefs: let the
+    // reader catch up first), then stop the drop-behind thread and drop the rest.
+    let lost = match tracer {
+        Tracer::Perf(session, reader) => {
+            session.stop();
+            let lost = reader.join().unwrap_or(0);
+            stop.store(true, Ordering::Release);
+            lost
+        }
+        Tracer::Tracefs(inst, reader) => {
+            std::thread::sleep(Duration::from_millis(20));
+            let _ = inst.disable();
+            tracefs::Instance::stop_reader(&stop, reader);
+            inst.lost()
+        }
+    };
     let _ = dropper_thread.join();
-    let lost = inst.lost();
-    drop(inst);
     // The final pass: what is pending, including pages that were still under read I/O during
     // a drop-behind pass (they were queued again). Ranges where pages stayed (read I/O still
     // in flight) are retried a few times; what stays then is measured and reported. Every
@@ -470,6 +529,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     r.lost_events = lost;
     r.error_count = dropper.errors.count();
     r.errors = dropper.errors.take();
+    r.notices = notices;
     if let Some(a) = &assistant {
         let mut ar = a.lock().unwrap().report();
         ar.elapsed_s = elapsed;

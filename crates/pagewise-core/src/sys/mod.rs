@@ -1579,13 +1579,13 @@ pub const PERF_RECORD_SAMPLE: u32 = 9;
 /// and the tracepoint's raw record: `perf_event_open(2)`
 /// (<https://man7.org/linux/man-pages/man2/perf_event_open.2.html>). With `inherit`, every
 /// thread and process created afterwards by this thread (and theirs) is counted too, into this
-/// event's ring buffer. The ring's reader is woken when `wakeup_bytes` are waiting. The event
-/// counts from now on.
+/// event's ring buffer. The ring's reader is woken when `wakeup_bytes` are waiting, or at every
+/// sample with None. The event counts from now on.
 pub fn perf_tracepoint_open(
     id: u64,
     cpu: i32,
     inherit: bool,
-    wakeup_bytes: u32,
+    wakeup_bytes: Option<u32>,
 ) -> io::Result<OwnedFd> {
     let mut attr = [0u8; PERF_ATTR_SIZE];
     let put32 =
@@ -1602,12 +1602,16 @@ pub fn perf_tracepoint_open(
         PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW,
     );
     // Flags: inherit (bit 1), watermark (bit 14: wake up by bytes), use_clockid (bit 25).
-    let mut flags: u64 = (1 << 14) | (1 << 25);
+    let mut flags: u64 = 1 << 25;
     if inherit {
         flags |= 1 << 1;
     }
+    if wakeup_bytes.is_some() {
+        flags |= 1 << 14;
+    }
     put64(&mut attr, 40, flags);
-    put32(&mut attr, 48, wakeup_bytes.max(1)); // wakeup_watermark
+    // wakeup_watermark (bytes) with the watermark flag, else wakeup_events.
+    put32(&mut attr, 48, wakeup_bytes.unwrap_or(1).max(1));
     put32(&mut attr, 92, libc::CLOCK_MONOTONIC as u32); // clockid
                                                         // SAFETY: attr is a valid, fully initialised perf_event_attr of the size it declares.
     let fd = unsafe {

@@ -79,7 +79,7 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
     let source;
     let session = match opts.backend {
         Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
-        _ => perf::Session::start(events, opts.buffer_kb),
+        _ => perf::Session::start(events, opts.buffer_kb, false),
     };
     match session {
         Err(why) if opts.backend == Backend::Perf => {
@@ -89,18 +89,21 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
             // The events follow this thread and what it starts from now on: the command is
             // followed from its fork, before exec, so not a page it reads is missed. Our own
             // events are dropped below.
+            let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
+            let s2 = sink.clone();
             let reader = session
-                .reader()
+                .stream(std::time::Duration::from_millis(100), move |e| {
+                    s2.lock().unwrap().push(e)
+                })
                 .map_err(|e| crate::Error::Other(format!("trace reader: {e}")))?;
             start_mono = sys::monotonic_ns();
             started_unix_ns = unix_now_ns();
             status = run_to_end(cmd);
             session.stop();
-            let (r, l) = reader
+            lost = reader
                 .join()
                 .map_err(|_| crate::Error::Other("trace reader panicked".into()))?;
-            raw = r;
-            lost = l;
+            raw = std::mem::take(&mut *sink.lock().unwrap());
             source = "perf";
         }
         Err(why) => {

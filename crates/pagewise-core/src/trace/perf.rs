@@ -93,7 +93,12 @@ pub struct Session {
 impl Session {
     /// Opens the events (`system/name` tracepoints) on every online CPU with `buffer_kb` of
     /// ring each. They count from now on, for this thread and everything it starts later.
-    pub fn start(events: &[&str], buffer_kb: u64) -> Result<Session, TraceUnavailable> {
+    /// The reader is woken when a ring is half full, or with `wake_each` at every event.
+    pub fn start(
+        events: &[&str],
+        buffer_kb: u64,
+        wake_each: bool,
+    ) -> Result<Session, TraceUnavailable> {
         let mut layouts = HashMap::new();
         let mut ids = Vec::new();
         for ev in events {
@@ -103,7 +108,7 @@ impl Session {
         }
         let page = sys::page_size();
         let pages = (buffer_kb * 1024 / page).max(8).next_power_of_two() as usize;
-        let wakeup = (pages as u64 * page / 2) as u32;
+        let wakeup = (!wake_each).then_some((pages as u64 * page / 2) as u32);
         let mut s = Session {
             events: Vec::new(),
             wake: sys::eventfd().map_err(|e| TraceUnavailable(format!("eventfd failed: {e}")))?,
@@ -151,15 +156,23 @@ impl Session {
         Ok(s)
     }
 
-    /// Starts the thread that empties the rings (woken when one is half full, or every
-    /// 100 ms) until [`Session::stop`]; it returns the events and the count of lost ones.
-    pub fn reader(&mut self) -> std::io::Result<std::thread::JoinHandle<(Vec<RawEvent>, u64)>> {
+    /// Starts the thread that empties the rings into `on_event` (woken as set at start, and at
+    /// least every `every`) until [`Session::stop`]; it returns the count of lost events.
+    pub fn stream<F>(
+        &mut self,
+        every: std::time::Duration,
+        mut on_event: F,
+    ) -> std::io::Result<std::thread::JoinHandle<u64>>
+    where
+        F: FnMut(RawEvent) + Send + 'static,
+    {
         let mut rings = std::mem::take(&mut self.rings);
         let layouts = self.layouts.clone();
         let wake = self.wake.try_clone()?;
         let stop = self.stop.clone();
+        let every_ms = every.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let me = std::process::id();
         Ok(std::thread::spawn(move || {
-            let mut out = Vec::new();
             let mut lost = 0u64;
             loop {
                 // Read the flag first: a ring emptied after it was set holds everything.
@@ -167,8 +180,8 @@ impl Session {
                 for (_, ring) in rings.iter_mut() {
                     ring.drain(|typ, body| match typ {
                         sys::PERF_RECORD_SAMPLE => {
-                            if let Some(e) = parse_sample(body, &layouts) {
-                                out.push(e);
+                            if let Some(e) = parse_sample(body, &layouts, me) {
+                                on_event(e);
                             }
                         }
                         sys::PERF_RECORD_LOST if body.len() >= 16 => {
@@ -178,11 +191,11 @@ impl Session {
                     });
                 }
                 if last {
-                    return (out, lost);
+                    return lost;
                 }
                 let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
                 fds.push(wake.as_fd());
-                let _ = sys::poll_any_readable(&fds, 100);
+                let _ = sys::poll_any_readable(&fds, every_ms);
             }
         }))
     }
@@ -201,7 +214,12 @@ impl Session {
 }
 
 /// Decodes one PERF_RECORD_SAMPLE body: u32 pid, u32 tid, u64 time, u32 size, raw record.
-fn parse_sample(b: &[u8], layouts: &HashMap<u16, Layout>) -> Option<RawEvent> {
+/// Samples of pagewise's own threads (which inherit the events when started after them) are
+/// skipped.
+fn parse_sample(b: &[u8], layouts: &HashMap<u16, Layout>, me: u32) -> Option<RawEvent> {
+    if u32::from_ne_bytes(b.get(0..4)?.try_into().ok()?) == me {
+        return None;
+    }
     let time = u64::from_ne_bytes(b.get(8..16)?.try_into().ok()?);
     let size = u32::from_ne_bytes(b.get(16..20)?.try_into().ok()?) as usize;
     let raw = b.get(20..20 + size)?;
