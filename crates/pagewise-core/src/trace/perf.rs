@@ -1,4 +1,5 @@
-//! Recording the filemap tracepoints through perf events instead of a tracefs instance.
+//! Following a command's filemap tracepoints through perf events instead of a tracefs
+//! instance (used by `record` and `run`).
 //!
 //! One perf event per CPU and tracepoint, opened on the recording thread with `inherit`: the
 //! command started afterwards, and everything it starts, is followed by the kernel's own
@@ -9,7 +10,8 @@
 //! Closing the last perf event of a tracepoint also waits for a grace period, so the events
 //! are handed to a detached process that keeps them open for a few seconds
 //! ([`sys::linger_detached`]): a recording that follows finds the tracepoint still
-//! registered and pays nothing.
+//! registered and pays nothing. Samples of pagewise's own threads (started after the events,
+//! so they inherit them) are skipped by process id.
 
 use super::tracefs::{tracefs_root, RawEvent, TraceUnavailable};
 use crate::sys::{self, PerfRing};
