@@ -10,7 +10,8 @@
 
 use crate::error::{ErrorLog, FileError};
 use crate::sys::{self, Advice};
-use crate::trace::tracefs::{self, Instance};
+use crate::trace::tracefs;
+use crate::trace::Follower;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -89,14 +90,6 @@ pub struct RunReport {
     /// One-line notices (fallbacks taken).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
-}
-
-/// How the command's events are followed.
-enum Tracer {
-    /// Perf events on this thread, inherited by the command (see [`crate::trace::perf`]).
-    Perf(crate::trace::perf::Session, std::thread::JoinHandle<u64>),
-    /// A tracefs instance following our PID with event-fork, and its reader.
-    Tracefs(Instance, std::thread::JoinHandle<()>),
 }
 
 type FileKey = (u32, u32, u64);
@@ -376,48 +369,12 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         p.pages += r.1;
         f2.lock().unwrap().insert(key);
     };
-    let mut notices = Vec::new();
     // Perf events where the kernel allows them: they follow the command from its fork without
     // a PID list, whose changes cost an RCU grace period each (~40 ms per run back to back).
-    use crate::trace::Backend;
-    let session = match opts.backend {
-        Backend::Tracefs => Err(tracefs::TraceUnavailable("--backend tracefs".into())),
-        _ => crate::trace::perf::Session::start(events, opts.buffer_kb, wake_each),
-    };
-    let tracer = match session {
-        Err(why) if opts.backend == Backend::Perf => {
-            return Err(crate::Error::Other(no_tracing_hint(&why)));
-        }
-        Ok(mut session) => {
-            let every = Duration::from_millis(if wake_each { 50 } else { 2 });
-            let reader = session
-                .stream(every, on_event)
-                .map_err(|e| crate::Error::Other(format!("trace reader: {e}")))?;
-            Tracer::Perf(session, reader)
-        }
-        Err(why) => {
-            if opts.backend == Backend::Auto {
-                notices.push(format!(
-                    "perf events unavailable ({why}): following the command through tracefs"
-                ));
-            }
-            let inst = Instance::new(events, opts.buffer_kb)
-                .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
-            let wake = if wake_each {
-                tracefs::Wake::OnEvent
-            } else {
-                tracefs::Wake::Every(Duration::from_millis(2))
-            };
-            let reader = inst
-                .reader(stop.clone(), wake, move |line| {
-                    if let Some(e) = tracefs::parse_line(line) {
-                        on_event(e);
-                    }
-                })
-                .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
-            Tracer::Tracefs(inst, reader)
-        }
-    };
+    let every = (!wake_each).then_some(Duration::from_millis(2));
+    let follower = Follower::start(events, opts.buffer_kb, opts.backend, every, on_event)
+        .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
+    let follower_notice = follower.notice.clone();
     // Drop-behind: a thread that drops whenever the outstanding footprint passes the limit.
     let limit_pages = (opts.max_cache / page).max(1);
     let dropper_thread = {
@@ -458,13 +415,10 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         })
     };
     let interrupted = sys::interrupt_flag();
-    if let Tracer::Tracefs(inst, _) = &tracer {
-        // Follow ourselves (our threads started before this are not followed), and with
-        // event-fork the command from its fork on.
-        let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
-        inst.follow(&[me]).map_err(fail)?;
-        inst.enable().map_err(fail)?;
-    }
+    // Threads started before this (reader, drop-behind) are not followed by tracefs.
+    follower
+        .arm()
+        .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
     let start = std::time::Instant::now();
     let mut child = crate::trace::spawn(cmd)?;
     // Forward SIGINT/SIGTERM (pagewise's handler only sets a flag).
@@ -480,22 +434,10 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         std::thread::sleep(Duration::from_millis(5));
     };
     let elapsed = start.elapsed().as_secs_f64();
-    // Stop tracing (perf: every event until now is in the rings and read; tracefs: let the
-    // reader catch up first), then stop the drop-behind thread and drop the rest.
-    let lost = match tracer {
-        Tracer::Perf(session, reader) => {
-            session.stop();
-            let lost = reader.join().unwrap_or(0);
-            stop.store(true, Ordering::Release);
-            lost
-        }
-        Tracer::Tracefs(inst, reader) => {
-            std::thread::sleep(Duration::from_millis(20));
-            let _ = inst.disable();
-            tracefs::Instance::stop_reader(&stop, reader);
-            inst.lost()
-        }
-    };
+    // Stop following (every event until now is handed to the callback), then stop the
+    // drop-behind thread and drop the rest.
+    let lost = follower.stop().unwrap_or(0);
+    stop.store(true, Ordering::Release);
     let _ = dropper_thread.join();
     // The final pass: what is pending, including pages that were still under read I/O during
     // a drop-behind pass (they were queued again). Ranges where pages stayed (read I/O still
@@ -529,7 +471,7 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     r.lost_events = lost;
     r.error_count = dropper.errors.count();
     r.errors = dropper.errors.take();
-    r.notices = notices;
+    r.notices = follower_notice.into_iter().collect();
     if let Some(a) = &assistant {
         let mut ar = a.lock().unwrap().report();
         ar.elapsed_s = elapsed;

@@ -69,82 +69,31 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
     // SIGINT/SIGTERM from the terminal reach the command (same process group); pagewise only
     // notes them, so it survives to write the trace.
     let _ = sys::interrupt_flag();
-    let mut notices = Vec::new();
     let me = std::process::id();
-    let start_mono;
-    let started_unix_ns;
-    let status;
-    let raw;
-    let lost;
-    let source;
-    let session = match opts.backend {
-        Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
-        _ => perf::Session::start(events, opts.buffer_kb, false),
-    };
-    match session {
-        Err(why) if opts.backend == Backend::Perf => {
-            return Err(crate::Error::Other(why.0));
-        }
-        Ok(mut session) => {
-            // The events follow this thread and what it starts from now on: the command is
-            // followed from its fork, before exec, so not a page it reads is missed. Our own
-            // events are dropped below.
-            let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
-            let s2 = sink.clone();
-            let reader = session
-                .stream(std::time::Duration::from_millis(100), move |e| {
-                    s2.lock().unwrap().push(e)
-                })
-                .map_err(|e| crate::Error::Other(format!("trace reader: {e}")))?;
-            start_mono = sys::monotonic_ns();
-            started_unix_ns = unix_now_ns();
-            status = run_to_end(cmd);
-            session.stop();
-            lost = reader
-                .join()
-                .map_err(|_| crate::Error::Other("trace reader panicked".into()))?;
-            raw = std::mem::take(&mut *sink.lock().unwrap());
-            source = "perf";
-        }
-        Err(why) => {
-            if opts.backend == Backend::Auto {
-                notices.push(format!(
-                    "perf events unavailable ({why}): recording through tracefs"
-                ));
-            }
-            let inst = tracefs::Instance::new(events, opts.buffer_kb)
-                .map_err(|e| crate::Error::Other(e.0))?;
-            let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
-            let stop = Arc::new(AtomicBool::new(false));
-            let s2 = sink.clone();
-            let reader = inst
-                .reader(
-                    stop.clone(),
-                    tracefs::Wake::Every(std::time::Duration::from_millis(10)),
-                    move |line| {
-                        if let Some(e) = tracefs::parse_line(line) {
-                            s2.lock().unwrap().push(e);
-                        }
-                    },
-                )
-                .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
-            let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
-            // Follow ourselves first: with event-fork the child is traced from the fork on.
-            inst.follow(&[me]).map_err(fail)?;
-            inst.enable().map_err(fail)?;
-            start_mono = sys::monotonic_ns();
-            started_unix_ns = unix_now_ns();
-            status = run_to_end(cmd);
-            inst.disable().map_err(fail)?;
-            tracefs::Instance::stop_reader(&stop, reader);
-            lost = inst.lost();
-            drop(inst);
-            raw = std::mem::take(&mut *sink.lock().unwrap());
-            source = "tracefs";
-        }
-    }
+    let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
+    let s2 = sink.clone();
+    let follower = Follower::start(
+        events,
+        opts.buffer_kb,
+        opts.backend,
+        Some(std::time::Duration::from_millis(10)),
+        move |e| s2.lock().unwrap().push(e),
+    )
+    .map_err(|e| crate::Error::Other(e.0))?;
+    let (source, notices) = (follower.source, follower.notice.iter().cloned().collect());
+    // The command is followed from its fork, before exec, so not a page it reads is missed.
+    // Our own events are dropped below.
+    follower
+        .arm()
+        .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
+    let start_mono = sys::monotonic_ns();
+    let started_unix_ns = unix_now_ns();
+    let status = run_to_end(cmd);
+    let lost = follower
+        .stop()
+        .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
     let (status, duration_ns) = status?;
-    let mut raw = raw;
+    let mut raw = std::mem::take(&mut *sink.lock().unwrap());
     raw.retain(|e| e.pid != me);
     let mut trace = build(raw, start_mono, lost, started_unix_ns, duration_ns, cmd);
     if !opts.faults {
@@ -157,6 +106,110 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
         source,
         notices,
     })
+}
+
+/// Follows this process and everything it starts after [`Follower::arm`] through the filemap
+/// tracepoints, handing each event to a callback on a reader thread: perf events where the
+/// kernel allows them (see [`perf`]), else a tracefs instance (see [`tracefs`]) — used by
+/// `record` and `run`.
+pub struct Follower {
+    tracer: Tracer,
+    /// "perf" or "tracefs".
+    pub source: &'static str,
+    /// Why perf events were not used, when `auto` fell back to tracefs.
+    pub notice: Option<String>,
+}
+
+enum Tracer {
+    Perf(perf::Session, std::thread::JoinHandle<u64>),
+    Tracefs(
+        tracefs::Instance,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ),
+}
+
+impl Follower {
+    /// Opens the events and starts the reader, which calls `on_event` for every event, woken
+    /// at least every `every` — or at once for every event with None. With perf events the
+    /// counting starts here, for this thread and what it starts later (pagewise's own
+    /// threads' events are skipped by the reader).
+    pub fn start<F>(
+        events: &[&str],
+        buffer_kb: u64,
+        backend: Backend,
+        every: Option<std::time::Duration>,
+        on_event: F,
+    ) -> Result<Follower, TraceUnavailable>
+    where
+        F: FnMut(tracefs::RawEvent) + Send + 'static,
+    {
+        let session = match backend {
+            Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
+            _ => perf::Session::start(events, buffer_kb, every.is_none()),
+        };
+        let reader_err = |e: std::io::Error| TraceUnavailable(format!("trace reader: {e}"));
+        match session {
+            Err(why) if backend == Backend::Perf => Err(why),
+            Ok(mut session) => {
+                let poll = every.unwrap_or(std::time::Duration::from_millis(50));
+                let reader = session.stream(poll, on_event).map_err(reader_err)?;
+                Ok(Follower {
+                    tracer: Tracer::Perf(session, reader),
+                    source: "perf",
+                    notice: None,
+                })
+            }
+            Err(why) => {
+                let notice = (backend == Backend::Auto)
+                    .then(|| format!("perf events unavailable ({why}): recording through tracefs"));
+                let inst = tracefs::Instance::new(events, buffer_kb)?;
+                let wake = every.map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
+                let stop = Arc::new(AtomicBool::new(false));
+                let mut on_event = on_event;
+                let reader = inst
+                    .reader(stop.clone(), wake, move |line| {
+                        if let Some(e) = tracefs::parse_line(line) {
+                            on_event(e);
+                        }
+                    })
+                    .map_err(reader_err)?;
+                Ok(Follower {
+                    tracer: Tracer::Tracefs(inst, stop, reader),
+                    source: "tracefs",
+                    notice,
+                })
+            }
+        }
+    }
+
+    /// Starts following this process: the tracefs instance follows our PID (and, through
+    /// event-fork, what we start from now on — threads started before are not followed) with
+    /// its events on; perf events count already. Call it right before starting the command.
+    pub fn arm(&self) -> std::io::Result<()> {
+        if let Tracer::Tracefs(inst, _, _) = &self.tracer {
+            inst.follow(&[std::process::id()])?;
+            inst.enable()?;
+        }
+        Ok(())
+    }
+
+    /// Stops following, lets the reader hand over every event still buffered, and returns
+    /// the number of events the kernel lost (an error only when tracefs refused to turn its
+    /// events off; the reader is stopped either way).
+    pub fn stop(self) -> std::io::Result<u64> {
+        match self.tracer {
+            Tracer::Perf(session, reader) => {
+                session.stop();
+                Ok(reader.join().unwrap_or(0))
+            }
+            Tracer::Tracefs(inst, stop, reader) => {
+                let off = inst.disable();
+                tracefs::Instance::stop_reader(&stop, reader);
+                off.map(|()| inst.lost())
+            }
+        }
+    }
 }
 
 /// What [`record`] gives back.
