@@ -113,13 +113,8 @@ pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
             missing += 1;
         }
         let d = if direct {
-            fd.as_ref().and_then(|fd| {
-                sys::open_read_direct(std::path::Path::new(&format!(
-                    "/proc/self/fd/{}",
-                    sys::raw(fd)
-                )))
-                .ok()
-            })
+            fd.as_ref()
+                .and_then(|fd| sys::open_read_direct(&sys::fd_path(fd.as_fd())).ok())
         } else {
             None
         };

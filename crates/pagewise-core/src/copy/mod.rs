@@ -22,7 +22,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -366,10 +366,9 @@ impl Ctx<'_> {
     }
 
     /// Whether a file planned at `size` bytes goes through [`Ctx::copy_small`].
+    /// (`no_small_path` is set from the start unless the strategy is `auto` with io_uring.)
     fn is_small(&self, task: &FileTask) -> bool {
-        self.opts.strategy == Strategy::Auto
-            && task.size <= SMALL_FILE
-            && !self.no_small_path.load(Ordering::Relaxed)
+        task.size <= SMALL_FILE && !self.no_small_path.load(Ordering::Relaxed)
     }
 
     /// Copies a batch of small files: their reads go to the kernel in one io_uring submission
@@ -406,31 +405,29 @@ impl Ctx<'_> {
             }
             w.ring.read_batch(&mut reqs, sys::RWF_DONTCACHE)
         };
-        let results = match results {
-            Ok(r) => r,
+        let mut results = match results {
+            Ok(r) => r.into_iter(),
             Err(e) => {
                 self.no_small_path.store(true, Ordering::Relaxed);
                 self.notice(format!(
                     "io_uring batches unavailable ({e}): files copied one by one"
                 ));
-                Vec::new()
+                Vec::new().into_iter()
             }
         };
         let mut at = 0usize;
-        for (i, o) in open.into_iter().enumerate() {
+        for o in open {
             let size = o.st.size as usize;
             let data = &mut w.buf[at..at + size];
             at += size;
-            let got = match results.get(i) {
-                Some(Ok(n)) => Ok(*n),
-                Some(Err(e)) if engine::refused(e) => {
+            let got = match results.next() {
+                Some(Ok(n)) => Ok(n),
+                Some(Err(e)) if engine::refused(&e) => {
                     // RWF_DONTCACHE or io_uring reads refused here: the general path decides.
                     self.no_small_path.store(true, Ordering::Relaxed);
                     Err(None)
                 }
-                Some(Err(e)) => Err(Some(io::Error::from_raw_os_error(
-                    e.raw_os_error().unwrap_or(libc::EIO),
-                ))),
+                Some(Err(e)) => Err(Some(e)),
                 None => Err(None),
             };
             // Short reads (a file shrinking, or a partial read) are finished synchronously.
@@ -467,6 +464,28 @@ impl Ctx<'_> {
                 .then(|| engine::digest_of(&o.extents, self.opts.chunk, &data[..n]));
             self.finish(local, o, Strategy::Dontcache, digest, true);
         }
+    }
+
+    /// This thread's ring and buffer for small-file batches, made on first use; None (and
+    /// small files one by one from then on) where io_uring cannot be set up.
+    fn worker<'w>(&self, slot: &'w mut Option<Worker>) -> Option<&'w mut Worker> {
+        if slot.is_none() {
+            match sys::ReadRing::new(SMALL_BATCH as u32) {
+                Ok(ring) => {
+                    *slot = Some(Worker {
+                        ring,
+                        buf: AlignedBuf::new(SMALL_BATCH_BYTES as usize, 4096),
+                    })
+                }
+                Err(e) => {
+                    self.no_small_path.store(true, Ordering::Relaxed);
+                    self.notice(format!(
+                        "io_uring unavailable ({e}): files copied one by one"
+                    ));
+                }
+            }
+        }
+        slot.as_mut()
     }
 
     fn copy_data_and_finish(&self, local: &mut Local, o: Open) {
@@ -580,7 +599,7 @@ impl Ctx<'_> {
         let tmp: &Path = match &o.temp {
             Temp::Named(n) => &n.path,
             Temp::Unnamed => {
-                proc_path = PathBuf::from(format!("/proc/self/fd/{}", o.df.as_raw_fd()));
+                proc_path = sys::fd_path(o.df.as_fd());
                 &proc_path
             }
         };
@@ -1031,37 +1050,18 @@ pub fn copy(
                 let mut local = Local::default();
                 let mut worker = None;
                 for unit in rx.iter() {
-                    let (unit, others): (Vec<_>, Vec<_>) =
+                    let (small, mut one_by_one): (Vec<_>, Vec<_>) =
                         unit.into_iter().partition(|t| ctx.is_small(t));
-                    for t in others {
+                    match (small.len() >= 2)
+                        .then(|| ctx.worker(&mut worker))
+                        .flatten()
+                    {
+                        Some(w) => ctx.copy_small(&mut local, small, w),
+                        None => one_by_one.extend(small),
+                    }
+                    for t in one_by_one {
                         ctx.copy_file(&mut local, t);
                     }
-                    if unit.len() < 2 {
-                        for t in unit {
-                            ctx.copy_file(&mut local, t);
-                        }
-                        continue;
-                    }
-                    let w = match &mut worker {
-                        Some(w) => w,
-                        None => match sys::ReadRing::new(SMALL_BATCH as u32) {
-                            Ok(ring) => worker.insert(Worker {
-                                ring,
-                                buf: AlignedBuf::new(SMALL_BATCH_BYTES as usize, 4096),
-                            }),
-                            Err(e) => {
-                                ctx.no_small_path.store(true, Ordering::Relaxed);
-                                ctx.notice(format!(
-                                    "io_uring unavailable ({e}): files copied one by one"
-                                ));
-                                for t in unit {
-                                    ctx.copy_file(&mut local, t);
-                                }
-                                continue;
-                            }
-                        },
-                    };
-                    ctx.copy_small(&mut local, unit, w);
                 }
                 settle(&mut local.settle);
                 merge(&mut merged.lock().unwrap(), local);

@@ -682,9 +682,10 @@ pub fn map_count_and_limit() -> (u64, u64) {
     (used, limit)
 }
 
-/// Raw descriptor number, for messages and tests.
-pub fn raw(fd: &OwnedFd) -> RawFd {
-    fd.as_raw_fd()
+/// `/proc/self/fd/N`: a path naming the open file `fd` (to reopen it, link it, or read where
+/// it lives).
+pub fn fd_path(fd: BorrowedFd<'_>) -> std::path::PathBuf {
+    format!("/proc/self/fd/{}", fd.as_raw_fd()).into()
 }
 
 /// Whether this kernel has cachestat(2): probes it on a descriptor of this program's own binary.
@@ -1025,7 +1026,7 @@ pub fn link_fd(fd: BorrowedFd<'_>, to: &Path) -> io::Result<()> {
         }
         LINK_EMPTY_PATH.store(2, Relaxed);
     }
-    let proc = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
+    let proc = cstring(&fd_path(fd))?;
     // SAFETY: both strings are valid C strings.
     cvt(unsafe {
         libc::linkat(

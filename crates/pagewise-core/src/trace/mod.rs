@@ -425,7 +425,7 @@ pub fn resolve(files: &mut [TraceFile]) {
         if let Ok(st) = sys::fstat(fd.as_fd()) {
             f.size = st.size;
         }
-        if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{}", sys::raw(&fd))) {
+        if let Ok(p) = std::fs::read_link(sys::fd_path(fd.as_fd())) {
             use std::os::unix::ffi::OsStrExt;
             let mut b = p.as_os_str().as_bytes().to_vec();
             if b.ends_with(b" (deleted)") {
