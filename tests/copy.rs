@@ -338,6 +338,7 @@ fn verify_reads_back_from_disk() {
 struct Tmpfs(tempfile::TempDir);
 
 impl Tmpfs {
+    /// None (with the reason printed: the test is skipped) where tmpfs cannot be mounted.
     fn new(size: &str) -> Option<Tmpfs> {
         let d = tmp();
         let ok = Command::new("mount")
@@ -346,6 +347,9 @@ impl Tmpfs {
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
+        if !ok {
+            eprintln!("skipped: cannot mount a tmpfs (needs root)");
+        }
         ok.then_some(Tmpfs(d))
     }
     fn path(&self) -> &Path {
@@ -362,7 +366,6 @@ impl Drop for Tmpfs {
 #[test]
 fn enospc_leaves_no_partial_file_and_other_files_are_copied() {
     let Some(fs_small) = Tmpfs::new("3m") else {
-        eprintln!("skipped: cannot mount a tmpfs (needs root)");
         return;
     };
     let t = tmp();
@@ -397,7 +400,6 @@ fn enospc_leaves_no_partial_file_and_other_files_are_copied() {
 #[test]
 fn enospc_in_a_small_file_batch_leaves_only_complete_files() {
     let Some(fs_small) = Tmpfs::new("2m") else {
-        eprintln!("skipped: cannot mount a tmpfs (needs root)");
         return;
     };
     let t = tmp();
@@ -429,7 +431,6 @@ fn enospc_in_a_small_file_batch_leaves_only_complete_files() {
 #[test]
 fn tmpfs_destination_works_whatever_its_direct_io_rules() {
     let Some(m) = Tmpfs::new("64m") else {
-        eprintln!("skipped: cannot mount a tmpfs (needs root)");
         return;
     };
     let t = tmp();
