@@ -5,6 +5,23 @@ mod cli;
 use clap::{CommandFactory, Parser};
 use cli::{Cli, Command};
 
+/// True when the command line asks for JSON: a fatal error is then also a JSON document on
+/// stdout, so a script reading it gets an answer, not nothing.
+fn wants_json() -> bool {
+    std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json" || a == "-J" || a == "--json-lines")
+}
+
+/// `{"error": {"kind": ..., "message": ..., "exit_code": 1}}` on stdout.
+fn json_error(kind: &str, message: &str) {
+    let v = serde_json::json!({
+        "error": { "kind": kind, "message": message, "exit_code": cli::exit::FATAL }
+    });
+    println!("{v}");
+}
+
 fn main() {
     pagewise_core::sys::default_sigpipe();
     let cli = match Cli::try_parse() {
@@ -12,7 +29,14 @@ fn main() {
         Err(e) => {
             let _ = e.print();
             // Help and version go to stdout and succeed; usage errors are fatal (exit 1).
-            std::process::exit(if e.use_stderr() { 1 } else { 0 });
+            if e.use_stderr() {
+                if wants_json() {
+                    let text = e.render().to_string();
+                    json_error("usage", text.lines().next().unwrap_or_default());
+                }
+                std::process::exit(cli::exit::FATAL);
+            }
+            std::process::exit(cli::exit::SUCCESS);
         }
     };
     let result = match cli.command {
@@ -32,15 +56,18 @@ fn main() {
                 "pagewise",
                 &mut std::io::stdout(),
             );
-            Ok(0)
+            Ok(cli::exit::SUCCESS)
         }
-        Command::Man { dir } => write_man(&dir).map(|_| 0),
+        Command::Man { dir } => write_man(&dir).map(|_| cli::exit::SUCCESS),
     };
     match result {
         Ok(code) => std::process::exit(code),
         Err(msg) => {
             eprintln!("pagewise: {msg}");
-            std::process::exit(1);
+            if wants_json() {
+                json_error("fatal", &msg);
+            }
+            std::process::exit(cli::exit::FATAL);
         }
     }
 }

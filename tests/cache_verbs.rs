@@ -76,14 +76,14 @@ fn stat_matches_cachestat_and_mincore() {
     let out = run(bin().args(["stat", "--json", "-l"]).arg(&p));
     assert!(out.status.success());
     let v = json(&out);
-    assert_eq!(v["files"][0]["cached"], kernel);
-    assert_eq!(v["total"]["pages"], 256);
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert_eq!(v["total"]["bytes"], 256 * PAGE);
     // The mincore method gives the same count.
     let out = run(bin()
         .args(["stat", "--json", "-l", "--method", "mincore"])
         .arg(&p));
     let v = json(&out);
-    assert_eq!(v["files"][0]["cached"], kernel);
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
     assert_eq!(v["files"][0]["method"], "mincore");
 }
 
@@ -126,9 +126,9 @@ fn evict_drops_dirty_pages_of_a_tree() {
         "every page, dirty ones included, is gone (cachestat)"
     );
     assert_eq!(left_mincore, 0, "mincore agrees");
-    assert_eq!(v["total"]["stayed_pages"], 0);
+    assert_eq!(v["total"]["stayed_bytes"], 0);
     assert_eq!(v["total"]["files"], 200);
-    assert!(v["total"]["dropped_pages"].as_u64().unwrap() >= 400);
+    assert!(v["total"]["dropped_bytes"].as_u64().unwrap() >= 400 * PAGE);
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn evict_no_sync_leaves_dirty_pages_and_says_so() {
     let v = json(&out);
     let k = cs(&p);
     // Whatever the kernel still holds is exactly what pagewise reports as stayed.
-    assert_eq!(v["total"]["stayed_pages"], k.cache);
+    assert_eq!(v["total"]["stayed_bytes"], k.cache * PAGE);
     if k.dirty > 0 {
         assert_eq!(v["residue"][0]["reason"], "dirty");
     }
@@ -170,7 +170,7 @@ fn evict_range_drops_only_the_range() {
         .arg(&p2)));
     let f2 = File::open(&p2).unwrap();
     let inside = sys::cachestat(f2.as_fd(), 1 << 20, 2 << 20).unwrap().cache;
-    assert_eq!(v["total"]["stayed_pages"], inside);
+    assert_eq!(v["total"]["stayed_bytes"], inside * PAGE);
     if inside > 0 {
         assert_eq!(v["residue"][0]["reason"], "partial_folio");
     }
@@ -207,7 +207,7 @@ fn evict_reports_pages_kept_by_a_mapping_process() {
     child.kill().unwrap();
     child.wait().unwrap();
     let v = json(&out);
-    let stayed = v["total"]["stayed_pages"].as_u64().unwrap();
+    let stayed = v["total"]["stayed_bytes"].as_u64().unwrap() / PAGE;
     assert!(stayed > 0, "mapped pages cannot be dropped");
     assert_eq!(
         stayed,
@@ -386,7 +386,7 @@ fn sparse_terabyte_file_is_fast_and_loads_only_data() {
     let start = Instant::now();
     let out = run_deadline(bin().args(["stat", "--json"]).arg(&p), 60);
     assert!(out.status.success());
-    assert_eq!(json(&out)["total"]["pages"], (1u64 << 40) / PAGE);
+    assert_eq!(json(&out)["total"]["bytes"], 1u64 << 40);
     let out = run_deadline(bin().args(["load", "--json"]).arg(&p), 60);
     assert!(out.status.success());
     let k = cs(&p);
@@ -487,7 +487,7 @@ fn unprivileged_user_gets_errors_and_unknown_never_false_numbers() {
     let f = &v["files"][0];
     assert!(f["path"].as_str().unwrap().ends_with("readable"));
     assert_eq!(f["method"], "unknown", "never a false number");
-    assert!(f["cached"].is_null());
+    assert!(f["cached_bytes"].is_null());
     // --owned as root skips files owned by someone else.
     std::os::unix::fs::chown(&readable, Some(65534), Some(65534)).unwrap();
     fs::read(&readable).unwrap();

@@ -412,8 +412,32 @@ fn record_passes_the_exit_status_through() {
         .arg("-o")
         .arg(t.path().join("y"))
         .args(["--", "/nonexistent/cmd"]));
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/cmd: spawn failed"));
+    // As env(1), timeout(1) and shells say: 127 not found, 126 not executable.
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/cmd: cannot run it"));
+    assert!(
+        !t.path().join("y").exists(),
+        "no trace for a command that never ran"
+    );
+    let noexec = t.path().join("noexec");
+    fs::write(&noexec, "#!/bin/sh\n").unwrap();
+    for verb in ["record", "run"] {
+        let mut c = bin();
+        c.arg(verb);
+        if verb == "record" {
+            c.arg("-o").arg(t.path().join("z"));
+        }
+        let out = run(c.arg(&noexec));
+        assert_eq!(out.status.code(), Some(126), "{verb}");
+        let out = run(bin().args([verb, "/nonexistent/cmd"]).current_dir(t.path()));
+        assert_eq!(out.status.code(), Some(127), "{verb}");
+    }
+    let leftovers: Vec<_> = fs::read_dir(t.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporaries removed: {leftovers:?}");
 }
 
 #[test]

@@ -38,7 +38,7 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
     let report = copy::copy(sources, dest, &opts, &progress).map_err(|e| e.to_string())?;
     bar.finish();
     let code = if report.interrupted {
-        130
+        super::exit::INTERRUPTED
     } else {
         render::exit_code(report.error_count)
     };

@@ -1,7 +1,7 @@
 //! `pagewise evict`: render the library's EvictReport.
 
 use super::progress::ProgressLine;
-use super::render::{self, bytes};
+use super::render::{self, bytes, partial_bytes};
 use super::EvictArgs;
 use pagewise_core::evict::{self, EvictFile, EvictOptions, StayReason};
 use pagewise_core::Progress;
@@ -9,12 +9,10 @@ use std::sync::Arc;
 
 pub fn run(a: EvictArgs) -> Result<i32, String> {
     if let Some(t) = &a.trace {
-        return super::record::cache_verb(
-            "evict",
-            t,
-            a.out.json,
-            pagewise_core::replay::evict_trace,
-        );
+        let dry_run = a.dry_run;
+        return super::record::cache_verb("evict", t, a.out.json, |tr| {
+            pagewise_core::replay::evict_trace(tr, dry_run)
+        });
     }
     let roots = a.walk.roots()?;
     let opts = EvictOptions {
@@ -32,16 +30,15 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
     let bar = ProgressLine::start("evict", progress.clone(), !a.out.json && !a.out.json_lines);
     let stream = a.out.json_lines;
     let verbose = a.verbose;
-    let page = pagewise_core::sys::page_size();
     let report = evict::evict(&roots, &opts, &progress, |f: &EvictFile| {
         if stream {
             render::print_json_line("file", f);
         } else if verbose {
             println!(
                 "{}: {} dropped, {} stayed",
-                f.path.display(),
-                bytes(f.dropped_pages * page),
-                bytes(f.stayed_pages * page)
+                render::path_text(&f.path),
+                render::opt_bytes(f.dropped_bytes),
+                render::opt_bytes(f.stayed_bytes)
             );
         }
     })
@@ -63,22 +60,36 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
     } else {
         "dropped"
     };
+    let b = |v: u64| partial_bytes(v, t.files, t.unknown_files);
     println!(
         "{} files, {}: {verb} {} of {} cached; {} still cached{}",
         t.files,
         bytes(t.bytes),
-        bytes(t.dropped_pages * page),
-        bytes(t.cached_pages_before * page),
-        bytes(t.stayed_pages * page),
-        if t.dirty_pages_written > 0 {
+        b(t.dropped_bytes),
+        b(t.cached_bytes_before),
+        b(t.stayed_bytes),
+        if t.dirty_bytes_written > 0 {
             format!(
                 " ({} of dirty pages written back first)",
-                bytes(t.dirty_pages_written * page)
+                bytes(t.dirty_bytes_written)
             )
         } else {
             String::new()
         }
     );
+    if let Some(why) = t.unknown_reason {
+        eprintln!(
+            "pagewise evict: note: {} of {} files were {} without a measure ('unknown', totals \
+             marked >= leave them out): {why}",
+            t.unknown_files,
+            t.files,
+            if report.dry_run {
+                "left alone"
+            } else {
+                "advised out"
+            }
+        );
+    }
     if t.not_owned_skipped > 0 {
         println!(
             "{} files not owned by you were left alone (--owned)",
@@ -94,9 +105,9 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
         ]];
         for f in &report.residue {
             rows.push(vec![
-                f.path.display().to_string(),
+                render::path_text(&f.path),
                 bytes(f.size),
-                bytes(f.stayed_pages * page),
+                render::opt_bytes(f.stayed_bytes),
                 reason_text(f),
             ]);
         }
@@ -124,6 +135,10 @@ fn reason_text(f: &EvictFile) -> String {
         Some(StayReason::Mapped) => format!("mapped{pids}"),
         Some(StayReason::Locked) => format!("mlocked{pids}"),
         Some(StayReason::PartialFolio) => "large folio crosses the range edge".into(),
+        Some(StayReason::NoBackingStore) => {
+            "tmpfs/shmem: no backing file to drop the pages to (delete the file to free them)"
+                .into()
+        }
         Some(StayReason::InUse) => "in use (mapped or locked; --why names the process)".into(),
         None => String::new(),
     }

@@ -3,7 +3,9 @@
 pub mod assist;
 pub mod copy;
 pub mod evict;
+pub mod exit;
 pub mod load;
+pub mod output;
 pub mod progress;
 pub mod record;
 pub mod render;
@@ -54,6 +56,7 @@ pub enum Command {
     #[command(after_help = RECORD_EXAMPLES)]
     Record(RecordArgs),
     /// Print a recorded trace as text (per page or grouped) or JSON
+    #[command(after_help = SHOW_EXAMPLES)]
     Show(ShowArgs),
     /// Re-issue a recorded read set in recorded, per-file or on-disk order and time it
     #[command(after_help = REPLAY_EXAMPLES)]
@@ -97,8 +100,14 @@ Examples:
   pagewise stat                       summary of the current directory
   pagewise stat /var/lib/postgresql   one line per tree
   pagewise stat -l --sort cached /data --top 20
-  pagewise stat --map big.db          per-page residency bar
+  pagewise stat --map big.db          per-page residency bar, 60 cells (--map=120: wider)
+  pagewise stat --range 0-64M big.img only the first 64 MiB (SIZE becomes IN RANGE)
   find /data -name '*.db' -print0 | pagewise stat --from - -0 --json
+
+Map cells: ' ' nothing cached, '.' some (even one page), 'o' 34% or more, 'O' all, '?' unknown.
+'unknown': cachestat(2) refused the file (not yours, not writable) and mincore(2) would call it
+fully cached; totals that leave such files out are marked '>='.
+vmtouch users: -v (--map), -p RANGE, -I include, -i ignore, -f follow, -F one filesystem.
 
 Exit codes: 0 success, 1 fatal error, 2 some files failed.";
 
@@ -139,14 +148,32 @@ Examples:
   pagewise record --format grouped -o - -- ./app --init     grouped text on stdout
   pagewise show --format text py.trace                      one line per page
 
-Needs root (tracefs; mounted at /sys/kernel/tracing when only unmounted). Exit code: the
-command's own (128+N when it died of signal N); 1 when tracing could not start.";
+Needs root (perf events or tracefs). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pagewise are
+forwarded to the command; the trace is written when it ends. Processes the command leaves
+running (daemons) are not recorded after it exits (a note says how many).
+Exit code: the command's own (128+N when it died of signal N); 127 command not found, 126 not
+executable; 1 when tracing could not start or the output cannot be created (checked before the
+command runs).";
 
 const REPLAY_EXAMPLES: &str = "\
 Examples:
   pagewise replay --compare --direct app.trace     all orders, cold, side by side
   pagewise replay --order disk --depth 64 app.trace
-  hyperfine --prepare 'pagewise evict --trace app.trace' './app'   selectively cold start";
+  hyperfine --prepare 'pagewise evict --trace app.trace' './app'   selectively cold start
+
+Files recorded without a path (<MAJOR:MINOR inode N>), or deleted since, are skipped and
+listed with the reason. Exit codes: 0 success, 1 fatal error (unreadable trace), 2 some reads
+failed.";
+
+const SHOW_EXAMPLES: &str = "\
+Examples:
+  pagewise show app.trace                    merged runs: time path offset length
+  pagewise show --format text app.trace      one line per page
+  pagewise show --format json app.trace | jq '.files[].path'
+
+<MAJOR:MINOR inode N> names a file recorded without a path: deleted by the end of the
+recording, or on a filesystem with no mount point (pipes, memfd, shared memory). Paths are
+printed with control characters and non-UTF-8 bytes as \\xHH; JSON keeps the bytes.";
 
 const RUN_EXAMPLES: &str = "\
 Examples:
@@ -155,8 +182,11 @@ Examples:
   pagewise run --keep-written --report run.json -- rsync -a /src /dst
 
 The command's stdin/stdout/stderr are untouched; pagewise's report goes to stderr (or
---report FILE as JSON). Exit code: the command's own (128+N when killed by signal N); 1 when
-tracing is impossible (needs root or CAP_SYS_ADMIN with tracefs).";
+--report FILE as JSON, created before the command starts). SIGINT, SIGTERM, SIGHUP and SIGQUIT
+sent to pagewise are forwarded to the command as they are, and its pages are dropped before
+pagewise exits. Exit code: the command's own (128+N when killed by signal N: 130 for Ctrl-C);
+127 command not found, 126 not executable; 1 when tracing is impossible (needs root or
+CAP_SYS_ADMIN with tracefs).";
 
 /// Where the files come from and which of them count: shared by every verb.
 #[derive(Args, Debug, Clone)]
@@ -169,17 +199,23 @@ pub struct WalkArgs {
     /// Paths read with --from are NUL-separated (find -print0)
     #[arg(short = '0', long = "null")]
     pub null: bool,
-    /// Only files matching GLOB (name or path below the root); repeatable
-    #[arg(short = 'i', long = "include", value_name = "GLOB")]
+    /// Only files matching GLOB (name or path below the root); repeatable (vmtouch -I)
+    #[arg(short = 'I', long = "include", value_name = "GLOB")]
     pub include: Vec<String>,
-    /// Skip files and directories matching GLOB; repeatable
-    #[arg(short = 'e', long = "exclude", value_name = "GLOB")]
+    /// Skip files and directories matching GLOB; repeatable (vmtouch -i)
+    #[arg(
+        short = 'i',
+        long = "exclude",
+        visible_alias = "ignore",
+        value_name = "GLOB"
+    )]
     pub exclude: Vec<String>,
-    /// Stay on the filesystem of each root
-    #[arg(short = 'x', long)]
+    /// Stay on the filesystem of each root (vmtouch -F)
+    #[arg(short = 'x', long, visible_short_alias = 'F')]
     pub one_file_system: bool,
     /// Follow symlinks inside trees (roots are always followed); loops are detected
-    #[arg(short = 'L', long)]
+    /// (vmtouch -f)
+    #[arg(short = 'L', long, visible_short_alias = 'f')]
     pub follow: bool,
     /// Descend at most N levels below each root (1 = only its direct entries)
     #[arg(long, value_name = "N")]
@@ -187,8 +223,9 @@ pub struct WalkArgs {
     /// Worker threads [default: number of CPUs]
     #[arg(short = 'j', long, value_name = "N")]
     pub threads: Option<usize>,
-    /// Only this byte range of every file: START-END, START- or -END (K/M/G/T suffixes)
-    #[arg(long, value_name = "START-END", value_parser = ByteRange::parse)]
+    /// Only this byte range of every file: START-END, START- or -END (K/M/G/T suffixes;
+    /// vmtouch -p)
+    #[arg(short = 'p', long, value_name = "START-END", value_parser = ByteRange::parse)]
     pub range: Option<ByteRange>,
     /// How residency is measured: cachestat, or mmap+mincore (auto: cachestat when the kernel
     /// has it)
@@ -261,8 +298,8 @@ impl WalkArgs {
 /// Output format flags shared by the verbs.
 #[derive(Args, Debug, Clone)]
 pub struct OutputArgs {
-    /// One JSON document on stdout
-    #[arg(long, conflicts_with = "json_lines")]
+    /// One JSON document on stdout (schema: docs/json.md; fincore -J)
+    #[arg(short = 'J', long, conflicts_with = "json_lines")]
     pub json: bool,
     /// One JSON object per line, streamed as files are done, then a summary line
     #[arg(long)]
@@ -297,9 +334,19 @@ pub struct StatArgs {
     /// List only files with at least one cached page
     #[arg(long)]
     pub only_cached: bool,
-    /// Show a residency bar per listed file, WIDTH cells (like vmtouch -v)
-    #[arg(long, value_name = "WIDTH", num_args = 0..=1, default_missing_value = "60")]
-    pub map: Option<usize>,
+    /// Show a residency bar under each listed file (like vmtouch -v), 60 cells or
+    /// --map=WIDTH. Cells: ' ' nothing cached, '.' some (even one page), 'o' 34% or more,
+    /// 'O' all, '?' unknown
+    #[arg(
+        short = 'v',
+        long,
+        value_name = "WIDTH",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "60",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub map: Option<u16>,
 }
 
 #[derive(Args, Debug)]
@@ -382,8 +429,14 @@ pub struct RecordArgs {
     /// How events are collected
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
-    /// The command and its arguments
-    #[arg(required = true, last = true)]
+    /// The command and its arguments ('--' before it is optional; needed when the command's
+    /// own options could be taken for pagewise's)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<std::ffi::OsString>,
 }
 
@@ -443,7 +496,8 @@ pub struct AssistArgs {
     pub buffer_kb: u64,
     #[command(flatten)]
     pub tuning: AssistTuning,
-    #[arg(long)]
+    /// One JSON document on stdout: the assist or simulation report (schema: docs/json.md)
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 
@@ -470,28 +524,51 @@ pub struct RunArgs {
     /// How the command's page-cache events are followed (as for `record`)
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
-    /// The command and its arguments
-    #[arg(required = true, last = true)]
+    /// The command and its arguments ('--' before it is optional; needed when the command's
+    /// own options could be taken for pagewise's)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShowFormat {
+    /// One line per page: time path offset
+    Text,
+    /// Contiguous pages merged: time path offset length
+    Grouped,
+    /// The whole trace as one JSON document (schema: docs/json.md)
+    Json,
 }
 
 #[derive(Args, Debug)]
 pub struct ShowArgs {
+    /// A trace written by `pagewise record`
     pub trace: PathBuf,
-    #[arg(long, value_enum, default_value_t = TraceFormat::Grouped)]
-    pub format: TraceFormat,
+    /// How to print it
+    #[arg(long, value_enum, default_value_t = ShowFormat::Grouped)]
+    pub format: ShowFormat,
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum OrderArg {
+    /// As the program read them (the order of the trace)
     Recorded,
+    /// File by file, each file's pages in offset order
     File,
+    /// By on-disk position (FIEMAP), across files: the fewest seeks
     Disk,
 }
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
+    /// A trace written by `pagewise record`
     pub trace: PathBuf,
+    /// Order of the reads
     #[arg(long, value_enum, default_value_t = OrderArg::Disk)]
     pub order: OrderArg,
     /// Read with O_DIRECT: exactly the recorded pages, no cache, no readahead
@@ -512,7 +589,8 @@ pub struct ReplayArgs {
     /// Runs per order with --compare (median reported)
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    #[arg(long)]
+    /// One JSON document on stdout: a list of replay reports (schema: docs/json.md)
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 
@@ -561,8 +639,8 @@ pub struct CopyArgs {
     /// Say which strategy each kind of file used
     #[arg(short = 'v', long)]
     pub verbose: bool,
-    /// One JSON document on stdout
-    #[arg(long)]
+    /// One JSON document on stdout (schema: docs/json.md)
+    #[arg(short = 'J', long)]
     pub json: bool,
 }
 

@@ -1,74 +1,28 @@
 //! `record`, `show`, `replay`, and the trace side of `evict`/`load`.
 
-use super::render::{self, bytes};
-use super::{OrderArg, RecordArgs, ReplayArgs, RunArgs, ShowArgs, TraceFormat};
-use pagewise_core::replay::{self, Order, ReplayOptions, TraceCacheReport};
+use super::output::Output;
+use super::render::{self, bytes, path_text};
+use super::{OrderArg, RecordArgs, ReplayArgs, RunArgs, ShowArgs, ShowFormat, TraceFormat};
+use pagewise_core::replay::{self, Order, ReplayOptions, SkippedFile, TraceCacheReport};
 use pagewise_core::trace::{self, Backend, RecordOptions, Trace};
-use std::io::Write;
 use std::path::Path;
 
 /// Reads and validates a trace file.
 pub fn load_trace(path: &Path) -> Result<Trace, String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: read failed: {e}", path.display()))?;
-    Trace::from_bytes(&data).map_err(|e| format!("{}: {e}", path.display()))
+    let data = std::fs::read(path).map_err(|e| format!("{}: read failed: {e}", path_text(path)))?;
+    Trace::from_bytes(&data).map_err(|e| format!("{}: {e}", path_text(path)))
 }
 
-fn write_trace(t: &Trace, format: TraceFormat, out: &Path) -> Result<(), String> {
-    // Write beside, then rename: a trace is never seen half written. Not for stdout, and not
-    // for an existing non-regular file (/dev/null, a FIFO, a device): renaming over that would
-    // replace it, so it is written to directly. A symlink is followed: the file it names is
-    // replaced, the link stays.
-    let meta = std::fs::metadata(out).ok();
-    let direct = out.as_os_str() == "-" || meta.as_ref().is_some_and(|m| !m.is_file());
-    let target = if direct {
-        out.to_path_buf()
-    } else if let Ok(p) = std::fs::canonicalize(out) {
-        p
-    } else if let Ok(l) = std::fs::read_link(out) {
-        // A dangling symlink: create what it names.
-        out.parent().map_or(l.clone(), |d| d.join(&l))
-    } else {
-        out.to_path_buf()
-    };
-    let mut w: Box<dyn Write> = if out.as_os_str() == "-" {
-        Box::new(std::io::stdout().lock())
-    } else if direct {
-        Box::new(std::io::BufWriter::new(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(out)
-                .map_err(|e| format!("{}: open failed: {e}", out.display()))?,
-        ))
-    } else {
-        Box::new(std::io::BufWriter::new(
-            std::fs::File::create(tmp_name(&target))
-                .map_err(|e| format!("{}: create failed: {e}", out.display()))?,
-        ))
-    };
-    let r = match format {
+/// Writes a trace in `format` to an output opened beforehand.
+fn write_trace(t: &Trace, format: TraceFormat, out: Output) -> Result<(), String> {
+    out.write(|w| match format {
         TraceFormat::Binary => w.write_all(&t.to_bytes()),
-        TraceFormat::Text => trace::write_text(t, false, &mut w),
-        TraceFormat::Grouped => trace::write_text(t, true, &mut w),
-        TraceFormat::Json => serde_json::to_writer_pretty(&mut w, t).map_err(std::io::Error::other),
-    };
-    r.and_then(|_| w.flush()).map_err(|e| {
-        if !direct {
-            let _ = std::fs::remove_file(tmp_name(&target));
-        }
-        format!("{}: write failed: {e}", out.display())
-    })?;
-    drop(w);
-    if !direct {
-        std::fs::rename(tmp_name(&target), &target)
-            .map_err(|e| format!("{}: rename failed: {e}", out.display()))?;
-    }
-    Ok(())
-}
-
-fn tmp_name(p: &Path) -> std::path::PathBuf {
-    let mut s = p.as_os_str().to_owned();
-    s.push(".pagewise-tmp");
-    s.into()
+        TraceFormat::Text => trace::write_text(t, false, w),
+        TraceFormat::Grouped => trace::write_text(t, true, w),
+        TraceFormat::Json => serde_json::to_writer_pretty(&mut *w, t)
+            .map_err(std::io::Error::other)
+            .and_then(|_| writeln!(w)),
+    })
 }
 
 fn backend(b: super::BackendArg) -> Backend {
@@ -79,21 +33,32 @@ fn backend(b: super::BackendArg) -> Backend {
     }
 }
 
+/// A library error of `record` / `run`: the message, and the exit status a shell would give
+/// (127 / 126 when the command could not be started).
+fn command_error(verb: &str, e: pagewise_core::Error) -> i32 {
+    eprintln!("pagewise {verb}: {e}");
+    e.exit_code()
+}
+
 pub fn run(a: RecordArgs) -> Result<i32, String> {
-    let rec = trace::record(
+    // The output first: a bad path is found before the command runs.
+    let out = Output::open(&a.output)?;
+    let rec = match trace::record(
         &a.command,
         &RecordOptions {
             buffer_kb: a.buffer_kb,
             faults: a.faults,
             backend: backend(a.backend),
         },
-    )
-    .map_err(|e| format!("record: {e}"))?;
+    ) {
+        Ok(r) => r,
+        Err(e) => return Ok(command_error("record", e)),
+    };
     for n in &rec.notices {
-        eprintln!("pagewise record: {n}");
+        eprintln!("pagewise record: note: {n}");
     }
     let (t, status, source) = (rec.trace, rec.status, rec.source);
-    write_trace(&t, a.format, &a.output)?;
+    write_trace(&t, a.format, out)?;
     let files_known = t.files.iter().filter(|f| f.path.is_some()).count();
     eprintln!(
         "pagewise record ({source}): {} events, {} pages ({}) in {} files ({} resolved to paths), {:.3} s{}{}",
@@ -112,20 +77,25 @@ pub fn run(a: RecordArgs) -> Result<i32, String> {
             String::new()
         },
         if a.output.as_os_str() != "-" {
-            format!(" -> {}", a.output.display())
+            format!(" -> {}", path_text(&a.output))
         } else {
             String::new()
         }
     );
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    Ok(super::exit::of_status(status))
 }
 
 pub fn show(a: ShowArgs) -> Result<i32, String> {
     let t = load_trace(&a.trace)?;
-    write_trace(&t, a.format, Path::new("-"))?;
+    let format = match a.format {
+        ShowFormat::Text => TraceFormat::Text,
+        ShowFormat::Grouped => TraceFormat::Grouped,
+        ShowFormat::Json => TraceFormat::Json,
+    };
+    write_trace(&t, format, Output::open(Path::new("-"))?)?;
+    if !matches!(a.format, ShowFormat::Json) && t.files.iter().any(|f| f.path.is_none()) {
+        eprintln!("pagewise show: note: {}", trace::UNNAMED_LEGEND);
+    }
     Ok(0)
 }
 
@@ -155,14 +125,9 @@ pub fn replay(a: ReplayArgs) -> Result<i32, String> {
         render::print_json(&reports);
         return Ok(render::exit_code(errors));
     }
-    for r in &reports {
+    if let Some(r) = reports.first() {
         render::report_problems("replay", &r.errors, r.error_count, &[]);
-    }
-    if let Some(m) = reports.first().filter(|r| r.files_missing > 0) {
-        eprintln!(
-            "pagewise replay: note: {} traced files are gone and were skipped",
-            m.files_missing
-        );
+        skipped_note("replay", r.files_missing, &r.skipped);
     }
     let base = reports.first().map_or(1.0, |r| r.elapsed_s.max(1e-9));
     let mut rows = vec![[
@@ -189,6 +154,27 @@ pub fn replay(a: ReplayArgs) -> Result<i32, String> {
     Ok(render::exit_code(errors))
 }
 
+/// Notes the traced files that were skipped, each with its reason.
+fn skipped_note(verb: &str, count: u64, skipped: &[SkippedFile]) {
+    if count == 0 {
+        return;
+    }
+    eprintln!("pagewise {verb}: note: {count} traced file(s) skipped:");
+    for s in skipped {
+        eprintln!(
+            "pagewise {verb}:   {}: {}",
+            render::escape_bytes(s.file.as_bytes()),
+            s.reason
+        );
+    }
+    if count > skipped.len() as u64 {
+        eprintln!(
+            "pagewise {verb}:   ... and {} more",
+            count - skipped.len() as u64
+        );
+    }
+}
+
 /// `evict --trace` / `load --trace`.
 pub fn cache_verb(
     verb: &str,
@@ -202,14 +188,16 @@ pub fn cache_verb(
         render::print_json(&r);
     } else {
         render::report_problems(verb, &r.errors, r.error_count, &[]);
+        skipped_note(verb, r.files_missing, &r.skipped);
         println!(
-            "{} traced ranges in {} files ({} gone): {} traced, cached {} before, {} after, {:.3} s",
+            "{} traced ranges in {} files ({} skipped): {} traced, cached {} before, {} after{}, {:.3} s",
             r.ranges,
             r.files,
             r.files_missing,
             bytes(r.bytes),
             bytes(r.cached_bytes_before),
             bytes(r.cached_bytes_after),
+            if r.dry_run { " (dry run: nothing dropped)" } else { "" },
             r.elapsed_s
         );
     }
@@ -227,24 +215,32 @@ pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
             .assist
             .then(|| super::assist::options(&a.tuning, a.buffer_kb)),
     };
-    let r = pagewise_core::run::run(&a.command, &opts).map_err(|e| format!("run: {e}"))?;
-    let page = pagewise_core::sys::page_size();
+    // The report file first: a bad path is found before the command runs.
+    let report_out = a.report.as_deref().map(Output::open).transpose()?;
+    let r = match pagewise_core::run::run(&a.command, &opts) {
+        Ok(r) => r,
+        Err(e) => return Ok(command_error("run", e)),
+    };
     for n in &r.notices {
         eprintln!("pagewise run: note: {n}");
     }
-    if let Some(path) = &a.report {
-        let json = serde_json::to_vec_pretty(&r).map_err(|e| e.to_string())?;
-        std::fs::write(path, json).map_err(|e| format!("{}: write failed: {e}", path.display()))?;
+    if let Some(out) = report_out {
+        out.write(|w| {
+            serde_json::to_writer_pretty(&mut *w, &r)
+                .map_err(std::io::Error::other)
+                .and_then(|_| writeln!(w))
+        })?;
     } else {
         render::report_problems("run", &r.errors, r.error_count, &[]);
         eprintln!(
-            "pagewise run: the command brought {} into the page cache; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",
-            bytes(r.pages_added * page),
-            bytes(r.pages_dropped * page),
-            bytes(r.pages_left * page),
-            bytes(r.pages_left_dirty * page),
-            bytes(r.pages_left_mapped_or_busy * page),
-            if r.pages_kept_written > 0 { format!(", {} of written files kept", bytes(r.pages_kept_written * page)) } else { String::new() },
+            "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",
+            bytes(r.added_bytes),
+            r.prefetched_bytes.map_or_else(String::new, |p| format!(" and --assist prefetched {}", bytes(p))),
+            bytes(r.dropped_bytes),
+            bytes(r.left_bytes),
+            bytes(r.left_dirty_bytes),
+            bytes(r.left_mapped_or_busy_bytes),
+            if r.kept_written_bytes > 0 { format!(", {} of written files kept", bytes(r.kept_written_bytes)) } else { String::new() },
             if r.lost_events > 0 { format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events) } else { String::new() },
             r.files,
             r.elapsed_s

@@ -22,12 +22,30 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
-/// Bytes, or `?` when unknown.
-pub fn opt_bytes(pages: Option<u64>, page: u64) -> String {
-    pages.map_or_else(|| "?".to_string(), |p| bytes(p * page))
+/// Bytes, or `unknown` when the kernel cannot tell.
+pub fn opt_bytes(b: Option<u64>) -> String {
+    b.map_or_else(|| "unknown".to_string(), bytes)
 }
 
-/// A residency bar: one character per cell (`' '` none, `.` some, `o` half, `O` full, `?`).
+/// A total over files of which `unknown` of `files` could not be measured: the sum of the
+/// others, marked `>=` (the unknown ones hold some more, or none), or `unknown` when none could.
+pub fn partial_bytes(known: u64, files: u64, unknown: u64) -> String {
+    if unknown == 0 {
+        bytes(known)
+    } else if unknown >= files {
+        "unknown".into()
+    } else {
+        format!(">={}", bytes(known))
+    }
+}
+
+/// The `--map` legend, also printed under every map.
+pub const MAP_LEGEND: &str =
+    "map: one cell per 1/WIDTH of the range; ' ' none cached, '.' under 34%, 'o' under 100%, \
+     'O' all, '?' unknown";
+
+/// A residency bar: one character per cell (`' '` none, `.` some (any page, even one), `o`
+/// from 34%, `O` full, `?` unknown).
 pub fn map_bar(cells: &[Option<u8>]) -> String {
     let mut s = String::with_capacity(cells.len() + 2);
     s.push('[');
@@ -44,13 +62,70 @@ pub fn map_bar(cells: &[Option<u8>]) -> String {
     s
 }
 
+/// A path for a table or a text line: control characters (newline, tab, escape...) and bytes
+/// that are not UTF-8 become `\xHH`, as fincore and ls show them, so one name is one line and
+/// a terminal is never driven by a file name. JSON carries the exact bytes instead.
+pub fn path_text(p: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    escape_bytes(p.as_os_str().as_bytes())
+}
+
+/// [`path_text`] for raw bytes.
+pub fn escape_bytes(mut b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    loop {
+        match std::str::from_utf8(b) {
+            Ok(s) => {
+                push_escaped(&mut out, s);
+                return out;
+            }
+            Err(e) => {
+                let (good, rest) = b.split_at(e.valid_up_to());
+                push_escaped(&mut out, std::str::from_utf8(good).unwrap_or_default());
+                let bad = e.error_len().unwrap_or(rest.len());
+                for byte in &rest[..bad] {
+                    out.push_str(&format!("\\x{byte:02x}"));
+                }
+                b = &rest[bad..];
+            }
+        }
+    }
+}
+
+fn push_escaped(out: &mut String, s: &str) {
+    for c in s.chars() {
+        if c.is_control() {
+            let mut buf = [0u8; 4];
+            for byte in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("\\x{byte:02x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+}
+
+/// Columns a string takes on a terminal (wide characters count two).
+fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+fn pad(s: &str, w: usize, left: bool) -> String {
+    let fill = " ".repeat(w.saturating_sub(width(s)));
+    if left {
+        format!("{s}{fill}")
+    } else {
+        format!("{fill}{s}")
+    }
+}
+
 /// A plain text table: first row is the header; numeric columns (all but the first) right-aligned.
 pub fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
     let mut w = vec![0usize; cols];
     for r in rows {
         for (i, c) in r.iter().enumerate() {
-            w[i] = w[i].max(c.chars().count());
+            w[i] = w[i].max(width(c));
         }
     }
     let mut out = String::new();
@@ -58,9 +133,10 @@ pub fn table(rows: &[Vec<String>]) -> String {
         let mut line = String::new();
         for (i, c) in r.iter().enumerate() {
             if i == 0 {
-                line.push_str(&format!("{c:<width$}", width = w[0]));
+                line.push_str(&pad(c, w[0], true));
             } else {
-                line.push_str(&format!("  {c:>width$}", width = w[i]));
+                line.push_str("  ");
+                line.push_str(&pad(c, w[i], false));
             }
         }
         out.push_str(line.trim_end());
@@ -76,7 +152,7 @@ pub fn report_problems(verb: &str, errors: &[FileError], error_count: u64, notic
         let _ = writeln!(e, "pagewise {verb}: note: {n}");
     }
     for err in errors {
-        let _ = writeln!(e, "pagewise {verb}: {err}");
+        let _ = writeln!(e, "pagewise {verb}: {}", error_text(err));
     }
     let shown = errors.len() as u64;
     if error_count > shown {
@@ -91,12 +167,17 @@ pub fn report_problems(verb: &str, errors: &[FileError], error_count: u64, notic
     }
 }
 
+/// A per-file error as a line: `path: op failed: message`, the path escaped.
+pub fn error_text(e: &FileError) -> String {
+    format!("{}: {} failed: {}", path_text(&e.path), e.op, e.message)
+}
+
 /// Exit code for a finished verb.
 pub fn exit_code(error_count: u64) -> i32 {
     if error_count > 0 {
-        2
+        super::exit::SOME_FAILED
     } else {
-        0
+        super::exit::SUCCESS
     }
 }
 
@@ -145,6 +226,31 @@ mod tests {
             map_bar(&[Some(0), Some(10), Some(50), Some(100), None]),
             "[ .oO?]"
         );
+    }
+
+    #[test]
+    fn names_are_escaped_for_tables() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = std::path::Path::new(std::ffi::OsStr::from_bytes(b"a\nb\xff\x1b[31mc"));
+        assert_eq!(path_text(p), "a\\x0ab\\xff\\x1b[31mc");
+        assert_eq!(path_text(std::path::Path::new("é/日本")), "é/日本");
+    }
+
+    #[test]
+    fn wide_names_align_by_display_width() {
+        let t = table(&[
+            vec!["PATH".into(), "SIZE".into()],
+            vec!["日本".into(), "1 B".into()],
+            vec!["ab".into(), "2 B".into()],
+        ]);
+        assert_eq!(t, "PATH  SIZE\n日本   1 B\nab     2 B\n");
+    }
+
+    #[test]
+    fn partial_totals_say_what_is_known() {
+        assert_eq!(partial_bytes(2048, 3, 0), "2.0 KiB");
+        assert_eq!(partial_bytes(2048, 3, 1), ">=2.0 KiB");
+        assert_eq!(partial_bytes(0, 3, 3), "unknown");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `pagewise stat`: render the library's StatReport.
 
-use super::render::{self, bytes, opt_bytes};
+use super::render::{self, bytes, opt_bytes, partial_bytes};
 use super::{SortKey, StatArgs};
 use pagewise_core::residency::{self, FileStat, StatOptions, Totals};
 use std::cmp::Ordering;
@@ -10,8 +10,8 @@ fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
     let desc = |x: u64, y: u64| y.cmp(&x);
     let o = match key {
         SortKey::Path => Ordering::Equal,
-        SortKey::Size => desc(a.size, b.size),
-        SortKey::Cached => desc(a.cached_bytes.unwrap_or(0), b.cached_bytes.unwrap_or(0)),
+        SortKey::Size => desc(a.residency.bytes, b.residency.bytes),
+        SortKey::Cached => desc(a.cached_bytes().unwrap_or(0), b.cached_bytes().unwrap_or(0)),
         SortKey::Percent => b
             .percent()
             .unwrap_or(-1.0)
@@ -40,7 +40,7 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         walk: a.walk.walk_options(pagewise_core::walk::default_threads()),
         range: a.walk.range(),
         method: a.walk.method(),
-        map_cells: a.map.unwrap_or(0),
+        map_cells: a.map.map_or(0, usize::from),
         files: list || a.out.json_lines,
     };
     let keep: Mutex<Vec<FileStat>> = Mutex::new(Vec::new());
@@ -88,15 +88,15 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         return Ok(code);
     }
     render::report_problems("stat", &report.errors, report.error_count, &report.notices);
-    let page = report.page_size;
-    let mut rows = vec![header()];
+    let ranged = a.walk.range.is_some();
+    let mut rows = vec![header(ranged)];
     if list {
         for f in &files {
-            rows.push(file_row(f, page));
+            rows.push(file_row(f));
         }
     } else {
         for r in &report.roots {
-            rows.push(totals_row(&r.path.display().to_string(), &r.totals));
+            rows.push(totals_row(&render::path_text(&r.path), &r.totals));
         }
     }
     if list || report.roots.len() > 1 {
@@ -116,17 +116,24 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         for l in lines {
             println!("{l}");
         }
+        println!("{}", render::MAP_LEGEND);
     } else {
         print!("{table}");
+    }
+    if let Some(why) = report.total.unknown_reason {
+        eprintln!(
+            "pagewise stat: note: {} of {} files show 'unknown' (totals marked >= leave them out): {why}",
+            report.total.unknown_files, report.total.files
+        );
     }
     Ok(code)
 }
 
-fn header() -> Vec<String> {
+fn header(ranged: bool) -> Vec<String> {
     [
         "PATH",
         "FILES",
-        "SIZE",
+        if ranged { "IN RANGE" } else { "SIZE" },
         "CACHED",
         "%",
         "DIRTY",
@@ -139,38 +146,44 @@ fn header() -> Vec<String> {
     .collect()
 }
 
-fn file_row(f: &FileStat, page: u64) -> Vec<String> {
+fn file_row(f: &FileStat) -> Vec<String> {
     let r = &f.residency;
     vec![
-        f.path.display().to_string(),
+        render::path_text(&f.path),
         String::new(),
-        bytes(f.size),
-        f.cached_bytes.map_or_else(|| "unknown".into(), bytes),
+        bytes(r.bytes),
+        opt_bytes(r.cached_bytes()),
         f.percent()
-            .map_or_else(|| "?".into(), |p| format!("{p:.1}%")),
-        opt_bytes(r.dirty, page),
-        opt_bytes(r.writeback, page),
-        opt_bytes(r.evicted, page),
-        opt_bytes(r.recently_evicted, page),
+            .map_or_else(|| "unknown".into(), |p| format!("{p:.1}%")),
+        opt_bytes(r.to_bytes(r.dirty)),
+        opt_bytes(r.to_bytes(r.writeback)),
+        opt_bytes(r.to_bytes(r.evicted)),
+        opt_bytes(r.to_bytes(r.recently_evicted)),
     ]
 }
 
 fn totals_row(name: &str, t: &Totals) -> Vec<String> {
-    let page = pagewise_core::sys::page_size();
-    let pct = if t.unknown_files > 0 {
-        format!("{:.1}%*", t.percent())
-    } else {
-        format!("{:.1}%", t.percent())
+    let b = |v: u64| partial_bytes(v, t.files, t.unknown_files);
+    let pct = match t.percent() {
+        None => "unknown".into(),
+        // A lower bound over all bytes: the unknown files hold some more, or none.
+        Some(_) if t.unknown_files > 0 => {
+            format!(
+                ">={:.1}%",
+                t.cached_bytes as f64 * 100.0 / t.bytes.max(1) as f64
+            )
+        }
+        Some(p) => format!("{p:.1}%"),
     };
     vec![
         name.to_string(),
         t.files.to_string(),
-        bytes(t.size),
-        bytes(t.cached_bytes),
+        bytes(t.bytes),
+        b(t.cached_bytes),
         pct,
-        bytes(t.dirty_pages * page),
-        bytes(t.writeback_pages * page),
-        bytes(t.evicted_pages * page),
-        bytes(t.recently_evicted_pages * page),
+        b(t.dirty_bytes),
+        b(t.writeback_bytes),
+        b(t.evicted_bytes),
+        b(t.recently_evicted_bytes),
     ]
 }

@@ -11,6 +11,7 @@ use std::sync::Mutex;
 /// One failure on one file: `path: op failed: message`.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileError {
+    #[serde(flatten, serialize_with = "crate::json::path")]
     pub path: PathBuf,
     /// The syscall or step that failed (`openat`, `cachestat`, `fadvise(DONTNEED)`, ...).
     pub op: String,
@@ -61,8 +62,26 @@ pub enum Error {
         op: &'static str,
         source: io::Error,
     },
+    /// The command to run or record could not be started (`exit_code`: 127 when it was not
+    /// found, 126 when it could not be executed, as shells and env(1) say).
+    #[error("{}: cannot run it: {source}", program.display())]
+    Spawn { program: PathBuf, source: io::Error },
     #[error("{0}")]
     Other(String),
+}
+
+impl Error {
+    /// The exit status a shell gives for this failure: 127 (command not found), 126 (found,
+    /// not executable), else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Spawn { source, .. } => match source.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::ENOTDIR) => 127,
+                _ => 126,
+            },
+            _ => 1,
+        }
+    }
 }
 
 /// Collects per-file errors from many threads: all are counted, the first `MAX_KEPT` kept.

@@ -52,17 +52,22 @@ pub enum StayReason {
     /// Only the edges of a `--range` stayed: the kernel caches in large folios (up to 2 MiB) and
     /// drops a folio only when the range covers all of it.
     PartialFolio,
+    /// tmpfs / shmem pages: they have no backing file to be dropped to (only swap), so
+    /// DONTNEED leaves them; deleting the file frees them.
+    NoBackingStore,
 }
 
 /// One file's eviction, as the kernel showed it before and after.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvictFile {
+    #[serde(flatten, serialize_with = "crate::json::path")]
     pub path: PathBuf,
     pub size: u64,
     pub before: Residency,
     pub after: Residency,
-    pub dropped_pages: u64,
-    pub stayed_pages: u64,
+    /// Null when the residency is unknown (see `before.unknown_reason`).
+    pub dropped_bytes: Option<u64>,
+    pub stayed_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<StayReason>,
     /// Processes mapping the file (with `--why`).
@@ -72,19 +77,25 @@ pub struct EvictFile {
     dev_ino: (u64, u64),
 }
 
-/// Totals of an eviction.
+/// Totals of an eviction, in bytes (each file's counts capped at its measured bytes). The
+/// cached figures cover the files whose residency is known; `unknown_files` were advised out
+/// all the same, but what they held cannot be measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EvictTotals {
     pub files: u64,
+    /// Bytes measured: the files' sizes, or their parts in the range.
     pub bytes: u64,
-    pub cached_pages_before: u64,
-    pub cached_pages_after: u64,
-    pub dropped_pages: u64,
-    pub stayed_pages: u64,
-    pub dirty_pages_written: u64,
+    pub cached_bytes_before: u64,
+    pub cached_bytes_after: u64,
+    pub dropped_bytes: u64,
+    pub stayed_bytes: u64,
+    pub dirty_bytes_written: u64,
     pub files_with_residue: u64,
     pub not_owned_skipped: u64,
     pub unknown_files: u64,
+    pub unknown_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
 }
 
 /// What `evict` did.
@@ -164,7 +175,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                 self.errors
                     .push(FileError::io(f.path, "sync_file_range(WRITE)", &e));
             }
-            local.totals.dirty_pages_written += before.dirty.unwrap_or(0);
+            local.totals.dirty_bytes_written += before.to_bytes(before.dirty).unwrap_or(0);
             local.pending.push(Pending {
                 path: f.path.to_path_buf(),
                 size: f.stat.size,
@@ -230,7 +241,8 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         // The mincore fallback's ownership check was made on the real file before.
         let after = self
             .meter
-            .measure_fd(&path, fd.as_fd(), off, len, || before.method != "unknown");
+            .measure_fd(&path, fd.as_fd(), off, len, || before.method != "unknown")
+            .map(|a| a.covering(before.bytes));
         match after {
             Ok(after) => {
                 let dropped = before
@@ -241,11 +253,14 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                     && after.writeback == Some(0)
                     && (off, len) != (0, size.div_ceil(sys::page_size()) * sys::page_size())
                     && self.interior_is_clear(&fd, off, len);
+                let shmem = after.cached_or_zero() > 0 && sys::is_shmem(fd.as_fd());
                 self.finish(local, path, size, before, after, dropped, dev_ino);
-                if edges_only {
-                    if let Some(last) = local.residue.last_mut() {
-                        last.reason = Some(StayReason::PartialFolio);
-                    }
+                if let Some(last) = local.residue.last_mut().filter(|_| edges_only || shmem) {
+                    last.reason = Some(if shmem {
+                        StayReason::NoBackingStore
+                    } else {
+                        StayReason::PartialFolio
+                    });
                 }
             }
             Err(e) => self.errors.push(e),
@@ -289,23 +304,35 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         } else {
             Some(StayReason::InUse)
         };
+        let unknown = before.is_unknown();
+        let b = |pages: u64| before.to_bytes(Some(pages)).unwrap_or(0);
         let t = &mut local.totals;
         t.files += 1;
-        t.bytes += size;
-        t.cached_pages_before += before.cached_or_zero();
-        t.cached_pages_after += after.cached_or_zero();
-        t.dropped_pages += dropped;
-        t.stayed_pages += stayed;
-        t.unknown_files += before.cached.is_none() as u64;
+        t.bytes += before.bytes;
+        if unknown {
+            t.unknown_files += 1;
+            t.unknown_bytes += before.bytes;
+            t.unknown_reason = Some(crate::residency::UNKNOWN_NOT_WRITABLE);
+        } else {
+            t.cached_bytes_before += b(before.cached_or_zero());
+            t.cached_bytes_after += b(after.cached_or_zero());
+            t.dropped_bytes += b(dropped);
+            t.stayed_bytes += b(stayed);
+        }
         t.files_with_residue += (stayed > 0) as u64;
+        let (dropped_bytes, stayed_bytes) = if unknown {
+            (None, None)
+        } else {
+            (Some(b(dropped)), Some(b(stayed)))
+        };
         self.progress.add(1, size);
         let ef = EvictFile {
             path,
             size,
             before,
             after,
-            dropped_pages: dropped,
-            stayed_pages: stayed,
+            dropped_bytes,
+            stayed_bytes,
             reason,
             pids: Vec::new(),
             dev_ino,
@@ -355,12 +382,12 @@ where
         explain(&mut m.residue);
     }
     m.residue.sort_by(|a, b| {
-        b.stayed_pages
-            .cmp(&a.stayed_pages)
+        b.stayed_bytes
+            .cmp(&a.stayed_bytes)
             .then(a.path.cmp(&b.path))
     });
     let mut notices = ctx.meter.take_notices();
-    if !opts.sync && m.totals.stayed_pages > 0 {
+    if !opts.sync && m.totals.stayed_bytes > 0 {
         notices.push("--no-sync: dirty pages were not written back and stay cached".into());
     }
     Ok(EvictReport {
@@ -378,14 +405,16 @@ where
 fn merge_totals(a: &mut EvictTotals, b: &EvictTotals) {
     a.files += b.files;
     a.bytes += b.bytes;
-    a.cached_pages_before += b.cached_pages_before;
-    a.cached_pages_after += b.cached_pages_after;
-    a.dropped_pages += b.dropped_pages;
-    a.stayed_pages += b.stayed_pages;
-    a.dirty_pages_written += b.dirty_pages_written;
+    a.cached_bytes_before += b.cached_bytes_before;
+    a.cached_bytes_after += b.cached_bytes_after;
+    a.dropped_bytes += b.dropped_bytes;
+    a.stayed_bytes += b.stayed_bytes;
+    a.dirty_bytes_written += b.dirty_bytes_written;
     a.files_with_residue += b.files_with_residue;
     a.not_owned_skipped += b.not_owned_skipped;
     a.unknown_files += b.unknown_files;
+    a.unknown_bytes += b.unknown_bytes;
+    a.unknown_reason = a.unknown_reason.or(b.unknown_reason);
 }
 
 /// Largest page-cache folio: the PMD size (2 MiB on x86-64), from sysfs when it is there.

@@ -8,6 +8,7 @@ pub mod chunks;
 pub mod copy;
 pub mod error;
 pub mod evict;
+pub mod json;
 pub mod load;
 pub mod replay;
 pub mod residency;

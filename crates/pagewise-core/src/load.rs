@@ -105,7 +105,8 @@ struct Queued {
     fd: OwnedFd,
     off: u64,
     len: u64,
-    cached_before: u64,
+    /// Bytes of the file in the range (`len` is whole pages).
+    real: u64,
 }
 
 #[derive(Default)]
@@ -138,17 +139,18 @@ impl Ctx<'_> {
             Err(e) => return self.errors.push(e),
         };
         let page = sys::page_size();
+        // Bytes of the file in the range: `len` is rounded up to whole pages.
+        let real = self.opts.range.bytes_of(f.stat.size);
         local.totals.files += 1;
-        local.totals.bytes += len;
-        let cached_before = before.cached_or_zero() * page;
-        local.totals.cached_bytes_before += cached_before.min(len);
+        local.totals.bytes += real;
+        local.totals.cached_bytes_before += (before.cached_or_zero() * page).min(real);
         if len == 0 {
             return;
         }
         let fully = before.cached.is_some_and(|c| c >= before.pages);
         if fully {
             local.totals.already_cached_files += 1;
-            local.totals.cached_bytes_after += len;
+            local.totals.cached_bytes_after += real;
             self.progress.add(1, len);
             self.lock(local, f.path, f.fd(), off, len);
             return;
@@ -172,12 +174,12 @@ impl Ctx<'_> {
                         .push(FileError::io(f.path, "lseek(SEEK_DATA)", &e))
                 }
             }
-            self.after(local, f.path, f.fd.as_fd(), off, len, cached_before);
+            self.after(local, f.path, f.fd.as_fd(), off, len, real);
             return;
         }
         if len >= LARGE_FILE.min(self.opts.window) {
             self.read_large(f.path, f.fd(), off, len);
-            self.after(local, f.path, f.fd.as_fd(), off, len, cached_before);
+            self.after(local, f.path, f.fd.as_fd(), off, len, real);
             return;
         }
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
@@ -190,7 +192,7 @@ impl Ctx<'_> {
             fd: f.fd,
             off,
             len,
-            cached_before,
+            real,
         });
         if local.queued.len() >= self.opts.batch_files {
             self.drain(local);
@@ -201,7 +203,7 @@ impl Ctx<'_> {
     fn drain(&self, local: &mut Local) {
         for q in std::mem::take(&mut local.queued) {
             if self.read_range(local, &q.path, &q.fd, q.off, q.len) {
-                self.after(local, &q.path, q.fd.as_fd(), q.off, q.len, q.cached_before);
+                self.after(local, &q.path, q.fd.as_fd(), q.off, q.len, q.real);
             }
         }
     }
@@ -264,14 +266,14 @@ impl Ctx<'_> {
         fd: std::os::fd::BorrowedFd<'_>,
         off: u64,
         len: u64,
-        _before: u64,
+        real: u64,
     ) {
         let after = match self.meter.measure_fd(path, fd, off, len, || true) {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
         };
-        local.totals.read_bytes += len;
-        local.totals.cached_bytes_after += (after.cached_or_zero() * sys::page_size()).min(len);
+        local.totals.read_bytes += real;
+        local.totals.cached_bytes_after += (after.cached_or_zero() * sys::page_size()).min(real);
         if len < LARGE_FILE.min(self.opts.window) {
             self.progress.add(1, len);
         } else {

@@ -89,43 +89,74 @@ pub struct ReplayReport {
     pub elapsed_s: f64,
     pub mb_per_s: f64,
     pub files: u64,
+    /// Traced files skipped: gone, or never reachable by path or handle (see `skipped`).
     pub files_missing: u64,
+    pub skipped: Vec<SkippedFile>,
     pub errors: Vec<FileError>,
     pub error_count: u64,
 }
 
-/// The traced files, opened (None where they are gone).
+/// The traced files, opened (None where they could not be).
 pub struct OpenFiles {
     pub fds: Vec<Option<OwnedFd>>,
     pub direct: Vec<Option<OwnedFd>>,
+    /// Files that are gone or cannot be reached, with the reason (skipped; not errors).
     pub missing: u64,
+    pub skipped: Vec<SkippedFile>,
+    /// Files that exist but could not be opened as the traced regular file (errors).
+    pub errors: Vec<FileError>,
 }
+
+/// A traced file that was skipped, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedFile {
+    /// The recorded path, or `<MAJOR:MINOR inode N>` for a file recorded without one.
+    pub file: String,
+    pub reason: String,
+}
+
+/// Skipped files listed in a report (all are counted).
+const MAX_SKIPPED: usize = 100;
 
 /// Opens every traced file (by path, else by inode); with `direct`, an O_DIRECT twin too.
 pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
     let cache = Mutex::new(None);
-    let mut fds = Vec::new();
-    let mut dfd = Vec::new();
-    let mut missing = 0;
+    let mut out = OpenFiles {
+        fds: Vec::new(),
+        direct: Vec::new(),
+        missing: 0,
+        skipped: Vec::new(),
+        errors: Vec::new(),
+    };
     for f in &trace.files {
-        let fd = trace::open_file(f, &cache).ok();
-        if fd.is_none() {
-            missing += 1;
-        }
+        let fd = match trace::open_file(f, &cache) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                let path = PathBuf::from(f.display());
+                out.errors.push(FileError::io(&path, "open", &e));
+                None
+            }
+            Err(e) => {
+                out.missing += 1;
+                if out.skipped.len() < MAX_SKIPPED {
+                    out.skipped.push(SkippedFile {
+                        file: f.display(),
+                        reason: trace::unreachable_reason(f, &e),
+                    });
+                }
+                None
+            }
+        };
         let d = if direct {
             fd.as_ref()
                 .and_then(|fd| sys::open_read_direct(&sys::fd_path(fd.as_fd())).ok())
         } else {
             None
         };
-        fds.push(fd);
-        dfd.push(d);
+        out.fds.push(fd);
+        out.direct.push(d);
     }
-    OpenFiles {
-        fds,
-        direct: dfd,
-        missing,
-    }
+    out
 }
 
 /// Each traced file's distinct pages as sorted, merged byte ranges `(file, offset, length)`,
@@ -380,6 +411,9 @@ pub fn replay(trace: &Trace, opts: &ReplayOptions) -> ReplayReport {
 
 fn replay_with(trace: &Trace, files: &OpenFiles, opts: &ReplayOptions) -> ReplayReport {
     let errors = ErrorLog::default();
+    for e in &files.errors {
+        errors.push(e.clone());
+    }
     let reqs = plan(trace, files, opts);
     if !opts.direct {
         // Exactly the recorded pages: no kernel readahead around them.
@@ -413,6 +447,7 @@ fn replay_with(trace: &Trace, files: &OpenFiles, opts: &ReplayOptions) -> Replay
         },
         files: files.fds.iter().filter(|f| f.is_some()).count() as u64,
         files_missing: files.missing,
+        skipped: files.skipped.clone(),
         error_count: errors.count(),
         errors: errors.take(),
     }
@@ -421,8 +456,12 @@ fn replay_with(trace: &Trace, files: &OpenFiles, opts: &ReplayOptions) -> Replay
 /// Cache state of the traced pages before and after a trace-driven evict or load.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct TraceCacheReport {
+    /// Measured only, nothing changed (`evict --trace --dry-run`).
+    pub dry_run: bool,
     pub files: u64,
+    /// Traced files skipped: gone, or never reachable by path or handle (see `skipped`).
     pub files_missing: u64,
+    pub skipped: Vec<SkippedFile>,
     pub ranges: u64,
     /// Bytes of the traced ranges.
     pub bytes: u64,
@@ -447,14 +486,18 @@ fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> u64 {
         .sum()
 }
 
-/// Drops exactly the traced pages (dirty ones written back first); other pages stay.
-pub fn evict_trace(trace: &Trace) -> TraceCacheReport {
+/// Drops exactly the traced pages (dirty ones written back first); other pages stay. With
+/// `dry_run`, only measures what is cached of them.
+pub fn evict_trace(trace: &Trace, dry_run: bool) -> TraceCacheReport {
     let files = open_files(trace, false);
     let ranges = file_ranges(trace, 0);
     let errors = ErrorLog::default();
+    for e in &files.errors {
+        errors.push(e.clone());
+    }
     let start = Instant::now();
     let before = traced_cached(&files, &ranges);
-    for &(f, off, len) in &ranges {
+    for &(f, off, len) in ranges.iter().filter(|_| !dry_run) {
         let Some(fd) = files.fds[f as usize].as_ref() else {
             continue;
         };
@@ -467,7 +510,9 @@ pub fn evict_trace(trace: &Trace) -> TraceCacheReport {
             errors.push(FileError::io(&path, "fadvise(DONTNEED)", &e));
         }
     }
-    cache_report(&files, &ranges, before, start, errors)
+    let mut r = cache_report(&files, &ranges, before, start, errors);
+    r.dry_run = dry_run;
+    r
 }
 
 /// Loads exactly the traced pages, in disk order with a deep queue (a preloader).
@@ -499,8 +544,10 @@ fn cache_report(
     errors: ErrorLog,
 ) -> TraceCacheReport {
     TraceCacheReport {
+        dry_run: false,
         files: files.fds.iter().filter(|f| f.is_some()).count() as u64,
         files_missing: files.missing,
+        skipped: files.skipped.clone(),
         ranges: ranges.len() as u64,
         bytes: ranges.iter().map(|r| r.2).sum(),
         cached_bytes_before: before,
@@ -532,7 +579,7 @@ pub fn compare(
         };
         let mut rs: Vec<ReplayReport> = (0..runs.max(1))
             .map(|_| {
-                evict_trace(trace);
+                evict_trace(trace, false);
                 replay_with(trace, &files, &opts)
             })
             .collect();
@@ -611,6 +658,8 @@ mod tests {
             fds: vec![None, None],
             direct: vec![None, None],
             missing: 2,
+            skipped: Vec::new(),
+            errors: Vec::new(),
         };
         let r = plan(
             &tr,

@@ -5,7 +5,6 @@ use crate::error::{ErrorLog, FileError};
 use crate::sys::{self, CacheStat};
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
-use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,13 +37,25 @@ impl ByteRange {
         Ok(ByteRange { start, end })
     }
 
-    /// The page-aligned `(offset, length)` of this range within a file of `size` bytes.
+    /// The page-aligned `(offset, length)` of this range within a file of `size` bytes; the
+    /// length is 0 when the range starts at or beyond the end of the file.
     pub fn clamp(&self, size: u64) -> (u64, u64) {
         let page = sys::page_size();
-        let start = (self.start.min(size) / page) * page;
+        if self.start >= size {
+            return (self.start, 0);
+        }
+        let start = (self.start / page) * page;
         let end = self.end.unwrap_or(u64::MAX).min(size);
         let end = end.div_ceil(page) * page;
         (start, end.saturating_sub(start))
+    }
+}
+
+impl ByteRange {
+    /// Bytes of a file of `size` bytes that lie within this range (`size` without a range).
+    pub fn bytes_of(&self, size: u64) -> u64 {
+        let end = self.end.unwrap_or(u64::MAX).min(size);
+        end.saturating_sub(self.start.min(size))
     }
 }
 
@@ -87,12 +98,20 @@ pub enum Method {
     Mincore,
 }
 
-/// The cache state of one file (or of its `--range`). Page counts; `None` where the method
-/// cannot know (mincore knows nothing of dirty pages; mincore on a file the caller may not write
-/// would lie, so everything is `None`: "unknown").
-#[derive(Debug, Clone, Default, Serialize)]
+/// Why a residency is unknown: mincore(2) reports every page of a file the caller may not
+/// write as cached (Linux >= 5.2), and cachestat(2) refuses such files (EPERM).
+pub const UNKNOWN_NOT_WRITABLE: &str = "cachestat(2) refused (EPERM: not your file and not \
+writable) and mincore(2) reports such files as fully cached, so their residency cannot be known";
+
+/// The cache state of one file (or of its `--range`). Page counts inside; `None` where the
+/// method cannot know (mincore knows nothing of dirty pages; mincore on a file the caller may
+/// not write would lie, so everything is `None`: "unknown"). Serialised in bytes, each count
+/// capped at `bytes` (a 2-byte file has at most 2 dirty bytes, not a page).
+#[derive(Debug, Clone, Default)]
 pub struct Residency {
     pub pages: u64,
+    /// Bytes of the file the pages cover (the file's size, or its part in the range).
+    pub bytes: u64,
     pub cached: Option<u64>,
     pub dirty: Option<u64>,
     pub writeback: Option<u64>,
@@ -102,10 +121,32 @@ pub struct Residency {
     pub method: &'static str,
 }
 
+impl Serialize for Residency {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("bytes", &self.bytes)?;
+        m.serialize_entry("cached_bytes", &self.to_bytes(self.cached))?;
+        m.serialize_entry("dirty_bytes", &self.to_bytes(self.dirty))?;
+        m.serialize_entry("writeback_bytes", &self.to_bytes(self.writeback))?;
+        m.serialize_entry("evicted_bytes", &self.to_bytes(self.evicted))?;
+        m.serialize_entry(
+            "recently_evicted_bytes",
+            &self.to_bytes(self.recently_evicted),
+        )?;
+        m.serialize_entry("method", self.method)?;
+        if self.method == "unknown" {
+            m.serialize_entry("unknown_reason", UNKNOWN_NOT_WRITABLE)?;
+        }
+        m.end()
+    }
+}
+
 impl Residency {
     fn from_cachestat(pages: u64, c: CacheStat) -> Self {
         Residency {
             pages,
+            bytes: pages * sys::page_size(),
             cached: Some(c.cache),
             dirty: Some(c.dirty),
             writeback: Some(c.writeback),
@@ -117,13 +158,30 @@ impl Residency {
     pub fn unknown(pages: u64) -> Self {
         Residency {
             pages,
+            bytes: pages * sys::page_size(),
             method: "unknown",
             ..Default::default()
         }
     }
+    /// The same, covering `bytes` of the file (the pages are whole; the file may end inside
+    /// the last one).
+    pub fn covering(mut self, bytes: u64) -> Self {
+        self.bytes = bytes.min(self.pages * sys::page_size());
+        self
+    }
     /// Cached pages, 0 when unknown.
     pub fn cached_or_zero(&self) -> u64 {
         self.cached.unwrap_or(0)
+    }
+    /// A page count in bytes, capped at the bytes covered.
+    pub fn to_bytes(&self, pages: Option<u64>) -> Option<u64> {
+        pages.map(|p| (p * sys::page_size()).min(self.bytes))
+    }
+    pub fn cached_bytes(&self) -> Option<u64> {
+        self.to_bytes(self.cached)
+    }
+    pub fn is_unknown(&self) -> bool {
+        self.cached.is_none()
     }
 }
 
@@ -162,7 +220,9 @@ impl Meter {
 
     /// Residency of `[off, off+len)` of `f`.
     pub fn measure(&self, f: &FileRef<'_>, off: u64, len: u64) -> Result<Residency, FileError> {
+        let real = f.stat.size.min(off + len).saturating_sub(off);
         self.measure_fd(f.path, f.fd(), off, len, || f.mincore_is_truthful())
+            .map(|r| r.covering(real))
     }
 
     /// Residency of `[off, off+len)` of an open file; `truthful` is asked only on the mincore
@@ -180,6 +240,7 @@ impl Meter {
         if len == 0 {
             return Ok(Residency {
                 pages: 0,
+                bytes: 0,
                 cached: Some(0),
                 dirty: Some(0),
                 writeback: Some(0),
@@ -226,6 +287,7 @@ impl Meter {
             .map_err(|e| FileError::io(path, "mmap+mincore", &e))?;
         Ok(Residency {
             pages,
+            bytes: pages * sys::page_size(),
             cached: Some(n),
             method: "mincore",
             ..Default::default()
@@ -254,7 +316,7 @@ impl Meter {
                 let p0 = pages * i / cells;
                 let p1 = pages * (i + 1) / cells;
                 match sys::cachestat(f.fd(), off + p0 * page, (p1 - p0) * page) {
-                    Ok(c) => out.push(Some((c.cache * 100 / (p1 - p0).max(1)) as u8)),
+                    Ok(c) => out.push(Some(cell_percent(c.cache, p1 - p0))),
                     Err(e)
                         if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)) =>
                     {
@@ -279,24 +341,35 @@ impl Meter {
             let p0 = (pages * i / cells) as usize;
             let p1 = (pages * (i + 1) / cells) as usize;
             let n = bits[p0..p1].iter().filter(|&&b| b).count();
-            out.push(Some((n * 100 / (p1 - p0).max(1)) as u8));
+            out.push(Some(cell_percent(n as u64, (p1 - p0) as u64)));
         }
         Ok(out)
+    }
+}
+
+/// Cached share of a map cell, rounded down but never to 0 when a page is cached (one page
+/// in a wide cell must not show as nothing).
+fn cell_percent(cached: u64, pages: u64) -> u8 {
+    let p = (cached * 100 / pages.max(1)).min(100) as u8;
+    if cached > 0 {
+        p.max(1)
+    } else {
+        p
     }
 }
 
 /// One file's line of a stat report.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileStat {
+    #[serde(flatten, serialize_with = "crate::json::path")]
     pub path: PathBuf,
+    /// The file's size; `bytes` (below) is the part measured: all of it, or its part in the range.
     pub size: u64,
     /// Bytes allocated on disk (sparse files have fewer).
-    pub allocated: u64,
+    pub allocated_bytes: u64,
     #[serde(flatten)]
     pub residency: Residency,
-    /// Cached bytes (`cached` pages × page size, capped at the size), None when unknown.
-    pub cached_bytes: Option<u64>,
-    /// Per-cell cached % for `--map`.
+    /// Per-cell cached % for `--map` (null: unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub map: Option<Vec<Option<u8>>>,
     #[serde(skip)]
@@ -306,68 +379,81 @@ pub struct FileStat {
 impl FileStat {
     /// Cached share of the measured range, 0.0..=100.0 (None when unknown).
     pub fn percent(&self) -> Option<f64> {
-        let c = self.residency.cached?;
-        Some(if self.residency.pages == 0 {
+        let c = self.residency.cached_bytes()?;
+        Some(if self.residency.bytes == 0 {
             0.0
         } else {
-            c as f64 * 100.0 / self.residency.pages as f64
+            c as f64 * 100.0 / self.residency.bytes as f64
         })
+    }
+    pub fn cached_bytes(&self) -> Option<u64> {
+        self.residency.cached_bytes()
     }
 }
 
-/// Sums over many files.
+/// Sums over many files, in bytes (each file's counts capped at its measured bytes).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
     pub files: u64,
+    /// Sum of the files' sizes.
     pub size: u64,
-    pub pages: u64,
-    pub cached_pages: u64,
+    /// Bytes measured: the files' sizes, or their parts in the range.
+    pub bytes: u64,
+    /// Of the known files only; see `unknown_files`.
     pub cached_bytes: u64,
-    pub dirty_pages: u64,
-    pub writeback_pages: u64,
-    pub evicted_pages: u64,
-    pub recently_evicted_pages: u64,
-    /// Files whose residency could not be known (mincore would lie).
+    pub dirty_bytes: u64,
+    pub writeback_bytes: u64,
+    pub evicted_bytes: u64,
+    pub recently_evicted_bytes: u64,
+    /// Files whose residency could not be known (see `unknown_reason`), and their bytes: the
+    /// cached figures above leave them out.
     pub unknown_files: u64,
+    pub unknown_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
 }
 
 impl Totals {
-    pub fn add(&mut self, f: &FileStat) {
-        self.add_parts(f.size, &f.residency, f.cached_bytes);
-    }
-    pub fn add_parts(&mut self, size: u64, r: &Residency, cached_bytes: Option<u64>) {
+    pub fn add(&mut self, size: u64, r: &Residency) {
         self.files += 1;
         self.size += size;
-        self.pages += r.pages;
-        if r.cached.is_none() {
+        self.bytes += r.bytes;
+        if r.is_unknown() {
             self.unknown_files += 1;
+            self.unknown_bytes += r.bytes;
+            self.unknown_reason = Some(UNKNOWN_NOT_WRITABLE);
         }
-        self.cached_pages += r.cached.unwrap_or(0);
-        self.cached_bytes += cached_bytes.unwrap_or(0);
-        self.dirty_pages += r.dirty.unwrap_or(0);
-        self.writeback_pages += r.writeback.unwrap_or(0);
-        self.evicted_pages += r.evicted.unwrap_or(0);
-        self.recently_evicted_pages += r.recently_evicted.unwrap_or(0);
+        let b = |p: Option<u64>| r.to_bytes(p).unwrap_or(0);
+        self.cached_bytes += b(r.cached);
+        self.dirty_bytes += b(r.dirty);
+        self.writeback_bytes += b(r.writeback);
+        self.evicted_bytes += b(r.evicted);
+        self.recently_evicted_bytes += b(r.recently_evicted);
     }
     pub fn merge(&mut self, o: &Totals) {
         self.files += o.files;
         self.size += o.size;
-        self.pages += o.pages;
-        self.cached_pages += o.cached_pages;
+        self.bytes += o.bytes;
         self.cached_bytes += o.cached_bytes;
-        self.dirty_pages += o.dirty_pages;
-        self.writeback_pages += o.writeback_pages;
-        self.evicted_pages += o.evicted_pages;
-        self.recently_evicted_pages += o.recently_evicted_pages;
+        self.dirty_bytes += o.dirty_bytes;
+        self.writeback_bytes += o.writeback_bytes;
+        self.evicted_bytes += o.evicted_bytes;
+        self.recently_evicted_bytes += o.recently_evicted_bytes;
         self.unknown_files += o.unknown_files;
+        self.unknown_bytes += o.unknown_bytes;
+        self.unknown_reason = self.unknown_reason.or(o.unknown_reason);
     }
-    /// Cached share of all measured pages.
-    pub fn percent(&self) -> f64 {
-        if self.pages == 0 {
+    /// Cached share of the bytes whose residency is known (None when none is).
+    pub fn percent(&self) -> Option<f64> {
+        let known = self.bytes - self.unknown_bytes;
+        if self.unknown_files == self.files && self.files > 0 {
+            return None;
+        }
+        Some(if known == 0 {
             0.0
         } else {
-            self.cached_pages as f64 * 100.0 / self.pages as f64
-        }
+            self.cached_bytes as f64 * 100.0 / known as f64
+        })
     }
 }
 
@@ -386,6 +472,7 @@ pub struct StatOptions {
 /// One root argument's totals.
 #[derive(Debug, Clone, Serialize)]
 pub struct RootTotals {
+    #[serde(flatten, serialize_with = "crate::json::path")]
     pub path: PathBuf,
     #[serde(flatten)]
     pub totals: Totals,
@@ -404,12 +491,6 @@ pub struct StatReport {
     pub notices: Vec<String>,
 }
 
-/// Cached bytes of a range: cached pages, capped at the bytes the range really covers.
-fn cached_bytes(pages: u64, range: ByteRange, size: u64, off: u64) -> u64 {
-    let real_end = range.end.unwrap_or(u64::MAX).min(size);
-    (pages * sys::page_size()).min(real_end.saturating_sub(off))
-}
-
 /// Builds a [`FileStat`] for one open file: the one measurement routine every verb reports with.
 pub fn file_stat(
     meter: &Meter,
@@ -424,15 +505,11 @@ pub fn file_stat(
     } else {
         None
     };
-    let cached_bytes = residency
-        .cached
-        .map(|c| cached_bytes(c, range, f.stat.size, off));
     Ok(FileStat {
         path: f.path.to_path_buf(),
         size: f.stat.size,
-        allocated: f.stat.allocated,
+        allocated_bytes: f.stat.allocated,
         residency,
-        cached_bytes,
         map,
         root: f.root,
     })
@@ -455,7 +532,7 @@ where
             if opts.files {
                 match file_stat(&meter, &f, opts.range, opts.map_cells) {
                     Ok(fs) => {
-                        local[fs.root].add(&fs);
+                        local[fs.root].add(fs.size, &fs.residency);
                         sink(fs);
                     }
                     Err(e) => errors.push(e),
@@ -465,12 +542,7 @@ where
             // Totals only: no per-file record, no path copy.
             let (off, len) = opts.range.clamp(f.stat.size);
             match meter.measure(&f, off, len) {
-                Ok(r) => {
-                    let cached = r
-                        .cached
-                        .map(|c| cached_bytes(c, opts.range, f.stat.size, off));
-                    local[f.root].add_parts(f.stat.size, &r, cached);
-                }
+                Ok(r) => local[f.root].add(f.stat.size, &r),
                 Err(e) => errors.push(e),
             }
         },
@@ -488,10 +560,13 @@ where
     }
     Ok(StatReport {
         page_size: sys::page_size(),
+        // A root that could not be walked has its error, not a row of zeros.
         roots: roots
             .iter()
             .zip(per_root)
-            .map(|(p, totals)| RootTotals {
+            .enumerate()
+            .filter(|(i, _)| !summary.failed_roots.contains(i))
+            .map(|(_, (p, totals))| RootTotals {
                 path: p.clone(),
                 totals,
             })
@@ -519,13 +594,6 @@ impl Progress {
         self.files.fetch_add(files, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
-}
-
-/// Used by tests and by verbs needing one file's state by path.
-pub fn stat_one(path: &std::path::Path) -> io::Result<CacheStat> {
-    let f = std::fs::File::open(path)?;
-    use std::os::fd::AsFd;
-    sys::cachestat(f.as_fd(), 0, 0)
 }
 
 #[cfg(test)]
@@ -579,6 +647,16 @@ mod tests {
             start: 20 * p,
             end: None,
         };
-        assert_eq!(r.clamp(10 * p), (10 * p, 0));
+        assert_eq!(r.clamp(10 * p).1, 0);
+        // A range starting past the end of a file shorter than a page covers nothing of it
+        // (it used to cover the file's last page).
+        let r = ByteRange {
+            start: 1 << 20,
+            end: Some(3 << 20),
+        };
+        assert_eq!(r.clamp(5000).1, 0);
+        assert_eq!(r.bytes_of(5000), 0);
+        assert_eq!(r.bytes_of(2 << 20), 1 << 20);
+        assert_eq!(ByteRange::default().bytes_of(5000), 5000);
     }
 }

@@ -65,16 +65,19 @@ pub struct RunReport {
     /// The command's exit code (128 + signal when it was killed).
     pub exit_code: i32,
     pub elapsed_s: f64,
-    /// Pages the command brought into the cache (events seen).
-    pub pages_added: u64,
-    /// Pages dropped again, as cachestat measured them before and after each drop.
-    pub pages_dropped: u64,
-    /// Pages of the command's that were still cached after the final drop, by reason.
-    pub pages_left: u64,
-    pub pages_left_dirty: u64,
-    pub pages_left_mapped_or_busy: u64,
-    /// Pages of written files left alone (--keep-written).
-    pub pages_kept_written: u64,
+    /// Bytes the command brought into the cache (the kernel's events for its processes).
+    pub added_bytes: u64,
+    /// Bytes `--assist` asked the kernel to prefetch for it (windows; dropped again too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefetched_bytes: Option<u64>,
+    /// Bytes dropped again, as cachestat measured them before and after each drop.
+    pub dropped_bytes: u64,
+    /// Bytes of the command's still cached after the final drop, by reason.
+    pub left_bytes: u64,
+    pub left_dirty_bytes: u64,
+    pub left_mapped_or_busy_bytes: u64,
+    /// Bytes of written files left alone (--keep-written).
+    pub kept_written_bytes: u64,
     /// Drop-behind passes while the command ran (beyond the final one).
     pub drops_while_running: u64,
     pub files: u64,
@@ -171,8 +174,8 @@ impl Dropper {
             kept += k;
         }
         let mut r = self.report.lock().unwrap();
-        r.pages_dropped += dropped;
-        r.pages_kept_written += kept;
+        r.dropped_bytes += dropped * sys::page_size();
+        r.kept_written_bytes += kept * sys::page_size();
         stayed
     }
 
@@ -278,16 +281,18 @@ impl Dropper {
                     let _ = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed);
                     let was = c.cache;
                     c = sys::cachestat(fd.as_fd(), off, len).unwrap_or(c);
-                    self.report.lock().unwrap().pages_dropped += was.saturating_sub(c.cache);
+                    self.report.lock().unwrap().dropped_bytes +=
+                        was.saturating_sub(c.cache) * sys::page_size();
                 }
                 left += c.cache;
                 dirty += c.dirty + c.writeback;
             }
         }
         let mut r = self.report.lock().unwrap();
-        r.pages_left = left;
-        r.pages_left_dirty = dirty;
-        r.pages_left_mapped_or_busy = left.saturating_sub(dirty);
+        let page = sys::page_size();
+        r.left_bytes = left * page;
+        r.left_dirty_bytes = dirty * page;
+        r.left_mapped_or_busy_bytes = left.saturating_sub(dirty) * page;
     }
 }
 
@@ -414,24 +419,30 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
             }
         })
     };
-    let interrupted = sys::interrupt_flag();
+    // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command
+    // brought in; those sent to pagewise alone are forwarded to the command as they are (the
+    // terminal's reach it anyway), so it exits as it would have (130 for Ctrl-C).
+    sys::supervise_signals();
+    sys::become_subreaper();
     // Threads started before this (reader, drop-behind) are not followed by tracefs.
     follower
         .arm()
         .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
     let start = std::time::Instant::now();
-    let mut child = crate::trace::spawn(cmd)?;
-    // Forward SIGINT/SIGTERM (pagewise's handler only sets a flag).
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) => {}
-            Err(e) => return Err(crate::Error::Other(format!("wait for the command: {e}"))),
+    let status = crate::trace::spawn(cmd).and_then(|mut child| {
+        child
+            .wait()
+            .map_err(|e| crate::Error::Other(format!("wait for the command: {e}")))
+    });
+    let orphans = crate::trace::orphans_left();
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = follower.stop();
+            stop.store(true, Ordering::Release);
+            let _ = dropper_thread.join();
+            return Err(e);
         }
-        if interrupted.swap(false, Ordering::SeqCst) {
-            let _ = sys::kill(child.id(), libc::SIGTERM);
-        }
-        std::thread::sleep(Duration::from_millis(5));
     };
     let elapsed = start.elapsed().as_secs_f64();
     // Stop following (every event until now is handed to the callback), then stop the
@@ -466,16 +477,21 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         .code()
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
     r.elapsed_s = elapsed;
-    r.pages_added = added.load(Ordering::Relaxed);
+    r.added_bytes = added.load(Ordering::Relaxed) * page;
     r.files = files.lock().unwrap().len() as u64;
     r.lost_events = lost;
     r.error_count = dropper.errors.count();
     r.errors = dropper.errors.take();
     r.notices = follower_notice.into_iter().collect();
+    r.notices.extend(crate::trace::orphans_notice(
+        orphans,
+        "their pages are dropped only up to then; pagewise does not follow",
+    ));
     if let Some(a) = &assistant {
         let mut ar = a.lock().unwrap().report();
         ar.elapsed_s = elapsed;
         ar.lost_events = lost;
+        r.prefetched_bytes = Some(ar.prefetched_bytes);
         r.assist = Some(ar);
     }
     Ok(r)

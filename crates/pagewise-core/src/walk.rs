@@ -109,6 +109,9 @@ pub struct WalkSummary {
     pub other_fs_skipped: u64,
     /// Excluded by globs or by a verb's filter.
     pub filtered: u64,
+    /// Indexes of the roots that could not be walked at all (their error is in the log).
+    #[serde(skip)]
+    pub failed_roots: Vec<usize>,
 }
 
 #[derive(Default)]
@@ -121,6 +124,7 @@ struct Counters {
     vanished: AtomicU64,
     other_fs: AtomicU64,
     filtered: AtomicU64,
+    failed_roots: Mutex<Vec<usize>>,
 }
 
 impl Counters {
@@ -135,6 +139,7 @@ impl Counters {
             vanished: g(&self.vanished),
             other_fs_skipped: g(&self.other_fs),
             filtered: g(&self.filtered),
+            failed_roots: self.failed_roots.lock().unwrap().clone(),
         }
     }
 }
@@ -313,6 +318,7 @@ where
                     "stat"
                 };
                 self.errors.push(FileError::io(root, op, &e));
+                self.counters.failed_roots.lock().unwrap().push(idx);
                 return;
             }
         };
@@ -336,6 +342,7 @@ where
                 "open",
                 format!("is a {}: it has no page cache of its own", st.kind()),
             ));
+            self.counters.failed_roots.lock().unwrap().push(idx);
             return;
         }
         let name = match CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str())) {
@@ -567,13 +574,27 @@ where
                 return;
             }
         };
-        let stat = match sys::fstat(fd.as_fd()) {
+        let mut stat = match sys::fstat(fd.as_fd()) {
             Ok(s) => s,
             Err(e) => {
                 self.errors.push(FileError::io(path, "fstat", &e));
                 return;
             }
         };
+        if explicit && stat.is_block_device() {
+            // stat(2) says 0 bytes for a device: its page cache spans the whole device.
+            match sys::block_device_size(fd.as_fd()) {
+                Ok(n) => {
+                    stat.size = n;
+                    stat.allocated = n;
+                }
+                Err(e) => {
+                    self.errors
+                        .push(FileError::io(path, "ioctl(BLKGETSIZE64)", &e));
+                    return;
+                }
+            }
+        }
         if !(stat.is_file() || explicit && stat.is_block_device()) {
             // Swapped for a FIFO or device between readdir and open: O_NONBLOCK kept us safe.
             self.counters.special.fetch_add(1, Ordering::Relaxed);

@@ -318,10 +318,19 @@ pub fn watch(
 ) -> Result<AssistReport, crate::Error> {
     let mut tids = Vec::new();
     for &pid in pids {
-        tids.extend(threads_of(pid).map_err(|e| crate::Error::Io {
-            path: format!("/proc/{pid}/task").into(),
-            op: "readdir",
-            source: e,
+        tids.extend(threads_of(pid).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                crate::Error::Invalid {
+                    what: "process",
+                    message: format!("no such process: {pid}"),
+                }
+            } else {
+                crate::Error::Io {
+                    path: format!("/proc/{pid}/task").into(),
+                    op: "readdir",
+                    source: e,
+                }
+            }
         })?);
     }
     sys::raise_nofile_limit();

@@ -295,7 +295,10 @@ impl Ctx<'_> {
                         dir.display()
                     ));
                 }
-                Err(e) => return Err(FileError::io(dir, "open(O_TMPFILE)", &e)),
+                Err(e) => {
+                    let op = format!("open(O_TMPFILE) in {}", dir.display());
+                    return Err(FileError::io(dst, &op, &e));
+                }
             }
         }
         let tmp = self.temp_name(dst);
@@ -307,7 +310,10 @@ impl Ctx<'_> {
                     armed: true,
                 }),
             )),
-            Err(e) => Err(FileError::io(&tmp, "open(O_CREAT|O_EXCL)", &e)),
+            Err(e) => {
+                let op = format!("open(O_CREAT|O_EXCL) of {}", tmp.display());
+                Err(FileError::io(dst, &op, &e))
+            }
         }
     }
 
@@ -572,8 +578,10 @@ impl Ctx<'_> {
         if self.opts.preallocate && !sparse && size > self.opts.chunk as u64 {
             if let Err(e) = sys::fallocate(df.as_fd(), 0, size) {
                 if e.raw_os_error() == Some(libc::ENOSPC) {
-                    self.errors.push(FileError::io(&dst, "fallocate", &e));
-                    return None;
+                    // Several files preallocated at once may not fit together where they fit
+                    // one after the other (cp copies them one by one): give back what was
+                    // allocated and write without; a write that really does not fit fails.
+                    let _ = std::fs::File::from(df.try_clone().ok()?).set_len(0);
                 }
                 // EOPNOTSUPP and friends: write without preallocation.
             }
@@ -822,6 +830,8 @@ struct Planner<'a> {
     dirs: Vec<DirTask>,
     links: HashMap<(u64, u64), PathBuf>,
     deferred_links: Vec<(PathBuf, PathBuf)>,
+    /// (device, inode) of every destination directory made or entered.
+    dest_dirs: std::collections::HashSet<(u64, u64)>,
     symlinks: u64,
     special: u64,
 }
@@ -874,12 +884,24 @@ impl Planner<'_> {
         }
         let ft = meta.file_type();
         if ft.is_dir() {
+            if self.dest_dirs.contains(&id(&meta)) {
+                // A directory this copy made, met again as a source (a bind mount of the
+                // destination inside the source): copying it would never end.
+                return self.ctx.errors.push(FileError::other(
+                    src,
+                    "copy",
+                    "cannot copy a directory into itself (it is a destination of this copy)",
+                ));
+            }
             match fs::create_dir(dst) {
                 Ok(()) => {
                     let _ = fs::set_permissions(dst, fs::Permissions::from_mode(0o700));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
                 Err(e) => return self.ctx.errors.push(FileError::io(dst, "mkdir", &e)),
+            }
+            if let Ok(dm) = fs::metadata(dst) {
+                self.dest_dirs.insert(id(&dm));
             }
             let rd = match fs::read_dir(src) {
                 Ok(r) => r,
@@ -994,6 +1016,75 @@ pub fn plan_targets(
     Ok(out)
 }
 
+/// `(device, inode)` of what a metadata describes.
+fn id(m: &fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
+/// Why a top-level source must not be copied to `dst`, if it must not: copying it would
+/// destroy the data it is to copy, or never end.
+///
+/// - The same file: `dst` (as named, or the file it links to) is the source itself, or the
+///   file a symlink source points to — replacing `data` by the link `lnk -> data` would leave
+///   `data -> data` and the content gone (cp: "are the same file").
+/// - A directory into itself: any existing ancestor of `dst` (or `dst`) is the source
+///   directory, compared by device and inode, so a bind mount or a symlink of the source
+///   directory is caught as well as a path below it.
+/// - A FIFO, socket or device named as a source: there is nothing to copy from it.
+fn refuse_source(src: &Path, dst: &Path, m: &fs::Metadata) -> Option<String> {
+    let ft = m.file_type();
+    if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
+        return Some(format!(
+            "is a {}: only regular files, directories and symlinks are copied",
+            sys::Stat::kind_of(m.mode())
+        ));
+    }
+    if ft.is_dir() {
+        let me = id(m);
+        // The deepest existing ancestor of dst, then each of its parents by "..": a bind mount
+        // keeps the device and inode, a path does not.
+        let mut p = dst.to_path_buf();
+        let mut level = 0;
+        while level < 4096 {
+            if let Ok(dm) = fs::metadata(&p) {
+                if id(&dm) == me {
+                    return Some(format!(
+                        "cannot copy a directory into itself ({})",
+                        dst.display()
+                    ));
+                }
+                if dm.is_dir() && fs::metadata(p.join("..")).is_ok_and(|u| id(&u) == id(&dm)) {
+                    break; // the root directory
+                }
+                p.push("..");
+            } else {
+                match p.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => p = parent.to_path_buf(),
+                    _ => p = PathBuf::from("."),
+                }
+            }
+            level += 1;
+        }
+        return None;
+    }
+    let followed = fs::metadata(src).ok();
+    let same =
+        |d: &fs::Metadata| id(d) == id(m) || followed.as_ref().is_some_and(|f| id(f) == id(d));
+    let dst_named = fs::symlink_metadata(dst).ok();
+    let dst_followed = fs::metadata(dst).ok();
+    // dst as named: neither the source nor what a symlink source points to. dst followed:
+    // not the source itself (two symlinks to one file may replace each other).
+    if dst_named.as_ref().is_some_and(same) || dst_followed.as_ref().is_some_and(|d| id(d) == id(m))
+    {
+        return Some(format!(
+            "{} and {} are the same file",
+            src.display(),
+            dst.display()
+        ));
+    }
+    None
+}
+
 /// Copies `sources` to `dest`.
 pub fn copy(
     sources: &[PathBuf],
@@ -1038,6 +1129,7 @@ pub fn copy(
         dirs: Vec::new(),
         links: HashMap::new(),
         deferred_links: Vec::new(),
+        dest_dirs: Default::default(),
         symlinks: 0,
         special: 0,
     };
@@ -1070,37 +1162,10 @@ pub fn copy(
         drop(rx);
         for (src, dst) in &targets {
             match fs::symlink_metadata(src) {
-                Ok(m) => {
-                    if m.is_dir() {
-                        if let (Ok(a), Ok(b)) = (
-                            fs::canonicalize(src),
-                            dst.parent()
-                                .map_or(Ok(PathBuf::from(".")), fs::canonicalize),
-                        ) {
-                            if b.starts_with(&a) {
-                                ctx.errors.push(FileError::other(
-                                    src,
-                                    "copy",
-                                    format!(
-                                        "cannot copy a directory into itself ({})",
-                                        dst.display()
-                                    ),
-                                ));
-                                continue;
-                            }
-                        }
-                    } else if let Ok(dm) = fs::metadata(dst) {
-                        if dm.dev() == m.dev() && dm.ino() == m.ino() {
-                            ctx.errors.push(FileError::other(
-                                src,
-                                "copy",
-                                format!("{} is the same file", dst.display()),
-                            ));
-                            continue;
-                        }
-                    }
-                    planner.entry(src, dst, m)
-                }
+                Ok(m) => match refuse_source(src, dst, &m) {
+                    Some(why) => ctx.errors.push(FileError::other(src, "copy", why)),
+                    None => planner.entry(src, dst, m),
+                },
                 Err(e) => ctx.errors.push(FileError::io(src, "lstat", &e)),
             }
         }

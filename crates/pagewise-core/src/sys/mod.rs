@@ -1040,7 +1040,8 @@ pub fn link_fd(fd: BorrowedFd<'_>, to: &Path) -> io::Result<()> {
     .map(drop)
 }
 
-/// Opens a file read-only with O_DIRECT (and O_NOATIME where allowed).
+/// Opens a file read-only with O_DIRECT (and O_NOATIME where allowed); O_NONBLOCK, so a
+/// FIFO or device under the name never blocks the open.
 pub fn open_read_direct(path: &Path) -> io::Result<OwnedFd> {
     let c = cstring(path)?;
     for extra in [libc::O_NOATIME, 0] {
@@ -1048,7 +1049,7 @@ pub fn open_read_direct(path: &Path) -> io::Result<OwnedFd> {
         let fd = unsafe {
             libc::open(
                 c.as_ptr(),
-                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECT | extra,
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_DIRECT | libc::O_NONBLOCK | extra,
             )
         };
         if fd >= 0 {
@@ -1070,9 +1071,51 @@ pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The last signal received by [`on_interrupt`] (0: none).
+static LAST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// The child that received signals are forwarded to (0: none yet).
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// A signal sent with kill(2) before [`forward_signals_to`] named the child (0: none).
+static FORWARD_PENDING: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-extern "C" fn on_interrupt(_sig: libc::c_int) {
-    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+/// `si_code` of signals the kernel generates itself, such as the terminal's SIGINT/SIGQUIT
+/// (sent to the whole foreground process group, so the child has it already).
+const SI_KERNEL: i32 = 0x80;
+
+extern "C" fn on_interrupt(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    use std::sync::atomic::Ordering::SeqCst;
+    INTERRUPTED.store(true, SeqCst);
+    LAST_SIGNAL.store(sig, SeqCst);
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = if info.is_null() {
+        0
+    } else {
+        unsafe { (*info).si_code }
+    };
+    if code == SI_KERNEL {
+        return;
+    }
+    let child = FORWARD_TO.load(SeqCst);
+    if child > 0 {
+        // SAFETY: kill(2) is async-signal-safe; no pointers.
+        unsafe { libc::kill(child, sig) };
+    } else {
+        FORWARD_PENDING.store(sig, SeqCst);
+    }
+}
+
+fn install_handlers(sigs: &[libc::c_int]) {
+    for &sig in sigs {
+        // SAFETY: sa is fully initialised (zeroed, then handler, flags and mask set); the
+        // handler only stores to atomics and calls kill(2), which are async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_interrupt as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
 }
 
 /// Installs SIGINT/SIGTERM handlers that only set a flag (async-signal-safe), so long
@@ -1080,20 +1123,40 @@ extern "C" fn on_interrupt(_sig: libc::c_int) {
 /// Returns the flag. `sigaction(2)`: <https://man7.org/linux/man-pages/man2/sigaction.2.html>.
 pub fn interrupt_flag() -> &'static std::sync::atomic::AtomicBool {
     static INSTALLED: OnceLock<()> = OnceLock::new();
-    INSTALLED.get_or_init(|| {
-        for sig in [libc::SIGINT, libc::SIGTERM] {
-            // SAFETY: sa is fully initialised (zeroed, then handler and mask set); the handler
-            // only stores to an atomic, which is async-signal-safe.
-            unsafe {
-                let mut sa: libc::sigaction = std::mem::zeroed();
-                sa.sa_sigaction = on_interrupt as *const () as usize;
-                libc::sigemptyset(&mut sa.sa_mask);
-                sa.sa_flags = libc::SA_RESTART;
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
-        }
-    });
+    INSTALLED.get_or_init(|| install_handlers(&[libc::SIGINT, libc::SIGTERM]));
     &INTERRUPTED
+}
+
+/// Signals a supervisor (`record`, `run`) survives and forwards to its command.
+pub const FORWARDED_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Makes this process survive SIGINT, SIGTERM, SIGHUP and SIGQUIT; call before starting the
+/// command, then name it with [`forward_signals_to`]. Signals sent with kill(2) are forwarded
+/// to the command as they are; those the terminal sends (si_code SI_KERNEL) reach the whole
+/// foreground process group, the command included, and are not sent twice.
+pub fn supervise_signals() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    let _ = interrupt_flag();
+    INSTALLED.get_or_init(|| install_handlers(&FORWARDED_SIGNALS));
+}
+
+/// Names the child that signals received from now on are forwarded to; one received while
+/// it was being started is sent now.
+pub fn forward_signals_to(pid: u32) {
+    use std::sync::atomic::Ordering::SeqCst;
+    FORWARD_TO.store(pid as i32, SeqCst);
+    let pending = FORWARD_PENDING.swap(0, SeqCst);
+    if pending > 0 {
+        let _ = kill(pid, pending);
+    }
+}
+
+/// The last of the handled signals received (None: none).
+pub fn last_signal() -> Option<i32> {
+    match LAST_SIGNAL.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
 }
 
 /// `MADV_POPULATE_READ` (Linux 5.14): fault in page tables for a range, reading what is missing.
@@ -1264,6 +1327,67 @@ pub fn open_by_inode(mount_fd: BorrowedFd<'_>, ino: u64) -> io::Result<OwnedFd> 
     }
     // SAFETY: fd was just returned by the kernel and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// True when `fd` is on tmpfs, ramfs or hugetlbfs (`fstatfs(2)` f_type): shared-memory pages
+/// that have no backing file and stay cached whatever is advised.
+pub fn is_shmem(fd: BorrowedFd<'_>) -> bool {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    const HUGETLBFS_MAGIC: i64 = 0x9584_58f6;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: st points to writable memory of the right size; fd is open.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    // SAFETY: fstatfs succeeded and filled st.
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, not everywhere
+    let t = unsafe { st.assume_init() }.f_type as i64;
+    matches!(t, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
+}
+
+/// Size in bytes of a block device (`ioctl(fd, BLKGETSIZE64)`; `stat` says 0 for devices).
+pub fn block_device_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer given.
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), BLKGETSIZE64, &mut size as *mut u64) })?;
+    Ok(size)
+}
+
+/// Makes this process the subreaper of what it starts (`prctl(PR_SET_CHILD_SUBREAPER)`,
+/// Linux 3.4): descendants orphaned by the command are reparented here, not to init, so they
+/// can be found with [`children_of`].
+pub fn become_subreaper() {
+    // SAFETY: no pointers; the flag only changes who adopts orphans.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Processes whose parent is `pid` (from /proc/PID/stat), zombies excluded.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for ent in dir.flatten() {
+        let Some(child) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut f = rest.split_ascii_whitespace();
+        let state = f.next();
+        let ppid = f.next().and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) && state != Some("Z") {
+            out.push(child);
+        }
+    }
+    out
 }
 
 /// Sends `sig` to `pid` (`kill(2)`).

@@ -56,6 +56,12 @@ pub struct TraceFile {
     pub deleted: bool,
 }
 
+/// What a `<MAJOR:MINOR inode N>` name in a trace means.
+pub const UNNAMED_LEGEND: &str = "<MAJOR:MINOR inode N> names a file recorded without a path: \
+deleted by the time the recording ended, or on a filesystem with no mount point (pipes, \
+sockets, memfd, anonymous shared memory: device 0:N). replay, evict --trace and load --trace \
+skip such files and say why";
+
 impl TraceFile {
     /// `path`, or `dev:ino` when unknown: how the file is named in output.
     pub fn display(&self) -> String {

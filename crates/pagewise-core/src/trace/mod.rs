@@ -7,7 +7,7 @@ pub mod perf;
 pub mod tracefs;
 
 use crate::sys;
-pub use format::{Event, Fault, Trace, TraceError, TraceFile};
+pub use format::{Event, Fault, Trace, TraceError, TraceFile, UNNAMED_LEGEND};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -66,9 +66,10 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
     } else {
         &[ADD_EVENT]
     };
-    // SIGINT/SIGTERM from the terminal reach the command (same process group); pagewise only
-    // notes them, so it survives to write the trace.
-    let _ = sys::interrupt_flag();
+    // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to write the trace; those sent
+    // to pagewise alone are forwarded to the command (the terminal's reach it anyway).
+    sys::supervise_signals();
+    sys::become_subreaper();
     let me = std::process::id();
     let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
     let s2 = sink.clone();
@@ -80,7 +81,8 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
         move |e| s2.lock().unwrap().push(e),
     )
     .map_err(|e| crate::Error::Other(e.0))?;
-    let (source, notices) = (follower.source, follower.notice.iter().cloned().collect());
+    let (source, mut notices): (_, Vec<String>) =
+        (follower.source, follower.notice.iter().cloned().collect());
     // The command is followed from its fork, before exec, so not a page it reads is missed.
     // Our own events are dropped below.
     follower
@@ -89,6 +91,7 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
     let start_mono = sys::monotonic_ns();
     let started_unix_ns = unix_now_ns();
     let status = run_to_end(cmd);
+    let orphans = orphans_left();
     let lost = follower
         .stop()
         .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
@@ -100,6 +103,10 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
         trace.faults = None;
     }
     resolve(&mut trace.files);
+    notices.extend(orphans_notice(
+        orphans,
+        "the trace ends with the command, without",
+    ));
     Ok(Recorded {
         trace,
         status,
@@ -163,7 +170,13 @@ impl Follower {
             Err(why) => {
                 let notice = (backend == Backend::Auto)
                     .then(|| format!("perf events unavailable ({why}): recording through tracefs"));
-                let inst = tracefs::Instance::new(events, buffer_kb)?;
+                let inst = tracefs::Instance::new(events, buffer_kb).map_err(|e| {
+                    if backend == Backend::Auto {
+                        TraceUnavailable(format!("perf events unavailable ({why}); {e}"))
+                    } else {
+                        e
+                    }
+                })?;
                 let wake = every.map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
                 let stop = Arc::new(AtomicBool::new(false));
                 let mut on_event = on_event;
@@ -352,8 +365,9 @@ pub fn open_file(
                 ..Default::default()
             },
         ) {
-            if sys::fstat(fd.as_fd()).is_ok_and(|s| s.ino == f.ino) {
-                return Ok(fd);
+            match sys::fstat(fd.as_fd()) {
+                Ok(s) if s.ino == f.ino => return regular(fd, s),
+                _ => {}
             }
         }
     }
@@ -376,7 +390,47 @@ pub fn open_file(
             ..Default::default()
         },
     )?;
-    sys::open_by_inode(mfd.as_fd(), f.ino)
+    let fd = sys::open_by_inode(mfd.as_fd(), f.ino)?;
+    let st = sys::fstat(fd.as_fd())?;
+    regular(fd, st)
+}
+
+/// A traced file must still be a regular file: a FIFO or device now standing under its name
+/// (or its inode number) is refused, never read (a read, or an open without O_NONBLOCK, could
+/// block forever).
+fn regular(fd: OwnedFd, st: sys::Stat) -> std::io::Result<OwnedFd> {
+    if st.is_file() {
+        return Ok(fd);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "is a {} now, not the regular file that was traced",
+            st.kind()
+        ),
+    ))
+}
+
+/// Why a traced file could not be opened, in words a user can act on.
+pub fn unreachable_reason(f: &TraceFile, e: &std::io::Error) -> String {
+    if f.path.is_none() && !mounts().contains_key(&(f.dev_major, f.dev_minor)) {
+        return format!(
+            "recorded without a path: device {}:{} is not mounted anywhere (an internal \
+             filesystem: pipes, sockets, memfd or anonymous shared memory), so there is no \
+             file to read",
+            f.dev_major, f.dev_minor
+        );
+    }
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESTALE) => {
+            if f.deleted {
+                "deleted while it was recorded, and gone now".into()
+            } else {
+                "gone: deleted since it was recorded".into()
+            }
+        }
+        _ => format!("cannot be opened: {e}"),
+    }
 }
 
 /// Opens a file known only by `(device major, device minor, inode)`, by handle.
@@ -404,14 +458,37 @@ pub(crate) fn spawn(cmd: &[OsString]) -> Result<std::process::Child, crate::Erro
             message: "nothing to run".into(),
         });
     };
-    std::process::Command::new(prog)
+    let child = std::process::Command::new(prog)
         .args(args)
         .spawn()
-        .map_err(|e| crate::Error::Io {
-            path: prog.into(),
-            op: "spawn",
+        .map_err(|e| crate::Error::Spawn {
+            program: prog.into(),
             source: e,
-        })
+        })?;
+    sys::forward_signals_to(child.id());
+    Ok(child)
+}
+
+/// Processes left behind by the command: its descendants still running after it exited
+/// (a daemon, a background job). pagewise is their subreaper, so they are its children now.
+pub(crate) fn orphans_left() -> usize {
+    // pagewise's own detached helpers (forks that never exec) run our executable.
+    let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let mine = exe("self");
+    sys::children_of(std::process::id())
+        .into_iter()
+        .filter(|pid| mine.is_none() || exe(&pid.to_string()) != mine)
+        .count()
+}
+
+/// The notice for [`orphans_left`]: what their later page-cache use means for the verb.
+pub(crate) fn orphans_notice(n: usize, what: &str) -> Option<String> {
+    (n > 0).then(|| {
+        format!(
+            "{n} process(es) started by the command were still running when it exited \
+             (a daemon or background job): {what} what they do after that"
+        )
+    })
 }
 
 /// Fills in paths and sizes of traced files (open_by_handle_at + /proc/self/fd), keeping by

@@ -32,8 +32,18 @@ impl std::fmt::Display for TraceUnavailable {
 /// Finds tracefs, mounting it at /sys/kernel/tracing when it is only unmounted and we are root.
 pub fn tracefs_root() -> Result<PathBuf, TraceUnavailable> {
     for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
-        if Path::new(p).join("events").is_dir() {
-            return Ok(PathBuf::from(p));
+        match fs::metadata(Path::new(p).join("events")) {
+            Ok(m) if m.is_dir() => return Ok(PathBuf::from(p)),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                use std::os::unix::fs::MetadataExt;
+                let mode = fs::metadata(p).map_or(0, |m| m.mode() & 0o7777);
+                return Err(TraceUnavailable(format!(
+                    "tracefs is mounted at {p} but not open to uid {} (mode {mode:04o}): \
+                     run as root, or ask an administrator to grant access to it",
+                    crate::sys::euid()
+                )));
+            }
+            _ => {}
         }
     }
     let target = Path::new("/sys/kernel/tracing");

@@ -1,0 +1,121 @@
+//! Output files a verb writes when it is done (`record -o`, `run --report`): opened before
+//! the command starts, so a bad path is found before the command runs (and its trace or its
+//! exit status is never lost to it); written beside and renamed into place, so a reader never
+//! sees half a file.
+
+use super::render::path_text;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Where the output goes.
+enum Target {
+    Stdout,
+    /// An existing non-regular file (/dev/null, a FIFO, a device): renaming over it would
+    /// replace it, so it is written to directly.
+    Direct(File),
+    /// A regular file: a temporary beside it, renamed over it when complete.
+    Temp {
+        file: Option<File>,
+        tmp: PathBuf,
+        target: PathBuf,
+    },
+}
+
+/// An output file opened ahead of time.
+pub struct Output {
+    shown: PathBuf,
+    target: Target,
+}
+
+impl Output {
+    /// Opens `out` ('-' for stdout), or creates its temporary. A symlink is followed: the file
+    /// it names is replaced, the link stays (a dangling one: what it names is created).
+    pub fn open(out: &Path) -> Result<Output, String> {
+        let shown = out.to_path_buf();
+        if out.as_os_str() == "-" {
+            return Ok(Output {
+                shown,
+                target: Target::Stdout,
+            });
+        }
+        let meta = std::fs::metadata(out).ok();
+        if meta.as_ref().is_some_and(|m| !m.is_file()) {
+            if meta.as_ref().is_some_and(|m| m.is_dir()) {
+                return Err(format!("{}: is a directory", path_text(out)));
+            }
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(out)
+                .map_err(|e| format!("{}: open failed: {e}", path_text(out)))?;
+            return Ok(Output {
+                shown,
+                target: Target::Direct(f),
+            });
+        }
+        let target = if let Ok(p) = std::fs::canonicalize(out) {
+            p
+        } else if let Ok(l) = std::fs::read_link(out) {
+            out.parent().map_or(l.clone(), |d| d.join(&l))
+        } else {
+            out.to_path_buf()
+        };
+        let mut tmp = target.as_os_str().to_owned();
+        tmp.push(format!(".pagewise-{}.tmp", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let file = File::create(&tmp).map_err(|e| {
+            format!(
+                "{}: cannot create the output (open {} failed: {e})",
+                path_text(out),
+                path_text(&tmp)
+            )
+        })?;
+        Ok(Output {
+            shown,
+            target: Target::Temp {
+                file: Some(file),
+                tmp,
+                target,
+            },
+        })
+    }
+
+    /// Writes the content and puts it in place.
+    pub fn write(
+        mut self,
+        content: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<(), String> {
+        let shown = path_text(&self.shown);
+        let fail = |e: std::io::Error| format!("{shown}: write failed: {e}");
+        match &mut self.target {
+            Target::Stdout => {
+                let mut w = std::io::stdout().lock();
+                content(&mut w).and_then(|_| w.flush()).map_err(fail)
+            }
+            Target::Direct(f) => {
+                let mut w = BufWriter::new(f);
+                content(&mut w).and_then(|_| w.flush()).map_err(fail)
+            }
+            Target::Temp { file, tmp, target } => {
+                let mut w = BufWriter::new(file.take().expect("written once"));
+                content(&mut w).and_then(|_| w.flush()).map_err(fail)?;
+                drop(w);
+                std::fs::rename(&*tmp, &*target)
+                    .map_err(|e| format!("{shown}: rename failed: {e}"))?;
+                // In place: nothing left to remove.
+                tmp.clear();
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Output {
+    fn drop(&mut self) {
+        if let Target::Temp { tmp, .. } = &self.target {
+            if !tmp.as_os_str().is_empty() {
+                let _ = std::fs::remove_file(tmp);
+            }
+        }
+    }
+}
