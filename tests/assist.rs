@@ -38,15 +38,15 @@ int main(int c, char **v) {
 }"#;
 
 fn setup() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
-    if sys::euid() != 0 {
-        eprintln!("skipped: assist needs root for tracing");
+    if !require_root("assist (tracing)") {
         return None;
     }
     let t = tmp();
-    let Some(exe) = compile_c(t.path(), "chunks", READER, false) else {
-        eprintln!("skipped: no C compiler (cc)");
+    let exe = compile_c(t.path(), "chunks", READER, false);
+    if !require(exe.is_some(), "a C compiler (cc)") {
         return None;
-    };
+    }
+    let exe = exe.unwrap();
     let data = t.path().join("data");
     write_file(&data, 64 << 20);
     sync_and_evict(&data);

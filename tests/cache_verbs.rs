@@ -448,8 +448,7 @@ fn as_nobody() -> Command {
 
 #[test]
 fn unprivileged_user_gets_errors_and_unknown_never_false_numbers() {
-    if sys::euid() != 0 {
-        eprintln!("skipped: needs root to switch to user nobody");
+    if !require_root("switching to user nobody") {
         return;
     }
     let t = tmp();

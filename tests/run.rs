@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 fn can_trace() -> bool {
-    if sys::euid() != 0 {
-        eprintln!("skipped: pagewise run needs root for tracing");
+    if !require_root("pagewise run (tracing)") {
         return false;
     }
     true
@@ -55,10 +54,14 @@ fn a_static_binary_reading_a_file_leaves_no_cache() {
 #include <unistd.h>
 int main(int c, char **v) { char b[65536]; int fd = open(v[1], O_RDONLY); long n = 0, r;
   while ((r = read(fd, b, sizeof b)) > 0) n += r; return n > 0 ? 0 : 1; }"#;
-    let Some(exe) = compile_c(t.path(), "reader", src, true) else {
-        eprintln!("skipped: no C compiler with static libc (cc -static)");
+    let exe = compile_c(t.path(), "reader", src, true);
+    if !require(
+        exe.is_some(),
+        "a C compiler with static libc (cc -static: libc6-dev)",
+    ) {
         return;
-    };
+    }
+    let exe = exe.unwrap();
     for backend in backends() {
         sync_and_evict(&data);
         let out = run(bin()

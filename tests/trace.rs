@@ -16,8 +16,7 @@ const PAGE: u64 = 4096;
 /// Tracing needs root and tracefs; on this project's machines both are there, so the tests
 /// run. Elsewhere they say why they skip.
 fn can_trace() -> bool {
-    if sys::euid() != 0 {
-        eprintln!("skipped: tracing needs root");
+    if !require_root("tracing") {
         return false;
     }
     true

@@ -138,3 +138,23 @@ pub fn compile_c(
         .unwrap_or(false);
     ok.then_some(exe)
 }
+
+/// The capability gate every test uses: true when `ok`. When not, the test fails, naming what
+/// is missing (`./install-deps` installs it; root is needed for tracing, mounts and setpriv) —
+/// unless PAGEWISE_ALLOW_SKIP=1 is set, when it prints `skipped: WHY` and the caller returns.
+/// A machine set up by the README runs every test: nothing is skipped silently.
+pub fn require(ok: bool, why: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if std::env::var_os("PAGEWISE_ALLOW_SKIP").is_some_and(|v| v == "1") {
+        eprintln!("skipped: {why}");
+        return false;
+    }
+    panic!("cannot run: {why} (run ./install-deps as root, or set PAGEWISE_ALLOW_SKIP=1 to skip)");
+}
+
+/// Gate for tests that need root (tracing, mounts, switching users).
+pub fn require_root(what: &str) -> bool {
+    require(sys::euid() == 0, &format!("{what} needs root"))
+}

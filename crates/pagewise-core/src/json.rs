@@ -28,6 +28,14 @@ pub fn opt_path<P: AsRef<Path>, S: Serializer>(p: &Option<P>, s: S) -> Result<S:
     }
 }
 
+/// [`opt_path`] for a name kept as raw bytes.
+pub fn opt_path_bytes<S: Serializer>(p: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    let p = p
+        .as_deref()
+        .map(|b| Path::new(std::ffi::OsStr::from_bytes(b)));
+    opt_path(&p, s)
+}
+
 /// Writes `KEY` (and `KEY_bytes` when the name is not UTF-8) as map entries.
 pub fn named<S: Serializer>(key: &str, p: &Path, s: S) -> Result<S::Ok, S::Error> {
     let raw = p.as_os_str().as_bytes();

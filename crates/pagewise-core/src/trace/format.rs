@@ -50,8 +50,10 @@ pub struct TraceFile {
     pub ino: u64,
     pub size: u64,
     /// Path when it could be resolved (lossy for display; the bytes are kept in `path_bytes`).
-    pub path: Option<String>,
     #[serde(skip)]
+    pub path: Option<String>,
+    /// In JSON: `path` (null when unknown), plus `path_bytes` when the name is not UTF-8.
+    #[serde(flatten, serialize_with = "crate::json::opt_path_bytes")]
     pub path_bytes: Option<Vec<u8>>,
     pub deleted: bool,
 }
