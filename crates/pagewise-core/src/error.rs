@@ -66,6 +66,9 @@ pub enum Error {
     /// found, 126 when it could not be executed, as shells and env(1) say).
     #[error("{}: cannot run it: {source}", program.display())]
     Spawn { program: PathBuf, source: io::Error },
+    /// A process named by PID does not exist (or is gone).
+    #[error("no such process: {0}")]
+    NoSuchProcess(u32),
     #[error("{0}")]
     Other(String),
 }

@@ -320,10 +320,7 @@ pub fn watch(
     for &pid in pids {
         tids.extend(threads_of(pid).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
-                crate::Error::Invalid {
-                    what: "process",
-                    message: format!("no such process: {pid}"),
-                }
+                crate::Error::NoSuchProcess(pid)
             } else {
                 crate::Error::Io {
                     path: format!("/proc/{pid}/task").into(),

@@ -1133,6 +1133,7 @@ pub fn copy(
         symlinks: 0,
         special: 0,
     };
+    let mut copied_to: Vec<PathBuf> = Vec::new();
     std::thread::scope(|s| {
         for _ in 0..opts.threads.max(1) {
             let rx = rx.clone();
@@ -1164,7 +1165,10 @@ pub fn copy(
             match fs::symlink_metadata(src) {
                 Ok(m) => match refuse_source(src, dst, &m) {
                     Some(why) => ctx.errors.push(FileError::other(src, "copy", why)),
-                    None => planner.entry(src, dst, m),
+                    None => {
+                        copied_to.push(dst.clone());
+                        planner.entry(src, dst, m)
+                    }
                 },
                 Err(e) => ctx.errors.push(FileError::io(src, "lstat", &e)),
             }
@@ -1250,12 +1254,9 @@ pub fn copy(
             }
         }
     }
-    // Destination residue, as the kernel shows it now.
-    let dst_roots: Vec<PathBuf> = targets
-        .iter()
-        .map(|t| t.1.clone())
-        .filter(|p| p.exists())
-        .collect();
+    // Destination residue, as the kernel shows it now, of what this copy wrote (a refused
+    // source's destination is not ours to measure).
+    let dst_roots: Vec<PathBuf> = copied_to.into_iter().filter(|p| p.exists()).collect();
     if !dst_roots.is_empty() {
         if let Ok(r) = residency::stat(&dst_roots, &StatOptions::default(), |_| {}) {
             m.residue.dest_cached_bytes = r.total.cached_bytes;

@@ -171,7 +171,7 @@ impl Follower {
                 let notice = (backend == Backend::Auto)
                     .then(|| format!("perf events unavailable ({why}): recording through tracefs"));
                 let inst = tracefs::Instance::new(events, buffer_kb).map_err(|e| {
-                    if backend == Backend::Auto {
+                    if backend == Backend::Auto && why.0 != e.0 {
                         TraceUnavailable(format!("perf events unavailable ({why}); {e}"))
                     } else {
                         e
