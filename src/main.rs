@@ -1,5 +1,14 @@
 //! pagewise: a thin CLI over pagewise-core. Parses, calls the library, renders.
 
+/// `eprintln!` that never panics: stderr may be a terminal that hung up, and `record` / `run`
+/// survive SIGHUP to finish their work (a panic there would lose the trace or the report).
+macro_rules! eprintln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod cli;
 
 use clap::{CommandFactory, Parser};

@@ -509,3 +509,41 @@ fn help_man_and_completions() {
     let out = run(bin().args(["stat", "--range", "9-1"]));
     assert_eq!(out.status.code(), Some(1), "usage errors are fatal: exit 1");
 }
+
+/// Pages the range or the file's end covers only in part count for the bytes of them that are
+/// covered: a 12,388-byte file with only its last page cached has 100 bytes cached (not a
+/// page), evict says it dropped those 100 bytes, and a range 1000-2000 is 1000 bytes.
+#[test]
+fn partial_pages_count_for_the_bytes_they_cover() {
+    let t = tmp();
+    let p = t.path().join("part");
+    write_file(&p, 12_388);
+    sync_and_evict(&p);
+    let f = File::open(&p).unwrap();
+    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::Random).unwrap();
+    let mut b = [0u8; 10];
+    sys::pread(f.as_fd(), &mut b, 12_300).unwrap();
+    assert_eq!(cs(&p).cache, 1, "the kernel has the last page only");
+    let v = json(&run(bin().args(["stat", "--json", "-l"]).arg(&p)));
+    assert_eq!(v["files"][0]["cached_bytes"], 12_388 - 3 * PAGE);
+    let v = json(&run(bin().args(["evict", "--json"]).arg(&p)));
+    assert_eq!(v["total"]["cached_bytes_before"], 100);
+    assert_eq!(v["total"]["dropped_bytes"], 100);
+    assert_eq!(cs(&p).cache, 0);
+    let v = json(&run(bin()
+        .args(["stat", "--json", "-l", "--range", "1000-2000"])
+        .arg(&p)));
+    assert_eq!(v["files"][0]["bytes"], 1000);
+    assert_eq!(v["files"][0]["cached_bytes"], 0);
+    sys::pread(f.as_fd(), &mut b, 0).unwrap();
+    assert_eq!(cs(&p).cache, 1, "the first page only");
+    let v = json(&run(bin()
+        .args(["stat", "--json", "-l", "--range", "1000-5000"])
+        .arg(&p)));
+    assert_eq!(v["files"][0]["bytes"], 4000);
+    assert_eq!(
+        v["files"][0]["cached_bytes"],
+        PAGE - 1000,
+        "the first page's part in range"
+    );
+}

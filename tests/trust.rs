@@ -706,11 +706,6 @@ fn copy_to_a_small_tmpfs_completes_one_of_two_files_and_leaves_no_temporaries() 
         );
         assert!(stderr(&out).contains("No space left"), "{}", stderr(&out));
         let names = names_in(m.path());
-        // FAILS (in a third to a half of the rounds, so almost always within ten): both
-        // copies fail and the tmpfs is left empty
-        // ("exactly one destination file and no temporaries: []");
-        // stderr then has "s1: pwrite failed: No space left on device (os error 28)" and
-        // "s2: pwrite failed: No space left on device (os error 28)", "2 file(s) failed".
         assert_eq!(
             names.len(),
             1,
@@ -786,11 +781,6 @@ fn fifo_case(replace: fn(&Path)) {
 }
 
 /// `rm F; mkfifo F`: ext4 usually gives the FIFO the freed inode number again.
-// FAILS (intermittently, about 1 run in 8 of the whole file, when other tests running in
-// parallel take the freed inode number): the FIFO then has another inode, and replay exits 0
-// with "pagewise replay: note: 1 traced file(s) skipped:" /
-// "pagewise replay:   .../F: gone: deleted since it was recorded" — see the test below, which
-// makes that case certain.
 #[test]
 fn traced_file_replaced_by_a_fifo_is_refused_without_blocking() {
     if !require_root("tracing (record)") {
@@ -803,10 +793,6 @@ fn traced_file_replaced_by_a_fifo_is_refused_without_blocking() {
 }
 
 /// The FIFO made beside F and renamed over it: it cannot have F's inode number.
-// FAILS: replay --direct exits 0 with "pagewise replay: note: 1 traced file(s) skipped:" /
-// "pagewise replay:   .../F: gone: deleted since it was recorded", and evict --trace exits 0
-// with the same note ("gone: deleted since it was recorded"): the FIFO now at the traced path
-// is not named as one.
 #[test]
 fn traced_file_replaced_by_a_fifo_with_a_new_inode_is_refused() {
     if !require_root("tracing (record)") {
@@ -1041,8 +1027,6 @@ fn missing_paths_are_errors_not_rows() {
         table.lines().any(|l| l.starts_with("EXISTING ")),
         "EXISTING's row: {table}"
     );
-    // FAILS: with one existing and one missing argument the table has no TOTAL line:
-    // "PATH      FILES  SIZE ...\nEXISTING      1  9.8 KiB ..." and nothing after it.
     assert!(
         table.lines().any(|l| l.starts_with("TOTAL")),
         "a TOTAL line: {table}"
@@ -1420,9 +1404,6 @@ fn every_option_and_argument_has_a_description() {
             bad.push(format!("{verb} -h: bare line {l:?}"));
         }
     }
-    // FAILS: record's --format has no description. `record -h` shows
-    //   "      --format <FORMAT>    [default: binary] [possible values: binary, text, ...]"
-    // and `record --help` "      --format <FORMAT>" followed directly by "Possible values:".
     assert!(bad.is_empty(), "without a description:\n{}", bad.join("\n"));
 }
 

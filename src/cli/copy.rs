@@ -38,7 +38,8 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
     let report = copy::copy(sources, dest, &opts, &progress).map_err(|e| e.to_string())?;
     bar.finish();
     let code = if report.interrupted {
-        super::exit::INTERRUPTED
+        // 128 + the signal that stopped it: 130 for SIGINT, 143 for SIGTERM.
+        pagewise_core::sys::last_signal().map_or(super::exit::INTERRUPTED, |s| 128 + s)
     } else {
         render::exit_code(report.error_count)
     };

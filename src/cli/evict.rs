@@ -62,12 +62,16 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
     };
     let b = |v: u64| partial_bytes(v, t.files, t.unknown_files);
     println!(
-        "{} files, {}: {verb} {} of {} cached; {} still cached{}",
+        "{} files, {}: {verb} {} of {} cached{}{}",
         t.files,
         bytes(t.bytes),
         b(t.dropped_bytes),
         b(t.cached_bytes_before),
-        b(t.stayed_bytes),
+        if report.dry_run {
+            String::new()
+        } else {
+            format!("; {} still cached", b(t.stayed_bytes))
+        },
         if t.dirty_bytes_written > 0 {
             format!(
                 " ({} of dirty pages written back first)",

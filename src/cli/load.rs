@@ -46,15 +46,26 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
         render::report_problems("load", &report.errors, report.error_count, &report.notices);
         let t = &report.total;
         println!(
-            "{} files, {} in range: {} cached now (was {}); {} files were already cached; {:.2} s, {}/s",
+            "{} files, {}{}: {} cached now (was {}); {} files were already cached; {:.2} s, {}/s",
             t.files,
             bytes(t.bytes),
+            if a.walk.range.is_some() {
+                " in range"
+            } else {
+                ""
+            },
             bytes(t.cached_bytes_after),
-            bytes(t.cached_bytes_before),
+            render::partial_bytes(t.cached_bytes_before, t.files, t.unknown_files),
             t.already_cached_files,
             report.elapsed_s,
             bytes(report.rate_bytes_per_s as u64),
         );
+        if let Some(why) = t.unknown_reason {
+            eprintln!(
+                "pagewise load: note: {} of {} files: what was cached before is unknown: {why}",
+                t.unknown_files, t.files
+            );
+        }
     }
     if a.lock && !locks.is_empty() {
         let t = &report.total;

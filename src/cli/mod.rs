@@ -418,6 +418,8 @@ pub struct RecordArgs {
     /// Where to write the trace ('-' for stdout)
     #[arg(short = 'o', long, default_value = "pagewise.trace")]
     pub output: PathBuf,
+    /// What to write: the binary trace (for replay, show, evict --trace, load --trace), or
+    /// text as `show` prints it
     #[arg(long, value_enum, default_value_t = TraceFormat::Binary)]
     pub format: TraceFormat,
     /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
@@ -431,12 +433,7 @@ pub struct RecordArgs {
     pub backend: BackendArg,
     /// The command and its arguments ('--' before it is optional; needed when the command's
     /// own options could be taken for pagewise's)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
 }
 
@@ -526,12 +523,7 @@ pub struct RunArgs {
     pub backend: BackendArg,
     /// The command and its arguments ('--' before it is optional; needed when the command's
     /// own options could be taken for pagewise's)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<std::ffi::OsString>,
 }
 

@@ -60,10 +60,7 @@ impl Output {
         } else {
             out.to_path_buf()
         };
-        let mut tmp = target.as_os_str().to_owned();
-        tmp.push(format!(".pagewise-{}.tmp", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let file = File::create(&tmp).map_err(|e| {
+        let (file, tmp) = create_temp(&target).map_err(|(tmp, e)| {
             format!(
                 "{}: cannot create the output (open {} failed: {e})",
                 path_text(out),
@@ -106,6 +103,34 @@ impl Output {
                 tmp.clear();
                 Ok(())
             }
+        }
+    }
+}
+
+/// A new file beside `target`, created exclusively and never through a symlink (a name
+/// planted in a shared directory cannot redirect the write); a fresh name on a clash.
+fn create_temp(target: &Path) -> Result<(File, PathBuf), (PathBuf, std::io::Error)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut attempt = 0u32;
+    loop {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut tmp = target.as_os_str().to_owned();
+        tmp.push(format!(".pagewise-{}-{nanos:x}.tmp", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(pagewise_core::sys::O_NOFOLLOW)
+            .mode(0o644)
+            .open(&tmp)
+        {
+            Ok(f) => return Ok((f, tmp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                attempt += 1
+            }
+            Err(e) => return Err((tmp, e)),
         }
     }
 }

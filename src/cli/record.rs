@@ -54,11 +54,12 @@ pub fn run(a: RecordArgs) -> Result<i32, String> {
         Ok(r) => r,
         Err(e) => return Ok(command_error("record", e)),
     };
+    let (t, status, source) = (rec.trace, rec.status, rec.source);
+    // The trace first, then the words about it.
+    write_trace(&t, a.format, out)?;
     for n in &rec.notices {
         eprintln!("pagewise record: note: {n}");
     }
-    let (t, status, source) = (rec.trace, rec.status, rec.source);
-    write_trace(&t, a.format, out)?;
     let files_known = t.files.iter().filter(|f| f.path.is_some()).count();
     eprintln!(
         "pagewise record ({source}): {} events, {} pages ({}) in {} files ({} resolved to paths), {:.3} s{}{}",
@@ -161,11 +162,7 @@ fn skipped_note(verb: &str, count: u64, skipped: &[SkippedFile]) {
     }
     eprintln!("pagewise {verb}: note: {count} traced file(s) skipped:");
     for s in skipped {
-        eprintln!(
-            "pagewise {verb}:   {}: {}",
-            render::escape_bytes(s.file.as_bytes()),
-            s.reason
-        );
+        eprintln!("pagewise {verb}:   {}: {}", path_text(&s.path), s.reason);
     }
     if count > skipped.len() as u64 {
         eprintln!(
@@ -221,16 +218,17 @@ pub fn run_cmd(a: RunArgs) -> Result<i32, String> {
         Ok(r) => r,
         Err(e) => return Ok(command_error("run", e)),
     };
-    for n in &r.notices {
-        eprintln!("pagewise run: note: {n}");
-    }
     if let Some(out) = report_out {
         out.write(|w| {
             serde_json::to_writer_pretty(&mut *w, &r)
                 .map_err(std::io::Error::other)
                 .and_then(|_| writeln!(w))
         })?;
-    } else {
+    }
+    for n in &r.notices {
+        eprintln!("pagewise run: note: {n}");
+    }
+    if a.report.is_none() {
         render::report_problems("run", &r.errors, r.error_count, &[]);
         eprintln!(
             "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",

@@ -71,38 +71,8 @@ pub fn path_text(p: &std::path::Path) -> String {
 }
 
 /// [`path_text`] for raw bytes.
-pub fn escape_bytes(mut b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len());
-    loop {
-        match std::str::from_utf8(b) {
-            Ok(s) => {
-                push_escaped(&mut out, s);
-                return out;
-            }
-            Err(e) => {
-                let (good, rest) = b.split_at(e.valid_up_to());
-                push_escaped(&mut out, std::str::from_utf8(good).unwrap_or_default());
-                let bad = e.error_len().unwrap_or(rest.len());
-                for byte in &rest[..bad] {
-                    out.push_str(&format!("\\x{byte:02x}"));
-                }
-                b = &rest[bad..];
-            }
-        }
-    }
-}
-
-fn push_escaped(out: &mut String, s: &str) {
-    for c in s.chars() {
-        if c.is_control() {
-            let mut buf = [0u8; 4];
-            for byte in c.encode_utf8(&mut buf).bytes() {
-                out.push_str(&format!("\\x{byte:02x}"));
-            }
-        } else {
-            out.push(c);
-        }
-    }
+pub fn escape_bytes(b: &[u8]) -> String {
+    pagewise_core::names::escape(b)
 }
 
 /// Columns a string takes on a terminal (wide characters count two).

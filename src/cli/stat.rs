@@ -99,8 +99,12 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
             rows.push(totals_row(&render::path_text(&r.path), &r.totals));
         }
     }
-    if list || report.roots.len() > 1 {
+    if list || roots.len() > 1 {
         rows.push(totals_row("TOTAL", &report.total));
+    }
+    if rows.len() == 1 {
+        // Nothing was measured (every root failed): its errors are on stderr.
+        return Ok(code);
     }
     let table = render::table(&rows);
     if list && a.map.is_some() {
@@ -152,13 +156,13 @@ fn file_row(f: &FileStat) -> Vec<String> {
         render::path_text(&f.path),
         String::new(),
         bytes(r.bytes),
-        opt_bytes(r.cached_bytes()),
+        opt_bytes(r.cached),
         f.percent()
             .map_or_else(|| "unknown".into(), |p| format!("{p:.1}%")),
-        opt_bytes(r.to_bytes(r.dirty)),
-        opt_bytes(r.to_bytes(r.writeback)),
-        opt_bytes(r.to_bytes(r.evicted)),
-        opt_bytes(r.to_bytes(r.recently_evicted)),
+        opt_bytes(r.dirty),
+        opt_bytes(r.writeback),
+        opt_bytes(r.evicted),
+        opt_bytes(r.recently_evicted),
     ]
 }
 

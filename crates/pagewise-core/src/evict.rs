@@ -146,7 +146,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
             return;
         }
         let (off, len) = self.opts.range.clamp(f.stat.size);
-        let before = match self.meter.measure(&f, off, len) {
+        let before = match self.meter.measure(&f, self.opts.range) {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
         };
@@ -166,6 +166,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                 after,
                 would,
                 dev_ino,
+                None,
             );
             return;
         }
@@ -175,7 +176,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                 self.errors
                     .push(FileError::io(f.path, "sync_file_range(WRITE)", &e));
             }
-            local.totals.dirty_bytes_written += before.to_bytes(before.dirty).unwrap_or(0);
+            local.totals.dirty_bytes_written += before.dirty.unwrap_or(0);
             local.pending.push(Pending {
                 path: f.path.to_path_buf(),
                 size: f.stat.size,
@@ -239,10 +240,13 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                 .push(FileError::io(&path, "fadvise(DONTNEED)", &e));
         }
         // The mincore fallback's ownership check was made on the real file before.
-        let after = self
-            .meter
-            .measure_fd(&path, fd.as_fd(), off, len, || before.method != "unknown")
-            .map(|a| a.covering(before.bytes));
+        let after = self.meter.measure_fd(
+            &path,
+            fd.as_fd(),
+            self.span_start(size),
+            self.span_start(size) + before.bytes,
+            || before.method != "unknown",
+        );
         match after {
             Ok(after) => {
                 let dropped = before
@@ -254,17 +258,32 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                     && (off, len) != (0, size.div_ceil(sys::page_size()) * sys::page_size())
                     && self.interior_is_clear(&fd, off, len);
                 let shmem = after.cached_or_zero() > 0 && sys::is_shmem(fd.as_fd());
-                self.finish(local, path, size, before, after, dropped, dev_ino);
-                if let Some(last) = local.residue.last_mut().filter(|_| edges_only || shmem) {
-                    last.reason = Some(if shmem {
-                        StayReason::NoBackingStore
-                    } else {
-                        StayReason::PartialFolio
-                    });
-                }
+                // Known before the sink sees the file, so every view gives the same reason.
+                let clean_reason = if shmem {
+                    Some(StayReason::NoBackingStore)
+                } else if edges_only {
+                    Some(StayReason::PartialFolio)
+                } else {
+                    None
+                };
+                self.finish(
+                    local,
+                    path,
+                    size,
+                    before,
+                    after,
+                    dropped,
+                    dev_ino,
+                    clean_reason,
+                );
             }
             Err(e) => self.errors.push(e),
         }
+    }
+
+    /// First byte of the file measured: the range's start, within the file.
+    fn span_start(&self, size: u64) -> u64 {
+        self.opts.range.start.min(size)
     }
 
     /// True when nothing is cached in `[off, off+len)` once a largest-folio span is cut off
@@ -289,6 +308,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         after: Residency,
         dropped: u64,
         dev_ino: (u64, u64),
+        clean_reason: Option<StayReason>,
     ) {
         let stayed = if self.opts.dry_run {
             0
@@ -302,10 +322,9 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         } else if after.writeback.unwrap_or(0) > 0 {
             Some(StayReason::Writeback)
         } else {
-            Some(StayReason::InUse)
+            Some(clean_reason.unwrap_or(StayReason::InUse))
         };
         let unknown = before.is_unknown();
-        let b = |pages: u64| before.to_bytes(Some(pages)).unwrap_or(0);
         let t = &mut local.totals;
         t.files += 1;
         t.bytes += before.bytes;
@@ -314,16 +333,16 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
             t.unknown_bytes += before.bytes;
             t.unknown_reason = Some(crate::residency::UNKNOWN_NOT_WRITABLE);
         } else {
-            t.cached_bytes_before += b(before.cached_or_zero());
-            t.cached_bytes_after += b(after.cached_or_zero());
-            t.dropped_bytes += b(dropped);
-            t.stayed_bytes += b(stayed);
+            t.cached_bytes_before += before.cached_or_zero();
+            t.cached_bytes_after += after.cached_or_zero();
+            t.dropped_bytes += dropped;
+            t.stayed_bytes += stayed;
         }
         t.files_with_residue += (stayed > 0) as u64;
         let (dropped_bytes, stayed_bytes) = if unknown {
             (None, None)
         } else {
-            (Some(b(dropped)), Some(b(stayed)))
+            (Some(dropped), Some(stayed))
         };
         self.progress.add(1, size);
         let ef = EvictFile {

@@ -10,6 +10,7 @@ pub mod error;
 pub mod evict;
 pub mod json;
 pub mod load;
+pub mod names;
 pub mod replay;
 pub mod residency;
 pub mod run;

@@ -69,6 +69,11 @@ pub struct LoadTotals {
     pub read_bytes: u64,
     pub locked_bytes: u64,
     pub locked_files: u64,
+    /// Files whose residency before the load could not be known (see `unknown_reason`):
+    /// `cached_bytes_before` leaves them out.
+    pub unknown_files: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
 }
 
 /// What `load` did.
@@ -134,20 +139,23 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn visit(&self, local: &mut Local, f: FileRef<'_>) {
         let (off, len) = self.opts.range.clamp(f.stat.size);
-        let before = match self.meter.measure(&f, off, len) {
+        let before = match self.meter.measure(&f, self.opts.range) {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
         };
-        let page = sys::page_size();
-        // Bytes of the file in the range: `len` is rounded up to whole pages.
-        let real = self.opts.range.bytes_of(f.stat.size);
+        // Bytes of the file in the range (`len` is rounded out to whole pages).
+        let real = before.bytes;
         local.totals.files += 1;
         local.totals.bytes += real;
-        local.totals.cached_bytes_before += (before.cached_or_zero() * page).min(real);
+        local.totals.cached_bytes_before += before.cached_or_zero();
+        if before.is_unknown() {
+            local.totals.unknown_files += 1;
+            local.totals.unknown_reason = before.unknown_reason;
+        }
         if len == 0 {
             return;
         }
-        let fully = before.cached.is_some_and(|c| c >= before.pages);
+        let fully = before.cached.is_some_and(|c| c >= before.bytes);
         if fully {
             local.totals.already_cached_files += 1;
             local.totals.cached_bytes_after += real;
@@ -268,12 +276,16 @@ impl Ctx<'_> {
         len: u64,
         real: u64,
     ) {
-        let after = match self.meter.measure_fd(path, fd, off, len, || true) {
+        let start = self.opts.range.start.max(off);
+        let after = match self
+            .meter
+            .measure_fd(path, fd, start, start + real, || true)
+        {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
         };
         local.totals.read_bytes += real;
-        local.totals.cached_bytes_after += (after.cached_or_zero() * sys::page_size()).min(real);
+        local.totals.cached_bytes_after += after.cached_or_zero();
         if len < LARGE_FILE.min(self.opts.window) {
             self.progress.add(1, len);
         } else {
@@ -363,6 +375,8 @@ pub fn load(
             t.read_bytes += l.read_bytes;
             t.locked_bytes += l.locked_bytes;
             t.locked_files += l.locked_files;
+            t.unknown_files += l.unknown_files;
+            t.unknown_reason = t.unknown_reason.or(l.unknown_reason);
             locks.lock().unwrap().maps.append(&mut local.locks);
         },
     )?;

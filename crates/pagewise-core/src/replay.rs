@@ -111,7 +111,8 @@ pub struct OpenFiles {
 #[derive(Debug, Clone, Serialize)]
 pub struct SkippedFile {
     /// The recorded path, or `<MAJOR:MINOR inode N>` for a file recorded without one.
-    pub file: String,
+    #[serde(flatten, serialize_with = "crate::json::path")]
+    pub path: PathBuf,
     pub reason: String,
 }
 
@@ -132,7 +133,7 @@ pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
         let fd = match trace::open_file(f, &cache) {
             Ok(fd) => Some(fd),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-                let path = PathBuf::from(f.display());
+                let path = f.name();
                 out.errors.push(FileError::io(&path, "open", &e));
                 None
             }
@@ -140,7 +141,7 @@ pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
                 out.missing += 1;
                 if out.skipped.len() < MAX_SKIPPED {
                     out.skipped.push(SkippedFile {
-                        file: f.display(),
+                        path: f.name(),
                         reason: trace::unreachable_reason(f, &e),
                     });
                 }
@@ -334,7 +335,7 @@ fn issue(
                             bytes.fetch_add(got as u64, Ordering::Relaxed);
                         }
                         Err(e) => errors.push(FileError::io(
-                            std::path::Path::new(&trace.files[r.file as usize].display()),
+                            &trace.files[r.file as usize].name(),
                             if direct { "pread(O_DIRECT)" } else { "pread" },
                             &e,
                         )),
@@ -386,7 +387,7 @@ fn issue_uring(
                 match res {
                     Ok(n) => bytes += n as u64,
                     Err(e) => errors.push(FileError::io(
-                        std::path::Path::new(&trace.files[reqs[*i].file as usize].display()),
+                        &trace.files[reqs[*i].file as usize].name(),
                         if direct {
                             "io_uring read(O_DIRECT)"
                         } else {
@@ -501,7 +502,7 @@ pub fn evict_trace(trace: &Trace, dry_run: bool) -> TraceCacheReport {
         let Some(fd) = files.fds[f as usize].as_ref() else {
             continue;
         };
-        let path = PathBuf::from(trace.files[f as usize].display());
+        let path = trace.files[f as usize].name();
         let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
         if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
             errors.push(FileError::io(&path, "sync_file_range", &e));

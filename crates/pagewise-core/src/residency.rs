@@ -103,85 +103,91 @@ pub enum Method {
 pub const UNKNOWN_NOT_WRITABLE: &str = "cachestat(2) refused (EPERM: not your file and not \
 writable) and mincore(2) reports such files as fully cached, so their residency cannot be known";
 
-/// The cache state of one file (or of its `--range`). Page counts inside; `None` where the
-/// method cannot know (mincore knows nothing of dirty pages; mincore on a file the caller may
-/// not write would lie, so everything is `None`: "unknown"). Serialised in bytes, each count
-/// capped at `bytes` (a 2-byte file has at most 2 dirty bytes, not a page).
-#[derive(Debug, Clone, Default)]
-pub struct Residency {
-    pub pages: u64,
-    /// Bytes of the file the pages cover (the file's size, or its part in the range).
-    pub bytes: u64,
-    pub cached: Option<u64>,
-    pub dirty: Option<u64>,
-    pub writeback: Option<u64>,
-    pub evicted: Option<u64>,
-    pub recently_evicted: Option<u64>,
-    /// "cachestat", "mincore" or "unknown".
-    pub method: &'static str,
+/// Page counts over a page-aligned span, as one cachestat (or mincore) call gives them:
+/// `[cached, dirty, writeback, evicted, recently_evicted]`, `None` where the method cannot know.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    pages: u64,
+    c: [Option<u64>; 5],
+    method: &'static str,
 }
 
-impl Serialize for Residency {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut m = s.serialize_map(None)?;
-        m.serialize_entry("bytes", &self.bytes)?;
-        m.serialize_entry("cached_bytes", &self.to_bytes(self.cached))?;
-        m.serialize_entry("dirty_bytes", &self.to_bytes(self.dirty))?;
-        m.serialize_entry("writeback_bytes", &self.to_bytes(self.writeback))?;
-        m.serialize_entry("evicted_bytes", &self.to_bytes(self.evicted))?;
-        m.serialize_entry(
-            "recently_evicted_bytes",
-            &self.to_bytes(self.recently_evicted),
-        )?;
-        m.serialize_entry("method", self.method)?;
-        if self.method == "unknown" {
-            m.serialize_entry("unknown_reason", UNKNOWN_NOT_WRITABLE)?;
-        }
-        m.end()
-    }
-}
-
-impl Residency {
+impl Counts {
     fn from_cachestat(pages: u64, c: CacheStat) -> Self {
-        Residency {
+        Counts {
             pages,
-            bytes: pages * sys::page_size(),
-            cached: Some(c.cache),
-            dirty: Some(c.dirty),
-            writeback: Some(c.writeback),
-            evicted: Some(c.evicted),
-            recently_evicted: Some(c.recently_evicted),
+            c: [
+                Some(c.cache),
+                Some(c.dirty),
+                Some(c.writeback),
+                Some(c.evicted),
+                Some(c.recently_evicted),
+            ],
             method: "cachestat",
         }
     }
-    pub fn unknown(pages: u64) -> Self {
-        Residency {
+    fn unknown(pages: u64) -> Self {
+        Counts {
             pages,
-            bytes: pages * sys::page_size(),
+            c: [None; 5],
             method: "unknown",
-            ..Default::default()
         }
     }
-    /// The same, covering `bytes` of the file (the pages are whole; the file may end inside
-    /// the last one).
-    pub fn covering(mut self, bytes: u64) -> Self {
-        self.bytes = bytes.min(self.pages * sys::page_size());
-        self
+    /// True when some count is neither none nor all of the pages: only then can an edge page
+    /// that the range covers in part be either cached or not.
+    fn mixed(&self) -> bool {
+        self.c
+            .iter()
+            .any(|x| x.is_some_and(|n| n > 0 && n < self.pages))
     }
-    /// Cached pages, 0 when unknown.
+}
+
+/// The cache state of one file (or of its part in `--range`), in bytes: each figure is the
+/// bytes of the measured span whose page is cached (dirty, ...), so a 2-byte dirty file has
+/// 2 dirty bytes, not a page, and a range 1000-2000 covers 1000 bytes. `None` where the method
+/// cannot know (mincore knows nothing of dirty pages; mincore on a file the caller may not
+/// write would lie, so everything is `None`: "unknown").
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Residency {
+    /// Bytes measured: the file's size, or its part in the range.
+    pub bytes: u64,
+    #[serde(rename = "cached_bytes")]
+    pub cached: Option<u64>,
+    #[serde(rename = "dirty_bytes")]
+    pub dirty: Option<u64>,
+    #[serde(rename = "writeback_bytes")]
+    pub writeback: Option<u64>,
+    #[serde(rename = "evicted_bytes")]
+    pub evicted: Option<u64>,
+    #[serde(rename = "recently_evicted_bytes")]
+    pub recently_evicted: Option<u64>,
+    /// "cachestat", "mincore" or "unknown".
+    pub method: &'static str,
+    /// Why the figures are null (only when `method` is "unknown").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
+}
+
+impl Residency {
+    /// Cached bytes, 0 when unknown.
     pub fn cached_or_zero(&self) -> u64 {
         self.cached.unwrap_or(0)
     }
-    /// A page count in bytes, capped at the bytes covered.
-    pub fn to_bytes(&self, pages: Option<u64>) -> Option<u64> {
-        pages.map(|p| (p * sys::page_size()).min(self.bytes))
-    }
-    pub fn cached_bytes(&self) -> Option<u64> {
-        self.to_bytes(self.cached)
-    }
     pub fn is_unknown(&self) -> bool {
         self.cached.is_none()
+    }
+    /// Every figure 0 over `bytes`.
+    fn empty() -> Self {
+        Residency {
+            bytes: 0,
+            cached: Some(0),
+            dirty: Some(0),
+            writeback: Some(0),
+            evicted: Some(0),
+            recently_evicted: Some(0),
+            method: "cachestat",
+            unknown_reason: None,
+        }
     }
 }
 
@@ -218,40 +224,88 @@ impl Meter {
         std::mem::take(&mut *self.notices.lock().unwrap())
     }
 
-    /// Residency of `[off, off+len)` of `f`.
-    pub fn measure(&self, f: &FileRef<'_>, off: u64, len: u64) -> Result<Residency, FileError> {
-        let real = f.stat.size.min(off + len).saturating_sub(off);
-        self.measure_fd(f.path, f.fd(), off, len, || f.mincore_is_truthful())
-            .map(|r| r.covering(real))
+    /// Residency of the part of `f` in `range`.
+    pub fn measure(&self, f: &FileRef<'_>, range: ByteRange) -> Result<Residency, FileError> {
+        let size = f.stat.size;
+        let start = range.start.min(size);
+        let end = range.end.unwrap_or(u64::MAX).min(size).max(start);
+        self.measure_fd(f.path, f.fd(), start, end, || f.mincore_is_truthful())
     }
 
-    /// Residency of `[off, off+len)` of an open file; `truthful` is asked only on the mincore
-    /// path (see [`sys::mincore_is_truthful`]).
+    /// Residency of the bytes `[start, end)` of an open file, exactly: the pages are counted
+    /// over the page-aligned span, and an edge page the range covers only in part (a file's
+    /// last page, an unaligned `--range`) counts for the bytes of it in the range — measured
+    /// on its own only when the span is neither all cached nor all cold (one more call, rare).
+    /// `truthful` is asked only on the mincore path (see [`sys::mincore_is_truthful`]).
     pub fn measure_fd(
+        &self,
+        path: &Path,
+        fd: BorrowedFd<'_>,
+        start: u64,
+        end: u64,
+        truthful: impl FnOnce() -> bool,
+    ) -> Result<Residency, FileError> {
+        if end <= start {
+            return Ok(Residency::empty());
+        }
+        let page = sys::page_size();
+        let (a, b) = (start / page * page, end.div_ceil(page) * page);
+        let mut truthful = Some(truthful);
+        let mut truth = None;
+        let mut ask = || *truth.get_or_insert_with(|| truthful.take().is_some_and(|t| t()));
+        let span = self.counts(path, fd, a, b - a, &mut ask)?;
+        // Pages the range covers in part: (first byte of the page, bytes of it in the range).
+        let mut edges: Vec<(u64, u64)> = Vec::new();
+        let head_in = (a + page).min(end) - start;
+        if head_in < page {
+            edges.push((a, head_in));
+        }
+        if b - a > page && !end.is_multiple_of(page) {
+            edges.push((b - page, end - (b - page)));
+        }
+        let mut bytes = span.c.map(|x| x.map(|n| n * page));
+        for (off, inside) in edges {
+            let edge = if span.mixed() {
+                self.counts(path, fd, off, page, &mut ask)?
+            } else {
+                // All or nothing over the span: the edge page is like every other.
+                Counts {
+                    pages: 1,
+                    c: span.c.map(|x| x.map(|n| (n == span.pages) as u64)),
+                    method: span.method,
+                }
+            };
+            for (total, e) in bytes.iter_mut().zip(edge.c) {
+                if let (Some(t), Some(e)) = (total.as_mut(), e) {
+                    *t = t.saturating_sub(e * (page - inside));
+                }
+            }
+        }
+        Ok(Residency {
+            bytes: end - start,
+            cached: bytes[0],
+            dirty: bytes[1],
+            writeback: bytes[2],
+            evicted: bytes[3],
+            recently_evicted: bytes[4],
+            method: span.method,
+            unknown_reason: (span.method == "unknown").then_some(UNKNOWN_NOT_WRITABLE),
+        })
+    }
+
+    /// Page counts of the page-aligned `[off, off+len)`.
+    fn counts(
         &self,
         path: &Path,
         fd: BorrowedFd<'_>,
         off: u64,
         len: u64,
-        truthful: impl FnOnce() -> bool,
-    ) -> Result<Residency, FileError> {
-        let page = sys::page_size();
-        let pages = len.div_ceil(page);
-        if len == 0 {
-            return Ok(Residency {
-                pages: 0,
-                bytes: 0,
-                cached: Some(0),
-                dirty: Some(0),
-                writeback: Some(0),
-                evicted: Some(0),
-                recently_evicted: Some(0),
-                method: "cachestat",
-            });
-        }
+        truthful: &mut dyn FnMut() -> bool,
+    ) -> Result<Counts, FileError> {
+        let pages = len.div_ceil(sys::page_size());
         if !self.cachestat_missing.load(Ordering::Relaxed) {
             match sys::cachestat(fd, off, len) {
-                Ok(c) => return Ok(Residency::from_cachestat(pages, c)),
+                Ok(c) => return Ok(Counts::from_cachestat(pages, c)),
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.cachestat_missing.store(true, Ordering::Relaxed);
                     self.notice("cachestat(2) is not available on this kernel (ENOSYS): using mmap+mincore; dirty/writeback/evicted counts unknown");
@@ -260,37 +314,19 @@ impl Meter {
                     if self.method == Method::Cachestat {
                         return Err(FileError::io(path, "cachestat", &e));
                     }
-                    self.notice("cachestat(2) refused some files (EPERM: not owned and not writable): tried mincore for them");
                 }
                 Err(e) => return Err(FileError::io(path, "cachestat", &e)),
             }
         }
-        self.measure_mincore(path, fd, off, len, truthful(), None)
-    }
-
-    /// mincore path; with `map`, fills one bool per page.
-    fn measure_mincore(
-        &self,
-        path: &Path,
-        fd: BorrowedFd<'_>,
-        off: u64,
-        len: u64,
-        truthful: bool,
-        map: Option<&mut Vec<bool>>,
-    ) -> Result<Residency, FileError> {
-        let pages = len.div_ceil(sys::page_size());
-        if !truthful {
-            self.notice("mincore(2) cannot tell for files you neither own nor may write (it reports them fully cached): shown as unknown");
-            return Ok(Residency::unknown(pages));
+        if !truthful() {
+            return Ok(Counts::unknown(pages));
         }
-        let n = sys::mincore_count(fd, off, len, map)
+        let n = sys::mincore_count(fd, off, len, None)
             .map_err(|e| FileError::io(path, "mmap+mincore", &e))?;
-        Ok(Residency {
+        Ok(Counts {
             pages,
-            bytes: pages * sys::page_size(),
-            cached: Some(n),
+            c: [Some(n), None, None, None, None],
             method: "mincore",
-            ..Default::default()
         })
     }
 
@@ -336,7 +372,8 @@ impl Meter {
         }
         // Bounded: one bool per page of this file only while building its map line.
         let mut bits = Vec::new();
-        self.measure_mincore(f.path, f.fd(), off, len, true, Some(&mut bits))?;
+        sys::mincore_count(f.fd(), off, len, Some(&mut bits))
+            .map_err(|e| FileError::io(f.path, "mmap+mincore", &e))?;
         for i in 0..cells {
             let p0 = (pages * i / cells) as usize;
             let p1 = (pages * (i + 1) / cells) as usize;
@@ -379,7 +416,7 @@ pub struct FileStat {
 impl FileStat {
     /// Cached share of the measured range, 0.0..=100.0 (None when unknown).
     pub fn percent(&self) -> Option<f64> {
-        let c = self.residency.cached_bytes()?;
+        let c = self.residency.cached?;
         Some(if self.residency.bytes == 0 {
             0.0
         } else {
@@ -387,7 +424,7 @@ impl FileStat {
         })
     }
     pub fn cached_bytes(&self) -> Option<u64> {
-        self.residency.cached_bytes()
+        self.residency.cached
     }
 }
 
@@ -423,12 +460,11 @@ impl Totals {
             self.unknown_bytes += r.bytes;
             self.unknown_reason = Some(UNKNOWN_NOT_WRITABLE);
         }
-        let b = |p: Option<u64>| r.to_bytes(p).unwrap_or(0);
-        self.cached_bytes += b(r.cached);
-        self.dirty_bytes += b(r.dirty);
-        self.writeback_bytes += b(r.writeback);
-        self.evicted_bytes += b(r.evicted);
-        self.recently_evicted_bytes += b(r.recently_evicted);
+        self.cached_bytes += r.cached.unwrap_or(0);
+        self.dirty_bytes += r.dirty.unwrap_or(0);
+        self.writeback_bytes += r.writeback.unwrap_or(0);
+        self.evicted_bytes += r.evicted.unwrap_or(0);
+        self.recently_evicted_bytes += r.recently_evicted.unwrap_or(0);
     }
     pub fn merge(&mut self, o: &Totals) {
         self.files += o.files;
@@ -499,7 +535,7 @@ pub fn file_stat(
     map_cells: usize,
 ) -> Result<FileStat, FileError> {
     let (off, len) = range.clamp(f.stat.size);
-    let residency = meter.measure(f, off, len)?;
+    let residency = meter.measure(f, range)?;
     let map = if map_cells > 0 {
         Some(meter.map(f, off, len, map_cells)?)
     } else {
@@ -540,8 +576,7 @@ where
                 return;
             }
             // Totals only: no per-file record, no path copy.
-            let (off, len) = opts.range.clamp(f.stat.size);
-            match meter.measure(&f, off, len) {
+            match meter.measure(&f, opts.range) {
                 Ok(r) => local[f.root].add(f.stat.size, &r),
                 Err(e) => errors.push(e),
             }

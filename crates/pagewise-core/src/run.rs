@@ -430,9 +430,11 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
         .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
     let start = std::time::Instant::now();
     let status = crate::trace::spawn(cmd).and_then(|mut child| {
-        child
+        let status = child
             .wait()
-            .map_err(|e| crate::Error::Other(format!("wait for the command: {e}")))
+            .map_err(|e| crate::Error::Other(format!("wait for the command: {e}")));
+        sys::stop_forwarding();
+        status
     });
     let orphans = crate::trace::orphans_left();
     let status = match status {

@@ -318,7 +318,7 @@ where
                     "stat"
                 };
                 self.errors.push(FileError::io(root, op, &e));
-                self.counters.failed_roots.lock().unwrap().push(idx);
+                self.root_failed(idx);
                 return;
             }
         };
@@ -342,7 +342,7 @@ where
                 "open",
                 format!("is a {}: it has no page cache of its own", st.kind()),
             ));
-            self.counters.failed_roots.lock().unwrap().push(idx);
+            self.root_failed(idx);
             return;
         }
         let name = match CString::new(std::os::unix::ffi::OsStrExt::as_bytes(root.as_os_str())) {
@@ -354,6 +354,11 @@ where
             }
         };
         self.open_and_visit(state, None, &name, root, idx, true);
+    }
+
+    /// A root that could not be walked at all: it has its error, and no row of zeros.
+    fn root_failed(&self, idx: usize) {
+        self.counters.failed_roots.lock().unwrap().push(idx);
     }
 
     fn run(&self, state: &mut S, job: Job) {
@@ -406,6 +411,9 @@ where
             Err(e) => {
                 self.errors
                     .push(FileError::io(&path, "open (directory)", &e));
+                if depth == 0 {
+                    self.root_failed(root);
+                }
                 return;
             }
         };
@@ -571,6 +579,9 @@ where
             }
             Err(e) => {
                 self.errors.push(FileError::io(path, "openat", &e));
+                if explicit {
+                    self.root_failed(root);
+                }
                 return;
             }
         };
@@ -591,6 +602,7 @@ where
                 Err(e) => {
                     self.errors
                         .push(FileError::io(path, "ioctl(BLKGETSIZE64)", &e));
+                    self.root_failed(root);
                     return;
                 }
             }

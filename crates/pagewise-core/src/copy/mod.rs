@@ -158,6 +158,12 @@ struct Ctx<'a> {
     batch_settle: BatchSettle,
     /// Filesystems (st_dev of the destination dir) where a strategy was refused.
     refused: Mutex<HashMap<(u64, Strategy), ()>>,
+    /// Files whose destination ran out of space while others were written beside them: they
+    /// are tried again one at a time when the parallel pass is over (files that fit one
+    /// after the other, as cp copies them, must not fail for being copied together).
+    no_space: Mutex<Vec<FileTask>>,
+    /// The one-at-a-time pass: ENOSPC is final now.
+    final_pass: AtomicBool,
 }
 
 /// Where a file is written before it gets its final name.
@@ -581,7 +587,13 @@ impl Ctx<'_> {
                     // Several files preallocated at once may not fit together where they fit
                     // one after the other (cp copies them one by one): give back what was
                     // allocated and write without; a write that really does not fit fails.
-                    let _ = std::fs::File::from(df.try_clone().ok()?).set_len(0);
+                    if let Err(e) = df
+                        .try_clone()
+                        .and_then(|d| std::fs::File::from(d).set_len(0))
+                    {
+                        self.errors.push(FileError::io(&dst, "ftruncate", &e));
+                        return None;
+                    }
                 }
                 // EOPNOTSUPP and friends: write without preallocation.
             }
@@ -655,6 +667,18 @@ impl Ctx<'_> {
                     let _ = o.df.set_len(0);
                 }
                 Outcome::Failed(f) => {
+                    if f.on_dest
+                        && f.err.raw_os_error() == Some(libc::ENOSPC)
+                        && !self.final_pass.load(Ordering::Relaxed)
+                    {
+                        // The temporary goes with `o`, giving its space back.
+                        self.no_space.lock().unwrap().push(FileTask {
+                            src: o.src.clone(),
+                            dst: o.dst.clone(),
+                            size,
+                        });
+                        return None;
+                    }
                     let path = if f.on_dest { &o.dst } else { &o.src };
                     self.errors.push(FileError::io(path, f.op, &f.err));
                     return None;
@@ -1068,8 +1092,22 @@ fn refuse_source(src: &Path, dst: &Path, m: &fs::Metadata) -> Option<String> {
         return None;
     }
     let followed = fs::metadata(src).ok();
-    let same =
-        |d: &fs::Metadata| id(d) == id(m) || followed.as_ref().is_some_and(|f| id(f) == id(d));
+    // A symlink is copied as its text, which then resolves from dst's directory: what the
+    // copy will point to, were it in place (`dd/l -> data` copied to `data` names `data`).
+    let copied_target = ft
+        .is_symlink()
+        .then(|| fs::read_link(src).ok())
+        .flatten()
+        .map(|t| match dst.parent() {
+            Some(d) if t.is_relative() && !d.as_os_str().is_empty() => d.join(t),
+            _ => t,
+        })
+        .and_then(|t| fs::metadata(t).ok());
+    let same = |d: &fs::Metadata| {
+        id(d) == id(m)
+            || followed.as_ref().is_some_and(|f| id(f) == id(d))
+            || copied_target.as_ref().is_some_and(|f| id(f) == id(d))
+    };
     let dst_named = fs::symlink_metadata(dst).ok();
     let dst_followed = fs::metadata(dst).ok();
     // dst as named: neither the source nor what a symlink source points to. dst followed:
@@ -1117,6 +1155,8 @@ pub fn copy(
         no_tmpfile: AtomicBool::new(false),
         no_small_path: AtomicBool::new(opts.strategy != Strategy::Auto || !sys::probe_io_uring()),
         batch_settle: BatchSettle::default(),
+        no_space: Mutex::new(Vec::new()),
+        final_pass: AtomicBool::new(false),
     };
     let start = Instant::now();
     let (tx, rx) = crossbeam_channel::bounded::<Vec<FileTask>>(1024);
@@ -1179,6 +1219,17 @@ pub fn copy(
             crossbeam_channel::bounded(0).0,
         ));
     });
+    // Files that met ENOSPC beside others: once more, one at a time.
+    let retry = std::mem::take(&mut *ctx.no_space.lock().unwrap());
+    if !retry.is_empty() {
+        ctx.final_pass.store(true, Ordering::Relaxed);
+        let mut local = Local::default();
+        for t in retry {
+            ctx.copy_file(&mut local, t);
+        }
+        settle(&mut local.settle);
+        merge(&mut merged.lock().unwrap(), local);
+    }
     ctx.batch_settle.flush();
     let mut m = merged.into_inner().unwrap();
     // Hard links: their first name exists now.

@@ -392,6 +392,9 @@ pub fn stat_path(path: &Path, follow: bool) -> io::Result<Stat> {
     fstatat(None, &cstring(path)?, follow)
 }
 
+/// `O_NOFOLLOW`, for callers that open with std's `OpenOptionsExt::custom_flags`.
+pub const O_NOFOLLOW: i32 = libc::O_NOFOLLOW;
+
 /// Flags for [`openat`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenFlags {
@@ -1092,15 +1095,27 @@ extern "C" fn on_interrupt(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut
     } else {
         unsafe { (*info).si_code }
     };
-    if code == SI_KERNEL {
+    let child = FORWARD_TO.load(SeqCst);
+    // The terminal's signals reach its whole foreground process group, the command included,
+    // unless the command left the group (setsid) — then it is sent here. A hangup goes to the
+    // session leader, which pagewise may be: always passed on.
+    // SAFETY: getpgid/getpgrp are plain syscalls without pointers.
+    if code == SI_KERNEL
+        && sig != libc::SIGHUP
+        && (child <= 0 || unsafe { libc::getpgid(child) == libc::getpgrp() })
+    {
         return;
     }
+    // Stored first, taken by whoever sees both: this handler, or forward_signals_to naming
+    // the child at the same moment. The signal is sent once, never lost.
+    FORWARD_PENDING.store(sig, SeqCst);
     let child = FORWARD_TO.load(SeqCst);
     if child > 0 {
-        // SAFETY: kill(2) is async-signal-safe; no pointers.
-        unsafe { libc::kill(child, sig) };
-    } else {
-        FORWARD_PENDING.store(sig, SeqCst);
+        let pending = FORWARD_PENDING.swap(0, SeqCst);
+        if pending > 0 {
+            // SAFETY: kill(2) is async-signal-safe; no pointers.
+            unsafe { libc::kill(child, pending) };
+        }
     }
 }
 
@@ -1138,6 +1153,11 @@ pub fn supervise_signals() {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     let _ = interrupt_flag();
     INSTALLED.get_or_init(|| install_handlers(&FORWARDED_SIGNALS));
+}
+
+/// Stops forwarding (call once the child is reaped: its PID may be reused).
+pub fn stop_forwarding() {
+    FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Names the child that signals received from now on are forwarded to; one received while

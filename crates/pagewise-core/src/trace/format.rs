@@ -65,12 +65,20 @@ sockets, memfd, anonymous shared memory: device 0:N). replay, evict --trace and 
 skip such files and say why";
 
 impl TraceFile {
-    /// `path`, or `dev:ino` when unknown: how the file is named in output.
-    pub fn display(&self) -> String {
-        match &self.path {
-            Some(p) => p.clone(),
-            None => format!("<{}:{} inode {}>", self.dev_major, self.dev_minor, self.ino),
+    /// The file's name as bytes (a path for errors and JSON, lossless), or
+    /// `<MAJOR:MINOR inode N>` when it was recorded without one.
+    pub fn name(&self) -> std::path::PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        match &self.path_bytes {
+            Some(p) => std::path::Path::new(std::ffi::OsStr::from_bytes(p)).to_path_buf(),
+            None => format!("<{}:{} inode {}>", self.dev_major, self.dev_minor, self.ino).into(),
         }
+    }
+
+    /// [`TraceFile::name`] for text: escaped (see [`crate::names::escape`]).
+    pub fn display(&self) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        crate::names::escape(self.name().as_os_str().as_bytes())
     }
 }
 

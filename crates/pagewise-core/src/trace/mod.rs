@@ -248,7 +248,10 @@ fn run_to_end(cmd: &[OsString]) -> Result<(std::process::ExitStatus, u64), crate
     let mut child = spawn(cmd)?;
     loop {
         match child.wait() {
-            Ok(s) => return Ok((s, sys::monotonic_ns() - start)),
+            Ok(s) => {
+                sys::stop_forwarding();
+                return Ok((s, sys::monotonic_ns() - start));
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(crate::Error::Other(format!("wait for the command: {e}"))),
         }
@@ -367,6 +370,8 @@ pub fn open_file(
         ) {
             match sys::fstat(fd.as_fd()) {
                 Ok(s) if s.ino == f.ino => return regular(fd, s),
+                // Replaced under its name by a FIFO or device: say so, never read it.
+                Ok(s) if !s.is_file() => return regular(fd, s),
                 _ => {}
             }
         }
@@ -563,7 +568,12 @@ pub fn write_text(
         trace.files.len(),
         trace.bytes(),
         trace.lost_events,
-        trace.command.join(" ")
+        trace
+            .command
+            .iter()
+            .map(|a| crate::names::escape(a.as_bytes()))
+            .collect::<Vec<_>>()
+            .join(" ")
     )?;
     if grouped_view {
         writeln!(out, "# time_s path offset length")?;
