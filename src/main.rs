@@ -20,7 +20,12 @@ fn wants_json() -> bool {
     std::env::args_os()
         .skip(1)
         .take_while(|a| a != "--")
-        .any(|a| a == "--json" || a == "-J" || a == "--json-lines")
+        .any(|a| {
+            let a = a.as_encoded_bytes();
+            a == b"--json"
+                || a == b"--json-lines"
+                || (a.len() > 1 && a[0] == b'-' && a[1] != b'-' && a.contains(&b'J'))
+        })
 }
 
 /// `{"error": {"kind": ..., "message": ..., "exit_code": 1}}` on stdout.

@@ -78,7 +78,7 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         report.elapsed_s,
         bytes(report.rate_bytes_per_s as u64),
         if strategies.is_empty() { "-".into() } else { strategies },
-        bytes(r.source_added_bytes),
+        render::partial_bytes(r.source_added_bytes, report.files, r.source_unknown_files),
         pct(r.source_added_bytes, r.source_bytes),
         bytes(r.dest_cached_bytes),
         pct(r.dest_cached_bytes, r.dest_bytes),

@@ -192,11 +192,17 @@ pub fn cache_verb(
             r.files,
             r.files_missing,
             bytes(r.bytes),
-            bytes(r.cached_bytes_before),
-            bytes(r.cached_bytes_after),
+            render::partial_bytes(r.cached_bytes_before, r.files, r.unknown_files),
+            render::partial_bytes(r.cached_bytes_after, r.files, r.unknown_files),
             if r.dry_run { " (dry run: nothing dropped)" } else { "" },
             r.elapsed_s
         );
+        if let Some(why) = r.unknown_reason {
+            eprintln!(
+                "pagewise {verb}: note: {} of {} files: residency unknown (figures marked >= leave them out): {why}",
+                r.unknown_files, r.files
+            );
+        }
     }
     Ok(render::exit_code(r.error_count))
 }

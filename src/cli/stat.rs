@@ -168,6 +168,7 @@ fn file_row(f: &FileStat) -> Vec<String> {
 
 fn totals_row(name: &str, t: &Totals) -> Vec<String> {
     let b = |v: u64| partial_bytes(v, t.files, t.unknown_files);
+    let d = |v: Option<u64>| partial_bytes(v.unwrap_or(0), t.files, t.detail_unknown_files);
     let pct = match t.percent() {
         None => "unknown".into(),
         // A lower bound over all bytes: the unknown files hold some more, or none.
@@ -185,9 +186,9 @@ fn totals_row(name: &str, t: &Totals) -> Vec<String> {
         bytes(t.bytes),
         b(t.cached_bytes),
         pct,
-        b(t.dirty_bytes),
-        b(t.writeback_bytes),
-        b(t.evicted_bytes),
-        b(t.recently_evicted_bytes),
+        d(t.dirty_bytes),
+        d(t.writeback_bytes),
+        d(t.evicted_bytes),
+        d(t.recently_evicted_bytes),
     ]
 }

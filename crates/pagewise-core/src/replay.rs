@@ -7,7 +7,7 @@ use crate::sys::{self, Advice, AlignedBuf};
 use crate::trace::{self, Trace};
 use serde::Serialize;
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -132,7 +132,10 @@ pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
     for f in &trace.files {
         let fd = match trace::open_file(f, &cache) {
             Ok(fd) => Some(fd),
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            // Refused by trace::open_file itself (not a kernel EINVAL): no longer a regular file.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::InvalidInput && e.raw_os_error().is_none() =>
+            {
                 let path = f.name();
                 out.errors.push(FileError::io(&path, "open", &e));
                 None
@@ -464,27 +467,47 @@ pub struct TraceCacheReport {
     pub files_missing: u64,
     pub skipped: Vec<SkippedFile>,
     pub ranges: u64,
-    /// Bytes of the traced ranges.
+    /// Bytes of the traced ranges (within the files' sizes now).
     pub bytes: u64,
+    /// Of the files whose residency is known; see `unknown_files`.
     pub cached_bytes_before: u64,
     pub cached_bytes_after: u64,
+    /// Files whose residency cannot be known (cachestat refused: not yours, not writable):
+    /// they were acted on all the same, but what they held is left out of the figures.
+    pub unknown_files: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
     pub elapsed_s: f64,
     pub errors: Vec<FileError>,
     pub error_count: u64,
 }
 
-/// Cached bytes of the traced ranges, as cachestat reports them.
-fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> u64 {
-    let page = sys::page_size();
-    ranges
-        .iter()
-        .filter_map(|&(f, off, len)| {
-            let fd = files.fds[f as usize].as_ref()?;
-            sys::cachestat(fd.as_fd(), off, len)
-                .ok()
-                .map(|c| (c.cache * page).min(len))
-        })
-        .sum()
+/// The traced ranges as the kernel shows them: (bytes within the files' sizes, cached bytes of
+/// the files whose residency is known, files whose residency is not).
+fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> (u64, u64, u64) {
+    let meter = crate::residency::Meter::new(crate::residency::Method::Auto);
+    let (mut bytes, mut cached) = (0, 0);
+    let mut unknown = std::collections::HashSet::new();
+    for &(f, off, len) in ranges {
+        let Some(fd) = files.fds[f as usize].as_ref() else {
+            continue;
+        };
+        let size = sys::fstat(fd.as_fd()).map_or(0, |s| s.size);
+        let end = (off + len).min(size);
+        // Never mincore's word for a file cachestat refused: it would say "all cached".
+        match meter.measure_fd(Path::new(""), fd.as_fd(), off.min(end), end, || false) {
+            Ok(r) if !r.is_unknown() => {
+                bytes += r.bytes;
+                cached += r.cached_or_zero();
+            }
+            Ok(r) => {
+                bytes += r.bytes;
+                unknown.insert(f);
+            }
+            Err(_) => {}
+        }
+    }
+    (bytes, cached, unknown.len() as u64)
 }
 
 /// Drops exactly the traced pages (dirty ones written back first); other pages stay. With
@@ -540,19 +563,23 @@ pub fn load_trace(trace: &Trace, depth: usize) -> TraceCacheReport {
 fn cache_report(
     files: &OpenFiles,
     ranges: &[(u32, u64, u64)],
-    before: u64,
+    before: (u64, u64, u64),
     start: Instant,
     errors: ErrorLog,
 ) -> TraceCacheReport {
+    let (bytes, after, unknown) = traced_cached(files, ranges);
     TraceCacheReport {
         dry_run: false,
         files: files.fds.iter().filter(|f| f.is_some()).count() as u64,
         files_missing: files.missing,
         skipped: files.skipped.clone(),
         ranges: ranges.len() as u64,
-        bytes: ranges.iter().map(|r| r.2).sum(),
-        cached_bytes_before: before,
-        cached_bytes_after: traced_cached(files, ranges),
+        bytes,
+        cached_bytes_before: before.1,
+        cached_bytes_after: after,
+        unknown_files: before.2.max(unknown),
+        unknown_reason: (before.2.max(unknown) > 0)
+            .then_some(crate::residency::UNKNOWN_NOT_WRITABLE),
         elapsed_s: start.elapsed().as_secs_f64(),
         error_count: errors.count(),
         errors: errors.take(),

@@ -438,16 +438,27 @@ pub struct Totals {
     pub bytes: u64,
     /// Of the known files only; see `unknown_files`.
     pub cached_bytes: u64,
-    pub dirty_bytes: u64,
-    pub writeback_bytes: u64,
-    pub evicted_bytes: u64,
-    pub recently_evicted_bytes: u64,
+    /// These four over the files whose method knows them (cachestat); null when none does
+    /// (mincore knows only what is cached). `detail_unknown_files` says how many do not.
+    pub dirty_bytes: Option<u64>,
+    pub writeback_bytes: Option<u64>,
+    pub evicted_bytes: Option<u64>,
+    pub recently_evicted_bytes: Option<u64>,
+    /// Files whose dirty / writeback / evicted figures are unknown.
+    pub detail_unknown_files: u64,
     /// Files whose residency could not be known (see `unknown_reason`), and their bytes: the
     /// cached figures above leave them out.
     pub unknown_files: u64,
     pub unknown_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unknown_reason: Option<&'static str>,
+}
+
+/// Adds a figure that may be unknown to a sum of the known ones (null until one is known).
+fn add_known(sum: &mut Option<u64>, v: Option<u64>) {
+    if let Some(v) = v {
+        *sum = Some(sum.unwrap_or(0) + v);
+    }
 }
 
 impl Totals {
@@ -461,20 +472,22 @@ impl Totals {
             self.unknown_reason = Some(UNKNOWN_NOT_WRITABLE);
         }
         self.cached_bytes += r.cached.unwrap_or(0);
-        self.dirty_bytes += r.dirty.unwrap_or(0);
-        self.writeback_bytes += r.writeback.unwrap_or(0);
-        self.evicted_bytes += r.evicted.unwrap_or(0);
-        self.recently_evicted_bytes += r.recently_evicted.unwrap_or(0);
+        add_known(&mut self.dirty_bytes, r.dirty);
+        add_known(&mut self.writeback_bytes, r.writeback);
+        add_known(&mut self.evicted_bytes, r.evicted);
+        add_known(&mut self.recently_evicted_bytes, r.recently_evicted);
+        self.detail_unknown_files += r.dirty.is_none() as u64;
     }
     pub fn merge(&mut self, o: &Totals) {
         self.files += o.files;
         self.size += o.size;
         self.bytes += o.bytes;
         self.cached_bytes += o.cached_bytes;
-        self.dirty_bytes += o.dirty_bytes;
-        self.writeback_bytes += o.writeback_bytes;
-        self.evicted_bytes += o.evicted_bytes;
-        self.recently_evicted_bytes += o.recently_evicted_bytes;
+        add_known(&mut self.dirty_bytes, o.dirty_bytes);
+        add_known(&mut self.writeback_bytes, o.writeback_bytes);
+        add_known(&mut self.evicted_bytes, o.evicted_bytes);
+        add_known(&mut self.recently_evicted_bytes, o.recently_evicted_bytes);
+        self.detail_unknown_files += o.detail_unknown_files;
         self.unknown_files += o.unknown_files;
         self.unknown_bytes += o.unknown_bytes;
         self.unknown_reason = self.unknown_reason.or(o.unknown_reason);

@@ -82,6 +82,9 @@ pub struct Residue {
     /// Data bytes (holes excluded) the percentages refer to.
     pub source_bytes: u64,
     pub dest_bytes: u64,
+    /// Source files whose residency cannot be known (cachestat refused them): the source
+    /// figures above leave them out.
+    pub source_unknown_files: u64,
 }
 
 /// What `copy` did.
@@ -736,12 +739,16 @@ impl Ctx<'_> {
             return self.errors.push(FileError::io(&o.dst, op, &e));
         }
         let page = sys::page_size();
-        let src_before = o.src_cached.unwrap_or(0);
-        let src_after = sys::cachestat(o.sf.as_fd(), 0, 0)
-            .map(|c| c.cache)
-            .unwrap_or(0);
-        local.residue.source_added_bytes += src_after.saturating_sub(src_before) * page;
-        local.residue.source_precached_bytes += src_before * page;
+        let src_after = sys::cachestat(o.sf.as_fd(), 0, 0).ok().map(|c| c.cache);
+        match (o.src_cached, src_after) {
+            // Whole pages, capped at the file's size (a 2-byte file has 2 bytes to cache).
+            (Some(before), Some(after)) => {
+                local.residue.source_added_bytes += (after.saturating_sub(before) * page).min(size);
+                local.residue.source_precached_bytes += (before * page).min(size);
+            }
+            // cachestat refused (not yours, not writable): nothing true to add.
+            _ => local.residue.source_unknown_files += 1,
+        }
         let data: u64 = o.extents.iter().map(|e| e.1).sum();
         local.residue.source_bytes += data;
         local.residue.dest_bytes += data;
@@ -1357,5 +1364,6 @@ fn merge(m: &mut Local, l: Local) {
     m.residue.source_precached_bytes += l.residue.source_precached_bytes;
     m.residue.source_bytes += l.residue.source_bytes;
     m.residue.dest_bytes += l.residue.dest_bytes;
+    m.residue.source_unknown_files += l.residue.source_unknown_files;
     m.digests.extend(l.digests);
 }
