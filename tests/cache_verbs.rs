@@ -434,18 +434,6 @@ fn files_vanishing_mid_walk_are_not_errors() {
     assert_eq!(v["error_count"], 0);
 }
 
-/// Runs pagewise as user nobody (65534) with setpriv(1).
-fn as_nobody() -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        env!("CARGO_BIN_EXE_pagewise"),
-    ]);
-    c
-}
-
 #[test]
 fn unprivileged_user_gets_errors_and_unknown_never_false_numbers() {
     if !require_root("switching to user nobody") {

@@ -809,17 +809,6 @@ fn traced_file_replaced_by_a_fifo_with_a_new_inode_is_refused() {
 // 9. Files you do not own: "unknown", never false numbers; evict still works for readers
 // ---------------------------------------------------------------------------------------------
 
-fn as_nobody() -> Command {
-    let mut c = Command::new("setpriv");
-    c.args([
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-        env!("CARGO_BIN_EXE_pagewise"),
-    ]);
-    c
-}
-
 #[test]
 fn non_owner_sees_unknown_and_its_evict_drops_the_pages() {
     if !require_root("switching to user nobody") {

@@ -158,3 +158,15 @@ pub fn require(ok: bool, why: &str) -> bool {
 pub fn require_root(what: &str) -> bool {
     require(sys::euid() == 0, &format!("{what} needs root"))
 }
+
+/// Runs pagewise as user nobody (65534) with setpriv(1).
+pub fn as_nobody() -> Command {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        env!("CARGO_BIN_EXE_pagewise"),
+    ]);
+    c
+}
