@@ -59,9 +59,9 @@ fn main() {
         Command::Load(a) => cli::load::run(a),
         Command::Copy(a) => cli::copy::run(a),
         Command::Record(a) => cli::record::run(a),
-        Command::Show(a) => cli::record::show(a),
-        Command::Replay(a) => cli::record::replay(a),
-        Command::Run(a) => cli::record::run_cmd(a),
+        Command::Show(a) => cli::show::run(a),
+        Command::Replay(a) => cli::replay::run(a),
+        Command::Run(a) => cli::run::run(a),
         Command::Assist(a) => cli::assist::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(

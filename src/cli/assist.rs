@@ -1,65 +1,57 @@
 //! `pagewise assist`: live prefetching for running processes, or the predictor on a trace.
 
-use super::render::{bytes, table};
-use super::{AssistArgs, AssistTuning};
-use pagewise_core::assist::live::{self, AssistOptions, AssistReport};
-use pagewise_core::assist::{sim, Config};
+use super::args::{parse_duration, AssistTuning};
+use super::render::{self, bytes, table};
+use clap::Args;
+use pagewise_core::assist::live;
+use pagewise_core::assist::sim;
+use std::path::PathBuf;
+use std::time::Duration;
 
-/// Predictor options from the command line.
-pub fn config(t: &AssistTuning, page: u64) -> Config {
-    let mut c = Config::for_page_size(page);
-    c.range_pages = (t.range / page).max(1);
-    c.min_window = (t.min_window / page).max(1);
-    c.max_window = (t.max_window / page).max(c.min_window);
-    c.forward = !t.centred;
-    c.range = !t.no_range;
-    c.sequential = !t.no_sequential;
-    c.stride = !t.no_stride;
-    c
-}
+pub const EXAMPLES: &str = "\
+Examples:
+  pagewise assist -p $(pidof postgres)          assist running processes until they exit
+  pagewise run --assist --max-cache none -- fio job.fio
+  pagewise record --faults -o fio.trace -- fio job.fio
+  pagewise assist --simulate fio.trace          hit rate with and without the range detector
 
-pub fn options(t: &AssistTuning, buffer_kb: u64) -> AssistOptions {
-    AssistOptions {
-        config: config(t, pagewise_core::sys::page_size()),
-        buffer_kb,
-        ..Default::default()
-    }
-}
+How it works: the target's page faults (tracepoint mm_filemap_fault) feed a predictor with
+sequential, stride and range detectors. The range detector (Lustre LU-13669) groups faults
+within --range of each other into clusters; on the next miss it prefetches a window of the last
+cluster's span (at least --min-window) with fadvise(WILLNEED), starting at the fault when the
+last cluster was read upwards (--centred: centred on it, as Lustre does). Hits prefetch nothing.
 
-/// The live report, on stderr.
-pub fn print_live(r: &AssistReport) {
-    eprintln!(
-        "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us; {} files{}{}",
-        r.faults,
-        r.misses,
-        r.faults_on_prefetched,
-        r.prefetches,
-        r.prefetches_range,
-        r.prefetches_sequential,
-        r.prefetches_stride,
-        bytes(r.prefetched_bytes),
-        bytes(r.wasted_bytes_estimate),
-        r.issue_latency_us_p50,
-        r.issue_latency_us_p90,
-        r.issue_latency_us_p99,
-        r.files,
-        if r.files_unreachable > 0 {
-            format!(" ({} unreachable)", r.files_unreachable)
-        } else {
-            String::new()
-        },
-        if r.lost_events > 0 {
-            format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events)
-        } else {
-            String::new()
-        },
-    );
+Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, bad trace).";
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "simulate"])))]
+pub struct AssistArgs {
+    /// Processes to assist (all their threads, and children they start from now on)
+    #[arg(short = 'p', long = "pid", value_name = "PID", num_args = 1..)]
+    pub pid: Vec<u32>,
+    /// Replay the faults of a trace (`record --faults`) through the predictor instead
+    #[arg(long, value_name = "TRACE")]
+    pub simulate: Option<PathBuf>,
+    /// With --simulate: time from a fault to its prefetch being ready
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_duration, requires = "simulate")]
+    pub latency: Duration,
+    /// Stop after DURATION even if the processes still run
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "simulate")]
+    pub for_: Option<Duration>,
+    /// Ring buffer per CPU in KiB
+    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    pub buffer_kb: u64,
+    #[command(flatten)]
+    pub tuning: AssistTuning,
+    /// One JSON document on stdout: the assist or simulation report (schema: docs/json.md)
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 pub fn run(a: AssistArgs) -> Result<i32, String> {
     if let Some(path) = &a.simulate {
-        let t = super::record::load_trace(path)?;
-        let cfg = config(&a.tuning, t.page_size as u64);
+        let t = super::trace_io::load_trace(path)?;
+        let cfg = a.tuning.config(t.page_size as u64);
         let rows = sim::compare(&t, &cfg, a.latency.as_nanos() as u64)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         if a.json {
@@ -99,7 +91,7 @@ pub fn run(a: AssistArgs) -> Result<i32, String> {
         );
         return Ok(0);
     }
-    let opts = options(&a.tuning, a.buffer_kb);
+    let opts = a.tuning.options(a.buffer_kb);
     let r = live::watch(&a.pid, &opts, a.for_).map_err(|e| format!("assist: {e}"))?;
     if a.json {
         println!(
@@ -107,7 +99,7 @@ pub fn run(a: AssistArgs) -> Result<i32, String> {
             serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?
         );
     } else {
-        print_live(&r);
+        render::assist_summary(&r);
     }
     Ok(0)
 }

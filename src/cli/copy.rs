@@ -1,11 +1,77 @@
 //! `pagewise copy`: render the library's CopyReport.
 
+use super::args::parse_size_arg;
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
-use super::{CacheArg, CopyArgs};
+use clap::{Args, ValueEnum};
 use pagewise_core::copy::{self, CopyOptions, Strategy};
 use pagewise_core::Progress;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  pagewise copy big.img /backup/                  one file into a directory
+  pagewise copy -p /srv/data /mnt/new/data        a tree, keeping mode/owner/times/xattrs
+  pagewise copy --verify --fsync db/ /backup/db   durable, and re-read from disk to compare
+  pagewise copy --cache drop-behind a b           force a strategy
+
+Strategies (--cache): auto picks dontcache (RWF_DONTCACHE) where the filesystem has it, else
+direct (O_DIRECT, many I/Os in flight) for files of 1 MiB and more, else drop-behind;
+buffered leaves both files cached, like cp.
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed, 130 interrupted (no partial file is
+left under a final name).";
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum CacheArg {
+    Auto,
+    Dontcache,
+    Direct,
+    DropBehind,
+    Buffered,
+}
+
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    /// Sources, then the destination (a directory when there are several sources)
+    #[arg(required = true, num_args = 2..)]
+    pub paths: Vec<PathBuf>,
+    /// How the page cache is kept clean
+    #[arg(long, value_enum, default_value_t = CacheArg::Auto)]
+    pub cache: CacheArg,
+    /// Keep mode, owner (when root), timestamps and extended attributes
+    #[arg(short = 'p', long)]
+    pub preserve: bool,
+    /// Do not fallocate destinations before writing
+    #[arg(long)]
+    pub no_preallocate: bool,
+    /// Write each file under a hidden temporary name, renamed into place when complete
+    /// (default: an unnamed O_TMPFILE file, linked into place, where the filesystem has it)
+    #[arg(long)]
+    pub named_temp: bool,
+    /// fsync each file before it is linked (or renamed) into place, and the directories at the end
+    #[arg(long)]
+    pub fsync: bool,
+    /// Re-read every copied file from disk (not cache) and compare checksums with the source
+    #[arg(long)]
+    pub verify: bool,
+    /// Files copied in parallel
+    #[arg(short = 'j', long, value_name = "N", default_value_t = 16)]
+    pub threads: usize,
+    /// I/Os in flight within one large file
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub depth: usize,
+    /// Bytes per I/O
+    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size_arg)]
+    pub chunk: u64,
+    /// Say which strategy each kind of file used
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// One JSON document on stdout (schema: docs/json.md)
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
 
 pub fn run(a: CopyArgs) -> Result<i32, String> {
     let (dest, sources) = a

@@ -1,16 +1,53 @@
 //! `pagewise evict`: render the library's EvictReport.
 
+use super::args::{OutputArgs, WalkArgs};
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
-use super::EvictArgs;
+use clap::Args;
 use pagewise_core::evict::{self, EvictFile, EvictOptions, StayReason};
 use pagewise_core::Progress;
+use std::path::PathBuf;
 use std::sync::Arc;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  pagewise evict /data/db             drop a tree, dirty pages included
+  pagewise evict --range 0-1G big.img drop only the first GiB
+  pagewise evict --owned --why ~/cache
+  pagewise evict --dry-run /srv       what would go
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+
+#[derive(Args, Debug)]
+pub struct EvictArgs {
+    #[command(flatten)]
+    pub walk: WalkArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Do not write dirty pages back first (they will stay cached)
+    #[arg(long)]
+    pub no_sync: bool,
+    /// Only files owned by you; others are counted and left alone
+    #[arg(long)]
+    pub owned: bool,
+    /// Measure what would be dropped; change nothing
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Name the processes whose mappings keep pages in (reads /proc/*/maps)
+    #[arg(long)]
+    pub why: bool,
+    /// List every file evicted, not only those with pages left
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+    /// Evict exactly the pages recorded in TRACE (a selectively cold cache)
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from"])]
+    pub trace: Option<PathBuf>,
+}
 
 pub fn run(a: EvictArgs) -> Result<i32, String> {
     if let Some(t) = &a.trace {
         let dry_run = a.dry_run;
-        return super::record::cache_verb("evict", t, a.out.json, |tr| {
+        return super::trace_io::cache_verb("evict", t, a.out.json, |tr| {
             pagewise_core::replay::evict_trace(tr, dry_run)
         });
     }

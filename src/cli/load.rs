@@ -1,16 +1,53 @@
 //! `pagewise load`: render the library's LoadReport, and hold locked pages.
 
+use super::args::{parse_duration, parse_size_arg, OutputArgs, WalkArgs};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
-use super::LoadArgs;
+use clap::Args;
 use pagewise_core::load::{self, LoadOptions};
 use pagewise_core::Progress;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  pagewise load /usr/lib              warm a tree
+  pagewise load --lock --for 10m model.bin
+  pagewise load --range 0-64M big.db
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    #[command(flatten)]
+    pub walk: WalkArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// Keep the loaded pages locked in memory (mlock) until Ctrl-C or --for ends
+    #[arg(long)]
+    pub lock: bool,
+    /// With --lock: how long to hold (e.g. 30s, 10m, 2h); default until SIGINT/SIGTERM
+    #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, requires = "lock")]
+    pub hold_for: Option<Duration>,
+    /// Files each worker queues readahead for before waiting on them
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub batch: usize,
+    /// Bytes in flight within one large file (>= 64 MiB), split into --depth chunks
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size_arg)]
+    pub window: u64,
+    /// Threads reading one large file
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub depth: usize,
+    /// Load exactly the pages recorded in TRACE, in on-disk order with a deep queue
+    #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from", "lock"])]
+    pub trace: Option<PathBuf>,
+}
 
 pub fn run(a: LoadArgs) -> Result<i32, String> {
     if let Some(t) = &a.trace {
         let depth = a.walk.threads.unwrap_or(32);
-        return super::record::cache_verb("load", t, a.out.json, |tr| {
+        return super::trace_io::cache_verb("load", t, a.out.json, |tr| {
             pagewise_core::replay::load_trace(tr, depth)
         });
     }

@@ -177,6 +177,36 @@ pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) 
     print_json_line("summary", summary);
 }
 
+/// The live report, on stderr.
+pub fn assist_summary(r: &pagewise_core::assist::live::AssistReport) {
+    eprintln!(
+        "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us; {} files{}{}",
+        r.faults,
+        r.misses,
+        r.faults_on_prefetched,
+        r.prefetches,
+        r.prefetches_range,
+        r.prefetches_sequential,
+        r.prefetches_stride,
+        bytes(r.prefetched_bytes),
+        bytes(r.wasted_bytes_estimate),
+        r.issue_latency_us_p50,
+        r.issue_latency_us_p90,
+        r.issue_latency_us_p99,
+        r.files,
+        if r.files_unreachable > 0 {
+            format!(" ({} unreachable)", r.files_unreachable)
+        } else {
+            String::new()
+        },
+        if r.lost_events > 0 {
+            format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events)
+        } else {
+            String::new()
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,10 +1,70 @@
 //! `pagewise stat`: render the library's StatReport.
 
+use super::args::{OutputArgs, WalkArgs};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
-use super::{SortKey, StatArgs};
+use clap::{Args, ValueEnum};
 use pagewise_core::residency::{self, FileStat, StatOptions, Totals};
 use std::cmp::Ordering;
 use std::sync::Mutex;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  pagewise stat                       summary of the current directory
+  pagewise stat /var/lib/postgresql   one line per tree
+  pagewise stat -l --sort cached /data --top 20
+  pagewise stat --map big.db          per-page residency bar, 60 cells (--map=120: wider)
+  pagewise stat --range 0-64M big.img only the first 64 MiB (SIZE becomes IN RANGE)
+  find /data -name '*.db' -print0 | pagewise stat --from - -0 --json
+
+Map cells: ' ' nothing cached, '.' some (even one page), 'o' 34% or more, 'O' all, '?' unknown.
+'unknown': cachestat(2) refused the file (not yours, not writable) and mincore(2) would call it
+fully cached; totals that leave such files out are marked '>='.
+vmtouch users: -v (--map), -p RANGE, -I include, -i ignore, -f follow, -F one filesystem.
+
+Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Path,
+    Size,
+    Cached,
+    Percent,
+    Dirty,
+    Evicted,
+}
+
+#[derive(Args, Debug)]
+pub struct StatArgs {
+    #[command(flatten)]
+    pub walk: WalkArgs,
+    #[command(flatten)]
+    pub out: OutputArgs,
+    /// List every file, not only one line per argument
+    #[arg(short = 'l', long)]
+    pub files: bool,
+    /// Order of listed files [default: path; cached with --top]
+    #[arg(long, value_enum)]
+    pub sort: Option<SortKey>,
+    /// List only the N files first in --sort order (memory stays bounded)
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// List only files with at least one cached page
+    #[arg(long)]
+    pub only_cached: bool,
+    /// Show a residency bar under each listed file (like vmtouch -v), 60 cells or
+    /// --map=WIDTH. Cells: ' ' nothing cached, '.' some (even one page), 'o' 34% or more,
+    /// 'O' all, '?' unknown
+    #[arg(
+        short = 'v',
+        long,
+        value_name = "WIDTH",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "60",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub map: Option<u16>,
+}
 
 fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
     let desc = |x: u64, y: u64| y.cmp(&x);

@@ -1,0 +1,97 @@
+//! `pagewise run`: run a command and drop again the pages it brings into the page cache.
+
+use super::args::{parse_limit_arg, AssistTuning, BackendArg};
+use super::output::Output;
+use super::render::{self, bytes};
+use super::trace_io::command_error;
+use clap::Args;
+use std::path::PathBuf;
+
+pub const EXAMPLES: &str = "\
+Examples:
+  pagewise run -- tar cf /backup/home.tar /home        the backup leaves the cache as it was
+  pagewise run --max-cache 16M -- grep -r needle /data
+  pagewise run --keep-written --report run.json -- rsync -a /src /dst
+
+The command's stdin/stdout/stderr are untouched; pagewise's report goes to stderr (or
+--report FILE as JSON, created before the command starts). SIGINT, SIGTERM, SIGHUP and SIGQUIT
+sent to pagewise are forwarded to the command as they are, and its pages are dropped before
+pagewise exits. Exit code: the command's own (128+N when killed by signal N: 130 for Ctrl-C);
+127 command not found, 126 not executable; 1 when tracing is impossible (needs root or
+CAP_SYS_ADMIN with tracefs).";
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Drop the command's pages whenever more than SIZE of them are cached ('none': only when
+    /// the command exits)
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_limit_arg)]
+    pub max_cache: u64,
+    /// Prefetch for the command like `pagewise assist` (the prefetched pages are dropped too)
+    #[arg(long)]
+    pub assist: bool,
+    #[command(flatten)]
+    pub tuning: AssistTuning,
+    /// Leave the pages of files the command wrote alone
+    #[arg(long)]
+    pub keep_written: bool,
+    /// Write the report as JSON to FILE instead of a line on stderr
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Ring buffer per CPU in KiB
+    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    pub buffer_kb: u64,
+    /// How the command's page-cache events are followed (as for `record`)
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// The command and its arguments ('--' before it is optional; needed when the command's
+    /// own options could be taken for pagewise's)
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// `pagewise run`.
+pub fn run(a: RunArgs) -> Result<i32, String> {
+    let opts = pagewise_core::run::RunOptions {
+        max_cache: a.max_cache,
+        keep_written: a.keep_written,
+        buffer_kb: a.buffer_kb,
+        backend: a.backend.into(),
+        assist: a.assist.then(|| a.tuning.options(a.buffer_kb)),
+    };
+    // The report file first: a bad path is found before the command runs.
+    let report_out = a.report.as_deref().map(Output::open).transpose()?;
+    let r = match pagewise_core::run::run(&a.command, &opts) {
+        Ok(r) => r,
+        Err(e) => return Ok(command_error("run", e)),
+    };
+    if let Some(out) = report_out {
+        out.write(|w| {
+            serde_json::to_writer_pretty(&mut *w, &r)
+                .map_err(std::io::Error::other)
+                .and_then(|_| writeln!(w))
+        })?;
+    }
+    for n in &r.notices {
+        eprintln!("pagewise run: note: {n}");
+    }
+    if a.report.is_none() {
+        render::report_problems("run", &r.errors, r.error_count, &[]);
+        eprintln!(
+            "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",
+            bytes(r.added_bytes),
+            r.prefetched_bytes.map_or_else(String::new, |p| format!(" and --assist prefetched {}", bytes(p))),
+            bytes(r.dropped_bytes),
+            bytes(r.left_bytes),
+            bytes(r.left_dirty_bytes),
+            bytes(r.left_mapped_or_busy_bytes),
+            if r.kept_written_bytes > 0 { format!(", {} of written files kept", bytes(r.kept_written_bytes)) } else { String::new() },
+            if r.lost_events > 0 { format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events) } else { String::new() },
+            r.files,
+            r.elapsed_s
+        );
+        if let Some(ar) = &r.assist {
+            render::assist_summary(ar);
+        }
+    }
+    Ok(r.exit_code)
+}
