@@ -240,13 +240,10 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                 .push(FileError::io(&path, "fadvise(DONTNEED)", &e));
         }
         // The mincore fallback's ownership check was made on the real file before.
-        let after = self.meter.measure_fd(
-            &path,
-            fd.as_fd(),
-            self.span_start(size),
-            self.span_start(size) + before.bytes,
-            || before.method != "unknown",
-        );
+        let (start, end) = self.opts.range.span(size);
+        let after = self
+            .meter
+            .measure_fd(&path, fd.as_fd(), start, end, || !before.is_unknown());
         match after {
             Ok(after) => {
                 let dropped = before
@@ -279,11 +276,6 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
             }
             Err(e) => self.errors.push(e),
         }
-    }
-
-    /// First byte of the file measured: the range's start, within the file.
-    fn span_start(&self, size: u64) -> u64 {
-        self.opts.range.start.min(size)
     }
 
     /// True when nothing is cached in `[off, off+len)` once a largest-folio span is cut off
@@ -331,7 +323,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         if unknown {
             t.unknown_files += 1;
             t.unknown_bytes += before.bytes;
-            t.unknown_reason = Some(crate::residency::UNKNOWN_NOT_WRITABLE);
+            t.unknown_reason = before.unknown_reason;
         } else {
             t.cached_bytes_before += before.cached_or_zero();
             t.cached_bytes_after += after.cached_or_zero();

@@ -110,8 +110,8 @@ struct Queued {
     fd: OwnedFd,
     off: u64,
     len: u64,
-    /// Bytes of the file in the range (`len` is whole pages).
-    real: u64,
+    /// The exact bytes of the file in the range (`off, len` are whole pages).
+    span: (u64, u64),
 }
 
 #[derive(Default)]
@@ -143,7 +143,8 @@ impl Ctx<'_> {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
         };
-        // Bytes of the file in the range (`len` is rounded out to whole pages).
+        // The exact bytes of the file in the range (`off, len` are rounded out to pages).
+        let span = self.opts.range.span(f.stat.size);
         let real = before.bytes;
         local.totals.files += 1;
         local.totals.bytes += real;
@@ -182,12 +183,12 @@ impl Ctx<'_> {
                         .push(FileError::io(f.path, "lseek(SEEK_DATA)", &e))
                 }
             }
-            self.after(local, f.path, f.fd.as_fd(), off, len, real);
+            self.after(local, f.path, f.fd.as_fd(), off, len, span);
             return;
         }
         if len >= LARGE_FILE.min(self.opts.window) {
             self.read_large(f.path, f.fd(), off, len);
-            self.after(local, f.path, f.fd.as_fd(), off, len, real);
+            self.after(local, f.path, f.fd.as_fd(), off, len, span);
             return;
         }
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
@@ -200,7 +201,7 @@ impl Ctx<'_> {
             fd: f.fd,
             off,
             len,
-            real,
+            span,
         });
         if local.queued.len() >= self.opts.batch_files {
             self.drain(local);
@@ -211,7 +212,7 @@ impl Ctx<'_> {
     fn drain(&self, local: &mut Local) {
         for q in std::mem::take(&mut local.queued) {
             if self.read_range(local, &q.path, &q.fd, q.off, q.len) {
-                self.after(local, &q.path, q.fd.as_fd(), q.off, q.len, q.real);
+                self.after(local, &q.path, q.fd.as_fd(), q.off, q.len, q.span);
             }
         }
     }
@@ -274,17 +275,13 @@ impl Ctx<'_> {
         fd: std::os::fd::BorrowedFd<'_>,
         off: u64,
         len: u64,
-        real: u64,
+        (start, end): (u64, u64),
     ) {
-        let start = self.opts.range.start.max(off);
-        let after = match self
-            .meter
-            .measure_fd(path, fd, start, start + real, || true)
-        {
+        let after = match self.meter.measure_fd(path, fd, start, end, || true) {
             Ok(r) => r,
             Err(e) => return self.errors.push(e),
         };
-        local.totals.read_bytes += real;
+        local.totals.read_bytes += end - start;
         local.totals.cached_bytes_after += after.cached_or_zero();
         if len < LARGE_FILE.min(self.opts.window) {
             self.progress.add(1, len);

@@ -52,10 +52,12 @@ impl ByteRange {
 }
 
 impl ByteRange {
-    /// Bytes of a file of `size` bytes that lie within this range (`size` without a range).
-    pub fn bytes_of(&self, size: u64) -> u64 {
-        let end = self.end.unwrap_or(u64::MAX).min(size);
-        end.saturating_sub(self.start.min(size))
+    /// The exact bytes `[start, end)` of a file of `size` bytes that lie within this range
+    /// (`[0, size)` without a range; empty at the end of the file when the range starts past
+    /// it): what every verb measures.
+    pub fn span(&self, size: u64) -> (u64, u64) {
+        let start = self.start.min(size);
+        (start, self.end.unwrap_or(u64::MAX).min(size).max(start))
     }
 }
 
@@ -226,9 +228,7 @@ impl Meter {
 
     /// Residency of the part of `f` in `range`.
     pub fn measure(&self, f: &FileRef<'_>, range: ByteRange) -> Result<Residency, FileError> {
-        let size = f.stat.size;
-        let start = range.start.min(size);
-        let end = range.end.unwrap_or(u64::MAX).min(size).max(start);
+        let (start, end) = range.span(f.stat.size);
         self.measure_fd(f.path, f.fd(), start, end, || f.mincore_is_truthful())
     }
 
@@ -703,8 +703,8 @@ mod tests {
             end: Some(3 << 20),
         };
         assert_eq!(r.clamp(5000).1, 0);
-        assert_eq!(r.bytes_of(5000), 0);
-        assert_eq!(r.bytes_of(2 << 20), 1 << 20);
-        assert_eq!(ByteRange::default().bytes_of(5000), 5000);
+        assert_eq!(r.span(5000), (5000, 5000));
+        assert_eq!(r.span(2 << 20), (1 << 20, 2 << 20));
+        assert_eq!(ByteRange::default().span(5000), (0, 5000));
     }
 }
