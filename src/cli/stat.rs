@@ -3,7 +3,7 @@
 use super::args::{OutputArgs, WalkArgs};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::residency::{self, FileStat, StatOptions, Totals};
+use pagewise_core::stat::{self, FileStat, StatOptions, Totals};
 use std::cmp::Ordering;
 use std::sync::Mutex;
 
@@ -107,7 +107,7 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
     let top = a.top;
     let stream = a.out.json_lines;
     let only_cached = a.only_cached;
-    let report = residency::stat(&roots, &opts, |f| {
+    let report = stat::stat(&roots, &opts, |f| {
         if only_cached && f.residency.cached == Some(0) {
             return;
         }

@@ -8,31 +8,224 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+/// The syscall or step that failed on a file. Shown and serialised as the text in each
+/// variant's doc (`"fadvise(DONTNEED)"`), so messages and JSON keep the names people know from
+/// strace and the man pages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Op {
+    /// `open`
+    Open,
+    /// `open (directory)`
+    OpenDirectory,
+    /// `open(O_DIRECT)`
+    OpenDirect,
+    /// `openat`
+    Openat,
+    /// `opendir`
+    Opendir,
+    /// `stat`
+    Stat,
+    /// `stat (symlink loop)`
+    StatSymlinkLoop,
+    /// `fstat`
+    Fstat,
+    /// `fstatat`
+    Fstatat,
+    /// `lstat`
+    Lstat,
+    /// `statx(STATX_DIOALIGN)`
+    StatxDioalign,
+    /// `readdir`
+    Readdir,
+    /// `getdents64`
+    Getdents64,
+    /// `readlink`
+    Readlink,
+    /// `cachestat`
+    Cachestat,
+    /// `mmap+mincore`
+    MmapMincore,
+    /// `mmap`
+    Mmap,
+    /// `mlock`
+    Mlock,
+    /// `madvise(MADV_POPULATE_READ)`
+    MadvisePopulateRead,
+    /// `fadvise(DONTNEED)`
+    FadviseDontneed,
+    /// `fadvise(WILLNEED)`
+    FadviseWillneed,
+    /// `sync_file_range`
+    SyncFileRange,
+    /// `sync_file_range(WRITE)`
+    SyncFileRangeWrite,
+    /// `sync_file_range(WAIT)`
+    SyncFileRangeWait,
+    /// `lseek(SEEK_DATA)`
+    LseekData,
+    /// `ioctl(BLKGETSIZE64)`
+    IoctlBlkgetsize64,
+    /// `pread`
+    Pread,
+    /// `pread(O_DIRECT)`
+    PreadDirect,
+    /// `preadv2(RWF_DONTCACHE)`
+    Preadv2Dontcache,
+    /// `read(RWF_DONTCACHE)`
+    ReadDontcache,
+    /// `io_uring read`
+    UringRead,
+    /// `io_uring read(O_DIRECT)`
+    UringReadDirect,
+    /// `pwrite`
+    Pwrite,
+    /// `pwrite(O_DIRECT)`
+    PwriteDirect,
+    /// `pwritev2`
+    Pwritev2,
+    /// `pwritev2(RWF_DONTCACHE)`
+    Pwritev2Dontcache,
+    /// `copy_file_range`
+    CopyFileRange,
+    /// `ftruncate`
+    Ftruncate,
+    /// `fsync`
+    Fsync,
+    /// `mkdir`
+    Mkdir,
+    /// `symlink`
+    Symlink,
+    /// `link`
+    Link,
+    /// `linkat`
+    Linkat,
+    /// `rename`
+    Rename,
+    /// `chmod`
+    Chmod,
+    /// `fchmod`
+    Fchmod,
+    /// `fchown`
+    Fchown,
+    /// `futimens`
+    Futimens,
+    /// `flistxattr`
+    Flistxattr,
+    /// `fsetxattr`
+    Fsetxattr,
+    /// `copy`
+    Copy,
+    /// `verify (read from disk)`
+    Verify,
+    /// `open(O_TMPFILE) in DIR`: the unnamed temporary a copy is written to.
+    OpenTmpfileIn(PathBuf),
+    /// `open(O_CREAT|O_EXCL) of TEMP`: the named temporary a copy is written to.
+    CreateExclusive(PathBuf),
+}
+
+impl Op {
+    /// The fixed name of a step that carries no path (`None` for those that do).
+    pub fn name(&self) -> Option<&'static str> {
+        Some(match self {
+            Op::Open => "open",
+            Op::OpenDirectory => "open (directory)",
+            Op::OpenDirect => "open(O_DIRECT)",
+            Op::Openat => "openat",
+            Op::Opendir => "opendir",
+            Op::Stat => "stat",
+            Op::StatSymlinkLoop => "stat (symlink loop)",
+            Op::Fstat => "fstat",
+            Op::Fstatat => "fstatat",
+            Op::Lstat => "lstat",
+            Op::StatxDioalign => "statx(STATX_DIOALIGN)",
+            Op::Readdir => "readdir",
+            Op::Getdents64 => "getdents64",
+            Op::Readlink => "readlink",
+            Op::Cachestat => "cachestat",
+            Op::MmapMincore => "mmap+mincore",
+            Op::Mmap => "mmap",
+            Op::Mlock => "mlock",
+            Op::MadvisePopulateRead => "madvise(MADV_POPULATE_READ)",
+            Op::FadviseDontneed => "fadvise(DONTNEED)",
+            Op::FadviseWillneed => "fadvise(WILLNEED)",
+            Op::SyncFileRange => "sync_file_range",
+            Op::SyncFileRangeWrite => "sync_file_range(WRITE)",
+            Op::SyncFileRangeWait => "sync_file_range(WAIT)",
+            Op::LseekData => "lseek(SEEK_DATA)",
+            Op::IoctlBlkgetsize64 => "ioctl(BLKGETSIZE64)",
+            Op::Pread => "pread",
+            Op::PreadDirect => "pread(O_DIRECT)",
+            Op::Preadv2Dontcache => "preadv2(RWF_DONTCACHE)",
+            Op::ReadDontcache => "read(RWF_DONTCACHE)",
+            Op::UringRead => "io_uring read",
+            Op::UringReadDirect => "io_uring read(O_DIRECT)",
+            Op::Pwrite => "pwrite",
+            Op::PwriteDirect => "pwrite(O_DIRECT)",
+            Op::Pwritev2 => "pwritev2",
+            Op::Pwritev2Dontcache => "pwritev2(RWF_DONTCACHE)",
+            Op::CopyFileRange => "copy_file_range",
+            Op::Ftruncate => "ftruncate",
+            Op::Fsync => "fsync",
+            Op::Mkdir => "mkdir",
+            Op::Symlink => "symlink",
+            Op::Link => "link",
+            Op::Linkat => "linkat",
+            Op::Rename => "rename",
+            Op::Chmod => "chmod",
+            Op::Fchmod => "fchmod",
+            Op::Fchown => "fchown",
+            Op::Futimens => "futimens",
+            Op::Flistxattr => "flistxattr",
+            Op::Fsetxattr => "fsetxattr",
+            Op::Copy => "copy",
+            Op::Verify => "verify (read from disk)",
+            Op::OpenTmpfileIn(_) | Op::CreateExclusive(_) => return None,
+        })
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::OpenTmpfileIn(dir) => write!(f, "open(O_TMPFILE) in {}", dir.display()),
+            Op::CreateExclusive(tmp) => write!(f, "open(O_CREAT|O_EXCL) of {}", tmp.display()),
+            other => f.write_str(other.name().unwrap_or_default()),
+        }
+    }
+}
+
+impl Serialize for Op {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 /// One failure on one file: `path: op failed: message`.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileError {
     #[serde(flatten, serialize_with = "crate::json::path")]
     pub path: PathBuf,
     /// The syscall or step that failed (`openat`, `cachestat`, `fadvise(DONTNEED)`, ...).
-    pub op: String,
+    pub op: Op,
     pub message: String,
     /// errno, when the failure came from the kernel.
     pub errno: Option<i32>,
 }
 
 impl FileError {
-    pub fn io(path: &Path, op: &str, e: &io::Error) -> Self {
+    pub fn io(path: &Path, op: Op, e: &io::Error) -> Self {
         FileError {
             path: path.to_path_buf(),
-            op: op.to_string(),
+            op,
             message: e.to_string(),
             errno: e.raw_os_error(),
         }
     }
-    pub fn other(path: &Path, op: &str, message: impl Into<String>) -> Self {
+    pub fn other(path: &Path, op: Op, message: impl Into<String>) -> Self {
         FileError {
             path: path.to_path_buf(),
-            op: op.to_string(),
+            op,
             message: message.into(),
             errno: None,
         }

@@ -9,9 +9,10 @@
 //! (WAIT_BEFORE|WRITE|WAIT_AFTER) and advise — so the device sees many writes at once and we wait
 //! once per batch, not once per file.
 
-use crate::error::{ErrorLog, FileError};
-use crate::residency::{ByteRange, Meter, Method, Progress, Residency};
+use crate::error::{ErrorLog, FileError, Op};
+use crate::residency::{ByteRange, Meter, Method, Residency};
 use crate::sys::{self, Advice};
+use crate::verb::Progress;
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -174,7 +175,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         if self.opts.sync && dirty > 0 {
             if let Err(e) = sys::sync_file_range(f.fd(), off, len, sys::SFR_WRITE) {
                 self.errors
-                    .push(FileError::io(f.path, "sync_file_range(WRITE)", &e));
+                    .push(FileError::io(f.path, Op::SyncFileRangeWrite, &e));
             }
             local.totals.dirty_bytes_written += before.dirty.unwrap_or(0);
             local.pending.push(Pending {
@@ -231,13 +232,13 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
             let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
             if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
                 self.errors
-                    .push(FileError::io(&path, "sync_file_range(WAIT)", &e));
+                    .push(FileError::io(&path, Op::SyncFileRangeWait, &e));
             }
         }
         if let Err(e) = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed) {
             return self
                 .errors
-                .push(FileError::io(&path, "fadvise(DONTNEED)", &e));
+                .push(FileError::io(&path, Op::FadviseDontneed, &e));
         }
         // The mincore fallback's ownership check was made on the real file before.
         let (start, end) = self.opts.range.span(size);

@@ -14,10 +14,13 @@ pub mod names;
 pub mod replay;
 pub mod residency;
 pub mod run;
+pub mod stat;
 pub mod sys;
 pub mod trace;
+pub mod verb;
 pub mod walk;
 
-pub use error::{Error, ErrorLog, FileError};
-pub use residency::{ByteRange, Method, Progress};
+pub use error::{Error, ErrorLog, FileError, Op};
+pub use residency::{ByteRange, Method};
+pub use verb::{FileResult, Observer, Outcome, Progress, Watch};
 pub use walk::WalkOptions;

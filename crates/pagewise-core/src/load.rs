@@ -11,9 +11,10 @@
 //! (measured here: 4–10 s of system time per 4 GiB with pread, 0.65 s with populate).
 
 use crate::chunks::{self, Stopped};
-use crate::error::{ErrorLog, FileError};
-use crate::residency::{ByteRange, Meter, Method, Progress};
+use crate::error::{ErrorLog, FileError, Op};
+use crate::residency::{ByteRange, Meter, Method};
 use crate::sys::{self, Advice, LockedMapping};
+use crate::verb::Progress;
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::os::fd::{AsFd, OwnedFd};
@@ -177,11 +178,7 @@ impl Ctx<'_> {
                         self.read_large(f.path, f.fd(), o, l);
                     }
                 }
-                Err(e) => {
-                    return self
-                        .errors
-                        .push(FileError::io(f.path, "lseek(SEEK_DATA)", &e))
-                }
+                Err(e) => return self.errors.push(FileError::io(f.path, Op::LseekData, &e)),
             }
             self.after(local, f.path, f.fd.as_fd(), off, len, span);
             return;
@@ -194,7 +191,7 @@ impl Ctx<'_> {
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
             return self
                 .errors
-                .push(FileError::io(f.path, "fadvise(WILLNEED)", &e));
+                .push(FileError::io(f.path, Op::FadviseWillneed, &e));
         }
         local.queued.push(Queued {
             path: f.path.to_path_buf(),
@@ -229,7 +226,7 @@ impl Ctx<'_> {
                 Ok(0) => break, // truncated meanwhile
                 Ok(r) => pos += r as u64,
                 Err(e) => {
-                    self.errors.push(FileError::io(path, "pread", &e));
+                    self.errors.push(FileError::io(path, Op::Pread, &e));
                     return false;
                 }
             }
@@ -264,7 +261,7 @@ impl Ctx<'_> {
             done,
         ) {
             self.errors
-                .push(FileError::io(path, "madvise(MADV_POPULATE_READ)", &e));
+                .push(FileError::io(path, Op::MadvisePopulateRead, &e));
         }
     }
 
@@ -309,7 +306,7 @@ impl Ctx<'_> {
                 local.totals.locked_files += 1;
             }
             Err((op, e)) => {
-                let why = lock_failure_hint(op, &e);
+                let why = lock_failure_hint(&op, &e);
                 if e.raw_os_error() == Some(libc::ENOMEM) || e.raw_os_error() == Some(libc::EPERM) {
                     // Every further file would fail the same way: say it once, stop trying.
                     self.lock_blocked.store(true, Ordering::Relaxed);
@@ -322,13 +319,13 @@ impl Ctx<'_> {
 }
 
 /// Explains an mmap/mlock failure in terms of the limit that stood in the way.
-fn lock_failure_hint(op: &str, e: &std::io::Error) -> String {
+fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
     let (maps, max) = sys::map_count_and_limit();
     match (op, e.raw_os_error()) {
-        ("mmap", Some(libc::ENOMEM)) | ("mlock", Some(libc::ENOMEM)) if maps + 16 >= max => format!(
+        (Op::Mmap, Some(libc::ENOMEM)) | (Op::Mlock, Some(libc::ENOMEM)) if maps + 16 >= max => format!(
             " — vm.max_map_count ({max}) reached: each locked file needs one mapping; raise it (sysctl vm.max_map_count=N) or lock fewer files"
         ),
-        ("mlock", Some(libc::ENOMEM)) | ("mlock", Some(libc::EPERM)) | ("mlock", Some(libc::EAGAIN)) => {
+        (Op::Mlock, Some(libc::ENOMEM)) | (Op::Mlock, Some(libc::EPERM)) | (Op::Mlock, Some(libc::EAGAIN)) => {
             let l = sys::memlock_limit();
             let lim = if l == u64::MAX { "unlimited".to_string() } else { format!("{l} bytes") };
             format!(" — RLIMIT_MEMLOCK is {lim}: raise it (ulimit -l, LimitMEMLOCK= in a unit) or run with CAP_IPC_LOCK")

@@ -2,7 +2,7 @@
 //! sorted by position on disk (FIEMAP) and merged — and time it. Also the trace-driven
 //! `evict --trace` and `load --trace`.
 
-use crate::error::{ErrorLog, FileError};
+use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, Advice, AlignedBuf};
 use crate::trace::{self, Trace};
 use serde::Serialize;
@@ -137,7 +137,7 @@ pub fn open_files(trace: &Trace, direct: bool) -> OpenFiles {
                 if e.kind() == std::io::ErrorKind::InvalidInput && e.raw_os_error().is_none() =>
             {
                 let path = f.name();
-                out.errors.push(FileError::io(&path, "open", &e));
+                out.errors.push(FileError::io(&path, Op::Open, &e));
                 None
             }
             Err(e) => {
@@ -339,7 +339,7 @@ fn issue(
                         }
                         Err(e) => errors.push(FileError::io(
                             &trace.files[r.file as usize].name(),
-                            if direct { "pread(O_DIRECT)" } else { "pread" },
+                            if direct { Op::PreadDirect } else { Op::Pread },
                             &e,
                         )),
                     }
@@ -392,9 +392,9 @@ fn issue_uring(
                     Err(e) => errors.push(FileError::io(
                         &trace.files[reqs[*i].file as usize].name(),
                         if direct {
-                            "io_uring read(O_DIRECT)"
+                            Op::UringReadDirect
                         } else {
-                            "io_uring read"
+                            Op::UringRead
                         },
                         &e,
                     )),
@@ -528,10 +528,10 @@ pub fn evict_trace(trace: &Trace, dry_run: bool) -> TraceCacheReport {
         let path = trace.files[f as usize].name();
         let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
         if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
-            errors.push(FileError::io(&path, "sync_file_range", &e));
+            errors.push(FileError::io(&path, Op::SyncFileRange, &e));
         }
         if let Err(e) = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed) {
-            errors.push(FileError::io(&path, "fadvise(DONTNEED)", &e));
+            errors.push(FileError::io(&path, Op::FadviseDontneed, &e));
         }
     }
     let mut r = cache_report(&files, &ranges, before, start, errors);

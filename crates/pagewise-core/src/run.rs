@@ -8,7 +8,7 @@
 //! `keep_written`. Works for static binaries and mmap readers alike: nothing is injected into
 //! the command.
 
-use crate::error::{ErrorLog, FileError};
+use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, Advice};
 use crate::trace::tracefs;
 use crate::trace::Follower;
@@ -237,7 +237,7 @@ impl Dropper {
                 if let Err(e) = sys::fadvise(fd, off, len, Advice::DontNeed) {
                     self.errors.push(FileError::io(
                         std::path::Path::new(&format!("<{}:{} inode {}>", key.0, key.1, key.2)),
-                        "fadvise(DONTNEED)",
+                        Op::FadviseDontneed,
                         &e,
                     ));
                     continue;

@@ -7,7 +7,7 @@
 //! devices inside a tree are counted and never opened; symlinks are skipped unless `follow`.
 //! Files with more than one link are visited once (dev, inode).
 
-use crate::error::{ErrorLog, FileError};
+use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, DirReader, DirentType, OpenFlags, Stat};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
@@ -313,9 +313,9 @@ where
             Ok(s) => s,
             Err(e) => {
                 let op = if e.raw_os_error() == Some(libc::ELOOP) {
-                    "stat (symlink loop)"
+                    Op::StatSymlinkLoop
                 } else {
-                    "stat"
+                    Op::Stat
                 };
                 self.errors.push(FileError::io(root, op, &e));
                 self.root_failed(idx);
@@ -339,7 +339,7 @@ where
         if !(st.is_file() || st.is_block_device()) {
             self.errors.push(FileError::other(
                 root,
-                "open",
+                Op::Open,
                 format!("is a {}: it has no page cache of its own", st.kind()),
             ));
             self.root_failed(idx);
@@ -349,7 +349,7 @@ where
             Ok(n) => n,
             Err(_) => {
                 self.errors
-                    .push(FileError::other(root, "open", "path contains a NUL byte"));
+                    .push(FileError::other(root, Op::Open, "path contains a NUL byte"));
                 return;
             }
         };
@@ -410,7 +410,7 @@ where
             }
             Err(e) => {
                 self.errors
-                    .push(FileError::io(&path, "open (directory)", &e));
+                    .push(FileError::io(&path, Op::OpenDirectory, &e));
                 if depth == 0 {
                     self.root_failed(root);
                 }
@@ -420,7 +420,7 @@ where
         let st = match sys::fstat(fd.as_fd()) {
             Ok(s) => s,
             Err(e) => {
-                self.errors.push(FileError::io(&path, "fstat", &e));
+                self.errors.push(FileError::io(&path, Op::Fstat, &e));
                 return;
             }
         };
@@ -434,7 +434,7 @@ where
             if ancestors.contains(&key) {
                 self.errors.push(FileError::other(
                     &path,
-                    "open (directory)",
+                    Op::OpenDirectory,
                     "symlink loop: this directory contains itself",
                 ));
                 return;
@@ -457,7 +457,7 @@ where
             let ent = match ent {
                 Ok(e) => e,
                 Err(e) => {
-                    self.errors.push(FileError::io(&path, "getdents64", &e));
+                    self.errors.push(FileError::io(&path, Op::Getdents64, &e));
                     break;
                 }
             };
@@ -475,7 +475,7 @@ where
                     }
                     Err(e) => {
                         let p = path.join(sys::name_os(&ent.name));
-                        self.errors.push(FileError::io(&p, "fstatat", &e));
+                        self.errors.push(FileError::io(&p, Op::Fstatat, &e));
                         continue;
                     }
                 }
@@ -578,7 +578,7 @@ where
                 return;
             }
             Err(e) => {
-                self.errors.push(FileError::io(path, "openat", &e));
+                self.errors.push(FileError::io(path, Op::Openat, &e));
                 if explicit {
                     self.root_failed(root);
                 }
@@ -588,7 +588,7 @@ where
         let mut stat = match sys::fstat(fd.as_fd()) {
             Ok(s) => s,
             Err(e) => {
-                self.errors.push(FileError::io(path, "fstat", &e));
+                self.errors.push(FileError::io(path, Op::Fstat, &e));
                 return;
             }
         };
@@ -601,7 +601,7 @@ where
                 }
                 Err(e) => {
                     self.errors
-                        .push(FileError::io(path, "ioctl(BLKGETSIZE64)", &e));
+                        .push(FileError::io(path, Op::IoctlBlkgetsize64, &e));
                     self.root_failed(root);
                     return;
                 }

@@ -2,6 +2,7 @@
 //! extents (holes stay holes) and reports the strategy it really used.
 
 use crate::chunks::{self, pieces, Stopped};
+use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf};
 use serde::Serialize;
 use std::io;
@@ -48,7 +49,7 @@ pub enum Unsupported {
 /// An error while moving data: which step, on which side.
 #[derive(Debug)]
 pub struct IoFailure {
-    pub op: &'static str,
+    pub op: Op,
     pub on_dest: bool,
     pub err: io::Error,
 }
@@ -138,7 +139,7 @@ where
     }
 }
 
-fn fail(op: &'static str, on_dest: bool, err: io::Error) -> Outcome {
+fn fail(op: Op, on_dest: bool, err: io::Error) -> Outcome {
     Outcome::Failed(IoFailure { op, on_dest, err })
 }
 
@@ -198,7 +199,7 @@ pub fn copy_direct(
             if first.load(Ordering::Relaxed) && refused(&e) {
                 Outcome::Fallback(Unsupported::Refused("pread(O_DIRECT)", e))
             } else {
-                fail("pread(O_DIRECT)", false, e)
+                fail(Op::PreadDirect, false, e)
             }
         })?;
         if n == 0 {
@@ -214,7 +215,7 @@ pub fn copy_direct(
             if first.load(Ordering::Relaxed) && refused(&e) {
                 Outcome::Fallback(Unsupported::Refused("pwrite(O_DIRECT)", e))
             } else {
-                fail("pwrite(O_DIRECT)", true, e)
+                fail(Op::PwriteDirect, true, e)
             }
         })?;
         first.store(false, Ordering::Relaxed);
@@ -263,7 +264,7 @@ pub fn copy_dontcache(job: &Job<'_>) -> Outcome {
             if first.load(Ordering::Relaxed) && refused(&e) {
                 Outcome::Fallback(Unsupported::Refused("preadv2(RWF_DONTCACHE)", e))
             } else {
-                fail("preadv2(RWF_DONTCACHE)", false, e)
+                fail(Op::Preadv2Dontcache, false, e)
             }
         })?;
         if n == 0 {
@@ -279,7 +280,7 @@ pub fn copy_dontcache(job: &Job<'_>) -> Outcome {
             if first.load(Ordering::Relaxed) && refused(&e) {
                 Outcome::Fallback(Unsupported::Refused("pwritev2(RWF_DONTCACHE)", e))
             } else {
-                fail("pwritev2(RWF_DONTCACHE)", true, e)
+                fail(Op::Pwritev2Dontcache, true, e)
             }
         })?;
         first.store(false, Ordering::Relaxed);
@@ -350,7 +351,7 @@ pub fn copy_drop_behind(job: &Job<'_>) -> Outcome {
     let _ = sys::fadvise(job.src, 0, 0, Advice::Sequential);
     parallel(job, 4096, |buf, off, len| {
         let n = read_full(buf, off, len as usize, |b, o| sys::pread(job.src, b, o))
-            .map_err(|e| fail("pread", false, e))?;
+            .map_err(|e| fail(Op::Pread, false, e))?;
         if n == 0 {
             return Ok(());
         }
@@ -359,12 +360,12 @@ pub fn copy_drop_behind(job: &Job<'_>) -> Outcome {
         }
         precached.drop_others(job, off, len);
         write_full(&buf[..n], off, |b, o| pwrite(job.dst, b, o))
-            .map_err(|e| fail("pwrite", true, e))?;
+            .map_err(|e| fail(Op::Pwrite, true, e))?;
         // Write this chunk back now and drop it once clean. Waiting here keeps at most one
         // chunk per thread dirty; with several threads the device still sees a queue.
         let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
         sys::sync_file_range(job.dst, off, n as u64, flags)
-            .map_err(|e| fail("sync_file_range", true, e))?;
+            .map_err(|e| fail(Op::SyncFileRange, true, e))?;
         let _ = sys::fadvise(job.dst, off, n as u64, Advice::DontNeed);
         Ok(())
     })
@@ -397,12 +398,12 @@ pub fn copy_buffered(job: &Job<'_>) -> Outcome {
                     let n = read_full(buf, off + done, (len - done) as usize, |b, o| {
                         sys::pread(job.src, b, o)
                     })
-                    .map_err(|e| fail("pread", false, e))?;
+                    .map_err(|e| fail(Op::Pread, false, e))?;
                     if n == 0 {
                         break;
                     }
                     write_full(&buf[..n], off + done, |b, o| pwrite(job.dst, b, o))
-                        .map_err(|e| fail("pwrite", true, e))?;
+                        .map_err(|e| fail(Op::Pwrite, true, e))?;
                     done += n as u64;
                 }
                 Err(e) => {
@@ -411,7 +412,7 @@ pub fn copy_buffered(job: &Job<'_>) -> Outcome {
                         e.raw_os_error(),
                         Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
                     );
-                    return Err(fail("copy_file_range", on_dest, e));
+                    return Err(fail(Op::CopyFileRange, on_dest, e));
                 }
             }
         }
@@ -421,7 +422,7 @@ pub fn copy_buffered(job: &Job<'_>) -> Outcome {
             while o < off + done {
                 let want = ((off + done - o) as usize).min(buf.len());
                 let n = read_full(buf, o, want, |b, p| sys::pread(job.src, b, p))
-                    .map_err(|e| fail("pread", false, e))?;
+                    .map_err(|e| fail(Op::Pread, false, e))?;
                 if n == 0 {
                     break;
                 }

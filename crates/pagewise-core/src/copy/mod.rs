@@ -13,9 +13,10 @@
 
 pub mod engine;
 
-use crate::error::{ErrorLog, FileError};
-use crate::residency::{self, Progress, StatOptions};
+use crate::error::{ErrorLog, FileError, Op};
+use crate::stat::{self, StatOptions};
 use crate::sys::{self, Advice, AlignedBuf};
+use crate::verb::Progress;
 pub use engine::Strategy;
 use engine::{ChunkHashes, Job, Outcome, Unsupported};
 use serde::Serialize;
@@ -305,8 +306,7 @@ impl Ctx<'_> {
                     ));
                 }
                 Err(e) => {
-                    let op = format!("open(O_TMPFILE) in {}", dir.display());
-                    return Err(FileError::io(dst, &op, &e));
+                    return Err(FileError::io(dst, Op::OpenTmpfileIn(dir.to_path_buf()), &e));
                 }
             }
         }
@@ -319,10 +319,7 @@ impl Ctx<'_> {
                     armed: true,
                 }),
             )),
-            Err(e) => {
-                let op = format!("open(O_CREAT|O_EXCL) of {}", tmp.display());
-                Err(FileError::io(dst, &op, &e))
-            }
+            Err(e) => Err(FileError::io(dst, Op::CreateExclusive(tmp), &e)),
         }
     }
 
@@ -332,11 +329,11 @@ impl Ctx<'_> {
         fd: BorrowedFd<'_>,
         temp: &mut Temp,
         dst: &Path,
-    ) -> Result<(), (&'static str, io::Error)> {
+    ) -> Result<(), (Op, io::Error)> {
         match temp {
             Temp::Named(tmp) => {
-                replaceable(dst).map_err(|e| ("rename", e))?;
-                fs::rename(&tmp.path, dst).map_err(|e| ("rename", e))?;
+                replaceable(dst).map_err(|e| (Op::Rename, e))?;
+                fs::rename(&tmp.path, dst).map_err(|e| (Op::Rename, e))?;
                 tmp.armed = false;
                 Ok(())
             }
@@ -344,15 +341,15 @@ impl Ctx<'_> {
                 Ok(()) => Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                     // Replacing an existing file atomically needs a rename.
-                    replaceable(dst).map_err(|e| ("rename", e))?;
+                    replaceable(dst).map_err(|e| (Op::Rename, e))?;
                     let tmp = self.temp_name(dst);
-                    sys::link_fd(fd, &tmp).map_err(|e| ("linkat", e))?;
+                    sys::link_fd(fd, &tmp).map_err(|e| (Op::Linkat, e))?;
                     fs::rename(&tmp, dst).map_err(|e| {
                         let _ = fs::remove_file(&tmp);
-                        ("rename", e)
+                        (Op::Rename, e)
                     })
                 }
-                Err(e) => Err(("linkat", e)),
+                Err(e) => Err((Op::Linkat, e)),
             },
         }
     }
@@ -458,7 +455,7 @@ impl Ctx<'_> {
                 Ok(n) => n,
                 Err(Some(e)) => {
                     self.errors
-                        .push(FileError::io(&o.src, "read(RWF_DONTCACHE)", &e));
+                        .push(FileError::io(&o.src, Op::ReadDontcache, &e));
                     continue;
                 }
                 Err(None) => {
@@ -470,7 +467,7 @@ impl Ctx<'_> {
             if let Err(e) = engine::write_full(&data[..n], 0, |b, off| {
                 sys::pwritev2(o.df.as_fd(), b, off, 0)
             }) {
-                self.errors.push(FileError::io(&o.dst, "pwritev2", &e));
+                self.errors.push(FileError::io(&o.dst, Op::Pwritev2, &e));
                 continue;
             }
             let digest = self
@@ -529,21 +526,21 @@ impl Ctx<'_> {
                 return None;
             }
             Err(e) => {
-                self.errors.push(FileError::io(&src, "open", &e));
+                self.errors.push(FileError::io(&src, Op::Open, &e));
                 return None;
             }
         };
         let st = match sys::fstat(sf.as_fd()) {
             Ok(s) => s,
             Err(e) => {
-                self.errors.push(FileError::io(&src, "fstat", &e));
+                self.errors.push(FileError::io(&src, Op::Fstat, &e));
                 return None;
             }
         };
         if !st.is_file() {
             self.errors.push(FileError::other(
                 &src,
-                "open",
+                Op::Open,
                 format!("is a {} now, not a regular file", st.kind()),
             ));
             return None;
@@ -554,8 +551,7 @@ impl Ctx<'_> {
             match sys::data_extents(sf.as_fd(), 0, size) {
                 Ok(e) => e,
                 Err(e) => {
-                    self.errors
-                        .push(FileError::io(&src, "lseek(SEEK_DATA)", &e));
+                    self.errors.push(FileError::io(&src, Op::LseekData, &e));
                     return None;
                 }
             }
@@ -594,7 +590,7 @@ impl Ctx<'_> {
                         .try_clone()
                         .and_then(|d| std::fs::File::from(d).set_len(0))
                     {
-                        self.errors.push(FileError::io(&dst, "ftruncate", &e));
+                        self.errors.push(FileError::io(&dst, Op::Ftruncate, &e));
                         return None;
                     }
                 }
@@ -691,7 +687,7 @@ impl Ctx<'_> {
         }
         self.errors.push(FileError::other(
             &o.dst,
-            "copy",
+            Op::Copy,
             "no strategy could write this file",
         ));
         None
@@ -714,14 +710,14 @@ impl Ctx<'_> {
             if now.size != size || now.mtime != o.st.mtime {
                 return self.errors.push(FileError::other(
                     &o.src,
-                    "copy",
+                    Op::Copy,
                     "source changed while it was being copied (not renamed into place; copy again)",
                 ));
             }
         }
         if o.sparse || strat == Strategy::Direct {
             if let Err(e) = o.df.set_len(size) {
-                return self.errors.push(FileError::io(&o.dst, "ftruncate", &e));
+                return self.errors.push(FileError::io(&o.dst, Op::Ftruncate, &e));
             }
         }
         if let Err((op, e)) = self.apply_meta(&o.sf, &o.df, &o.st) {
@@ -729,7 +725,7 @@ impl Ctx<'_> {
         }
         if self.opts.fsync {
             if let Err(e) = o.df.sync_all() {
-                return self.errors.push(FileError::io(&o.dst, "fsync", &e));
+                return self.errors.push(FileError::io(&o.dst, Op::Fsync, &e));
             }
         }
         if self.interrupted.load(Ordering::Relaxed) {
@@ -781,30 +777,31 @@ impl Ctx<'_> {
         sf: &OwnedFd,
         df: &fs::File,
         st: &sys::Stat,
-    ) -> Result<(), (&'static str, io::Error)> {
+    ) -> Result<(), (Op, io::Error)> {
         if !self.opts.preserve {
             // Created with the right mode (see copy_file).
             return Ok(());
         }
         if self.is_root {
-            std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid)).map_err(|e| ("fchown", e))?;
+            std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid))
+                .map_err(|e| (Op::Fchown, e))?;
         }
-        for (name, value) in sys::xattrs(sf.as_fd()).map_err(|e| ("flistxattr", e))? {
+        for (name, value) in sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))? {
             match sys::set_xattr(df.as_fd(), &name, &value) {
                 Ok(()) => {}
                 // Not every destination takes every namespace (e.g. security.* on tmpfs).
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::EPERM)) => {
                     self.notice(format!("some extended attributes could not be kept: {e}"));
                 }
-                Err(e) => return Err(("fsetxattr", e)),
+                Err(e) => return Err((Op::Fsetxattr, e)),
             }
         }
         df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
-            .map_err(|e| ("fchmod", e))?;
+            .map_err(|e| (Op::Fchmod, e))?;
         let times = fs::FileTimes::new()
             .set_accessed(epoch_time(st.atime))
             .set_modified(epoch_time(st.mtime));
-        df.set_times(times).map_err(|e| ("futimens", e))?;
+        df.set_times(times).map_err(|e| (Op::Futimens, e))?;
         Ok(())
     }
 }
@@ -920,7 +917,7 @@ impl Planner<'_> {
                 // destination inside the source): copying it would never end.
                 return self.ctx.errors.push(FileError::other(
                     src,
-                    "copy",
+                    Op::Copy,
                     "cannot copy a directory into itself (it is a destination of this copy)",
                 ));
             }
@@ -929,20 +926,20 @@ impl Planner<'_> {
                     let _ = fs::set_permissions(dst, fs::Permissions::from_mode(0o700));
                 }
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
-                Err(e) => return self.ctx.errors.push(FileError::io(dst, "mkdir", &e)),
+                Err(e) => return self.ctx.errors.push(FileError::io(dst, Op::Mkdir, &e)),
             }
             if let Ok(dm) = fs::metadata(dst) {
                 self.dest_dirs.insert(id(&dm));
             }
             let rd = match fs::read_dir(src) {
                 Ok(r) => r,
-                Err(e) => return self.ctx.errors.push(FileError::io(src, "opendir", &e)),
+                Err(e) => return self.ctx.errors.push(FileError::io(src, Op::Opendir, &e)),
             };
             let mut names: Vec<_> = Vec::new();
             for ent in rd {
                 match ent {
                     Ok(e) => names.push(e.file_name()),
-                    Err(e) => self.ctx.errors.push(FileError::io(src, "readdir", &e)),
+                    Err(e) => self.ctx.errors.push(FileError::io(src, Op::Readdir, &e)),
                 }
             }
             names.sort();
@@ -951,7 +948,7 @@ impl Planner<'_> {
                 match fs::symlink_metadata(&s) {
                     Ok(m) => self.entry(&s, &dst.join(&n), m),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => self.ctx.errors.push(FileError::io(&s, "lstat", &e)),
+                    Err(e) => self.ctx.errors.push(FileError::io(&s, Op::Lstat, &e)),
                 }
             }
             self.dirs.push(DirTask {
@@ -961,13 +958,13 @@ impl Planner<'_> {
         } else if ft.is_symlink() {
             let target = match fs::read_link(src) {
                 Ok(t) => t,
-                Err(e) => return self.ctx.errors.push(FileError::io(src, "readlink", &e)),
+                Err(e) => return self.ctx.errors.push(FileError::io(src, Op::Readlink, &e)),
             };
             let tmp = self.ctx.temp_name(dst);
             let r = std::os::unix::fs::symlink(&target, &tmp).and_then(|_| fs::rename(&tmp, dst));
             if let Err(e) = r {
                 let _ = fs::remove_file(&tmp);
-                return self.ctx.errors.push(FileError::io(dst, "symlink", &e));
+                return self.ctx.errors.push(FileError::io(dst, Op::Symlink, &e));
             }
             if self.ctx.opts.preserve && self.ctx.is_root {
                 let _ = std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()));
@@ -1211,13 +1208,13 @@ pub fn copy(
         for (src, dst) in &targets {
             match fs::symlink_metadata(src) {
                 Ok(m) => match refuse_source(src, dst, &m) {
-                    Some(why) => ctx.errors.push(FileError::other(src, "copy", why)),
+                    Some(why) => ctx.errors.push(FileError::other(src, Op::Copy, why)),
                     None => {
                         copied_to.push(dst.clone());
                         planner.entry(src, dst, m)
                     }
                 },
-                Err(e) => ctx.errors.push(FileError::io(src, "lstat", &e)),
+                Err(e) => ctx.errors.push(FileError::io(src, Op::Lstat, &e)),
             }
         }
         planner.flush();
@@ -1248,7 +1245,7 @@ pub fn copy(
         let _ = fs::remove_file(other);
         match fs::hard_link(first, other) {
             Ok(()) => hardlinks += 1,
-            Err(e) => ctx.errors.push(FileError::io(other, "link", &e)),
+            Err(e) => ctx.errors.push(FileError::io(other, Op::Link, &e)),
         }
     }
     // Directories, deepest first (the planner pushed children before parents).
@@ -1259,7 +1256,7 @@ pub fn copy(
             d.meta.mode() & 0o777 & !umask
         };
         if let Err(e) = fs::set_permissions(&d.dst, fs::Permissions::from_mode(mode)) {
-            ctx.errors.push(FileError::io(&d.dst, "chmod", &e));
+            ctx.errors.push(FileError::io(&d.dst, Op::Chmod, &e));
         }
         if opts.preserve {
             if ctx.is_root {
@@ -1302,13 +1299,11 @@ pub fn copy(
                     mismatches += 1;
                     ctx.errors.push(FileError::other(
                         dst,
-                        "verify",
+                        Op::Verify,
                         "content differs from the source",
                     ));
                 }
-                Err(e) => ctx
-                    .errors
-                    .push(FileError::io(dst, "verify (read from disk)", &e)),
+                Err(e) => ctx.errors.push(FileError::io(dst, Op::Verify, &e)),
             }
         }
     }
@@ -1316,7 +1311,7 @@ pub fn copy(
     // source's destination is not ours to measure).
     let dst_roots: Vec<PathBuf> = copied_to.into_iter().filter(|p| p.exists()).collect();
     if !dst_roots.is_empty() {
-        if let Ok(r) = residency::stat(&dst_roots, &StatOptions::default(), |_| {}) {
+        if let Ok(r) = stat::stat(&dst_roots, &StatOptions::default(), |_| {}) {
             m.residue.dest_cached_bytes = r.total.cached_bytes;
         }
     }

@@ -42,11 +42,11 @@ pub fn mmap_lock(
     fd: BorrowedFd<'_>,
     off: u64,
     len: u64,
-) -> Result<LockedMapping, (&'static str, io::Error)> {
-    let map = Mapping::new(fd, off, len).map_err(|e| ("mmap", e))?;
+) -> Result<LockedMapping, (crate::Op, io::Error)> {
+    let map = Mapping::new(fd, off, len).map_err(|e| (crate::Op::Mmap, e))?;
     // SAFETY: locks exactly the live mapping created above.
     if unsafe { libc::mlock(map.addr, map.len) } < 0 {
-        return Err(("mlock", io::Error::last_os_error()));
+        return Err((crate::Op::Mlock, io::Error::last_os_error()));
     }
     Ok(LockedMapping { _map: map })
 }
