@@ -262,8 +262,26 @@ pub enum Error {
     /// A process named by PID does not exist (or is gone).
     #[error("no such process: {0}")]
     NoSuchProcess(u32),
+    /// The page-cache tracepoints cannot be used: `reason` says what is missing (root,
+    /// tracefs, perf_event_paranoid) and `needed_by` which verb needed them.
+    #[error("{reason}. pagewise {needed_by} needs the page-cache tracepoints (root, or CAP_SYS_ADMIN with tracefs){hint}")]
+    TracingUnavailable {
+        /// What is missing, from the probe.
+        reason: String,
+        /// The verb that needed tracing (`run`, `record`, `assist`).
+        needed_by: &'static str,
+        /// What to do instead, when there is something (leading separator included).
+        hint: &'static str,
+    },
+    /// Tracing started but then failed (a tracefs file could not be written or read).
+    #[error("tracefs: {0}")]
+    Tracefs(io::Error),
+    /// Waiting for the command that was run or recorded failed.
+    #[error("wait for the command: {0}")]
+    Wait(io::Error),
+    /// A trace file could not be read.
     #[error("{0}")]
-    Other(String),
+    Trace(#[from] crate::trace::TraceError),
 }
 
 impl Error {

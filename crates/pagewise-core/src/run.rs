@@ -296,14 +296,9 @@ impl Dropper {
     }
 }
 
-/// The error to show when tracing is impossible, with what the user can do instead.
-pub fn no_tracing_hint(e: &tracefs::TraceUnavailable) -> String {
-    format!(
-        "{e}. pagewise run needs the page-cache tracepoints (root, or CAP_SYS_ADMIN with tracefs). \
-         Without them, a cgroup memory limit also keeps a command's cache small, e.g.: \
-         systemd-run --scope -p MemoryHigh=256M -- CMD"
-    )
-}
+/// What to do when tracing is impossible: a cgroup limit also keeps a command's cache small.
+const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps a command's \
+     cache small, e.g.: systemd-run --scope -p MemoryHigh=256M -- CMD";
 
 /// Runs `cmd` and drops the pages it brings into the page cache. stdin/stdout/stderr are
 /// inherited; SIGINT and SIGTERM received by pagewise are forwarded to the command.
@@ -377,8 +372,14 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     // Perf events where the kernel allows them: they follow the command from its fork without
     // a PID list, whose changes cost an RCU grace period each (~40 ms per run back to back).
     let every = (!wake_each).then_some(Duration::from_millis(2));
-    let follower = Follower::start(events, opts.buffer_kb, opts.backend, every, on_event)
-        .map_err(|e| crate::Error::Other(no_tracing_hint(&e)))?;
+    let follower =
+        Follower::start(events, opts.buffer_kb, opts.backend, every, on_event).map_err(|e| {
+            crate::Error::TracingUnavailable {
+                reason: e.0,
+                needed_by: "run",
+                hint: NO_TRACING_HINT,
+            }
+        })?;
     let follower_notice = follower.notice.clone();
     // Drop-behind: a thread that drops whenever the outstanding footprint passes the limit.
     let limit_pages = (opts.max_cache / page).max(1);
@@ -425,14 +426,10 @@ pub fn run(cmd: &[OsString], opts: &RunOptions) -> Result<RunReport, crate::Erro
     sys::supervise_signals();
     sys::become_subreaper();
     // Threads started before this (reader, drop-behind) are not followed by tracefs.
-    follower
-        .arm()
-        .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
+    follower.arm().map_err(crate::Error::Tracefs)?;
     let start = std::time::Instant::now();
     let status = crate::trace::spawn(cmd).and_then(|mut child| {
-        let status = child
-            .wait()
-            .map_err(|e| crate::Error::Other(format!("wait for the command: {e}")));
+        let status = child.wait().map_err(crate::Error::Wait);
         sys::stop_forwarding();
         status
     });

@@ -331,11 +331,12 @@ pub fn watch(
         })?);
     }
     sys::raise_nofile_limit();
-    let inst = Instance::new(&EVENTS, opts.buffer_kb).map_err(|e| {
-        crate::Error::Other(format!(
-            "{e}. pagewise assist needs the page-cache tracepoints (root, or CAP_SYS_ADMIN with tracefs)"
-        ))
-    })?;
+    let inst =
+        Instance::new(&EVENTS, opts.buffer_kb).map_err(|e| crate::Error::TracingUnavailable {
+            reason: e.0,
+            needed_by: "assist",
+            hint: "",
+        })?;
     let assistant = Arc::new(Mutex::new(Assistant::new(opts)));
     let stop = Arc::new(AtomicBool::new(false));
     let a2 = assistant.clone();
@@ -348,8 +349,8 @@ pub fn watch(
                 }
             }
         })
-        .map_err(|e| crate::Error::Other(format!("trace_pipe: open failed: {e}")))?;
-    let fail = |e: std::io::Error| crate::Error::Other(format!("tracefs: {e}"));
+        .map_err(crate::Error::Tracefs)?;
+    let fail = crate::Error::Tracefs;
     inst.follow(&tids).map_err(fail)?;
     inst.enable().map_err(fail)?;
     let interrupted = sys::interrupt_flag();

@@ -80,21 +80,21 @@ pub fn record(cmd: &[OsString], opts: &RecordOptions) -> Result<Recorded, crate:
         Some(std::time::Duration::from_millis(10)),
         move |e| s2.lock().unwrap().push(e),
     )
-    .map_err(|e| crate::Error::Other(e.0))?;
+    .map_err(|e| crate::Error::TracingUnavailable {
+        reason: e.0,
+        needed_by: "record",
+        hint: "",
+    })?;
     let (source, mut notices): (_, Vec<String>) =
         (follower.source, follower.notice.iter().cloned().collect());
     // The command is followed from its fork, before exec, so not a page it reads is missed.
     // Our own events are dropped below.
-    follower
-        .arm()
-        .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
+    follower.arm().map_err(crate::Error::Tracefs)?;
     let start_mono = sys::monotonic_ns();
     let started_unix_ns = unix_now_ns();
     let status = run_to_end(cmd);
     let orphans = orphans_left();
-    let lost = follower
-        .stop()
-        .map_err(|e| crate::Error::Other(format!("tracefs: {e}")))?;
+    let lost = follower.stop().map_err(crate::Error::Tracefs)?;
     let (status, duration_ns) = status?;
     let mut raw = std::mem::take(&mut *sink.lock().unwrap());
     raw.retain(|e| e.pid != me);
@@ -253,7 +253,7 @@ fn run_to_end(cmd: &[OsString]) -> Result<(std::process::ExitStatus, u64), crate
                 return Ok((s, sys::monotonic_ns() - start));
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(crate::Error::Other(format!("wait for the command: {e}"))),
+            Err(e) => return Err(crate::Error::Wait(e)),
         }
     }
 }
