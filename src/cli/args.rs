@@ -100,7 +100,6 @@ impl WalkArgs {
             include: self.include.clone(),
             exclude: self.exclude.clone(),
             threads: self.threads.unwrap_or(default_threads).max(1),
-            write: false,
             noatime: false,
         }
     }

@@ -5,7 +5,7 @@ use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use clap::Args;
 use pagewise_core::evict::{self, EvictFile, EvictOptions, StayReason};
-use pagewise_core::Progress;
+use pagewise_core::{FileResult, Progress, Watch};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -53,6 +53,7 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
     }
     let roots = a.walk.roots()?;
     let opts = EvictOptions {
+        roots,
         walk: a
             .walk
             .walk_options(pagewise_core::walk::default_threads() * 2),
@@ -62,14 +63,16 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
         owned: a.owned,
         dry_run: a.dry_run,
         why: a.why,
+        files: a.out.json_lines || a.verbose,
     };
     let progress = Arc::new(Progress::default());
     let bar = ProgressLine::start("evict", progress.clone(), !a.out.json && !a.out.json_lines);
     let stream = a.out.json_lines;
     let verbose = a.verbose;
-    let report = evict::evict(&roots, &opts, &progress, |f: &EvictFile| {
+    let on_file = |r: FileResult| {
+        let FileResult::Evict(f) = r else { return };
         if stream {
-            render::print_json_line("file", f);
+            render::print_json_line("file", &f);
         } else if verbose {
             println!(
                 "{}: {} dropped, {} stayed",
@@ -78,19 +81,25 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
                 render::opt_bytes(f.stayed_bytes)
             );
         }
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let observer = Watch {
+        progress: Some(&progress),
+        on_file: Some(on_file),
+        cancel: None,
+    };
+    let report = evict::evict(&opts, &observer).map_err(|e| e.to_string())?;
     bar.finish();
-    let code = render::exit_code(report.error_count);
+    let o = &report.outcome;
+    let code = render::exit_code(o.error_count);
     if stream {
-        render::print_stream_end(&report.errors, &report);
+        render::print_stream_end(&o.errors, &report);
         return Ok(code);
     }
     if a.out.json {
         render::print_json(&report);
         return Ok(code);
     }
-    render::report_problems("evict", &report.errors, report.error_count, &report.notices);
+    render::report_problems("evict", &o.errors, o.error_count, &o.notices);
     let t = &report.total;
     let verb = if report.dry_run {
         "would drop"

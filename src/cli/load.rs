@@ -56,6 +56,7 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
         return Err("--batch must be at least 1".into());
     }
     let opts = LoadOptions {
+        roots,
         walk: pagewise_core::WalkOptions {
             noatime: true,
             ..a.walk
@@ -70,17 +71,19 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
     };
     let progress = Arc::new(Progress::default());
     let bar = ProgressLine::start("load", progress.clone(), !a.out.json && !a.out.json_lines);
-    let (report, locks) = load::load(&roots, &opts, &progress).map_err(|e| e.to_string())?;
+    let mut report = load::load(&opts, progress.as_ref()).map_err(|e| e.to_string())?;
     bar.finish();
-    let code = render::exit_code(report.error_count);
+    let locks = std::mem::take(&mut report.locks);
+    let o = &report.outcome;
+    let code = render::exit_code(o.error_count);
     if a.out.json || a.out.json_lines {
         if a.out.json_lines {
-            render::print_stream_end(&report.errors, &report);
+            render::print_stream_end(&o.errors, &report);
         } else {
             render::print_json(&report);
         }
     } else {
-        render::report_problems("load", &report.errors, report.error_count, &report.notices);
+        render::report_problems("load", &o.errors, o.error_count, &o.notices);
         let t = &report.total;
         println!(
             "{} files, {}{}: {} cached now (was {}); {} files were already cached; {:.2} s, {}/s",
@@ -94,7 +97,7 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
             bytes(t.cached_bytes_after),
             render::partial_bytes(t.cached_bytes_before, t.files, t.unknown_files),
             t.already_cached_files,
-            report.elapsed_s,
+            o.elapsed_s,
             bytes(report.rate_bytes_per_s as u64),
         );
         if let Some(why) = t.unknown_reason {

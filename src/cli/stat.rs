@@ -4,6 +4,7 @@ use super::args::{OutputArgs, WalkArgs};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
 use pagewise_core::stat::{self, FileStat, StatOptions, Totals};
+use pagewise_core::{FileResult, Watch};
 use std::cmp::Ordering;
 use std::sync::Mutex;
 
@@ -97,6 +98,7 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         SortKey::Path
     });
     let opts = StatOptions {
+        roots,
         walk: a.walk.walk_options(pagewise_core::walk::default_threads()),
         range: a.walk.range(),
         method: a.walk.method(),
@@ -107,7 +109,8 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
     let top = a.top;
     let stream = a.out.json_lines;
     let only_cached = a.only_cached;
-    let report = stat::stat(&roots, &opts, |f| {
+    let on_file = |r: FileResult| {
+        let FileResult::Stat(f) = r else { return };
         if only_cached && f.residency.cached == Some(0) {
             return;
         }
@@ -127,16 +130,21 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
                 k.truncate(n);
             }
         }
-    })
-    .map_err(|e| e.to_string())?;
+    };
+    let observer = Watch {
+        progress: None,
+        on_file: Some(on_file),
+        cancel: None,
+    };
+    let report = stat::stat(&opts, &observer).map_err(|e| e.to_string())?;
     let mut files = keep.into_inner().unwrap();
     files.sort_by(|x, y| compare(key, x, y));
     if let Some(n) = top {
         files.truncate(n);
     }
-    let code = render::exit_code(report.error_count);
+    let code = render::exit_code(report.outcome.error_count);
     if stream {
-        render::print_stream_end(&report.errors, &report);
+        render::print_stream_end(&report.outcome.errors, &report);
         return Ok(code);
     }
     if a.out.json {
@@ -147,7 +155,8 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         render::print_json(&v);
         return Ok(code);
     }
-    render::report_problems("stat", &report.errors, report.error_count, &report.notices);
+    let o = &report.outcome;
+    render::report_problems("stat", &o.errors, o.error_count, &o.notices);
     let ranged = a.walk.range.is_some();
     let mut rows = vec![header(ranged)];
     if list {
@@ -159,7 +168,7 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
             rows.push(totals_row(&render::path_text(&r.path), &r.totals));
         }
     }
-    if list || roots.len() > 1 {
+    if list || opts.roots.len() > 1 {
         rows.push(totals_row("TOTAL", &report.total));
     }
     if rows.len() == 1 {

@@ -9,10 +9,10 @@
 //! (WAIT_BEFORE|WRITE|WAIT_AFTER) and advise — so the device sees many writes at once and we wait
 //! once per batch, not once per file.
 
-use crate::error::{ErrorLog, FileError, Op};
+use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method, Residency};
 use crate::sys::{self, Advice};
-use crate::verb::Progress;
+use crate::verb::{FileResult, Observer, Outcome, Tally};
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -21,19 +21,56 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// Options of `evict`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EvictOptions {
+    /// Files and trees to evict (directories recurse). Required: at least one.
+    pub roots: Vec<PathBuf>,
+    /// How to walk the trees (default: [`WalkOptions::default`]).
     pub walk: WalkOptions,
+    /// Part of every file to drop (default: all of it). The kernel drops whole pages.
     pub range: ByteRange,
+    /// How to measure before and after (default: [`Method::Auto`]).
     pub method: Method,
     /// Write dirty pages back first so they can be dropped (default on).
     pub sync: bool,
-    /// Only files owned by the caller.
+    /// Only files owned by the caller (default off).
     pub owned: bool,
-    /// Measure and report what would be dropped, change nothing.
+    /// Measure and report what would be dropped, change nothing (default off).
     pub dry_run: bool,
-    /// Name the processes that keep pages in (scans /proc/*/maps).
+    /// Name the processes that keep pages in, by scanning /proc/*/maps (default off).
     pub why: bool,
+    /// Hand each file's [`EvictFile`] to the observer (default off).
+    pub files: bool,
+}
+
+impl Default for EvictOptions {
+    fn default() -> Self {
+        EvictOptions {
+            roots: Vec::new(),
+            walk: WalkOptions::default(),
+            range: ByteRange::default(),
+            method: Method::Auto,
+            sync: true,
+            owned: false,
+            dry_run: false,
+            why: false,
+            files: false,
+        }
+    }
+}
+
+impl EvictOptions {
+    /// Options evicting `roots` whole, with the defaults above.
+    pub fn new(roots: Vec<PathBuf>) -> Self {
+        EvictOptions {
+            roots,
+            ..EvictOptions::default()
+        }
+    }
+    /// Checks the options: at least one root, a valid walk.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        self.walk.validate(&self.roots)
+    }
 }
 
 /// Why pages stayed in the cache after eviction.
@@ -107,10 +144,11 @@ pub struct EvictReport {
     pub total: EvictTotals,
     /// Files where pages stayed, with the reason (at most 10,000, largest residue first).
     pub residue: Vec<EvictFile>,
+    /// What the walk met besides the files evicted.
     pub walk: WalkSummary,
-    pub errors: Vec<FileError>,
-    pub error_count: u64,
-    pub notices: Vec<String>,
+    /// Errors, notices, elapsed time.
+    #[serde(flatten)]
+    pub outcome: Outcome,
 }
 
 struct Pending {
@@ -132,15 +170,14 @@ struct Local {
 const WRITEBACK_BATCH: usize = 512;
 const MAX_RESIDUE: usize = 10_000;
 
-struct Ctx<'a, K> {
+struct Ctx<'a> {
     opts: &'a EvictOptions,
     meter: Meter,
-    errors: ErrorLog,
-    sink: K,
-    progress: &'a Progress,
+    tally: Tally,
+    observer: &'a dyn Observer,
 }
 
-impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
+impl Ctx<'_> {
     fn visit(&self, local: &mut Local, f: FileRef<'_>) {
         if self.opts.owned && f.stat.uid != sys::euid() {
             local.totals.not_owned_skipped += 1;
@@ -149,7 +186,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         let (off, len) = self.opts.range.clamp(f.stat.size);
         let before = match self.meter.measure(&f, self.opts.range) {
             Ok(r) => r,
-            Err(e) => return self.errors.push(e),
+            Err(e) => return self.tally.error(e),
         };
         let dev_ino = (f.stat.dev, f.stat.ino);
         if self.opts.dry_run || before.cached == Some(0) {
@@ -174,8 +211,8 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         let dirty = before.dirty.unwrap_or(1) + before.writeback.unwrap_or(0);
         if self.opts.sync && dirty > 0 {
             if let Err(e) = sys::sync_file_range(f.fd(), off, len, sys::SFR_WRITE) {
-                self.errors
-                    .push(FileError::io(f.path, Op::SyncFileRangeWrite, &e));
+                self.tally
+                    .error(FileError::io(f.path, Op::SyncFileRangeWrite, &e));
             }
             local.totals.dirty_bytes_written += before.dirty.unwrap_or(0);
             local.pending.push(Pending {
@@ -231,14 +268,14 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         if wait {
             let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
             if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
-                self.errors
-                    .push(FileError::io(&path, Op::SyncFileRangeWait, &e));
+                self.tally
+                    .error(FileError::io(&path, Op::SyncFileRangeWait, &e));
             }
         }
         if let Err(e) = sys::fadvise(fd.as_fd(), off, len, Advice::DontNeed) {
             return self
-                .errors
-                .push(FileError::io(&path, Op::FadviseDontneed, &e));
+                .tally
+                .error(FileError::io(&path, Op::FadviseDontneed, &e));
         }
         // The mincore fallback's ownership check was made on the real file before.
         let (start, end) = self.opts.range.span(size);
@@ -275,7 +312,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
                     clean_reason,
                 );
             }
-            Err(e) => self.errors.push(e),
+            Err(e) => self.tally.error(e),
         }
     }
 
@@ -337,7 +374,7 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
         } else {
             (Some(dropped), Some(stayed))
         };
-        self.progress.add(1, size);
+        self.observer.progress(1, size);
         let ef = EvictFile {
             path,
             size,
@@ -349,36 +386,47 @@ impl<K: Fn(&EvictFile) + Sync> Ctx<'_, K> {
             pids: Vec::new(),
             dev_ino,
         };
-        (self.sink)(&ef);
-        if stayed > 0 && local.residue.len() < MAX_RESIDUE {
+        let keep = stayed > 0 && local.residue.len() < MAX_RESIDUE;
+        if self.opts.files {
+            if keep {
+                local.residue.push(ef.clone());
+            }
+            self.observer.file(FileResult::Evict(ef));
+        } else if keep {
             local.residue.push(ef);
         }
     }
 }
 
-/// Evicts every file under `roots`; `sink` sees each file's result as it is measured.
-pub fn evict<K>(
-    roots: &[PathBuf],
-    opts: &EvictOptions,
-    progress: &Progress,
-    sink: K,
-) -> Result<EvictReport, crate::Error>
-where
-    K: Fn(&EvictFile) + Sync,
-{
+/// Evicts every file under `options.roots` and measures what went; with `options.files`,
+/// each file's result goes to `observer.file` as [`FileResult::Evict`].
+///
+/// ```
+/// use pagewise_core::evict::{evict, EvictOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let f = dir.path().join("f");
+/// std::fs::write(&f, vec![1u8; 1 << 20]).unwrap();
+/// let report = evict(&EvictOptions::new(vec![f]), &()).unwrap();
+/// assert_eq!(report.total.files, 1);
+/// // What the kernel still holds, and why, is in the report (tmpfs keeps its pages).
+/// assert!(report.total.stayed_bytes == 0 || !report.residue.is_empty());
+/// ```
+pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictReport, crate::Error> {
+    options.validate()?;
+    let opts = options;
     sys::raise_nofile_limit();
     let ctx = Ctx {
         opts,
         meter: Meter::new(opts.method),
-        errors: ErrorLog::default(),
-        sink,
-        progress,
+        tally: Tally::new(),
+        observer,
     };
     let merged = Mutex::new(Local::default());
     let summary = walk::walk(
-        roots,
+        &opts.roots,
         &opts.walk,
-        &ctx.errors,
+        &ctx.tally,
+        observer,
         Local::default,
         |local, f| ctx.visit(local, f),
         |mut local| {
@@ -398,19 +446,18 @@ where
             .cmp(&a.stayed_bytes)
             .then(a.path.cmp(&b.path))
     });
-    let mut notices = ctx.meter.take_notices();
     if !opts.sync && m.totals.stayed_bytes > 0 {
-        notices.push("--no-sync: dirty pages were not written back and stay cached".into());
+        ctx.tally
+            .notice("--no-sync: dirty pages were not written back and stay cached");
     }
+    let notices = ctx.meter.take_notices();
     Ok(EvictReport {
         dry_run: opts.dry_run,
         page_size: sys::page_size(),
         total: m.totals,
         residue: m.residue,
         walk: summary,
-        error_count: ctx.errors.count(),
-        errors: ctx.errors.take(),
-        notices,
+        outcome: ctx.tally.finish(notices),
     })
 }
 

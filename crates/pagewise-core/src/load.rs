@@ -11,37 +11,71 @@
 //! (measured here: 4–10 s of system time per 4 GiB with pread, 0.65 s with populate).
 
 use crate::chunks::{self, Stopped};
-use crate::error::{ErrorLog, FileError, Op};
+use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method};
 use crate::sys::{self, Advice, LockedMapping};
-use crate::verb::Progress;
+use crate::verb::{rate, Observer, Outcome, Tally};
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
 
 /// Options of `load`.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
+    /// Files and trees to load (directories recurse). Required: at least one.
+    pub roots: Vec<PathBuf>,
+    /// How to walk the trees (default: [`WalkOptions::default`]).
     pub walk: WalkOptions,
+    /// Part of every file to load (default: all of it).
     pub range: ByteRange,
+    /// How to measure before and after (default: [`Method::Auto`]).
     pub method: Method,
-    /// Keep the loaded ranges resident with mmap+mlock.
+    /// Keep the loaded ranges resident with mmap+mlock (default off).
     pub lock: bool,
-    /// Files per worker whose readahead is queued before the worker waits for them.
+    /// Files per worker whose readahead is queued before the worker waits for them
+    /// (default 256).
     pub batch_files: usize,
-    /// Bytes in flight within one large file (split over `depth` threads).
+    /// Bytes in flight within one large file, split over `depth` threads (default 256 MiB).
     pub window: u64,
-    /// Threads reading one large file.
+    /// Threads reading one large file (default 16).
     pub depth: usize,
+}
+
+impl LoadOptions {
+    /// Options loading `roots` whole, with the defaults above.
+    pub fn new(roots: Vec<PathBuf>) -> Self {
+        LoadOptions {
+            roots,
+            ..LoadOptions::default()
+        }
+    }
+    /// Checks the options: at least one root, a valid walk, a positive batch, window and depth.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        self.walk.validate(&self.roots)?;
+        let zero = |what: &'static str| crate::Error::Invalid {
+            what,
+            message: "must be at least 1".into(),
+        };
+        if self.batch_files == 0 {
+            return Err(zero("batch_files"));
+        }
+        if self.window == 0 {
+            return Err(zero("window"));
+        }
+        if self.depth == 0 {
+            return Err(zero("depth"));
+        }
+        Ok(())
+    }
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
+            roots: Vec::new(),
             walk: WalkOptions::default(),
             range: ByteRange::default(),
             method: Method::Auto,
@@ -78,17 +112,22 @@ pub struct LoadTotals {
 }
 
 /// What `load` did.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 pub struct LoadReport {
+    /// The kernel's page size, in bytes.
     pub page_size: u64,
+    /// Sums over all files.
     pub total: LoadTotals,
-    pub elapsed_s: f64,
     /// Bytes newly brought in per second.
     pub rate_bytes_per_s: f64,
+    /// What the walk met besides the files loaded.
     pub walk: WalkSummary,
-    pub errors: Vec<FileError>,
-    pub error_count: u64,
-    pub notices: Vec<String>,
+    /// Errors, notices, elapsed time.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// With `lock`: the locked mappings; the pages stay resident until this is dropped.
+    #[serde(skip)]
+    pub locks: LockSet,
 }
 
 /// Locked mappings kept by `load --lock`; the pages stay resident until this is dropped.
@@ -97,10 +136,18 @@ pub struct LockSet {
     maps: Vec<LockedMapping>,
 }
 
+impl std::fmt::Debug for LockSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LockSet({} mappings)", self.maps.len())
+    }
+}
+
 impl LockSet {
+    /// Number of locked mappings (one per file or range).
     pub fn len(&self) -> usize {
         self.maps.len()
     }
+    /// True when nothing is locked.
     pub fn is_empty(&self) -> bool {
         self.maps.is_empty()
     }
@@ -132,8 +179,8 @@ const LARGE_FILE: u64 = 64 << 20;
 struct Ctx<'a> {
     opts: &'a LoadOptions,
     meter: Meter,
-    errors: ErrorLog,
-    progress: &'a Progress,
+    tally: Tally,
+    observer: &'a dyn Observer,
     lock_blocked: AtomicBool,
 }
 
@@ -142,7 +189,7 @@ impl Ctx<'_> {
         let (off, len) = self.opts.range.clamp(f.stat.size);
         let before = match self.meter.measure(&f, self.opts.range) {
             Ok(r) => r,
-            Err(e) => return self.errors.push(e),
+            Err(e) => return self.tally.error(e),
         };
         // The exact bytes of the file in the range (`off, len` are rounded out to pages).
         let span = self.opts.range.span(f.stat.size);
@@ -161,7 +208,7 @@ impl Ctx<'_> {
         if fully {
             local.totals.already_cached_files += 1;
             local.totals.cached_bytes_after += real;
-            self.progress.add(1, len);
+            self.observer.progress(1, len);
             self.lock(local, f.path, f.fd(), off, len);
             return;
         }
@@ -178,7 +225,7 @@ impl Ctx<'_> {
                         self.read_large(f.path, f.fd(), o, l);
                     }
                 }
-                Err(e) => return self.errors.push(FileError::io(f.path, Op::LseekData, &e)),
+                Err(e) => return self.tally.error(FileError::io(f.path, Op::LseekData, &e)),
             }
             self.after(local, f.path, f.fd.as_fd(), off, len, span);
             return;
@@ -190,8 +237,8 @@ impl Ctx<'_> {
         }
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
             return self
-                .errors
-                .push(FileError::io(f.path, Op::FadviseWillneed, &e));
+                .tally
+                .error(FileError::io(f.path, Op::FadviseWillneed, &e));
         }
         local.queued.push(Queued {
             path: f.path.to_path_buf(),
@@ -226,7 +273,7 @@ impl Ctx<'_> {
                 Ok(0) => break, // truncated meanwhile
                 Ok(r) => pos += r as u64,
                 Err(e) => {
-                    self.errors.push(FileError::io(path, Op::Pread, &e));
+                    self.tally.error(FileError::io(path, Op::Pread, &e));
                     return false;
                 }
             }
@@ -250,7 +297,7 @@ impl Ctx<'_> {
             // Wait for the chunk without copying it (see sys::populate_read).
             sys::populate_read(fd, o, l, huge)
         };
-        let done = |l| self.progress.add(0, l);
+        let done = |l| self.observer.progress(0, l);
         if let Err(Stopped::Failed(e)) = chunks::run(
             &[(off, len)],
             chunk,
@@ -260,8 +307,8 @@ impl Ctx<'_> {
             work,
             done,
         ) {
-            self.errors
-                .push(FileError::io(path, Op::MadvisePopulateRead, &e));
+            self.tally
+                .error(FileError::io(path, Op::MadvisePopulateRead, &e));
         }
     }
 
@@ -276,14 +323,14 @@ impl Ctx<'_> {
     ) {
         let after = match self.meter.measure_fd(path, fd, start, end, || true) {
             Ok(r) => r,
-            Err(e) => return self.errors.push(e),
+            Err(e) => return self.tally.error(e),
         };
         local.totals.read_bytes += end - start;
         local.totals.cached_bytes_after += after.cached_or_zero();
         if len < LARGE_FILE.min(self.opts.window) {
-            self.progress.add(1, len);
+            self.observer.progress(1, len);
         } else {
-            self.progress.add(1, 0);
+            self.observer.progress(1, 0);
         }
         self.lock(local, path, fd, off, len);
     }
@@ -311,8 +358,8 @@ impl Ctx<'_> {
                     // Every further file would fail the same way: say it once, stop trying.
                     self.lock_blocked.store(true, Ordering::Relaxed);
                 }
-                self.errors
-                    .push(FileError::other(path, op, format!("{e}{why}")));
+                self.tally
+                    .error(FileError::other(path, op, format!("{e}{why}")));
             }
         }
     }
@@ -334,66 +381,71 @@ fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
     }
 }
 
-/// Loads every file under `roots`. With `opts.lock`, also returns the locked mappings.
-pub fn load(
-    roots: &[PathBuf],
-    opts: &LoadOptions,
-    progress: &Progress,
-) -> Result<(LoadReport, LockSet), crate::Error> {
+/// Loads every file under `options.roots`. With `options.lock`, the report holds the locked
+/// mappings ([`LoadReport::locks`]): the pages stay resident until the report is dropped.
+///
+/// ```
+/// use pagewise_core::load::{load, LoadOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let f = dir.path().join("f");
+/// std::fs::write(&f, vec![1u8; 1 << 20]).unwrap();
+/// let report = load(&LoadOptions::new(vec![f]), &()).unwrap();
+/// assert_eq!(report.total.bytes, 1 << 20);
+/// assert_eq!(report.total.cached_bytes_after, 1 << 20);
+/// ```
+pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport, crate::Error> {
+    options.validate()?;
+    let opts = options;
     sys::raise_nofile_limit();
-    let start = Instant::now();
     let ctx = Ctx {
         opts,
         meter: Meter::new(opts.method),
-        errors: ErrorLog::default(),
-        progress,
+        tally: Tally::new(),
+        observer,
         lock_blocked: AtomicBool::new(false),
     };
     let total = Mutex::new(LoadTotals::default());
     let locks = Mutex::new(LockSet::default());
     let summary = walk::walk(
-        roots,
+        &opts.roots,
         &opts.walk,
-        &ctx.errors,
+        &ctx.tally,
+        observer,
         Local::default,
         |local, f| ctx.visit(local, f),
         |mut local| {
             ctx.drain(&mut local);
-            let mut t = total.lock().unwrap();
-            let l = &local.totals;
-            t.files += l.files;
-            t.bytes += l.bytes;
-            t.cached_bytes_before += l.cached_bytes_before;
-            t.cached_bytes_after += l.cached_bytes_after;
-            t.already_cached_files += l.already_cached_files;
-            t.read_bytes += l.read_bytes;
-            t.locked_bytes += l.locked_bytes;
-            t.locked_files += l.locked_files;
-            t.unknown_files += l.unknown_files;
-            t.unknown_reason = t.unknown_reason.or(l.unknown_reason);
+            total.lock().unwrap().merge(&local.totals);
             locks.lock().unwrap().maps.append(&mut local.locks);
         },
     )?;
-    let elapsed = start.elapsed().as_secs_f64();
     let total = total.into_inner().unwrap();
     let new_bytes = total
         .cached_bytes_after
         .saturating_sub(total.cached_bytes_before);
-    Ok((
-        LoadReport {
-            page_size: sys::page_size(),
-            rate_bytes_per_s: if elapsed > 0.0 {
-                new_bytes as f64 / elapsed
-            } else {
-                0.0
-            },
-            total,
-            elapsed_s: elapsed,
-            walk: summary,
-            error_count: ctx.errors.count(),
-            errors: ctx.errors.take(),
-            notices: ctx.meter.take_notices(),
-        },
-        locks.into_inner().unwrap(),
-    ))
+    let notices = ctx.meter.take_notices();
+    let outcome = ctx.tally.finish(notices);
+    Ok(LoadReport {
+        page_size: sys::page_size(),
+        rate_bytes_per_s: rate(new_bytes, outcome.elapsed_s),
+        total,
+        walk: summary,
+        outcome,
+        locks: locks.into_inner().unwrap(),
+    })
+}
+
+impl LoadTotals {
+    fn merge(&mut self, l: &LoadTotals) {
+        self.files += l.files;
+        self.bytes += l.bytes;
+        self.cached_bytes_before += l.cached_bytes_before;
+        self.cached_bytes_after += l.cached_bytes_after;
+        self.already_cached_files += l.already_cached_files;
+        self.read_bytes += l.read_bytes;
+        self.locked_bytes += l.locked_bytes;
+        self.locked_files += l.locked_files;
+        self.unknown_files += l.unknown_files;
+        self.unknown_reason = self.unknown_reason.or(l.unknown_reason);
+    }
 }

@@ -2,9 +2,10 @@
 //! [`Meter`] every verb shares; per-file lines go to the observer as they are measured, so
 //! memory stays flat on any tree, and only totals are kept.
 
-use crate::error::{ErrorLog, FileError};
+use crate::error::FileError;
 use crate::residency::{ByteRange, Meter, Method, Residency, UNKNOWN_NOT_WRITABLE};
 use crate::sys;
+use crate::verb::{FileResult, Observer, Outcome, Tally};
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -123,13 +124,33 @@ impl Totals {
 /// Options of `stat`.
 #[derive(Debug, Clone, Default)]
 pub struct StatOptions {
+    /// Files and trees to measure (directories recurse). Required: at least one.
+    pub roots: Vec<PathBuf>,
+    /// How to walk the trees (default: [`WalkOptions::default`]).
     pub walk: WalkOptions,
+    /// Part of every file to measure (default: all of it).
     pub range: ByteRange,
+    /// How to measure (default: [`Method::Auto`], cachestat with the mincore fallback).
     pub method: Method,
-    /// Cells of the per-file residency map, 0 for none.
+    /// Cells of the per-file residency map, 0 for none (default 0).
     pub map_cells: usize,
-    /// Build a per-file record for the sink (off: totals only, the fastest walk).
+    /// Hand each file's [`FileStat`] to the observer (default off: totals only, the fastest
+    /// walk).
     pub files: bool,
+}
+
+impl StatOptions {
+    /// Options measuring `roots` whole, with the defaults above.
+    pub fn new(roots: Vec<PathBuf>) -> Self {
+        StatOptions {
+            roots,
+            ..StatOptions::default()
+        }
+    }
+    /// Checks the options: at least one root, a valid walk.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        self.walk.validate(&self.roots)
+    }
 }
 
 /// One root argument's totals.
@@ -141,17 +162,21 @@ pub struct RootTotals {
     pub totals: Totals,
 }
 
-/// What `stat` measured. Per-file lines go to the caller's sink as they are measured, so memory
+/// What `stat` measured. Per-file lines go to the observer as they are measured, so memory
 /// stays flat on any tree; only totals are kept here.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatReport {
+    /// The kernel's page size, in bytes.
     pub page_size: u64,
+    /// One line per root that could be walked (a root that failed has its error instead).
     pub roots: Vec<RootTotals>,
+    /// Sum over all roots.
     pub total: Totals,
+    /// What the walk met besides the files measured.
     pub walk: WalkSummary,
-    pub errors: Vec<FileError>,
-    pub error_count: u64,
-    pub notices: Vec<String>,
+    /// Errors, notices, elapsed time.
+    #[serde(flatten)]
+    pub outcome: Outcome,
 }
 
 /// Builds a [`FileStat`] for one open file: the one measurement routine every verb reports with.
@@ -178,34 +203,50 @@ pub fn file_stat(
     })
 }
 
-/// Measures every file under `roots`, calling `sink` with each file's line (from many threads).
-pub fn stat<K>(roots: &[PathBuf], opts: &StatOptions, sink: K) -> Result<StatReport, crate::Error>
-where
-    K: Fn(FileStat) + Sync,
-{
+/// Measures every file under `options.roots`; with `options.files`, each file's line goes to
+/// `observer.file` as [`FileResult::Stat`] (from many threads).
+///
+/// ```
+/// use pagewise_core::stat::{stat, StatOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// std::fs::write(dir.path().join("f"), vec![1u8; 10_000]).unwrap();
+/// let report = stat(&StatOptions::new(vec![dir.path().into()]), &()).unwrap();
+/// assert_eq!(report.total.files, 1);
+/// assert_eq!(report.total.bytes, 10_000);
+/// assert!(report.outcome.is_clean());
+/// ```
+pub fn stat(options: &StatOptions, observer: &dyn Observer) -> Result<StatReport, crate::Error> {
+    options.validate()?;
+    let opts = options;
+    let roots = &options.roots;
     let meter = Meter::new(opts.method);
-    let errors = ErrorLog::default();
+    let tally = Tally::new();
     let totals: Mutex<Vec<Totals>> = Mutex::new(vec![Totals::default(); roots.len()]);
     let summary = walk::walk(
         roots,
         &opts.walk,
-        &errors,
+        &tally,
+        observer,
         || vec![Totals::default(); roots.len()],
         |local: &mut Vec<Totals>, f| {
             if opts.files {
                 match file_stat(&meter, &f, opts.range, opts.map_cells) {
                     Ok(fs) => {
                         local[fs.root].add(fs.size, &fs.residency);
-                        sink(fs);
+                        observer.progress(1, fs.residency.bytes);
+                        observer.file(FileResult::Stat(fs));
                     }
-                    Err(e) => errors.push(e),
+                    Err(e) => tally.error(e),
                 }
                 return;
             }
             // Totals only: no per-file record, no path copy.
             match meter.measure(&f, opts.range) {
-                Ok(r) => local[f.root].add(f.stat.size, &r),
-                Err(e) => errors.push(e),
+                Ok(r) => {
+                    local[f.root].add(f.stat.size, &r);
+                    observer.progress(1, r.bytes);
+                }
+                Err(e) => tally.error(e),
             }
         },
         |local| {
@@ -235,8 +276,6 @@ where
             .collect(),
         total,
         walk: summary,
-        error_count: errors.count(),
-        errors: errors.take(),
-        notices: meter.take_notices(),
+        outcome: tally.finish(meter.take_notices()),
     })
 }

@@ -9,6 +9,7 @@
 
 use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, DirReader, DirentType, OpenFlags, Stat};
+use crate::verb::{Observer, Tally};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 use std::collections::HashSet;
@@ -33,8 +34,6 @@ pub struct WalkOptions {
     pub exclude: Vec<String>,
     /// Worker threads.
     pub threads: usize,
-    /// Open files read-write (needed by nothing today; kept for copy's destination checks).
-    pub write: bool,
     /// Open files with O_NOATIME (for verbs that read data; opening alone never touches atime,
     /// and the flag costs an ownership check per open).
     pub noatime: bool,
@@ -49,9 +48,30 @@ impl Default for WalkOptions {
             include: Vec::new(),
             exclude: Vec::new(),
             threads: default_threads(),
-            write: false,
             noatime: false,
         }
+    }
+}
+
+impl WalkOptions {
+    /// Checks what a walk of `roots` needs: at least one root, at least one thread, globs
+    /// that compile.
+    pub fn validate(&self, roots: &[PathBuf]) -> Result<(), crate::Error> {
+        if roots.is_empty() {
+            return Err(crate::Error::Invalid {
+                what: "roots",
+                message: "no file or directory given".into(),
+            });
+        }
+        if self.threads == 0 {
+            return Err(crate::Error::Invalid {
+                what: "threads",
+                message: "at least one thread is needed".into(),
+            });
+        }
+        build_globs(&self.include)?;
+        build_globs(&self.exclude)?;
+        Ok(())
     }
 }
 
@@ -246,6 +266,8 @@ struct Walker<'v, S, V> {
     links: Mutex<HashSet<(u64, u64)>>,
     seen_dirs: Mutex<HashSet<(u64, u64)>>,
     errors: &'v ErrorLog,
+    tally: &'v Tally,
+    observer: &'v dyn Observer,
     visit: &'v V,
     _s: std::marker::PhantomData<fn(&mut S)>,
 }
@@ -253,10 +275,14 @@ struct Walker<'v, S, V> {
 /// Walks `roots`, calling `visit(&mut state, file)` for every regular file. Each worker thread
 /// gets its own state from `init` and hands it to `finish` at the end, so verbs can batch work
 /// per thread (one writeback wait for many files, one read wait for many readaheads).
+/// Per-file errors go to `tally`; when `observer` asks to stop, the jobs still queued are
+/// dropped (each worker finishes the directory or batch it holds) and `tally` is marked
+/// interrupted.
 pub fn walk<S, I, V, F>(
     roots: &[PathBuf],
     opts: &WalkOptions,
-    errors: &ErrorLog,
+    tally: &Tally,
+    observer: &dyn Observer,
     init: I,
     visit: V,
     finish: F,
@@ -279,7 +305,9 @@ where
         counters: Counters::default(),
         links: Mutex::new(HashSet::new()),
         seen_dirs: Mutex::new(HashSet::new()),
-        errors,
+        errors: &tally.errors,
+        tally,
+        observer,
         visit: &visit,
         _s: std::marker::PhantomData,
     };
@@ -294,7 +322,11 @@ where
             scope.spawn(|| {
                 let mut state = init();
                 while let Some(job) = w.queue.pop() {
-                    w.run(&mut state, job);
+                    // Once a stop is asked, queued jobs are popped and dropped: the queue
+                    // drains and every worker ends.
+                    if !w.tally.stop_requested(w.observer) {
+                        w.run(&mut state, job);
+                    }
                     w.queue.done();
                 }
                 finish(state);
@@ -564,7 +596,7 @@ where
             directory: false,
             nofollow: !explicit && !self.opts.follow,
             noatime: self.opts.noatime,
-            write: self.opts.write,
+            write: false,
         };
         let fd = match sys::openat(dir, name, flags) {
             Ok(fd) => fd,
@@ -637,12 +669,13 @@ mod tests {
     use std::fs;
 
     fn collect(roots: &[PathBuf], opts: &WalkOptions) -> (Vec<PathBuf>, WalkSummary, u64) {
-        let errors = ErrorLog::default();
+        let tally = Tally::new();
         let out = Mutex::new(Vec::new());
         let s = walk(
             roots,
             opts,
-            &errors,
+            &tally,
+            &(),
             || (),
             |_, f| out.lock().unwrap().push(f.path.to_path_buf()),
             |_| {},
@@ -650,7 +683,7 @@ mod tests {
         .unwrap();
         let mut v = out.into_inner().unwrap();
         v.sort();
-        (v, s, errors.count())
+        (v, s, tally.errors.count())
     }
 
     #[test]
@@ -727,17 +760,18 @@ mod tests {
 
     #[test]
     fn missing_root_is_an_error_naming_path_and_call() {
-        let errors = ErrorLog::default();
+        let tally = Tally::new();
         walk(
             &[PathBuf::from("/nonexistent/pagewise")],
             &WalkOptions::default(),
-            &errors,
+            &tally,
+            &(),
             || (),
             |_, _| {},
             |_| {},
         )
         .unwrap();
-        let e = errors.take();
+        let e = tally.errors.take();
         assert_eq!(e.len(), 1);
         assert_eq!(
             e[0].to_string(),

@@ -1311,7 +1311,7 @@ pub fn copy(
     // source's destination is not ours to measure).
     let dst_roots: Vec<PathBuf> = copied_to.into_iter().filter(|p| p.exists()).collect();
     if !dst_roots.is_empty() {
-        if let Ok(r) = stat::stat(&dst_roots, &StatOptions::default(), |_| {}) {
+        if let Ok(r) = stat::stat(&StatOptions::new(dst_roots.clone()), &()) {
             m.residue.dest_cached_bytes = r.total.cached_bytes;
         }
     }
