@@ -90,15 +90,30 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((v * mult as f64) as u64)
 }
 
-/// How residency is measured.
+/// How residency is to be measured (an option of every verb that measures).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
     /// cachestat, falling back to mincore when missing or refused.
     #[default]
     Auto,
+    /// cachestat(2) only (Linux >= 6.5).
     Cachestat,
+    /// mmap + mincore(2) only: knows what is cached, nothing of dirty or evicted pages.
     Mincore,
+}
+
+/// How one residency was measured, as reported (`"cachestat"`, `"mincore"`, `"unknown"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MeasuredBy {
+    /// cachestat(2): every figure known.
+    #[default]
+    Cachestat,
+    /// mmap + mincore(2): only the cached figure is known.
+    Mincore,
+    /// Neither could tell (see the residency's `unknown_reason`).
+    Unknown,
 }
 
 /// Why a residency is unknown: mincore(2) reports every page of a file the caller may not
@@ -112,7 +127,7 @@ writable) and mincore(2) reports such files as fully cached, so their residency 
 struct Counts {
     pages: u64,
     c: [Option<u64>; 5],
-    method: &'static str,
+    method: MeasuredBy,
 }
 
 impl Counts {
@@ -126,14 +141,14 @@ impl Counts {
                 Some(c.evicted),
                 Some(c.recently_evicted),
             ],
-            method: "cachestat",
+            method: MeasuredBy::Cachestat,
         }
     }
     fn unknown(pages: u64) -> Self {
         Counts {
             pages,
             c: [None; 5],
-            method: "unknown",
+            method: MeasuredBy::Unknown,
         }
     }
     /// True when some count is neither none nor all of the pages: only then can an edge page
@@ -164,8 +179,8 @@ pub struct Residency {
     pub evicted: Option<u64>,
     #[serde(rename = "recently_evicted_bytes")]
     pub recently_evicted: Option<u64>,
-    /// "cachestat", "mincore" or "unknown".
-    pub method: &'static str,
+    /// How it was measured.
+    pub method: MeasuredBy,
     /// Why the figures are null (only when `method` is "unknown").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unknown_reason: Option<&'static str>,
@@ -188,7 +203,7 @@ impl Residency {
             writeback: Some(0),
             evicted: Some(0),
             recently_evicted: Some(0),
-            method: "cachestat",
+            method: MeasuredBy::Cachestat,
             unknown_reason: None,
         }
     }
@@ -290,7 +305,7 @@ impl Meter {
             evicted: bytes[3],
             recently_evicted: bytes[4],
             method: span.method,
-            unknown_reason: (span.method == "unknown").then_some(UNKNOWN_NOT_WRITABLE),
+            unknown_reason: (span.method == MeasuredBy::Unknown).then_some(UNKNOWN_NOT_WRITABLE),
         })
     }
 
@@ -327,7 +342,7 @@ impl Meter {
         Ok(Counts {
             pages,
             c: [Some(n), None, None, None, None],
-            method: "mincore",
+            method: MeasuredBy::Mincore,
         })
     }
 
