@@ -4,8 +4,9 @@ use super::args::{OutputArgs, WalkArgs};
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use clap::Args;
-use pagewise_core::evict::{self, EvictFile, EvictOptions, StayReason};
+use pagewise_core::evict::{self, EvictFile, EvictOptions, EvictReport, StayReason};
 use pagewise_core::{FileResult, Progress, Watch};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -101,13 +102,37 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
     }
     render::report_problems("evict", &o.errors, o.error_count, &o.notices);
     let t = &report.total;
+    let mut out = std::io::stdout().lock();
+    let _ = write_summary(&mut out, &report);
+    drop(out);
+    if let Some(why) = t.unknown_reason {
+        eprintln!(
+            "pagewise evict: note: {} of {} files were {} without a measure ('unknown', totals \
+             marked >= leave them out): {why}",
+            t.unknown_files,
+            t.files,
+            if report.dry_run {
+                "left alone"
+            } else {
+                "advised out"
+            }
+        );
+    }
+    Ok(code)
+}
+
+/// Writes what was dropped, what stayed and why: the summary line, the files `--owned` left
+/// alone, and a table of the files where pages stayed.
+fn write_summary(w: &mut dyn Write, report: &EvictReport) -> std::io::Result<()> {
+    let t = &report.total;
     let verb = if report.dry_run {
         "would drop"
     } else {
         "dropped"
     };
     let b = |v: u64| partial_bytes(v, t.files, t.unknown_files);
-    println!(
+    writeln!(
+        w,
         "{} files, {}: {verb} {} of {} cached{}{}",
         t.files,
         bytes(t.bytes),
@@ -126,44 +151,32 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
         } else {
             String::new()
         }
-    );
-    if let Some(why) = t.unknown_reason {
-        eprintln!(
-            "pagewise evict: note: {} of {} files were {} without a measure ('unknown', totals \
-             marked >= leave them out): {why}",
-            t.unknown_files,
-            t.files,
-            if report.dry_run {
-                "left alone"
-            } else {
-                "advised out"
-            }
-        );
-    }
+    )?;
     if t.not_owned_skipped > 0 {
-        println!(
+        writeln!(
+            w,
             "{} files not owned by you were left alone (--owned)",
             t.not_owned_skipped
-        );
+        )?;
     }
-    if !report.residue.is_empty() {
-        let mut rows = vec![vec![
-            "STILL CACHED".to_string(),
-            "SIZE".into(),
-            "LEFT".into(),
-            "WHY".into(),
-        ]];
-        for f in &report.residue {
-            rows.push(vec![
-                render::path_text(&f.path),
-                bytes(f.size),
-                render::opt_bytes(f.stayed_bytes),
-                reason_text(f),
-            ]);
-        }
-        print!("{}", render::table(&rows));
+    if report.residue.is_empty() {
+        return Ok(());
     }
-    Ok(code)
+    let mut rows = vec![vec![
+        "STILL CACHED".to_string(),
+        "SIZE".into(),
+        "LEFT".into(),
+        "WHY".into(),
+    ]];
+    for f in &report.residue {
+        rows.push(vec![
+            render::path_text(&f.path),
+            bytes(f.size),
+            render::opt_bytes(f.stayed_bytes),
+            reason_text(f),
+        ]);
+    }
+    w.write_all(render::table(&rows).as_bytes())
 }
 
 fn reason_text(f: &EvictFile) -> String {
@@ -191,5 +204,76 @@ fn reason_text(f: &EvictFile) -> String {
         }
         Some(StayReason::InUse) => "in use (mapped or locked; --why names the process)".into(),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The summary, rendered from hand-made reports: no kernel involved.
+    use super::*;
+    use pagewise_core::evict::EvictTotals;
+    use pagewise_core::residency::Residency;
+    use pagewise_core::walk::WalkSummary;
+    use pagewise_core::Outcome;
+
+    fn report(dry_run: bool, residue: Vec<EvictFile>) -> EvictReport {
+        EvictReport {
+            dry_run,
+            page_size: 4096,
+            total: EvictTotals {
+                files: 3,
+                bytes: 3 << 20,
+                cached_bytes_before: 3 << 20,
+                cached_bytes_after: 1 << 20,
+                dropped_bytes: 2 << 20,
+                stayed_bytes: 1 << 20,
+                dirty_bytes_written: 4096,
+                files_with_residue: 1,
+                not_owned_skipped: 2,
+                ..EvictTotals::default()
+            },
+            residue,
+            walk: WalkSummary::default(),
+            outcome: Outcome::default(),
+        }
+    }
+
+    fn render(r: &EvictReport) -> String {
+        let mut out = Vec::new();
+        write_summary(&mut out, r).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn summary_residue_and_reasons() {
+        let stayed = EvictFile {
+            path: "/srv/db".into(),
+            size: 1 << 20,
+            before: Residency::default(),
+            after: Residency::default(),
+            dropped_bytes: Some(0),
+            stayed_bytes: Some(1 << 20),
+            reason: Some(StayReason::Mapped),
+            pids: vec![12, 34],
+            dev_ino: (0, 0),
+        };
+        assert_eq!(
+            render(&report(false, vec![stayed])),
+            "3 files, 3.0 MiB: dropped 2.0 MiB of 3.0 MiB cached; 1.0 MiB still cached \
+             (4.0 KiB of dirty pages written back first)\n\
+             2 files not owned by you were left alone (--owned)\n\
+             STILL CACHED     SIZE     LEFT                  WHY\n\
+             /srv/db       1.0 MiB  1.0 MiB  mapped by pid 12,34\n"
+        );
+    }
+
+    #[test]
+    fn dry_run_says_would_and_claims_nothing_stays() {
+        let got = render(&report(true, Vec::new()));
+        assert!(
+            got.starts_with("3 files, 3.0 MiB: would drop 2.0 MiB of 3.0 MiB cached (4.0 KiB"),
+            "{got}"
+        );
+        assert!(!got.contains("still cached"));
     }
 }

@@ -4,8 +4,9 @@ use super::args::{parse_duration, parse_size_arg, OutputArgs, WalkArgs};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::Args;
-use pagewise_core::load::{self, LoadOptions};
+use pagewise_core::load::{self, LoadOptions, LoadReport};
 use pagewise_core::Progress;
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,21 +86,9 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
     } else {
         render::report_problems("load", &o.errors, o.error_count, &o.notices);
         let t = &report.total;
-        println!(
-            "{} files, {}{}: {} cached now (was {}); {} files were already cached; {:.2} s, {}/s",
-            t.files,
-            bytes(t.bytes),
-            if a.walk.range.is_some() {
-                " in range"
-            } else {
-                ""
-            },
-            bytes(t.cached_bytes_after),
-            render::partial_bytes(t.cached_bytes_before, t.files, t.unknown_files),
-            t.already_cached_files,
-            o.elapsed_s,
-            bytes(report.rate_bytes_per_s as u64),
-        );
+        let mut out = std::io::stdout().lock();
+        let _ = write_summary(&mut out, &report, a.walk.range.is_some());
+        drop(out);
         if let Some(why) = t.unknown_reason {
             eprintln!(
                 "pagewise load: note: {} of {} files: what was cached before is unknown: {why}",
@@ -122,4 +111,60 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
         drop(locks);
     }
     Ok(code)
+}
+
+/// Writes the one-line summary: files, bytes (in range), cached now and before, rate.
+fn write_summary(w: &mut dyn Write, report: &LoadReport, ranged: bool) -> std::io::Result<()> {
+    let t = &report.total;
+    writeln!(
+        w,
+        "{} files, {}{}: {} cached now (was {}); {} files were already cached; {:.2} s, {}/s",
+        t.files,
+        bytes(t.bytes),
+        if ranged { " in range" } else { "" },
+        bytes(t.cached_bytes_after),
+        render::partial_bytes(t.cached_bytes_before, t.files, t.unknown_files),
+        t.already_cached_files,
+        report.outcome.elapsed_s,
+        bytes(report.rate_bytes_per_s as u64),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    //! The summary, rendered from a hand-made report: no kernel involved.
+    use super::*;
+    use pagewise_core::load::LoadTotals;
+    use pagewise_core::walk::WalkSummary;
+    use pagewise_core::Outcome;
+
+    #[test]
+    fn summary_marks_unknown_before_with_ge() {
+        let r = LoadReport {
+            page_size: 4096,
+            total: LoadTotals {
+                files: 4,
+                bytes: 8 << 20,
+                cached_bytes_before: 1 << 20,
+                cached_bytes_after: 8 << 20,
+                already_cached_files: 1,
+                unknown_files: 1,
+                ..LoadTotals::default()
+            },
+            rate_bytes_per_s: (7 << 20) as f64 / 0.5,
+            walk: WalkSummary::default(),
+            outcome: Outcome {
+                elapsed_s: 0.5,
+                ..Outcome::default()
+            },
+            locks: Default::default(),
+        };
+        let mut out = Vec::new();
+        write_summary(&mut out, &r, true).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "4 files, 8.0 MiB in range: 8.0 MiB cached now (was >=1.0 MiB); 1 files were \
+             already cached; 0.50 s, 14.0 MiB/s\n"
+        );
+    }
 }

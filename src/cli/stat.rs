@@ -3,9 +3,10 @@
 use super::args::{OutputArgs, WalkArgs};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::stat::{self, FileStat, StatOptions, Totals};
+use pagewise_core::stat::{self, FileStat, StatOptions, StatReport, Totals};
 use pagewise_core::{FileResult, Watch};
 use std::cmp::Ordering;
+use std::io::Write;
 use std::sync::Mutex;
 
 pub const EXAMPLES: &str = "\
@@ -157,42 +158,15 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
     }
     let o = &report.outcome;
     render::report_problems("stat", &o.errors, o.error_count, &o.notices);
-    let ranged = a.walk.range.is_some();
-    let mut rows = vec![header(ranged)];
-    if list {
-        for f in &files {
-            rows.push(file_row(f));
-        }
-    } else {
-        for r in &report.roots {
-            rows.push(totals_row(&render::path_text(&r.path), &r.totals));
-        }
-    }
-    if list || opts.roots.len() > 1 {
-        rows.push(totals_row("TOTAL", &report.total));
-    }
-    if rows.len() == 1 {
-        // Nothing was measured (every root failed): its errors are on stderr.
-        return Ok(code);
-    }
-    let table = render::table(&rows);
-    if list && a.map.is_some() {
-        // Interleave each file's bar under its row.
-        let mut lines = table.lines();
-        println!("{}", lines.next().unwrap_or_default());
-        for f in &files {
-            println!("{}", lines.next().unwrap_or_default());
-            if let Some(m) = &f.map {
-                println!("  {}", render::map_bar(m));
-            }
-        }
-        for l in lines {
-            println!("{l}");
-        }
-        println!("{}", render::MAP_LEGEND);
-    } else {
-        print!("{table}");
-    }
+    let view = View {
+        ranged: a.walk.range.is_some(),
+        list,
+        map: list && a.map.is_some(),
+        roots: opts.roots.len(),
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = write_table(&mut out, &report, &files, &view);
+    drop(out);
     if let Some(why) = report.total.unknown_reason {
         eprintln!(
             "pagewise stat: note: {} of {} files show 'unknown' (totals marked >= leave them out): {why}",
@@ -200,6 +174,60 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         );
     }
     Ok(code)
+}
+
+/// How the table is laid out.
+struct View {
+    /// `--range` given: the size column is the bytes in the range.
+    ranged: bool,
+    /// One row per file (`-l`, `--top`, `--sort`, ...), else one per root.
+    list: bool,
+    /// A residency bar under each file's row, and the legend under the table.
+    map: bool,
+    /// Roots given (a TOTAL row when more than one, even if some failed).
+    roots: usize,
+}
+
+/// Writes the table: one row per file (or per root), a TOTAL row when there is more than one,
+/// bars under the rows with `--map`. Nothing when nothing was measured (every root failed:
+/// its errors are on stderr).
+fn write_table(
+    w: &mut dyn Write,
+    report: &StatReport,
+    files: &[FileStat],
+    view: &View,
+) -> std::io::Result<()> {
+    let mut rows = vec![header(view.ranged)];
+    if view.list {
+        rows.extend(files.iter().map(file_row));
+    } else {
+        for r in &report.roots {
+            rows.push(totals_row(&render::path_text(&r.path), &r.totals));
+        }
+    }
+    if view.list || view.roots > 1 {
+        rows.push(totals_row("TOTAL", &report.total));
+    }
+    if rows.len() == 1 {
+        return Ok(());
+    }
+    let table = render::table(&rows);
+    if !view.map {
+        return w.write_all(table.as_bytes());
+    }
+    // Interleave each file's bar under its row.
+    let mut lines = table.lines();
+    writeln!(w, "{}", lines.next().unwrap_or_default())?;
+    for f in files {
+        writeln!(w, "{}", lines.next().unwrap_or_default())?;
+        if let Some(m) = &f.map {
+            writeln!(w, "  {}", render::map_bar(m))?;
+        }
+    }
+    for l in lines {
+        writeln!(w, "{l}")?;
+    }
+    writeln!(w, "{}", render::MAP_LEGEND)
 }
 
 fn header(ranged: bool) -> Vec<String> {
@@ -260,4 +288,128 @@ fn totals_row(name: &str, t: &Totals) -> Vec<String> {
         d(t.evicted_bytes),
         d(t.recently_evicted_bytes),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    //! The table, rendered from hand-made reports: no kernel involved.
+    use super::*;
+    use pagewise_core::residency::{MeasuredBy, Residency, UNKNOWN_NOT_WRITABLE};
+    use pagewise_core::stat::RootTotals;
+    use pagewise_core::walk::WalkSummary;
+    use pagewise_core::Outcome;
+    use std::path::PathBuf;
+
+    fn residency(bytes: u64, cached: Option<u64>) -> Residency {
+        let known = cached.map(|_| 0);
+        Residency {
+            bytes,
+            cached,
+            dirty: known,
+            writeback: known,
+            evicted: known,
+            recently_evicted: known,
+            method: if cached.is_some() {
+                MeasuredBy::Cachestat
+            } else {
+                MeasuredBy::Unknown
+            },
+            unknown_reason: cached.is_none().then_some(UNKNOWN_NOT_WRITABLE),
+        }
+    }
+
+    fn file(path: &str, bytes: u64, cached: Option<u64>, map: Option<Vec<Option<u8>>>) -> FileStat {
+        FileStat {
+            path: PathBuf::from(path),
+            size: bytes,
+            allocated_bytes: bytes,
+            residency: residency(bytes, cached),
+            map,
+            root: 0,
+        }
+    }
+
+    fn report(files: &[FileStat]) -> StatReport {
+        let mut total = Totals::default();
+        for f in files {
+            total.add(f.size, &f.residency);
+        }
+        StatReport {
+            page_size: 4096,
+            roots: vec![RootTotals {
+                path: PathBuf::from("/data"),
+                totals: total.clone(),
+            }],
+            total,
+            walk: WalkSummary::default(),
+            outcome: Outcome::default(),
+        }
+    }
+
+    fn render(report: &StatReport, files: &[FileStat], view: View) -> String {
+        let mut out = Vec::new();
+        write_table(&mut out, report, files, &view).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn view(list: bool, map: bool) -> View {
+        View {
+            ranged: false,
+            list,
+            map,
+            roots: 1,
+        }
+    }
+
+    #[test]
+    fn one_root_one_row_no_total() {
+        let files = [file("/data/a", 8192, Some(4096), None)];
+        let got = render(&report(&files), &[], view(false, false));
+        assert_eq!(
+            got,
+            "PATH   FILES     SIZE   CACHED      %  DIRTY  WRITEBACK  EVICTED  RECENT-EVICT\n\
+             /data      1  8.0 KiB  4.0 KiB  50.0%    0 B        0 B      0 B           0 B\n"
+        );
+    }
+
+    #[test]
+    fn listed_files_escape_names_and_total_marks_unknown_with_ge() {
+        let files = [
+            file("/data/a\nb", 8192, Some(8192), None),
+            file("/data/c", 4096, None, None),
+        ];
+        let got = render(&report(&files), &files, view(true, false));
+        assert_eq!(
+            got,
+            "PATH          FILES      SIZE     CACHED        %    DIRTY  WRITEBACK  EVICTED  RECENT-EVICT\n\
+             /data/a\\x0ab          8.0 KiB    8.0 KiB   100.0%      0 B        0 B      0 B           0 B\n\
+             /data/c               4.0 KiB    unknown  unknown  unknown    unknown  unknown       unknown\n\
+             TOTAL             2  12.0 KiB  >=8.0 KiB  >=66.7%    >=0 B      >=0 B    >=0 B         >=0 B\n"
+        );
+    }
+
+    #[test]
+    fn map_bars_sit_under_their_rows_with_the_legend_last() {
+        let files = [file(
+            "/data/a",
+            4 * 4096,
+            Some(8192),
+            Some(vec![Some(100), Some(0), Some(20), None]),
+        )];
+        let got = render(&report(&files), &files, view(true, true));
+        let lines: Vec<&str> = got.lines().collect();
+        assert!(lines[0].starts_with("PATH"));
+        assert!(lines[1].starts_with("/data/a"));
+        assert_eq!(lines[2], "  [O .?]");
+        assert!(lines[3].starts_with("TOTAL"));
+        assert_eq!(lines[4], render::MAP_LEGEND);
+        assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn nothing_measured_prints_nothing() {
+        let mut r = report(&[]);
+        r.roots.clear();
+        assert_eq!(render(&r, &[], view(false, false)), "");
+    }
 }

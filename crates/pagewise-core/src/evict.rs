@@ -111,8 +111,9 @@ pub struct EvictFile {
     /// Processes mapping the file (with `--why`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pids: Vec<u32>,
+    /// Device and inode (to find the processes mapping it).
     #[serde(skip)]
-    dev_ino: (u64, u64),
+    pub dev_ino: (u64, u64),
 }
 
 /// Totals of an eviction, in bytes (each file's counts capped at its measured bytes). The
