@@ -38,7 +38,9 @@ fn give_buf(buf: AlignedBuf) {
 
 /// Why a chunk run stopped early.
 pub enum Stopped<E> {
+    /// The caller asked to stop; chunks not started were skipped.
     Interrupted,
+    /// A chunk's work failed with this error; the others were stopped.
     Failed(E),
 }
 

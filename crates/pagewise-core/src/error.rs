@@ -205,15 +205,18 @@ impl Serialize for Op {
 #[derive(Debug, Clone, Serialize)]
 pub struct FileError {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    /// The path as the user gave it (or as found below a root given).
     pub path: PathBuf,
     /// The syscall or step that failed (`openat`, `cachestat`, `fadvise(DONTNEED)`, ...).
     pub op: Op,
+    /// What went wrong, in words (the OS error's text for kernel failures).
     pub message: String,
     /// errno, when the failure came from the kernel.
     pub errno: Option<i32>,
 }
 
 impl FileError {
+    /// A failure the kernel reported (`errno` kept).
     pub fn io(path: &Path, op: Op, e: &io::Error) -> Self {
         FileError {
             path: path.to_path_buf(),
@@ -222,6 +225,7 @@ impl FileError {
             errno: e.raw_os_error(),
         }
     }
+    /// A failure pagewise found itself (no errno).
     pub fn other(path: &Path, op: Op, message: impl Into<String>) -> Self {
         FileError {
             path: path.to_path_buf(),
@@ -247,18 +251,33 @@ impl fmt::Display for FileError {
 /// Fatal errors: the verb could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// An option or input is not usable: `what` names it, `message` says why.
     #[error("invalid {what}: {message}")]
-    Invalid { what: &'static str, message: String },
-    #[error("{path}: {op} failed: {source}")]
+    Invalid {
+        /// The option or input (`roots`, `threads`, `glob`, ...).
+        what: &'static str,
+        /// Why it cannot be used.
+        message: String,
+    },
+    /// A syscall failed on a path before the verb could start.
+    #[error("{}: {op} failed: {source}", path.display())]
     Io {
+        /// The path as given.
         path: PathBuf,
-        op: &'static str,
+        /// The syscall or step.
+        op: Op,
+        /// The kernel's error.
         source: io::Error,
     },
     /// The command to run or record could not be started (`exit_code`: 127 when it was not
     /// found, 126 when it could not be executed, as shells and env(1) say).
     #[error("{}: cannot run it: {source}", program.display())]
-    Spawn { program: PathBuf, source: io::Error },
+    Spawn {
+        /// The program as given.
+        program: PathBuf,
+        /// Why it could not be started.
+        source: io::Error,
+    },
     /// A process named by PID does not exist (or is gone).
     #[error("no such process: {0}")]
     NoSuchProcess(u32),
@@ -306,8 +325,10 @@ pub struct ErrorLog {
 }
 
 impl ErrorLog {
+    /// Errors kept in full; the rest are only counted.
     pub const MAX_KEPT: usize = 10_000;
 
+    /// Records one error (from any thread).
     pub fn push(&self, e: FileError) {
         self.count.fetch_add(1, Ordering::Relaxed);
         let mut k = self.kept.lock().unwrap();
@@ -315,6 +336,7 @@ impl ErrorLog {
             k.push(e);
         }
     }
+    /// All errors recorded, kept or not.
     pub fn count(&self) -> u64 {
         self.count.load(Ordering::Relaxed)
     }

@@ -99,14 +99,20 @@ pub enum StayReason {
 #[derive(Debug, Clone, Serialize)]
 pub struct EvictFile {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    /// The file, as found.
     pub path: PathBuf,
+    /// Its size in bytes.
     pub size: u64,
+    /// Residency before the eviction.
     pub before: Residency,
+    /// Residency after it (as before with `dry_run`).
     pub after: Residency,
     /// Null when the residency is unknown (see `before.unknown_reason`).
     pub dropped_bytes: Option<u64>,
+    /// Bytes still cached afterwards (null when unknown).
     pub stayed_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why pages stayed (when some did).
     pub reason: Option<StayReason>,
     /// Processes mapping the file (with `--why`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -121,27 +127,41 @@ pub struct EvictFile {
 /// all the same, but what they held cannot be measured.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EvictTotals {
+    /// Files evicted (or measured, with `dry_run`).
     pub files: u64,
     /// Bytes measured: the files' sizes, or their parts in the range.
     pub bytes: u64,
+    /// Cached bytes before, over the known files.
     pub cached_bytes_before: u64,
+    /// Cached bytes after, over the known files.
     pub cached_bytes_after: u64,
+    /// Bytes that left the cache.
     pub dropped_bytes: u64,
+    /// Bytes still cached afterwards.
     pub stayed_bytes: u64,
+    /// Dirty bytes written back so they could be dropped.
     pub dirty_bytes_written: u64,
+    /// Files where some pages stayed.
     pub files_with_residue: u64,
+    /// Files left alone because another user owns them (`owned`).
     pub not_owned_skipped: u64,
+    /// Files whose residency could not be measured.
     pub unknown_files: u64,
+    /// Their bytes.
     pub unknown_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why they could not be measured.
     pub unknown_reason: Option<&'static str>,
 }
 
 /// What `evict` did.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvictReport {
+    /// Nothing was dropped: only measured.
     pub dry_run: bool,
+    /// The kernel's page size, in bytes.
     pub page_size: u64,
+    /// Sums over all files.
     pub total: EvictTotals,
     /// Files where pages stayed, with the reason (at most 10,000, largest residue first).
     pub residue: Vec<EvictFile>,
@@ -488,7 +508,9 @@ fn max_folio_bytes() -> u64 {
 /// A mapping of a file by a process, from /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcMapping {
+    /// The process.
     pub pid: u32,
+    /// It has the file's pages mlocked.
     pub locked: bool,
 }
 

@@ -93,21 +93,27 @@ impl Default for LoadOptions {
 /// Totals of a load.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LoadTotals {
+    /// Files loaded or found fully cached.
     pub files: u64,
     /// Bytes in the requested ranges.
     pub bytes: u64,
+    /// Cached bytes before, over the known files.
     pub cached_bytes_before: u64,
+    /// Cached bytes after.
     pub cached_bytes_after: u64,
     /// Files skipped because they were fully cached already.
     pub already_cached_files: u64,
     /// Bytes of the ranges of files that were read (cached parts of them are only copied).
     pub read_bytes: u64,
+    /// Bytes locked with `lock`.
     pub locked_bytes: u64,
+    /// Files locked with `lock`.
     pub locked_files: u64,
     /// Files whose residency before the load could not be known (see `unknown_reason`):
     /// `cached_bytes_before` leaves them out.
     pub unknown_files: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why some files' residency before was unknown.
     pub unknown_reason: Option<&'static str>,
 }
 

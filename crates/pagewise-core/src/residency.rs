@@ -14,7 +14,9 @@ use std::sync::Mutex;
 /// A byte range of every file: `[start, end)`, `end == None` meaning to the end of the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ByteRange {
+    /// First byte.
     pub start: u64,
+    /// End (exclusive), `None` for the end of each file.
     pub end: Option<u64>,
 }
 
@@ -170,14 +172,19 @@ pub struct Residency {
     /// Bytes measured: the file's size, or its part in the range.
     pub bytes: u64,
     #[serde(rename = "cached_bytes")]
+    /// Bytes cached (null: unknown).
     pub cached: Option<u64>,
     #[serde(rename = "dirty_bytes")]
+    /// Bytes dirty (null: unknown, e.g. mincore).
     pub dirty: Option<u64>,
     #[serde(rename = "writeback_bytes")]
+    /// Bytes under writeback (null: unknown).
     pub writeback: Option<u64>,
     #[serde(rename = "evicted_bytes")]
+    /// Bytes evicted since the file was opened by anyone (cachestat's count; null: unknown).
     pub evicted: Option<u64>,
     #[serde(rename = "recently_evicted_bytes")]
+    /// Bytes evicted recently (cachestat's workingset count; null: unknown).
     pub recently_evicted: Option<u64>,
     /// How it was measured.
     pub method: MeasuredBy,
@@ -191,6 +198,7 @@ impl Residency {
     pub fn cached_or_zero(&self) -> u64 {
         self.cached.unwrap_or(0)
     }
+    /// True when not even the cached figure is known.
     pub fn is_unknown(&self) -> bool {
         self.cached.is_none()
     }
@@ -218,6 +226,7 @@ pub struct Meter {
 }
 
 impl Meter {
+    /// A meter using `method` (Auto: cachestat, falling back to mincore).
     pub fn new(method: Method) -> Self {
         let missing = method == Method::Mincore || !sys::probe_cachestat();
         let m = Meter {
@@ -231,6 +240,7 @@ impl Meter {
         m
     }
 
+    /// Adds a one-line notice once (fallbacks taken).
     pub fn notice(&self, s: &str) {
         let mut n = self.notices.lock().unwrap();
         if !n.iter().any(|x| x == s) {
@@ -238,6 +248,7 @@ impl Meter {
         }
     }
 
+    /// The notices so far, each once.
     pub fn take_notices(&self) -> Vec<String> {
         std::mem::take(&mut *self.notices.lock().unwrap())
     }

@@ -14,17 +14,20 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, Serialize)]
 pub struct FileStat {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    /// The file, as found (a root's path joined with the names below it).
     pub path: PathBuf,
     /// The file's size; `bytes` (below) is the part measured: all of it, or its part in the range.
     pub size: u64,
     /// Bytes allocated on disk (sparse files have fewer).
     pub allocated_bytes: u64,
     #[serde(flatten)]
+    /// What the kernel holds of it.
     pub residency: Residency,
     /// Per-cell cached % for `--map` (null: unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub map: Option<Vec<Option<u8>>>,
     #[serde(skip)]
+    /// Index of the root it was found under.
     pub root: usize,
 }
 
@@ -38,6 +41,7 @@ impl FileStat {
             c as f64 * 100.0 / self.residency.bytes as f64
         })
     }
+    /// Cached bytes of the measured range (None when unknown).
     pub fn cached_bytes(&self) -> Option<u64> {
         self.residency.cached
     }
@@ -46,6 +50,7 @@ impl FileStat {
 /// Sums over many files, in bytes (each file's counts capped at its measured bytes).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Totals {
+    /// Files measured.
     pub files: u64,
     /// Sum of the files' sizes.
     pub size: u64,
@@ -56,16 +61,21 @@ pub struct Totals {
     /// These four over the files whose method knows them (cachestat); null when none does
     /// (mincore knows only what is cached). `detail_unknown_files` says how many do not.
     pub dirty_bytes: Option<u64>,
+    /// Bytes under writeback (see `dirty_bytes`).
     pub writeback_bytes: Option<u64>,
+    /// Bytes evicted (see `dirty_bytes`).
     pub evicted_bytes: Option<u64>,
+    /// Bytes recently evicted (see `dirty_bytes`).
     pub recently_evicted_bytes: Option<u64>,
     /// Files whose dirty / writeback / evicted figures are unknown.
     pub detail_unknown_files: u64,
     /// Files whose residency could not be known (see `unknown_reason`), and their bytes: the
     /// cached figures above leave them out.
     pub unknown_files: u64,
+    /// Their bytes.
     pub unknown_bytes: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why they are unknown.
     pub unknown_reason: Option<&'static str>,
 }
 
@@ -77,6 +87,7 @@ fn add_known(sum: &mut Option<u64>, v: Option<u64>) {
 }
 
 impl Totals {
+    /// Adds one file of `size` bytes measured as `r`.
     pub fn add(&mut self, size: u64, r: &Residency) {
         self.files += 1;
         self.size += size;
@@ -93,6 +104,7 @@ impl Totals {
         add_known(&mut self.recently_evicted_bytes, r.recently_evicted);
         self.detail_unknown_files += r.dirty.is_none() as u64;
     }
+    /// Adds another sum.
     pub fn merge(&mut self, o: &Totals) {
         self.files += o.files;
         self.size += o.size;
@@ -157,8 +169,10 @@ impl StatOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct RootTotals {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    /// The root as given.
     pub path: PathBuf,
     #[serde(flatten)]
+    /// Its sums.
     pub totals: Totals,
 }
 

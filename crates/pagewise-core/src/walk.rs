@@ -86,14 +86,18 @@ pub struct FileRef<'a> {
     pub path: &'a Path,
     /// Directory the file was opened in, and its name there (None for a root named directly).
     pub dir: Option<BorrowedFd<'a>>,
+    /// The file's name in `dir` (the whole path for a root).
     pub name: &'a CStr,
+    /// The open file (O_RDONLY, O_NONBLOCK).
     pub fd: OwnedFd,
+    /// Its fstat.
     pub stat: Stat,
     /// Index of the root argument this file was found under.
     pub root: usize,
 }
 
 impl FileRef<'_> {
+    /// The open file, borrowed.
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -115,7 +119,9 @@ impl FileRef<'_> {
 /// What the walk met besides the files it visited.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct WalkSummary {
+    /// Regular files visited.
     pub files: u64,
+    /// Directories read.
     pub dirs: u64,
     /// FIFOs, sockets and devices inside trees (never opened).
     pub special_skipped: u64,

@@ -324,7 +324,7 @@ pub fn watch(
             } else {
                 crate::Error::Io {
                     path: format!("/proc/{pid}/task").into(),
-                    op: "readdir",
+                    op: crate::Op::Readdir,
                     source: e,
                 }
             }
