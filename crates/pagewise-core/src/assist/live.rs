@@ -147,6 +147,7 @@ pub struct Assistant {
 }
 
 impl Assistant {
+    /// An assistant with nothing seen yet.
     pub fn new(opts: &AssistOptions) -> Assistant {
         Assistant {
             pred: Predictor::new(opts.config.clone()),

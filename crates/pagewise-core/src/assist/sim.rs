@@ -9,7 +9,7 @@
 //! The access stream is the fault stream: pages the kernel mapped by fault-around without a
 //! fault are not seen, in the recording or here.
 
-use super::predictor::{Access, Config, Detector, Predictor};
+use super::predictor::{Access, Config, Detector, Predictor, Window};
 use crate::trace::{Trace, TraceError};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -123,76 +123,99 @@ pub fn simulate(opts: &SimulateOptions, label: &str) -> Result<SimReport, SimErr
 fn run(trace: &Trace, cfg: Config, latency_ns: u64, label: &str) -> SimReport {
     let faults = trace.faults.as_deref().unwrap_or_default();
     let page = trace.page_size as u64;
-    let sizes: Vec<u64> = trace.files.iter().map(|f| f.size.div_ceil(page)).collect();
-    let mut cache: HashMap<(u32, u64), Page> = HashMap::new();
-    let mut pred = Predictor::new(cfg);
-    let mut r = SimReport {
-        label: label.to_string(),
-        ..Default::default()
+    let mut sim = Cache {
+        pages: HashMap::new(),
+        sizes: trace.files.iter().map(|f| f.size.div_ceil(page)).collect(),
+        latency_ns,
+        r: SimReport {
+            label: label.to_string(),
+            ..Default::default()
+        },
     };
+    let mut pred = Predictor::new(cfg);
     let mut ordered: Vec<&crate::trace::Fault> = faults.iter().collect();
     ordered.sort_by_key(|f| f.ts_ns);
     for f in ordered {
-        r.accesses += 1;
-        let t = f.ts_ns;
-        let hit = match cache.get_mut(&(f.file, f.index)) {
-            Some(pg) => {
-                if pg.ready_ns <= t {
-                    r.hits += 1;
-                } else {
-                    r.late_hits += 1;
-                }
-                pg.used = true;
-                true
-            }
-            None => {
-                r.misses += 1;
-                cache.insert(
-                    (f.file, f.index),
-                    Page {
-                        ready_ns: t,
-                        prefetched: false,
-                        used: true,
-                    },
-                );
-                false
-            }
-        };
+        let hit = sim.fault(f.file, f.index, f.ts_ns);
         for w in pred.access(Access {
             file: super::predictor::stream(f.file as u64, f.pid),
             page: f.index,
             hit,
-            t_ns: t,
+            t_ns: f.ts_ns,
         }) {
-            r.windows += 1;
-            match w.detector {
-                Detector::Sequential => r.windows_sequential += 1,
-                Detector::Stride => r.windows_stride += 1,
-                Detector::Range => r.windows_range += 1,
-            }
-            let limit = match sizes[f.file as usize] {
-                0 => u64::MAX,
-                n => n,
-            };
-            for pg in w.start..(w.start + w.pages).min(limit) {
-                cache.entry((f.file, pg)).or_insert_with(|| {
-                    r.prefetched_bytes += page;
-                    Page {
-                        ready_ns: t + latency_ns,
-                        prefetched: true,
-                        used: false,
-                    }
-                });
-            }
+            sim.prefetch(f.file, &w, f.ts_ns);
         }
     }
-    r.wasted_bytes = cache.values().filter(|p| p.prefetched && !p.used).count() as u64 * page;
+    let mut r = sim.r;
+    let wasted = sim.pages.values().filter(|p| p.prefetched && !p.used);
+    r.wasted_bytes = wasted.count() as u64 * page;
     r.hit_rate = if r.accesses == 0 {
         0.0
     } else {
         (r.hits + r.late_hits) as f64 / r.accesses as f64
     };
+    r.prefetched_bytes *= page;
     r
+}
+
+/// The simulated page cache, and the counts so far (`prefetched_bytes` in pages until the
+/// end).
+struct Cache {
+    pages: HashMap<(u32, u64), Page>,
+    /// Pages of each file (0: unknown).
+    sizes: Vec<u64>,
+    latency_ns: u64,
+    r: SimReport,
+}
+
+impl Cache {
+    /// A fault on `page` of `file` at `t`: true when the page was cached (ready or not); a
+    /// miss brings that page alone in.
+    fn fault(&mut self, file: u32, page: u64, t: u64) -> bool {
+        self.r.accesses += 1;
+        let Some(pg) = self.pages.get_mut(&(file, page)) else {
+            self.r.misses += 1;
+            let pg = Page {
+                ready_ns: t,
+                prefetched: false,
+                used: true,
+            };
+            self.pages.insert((file, page), pg);
+            return false;
+        };
+        if pg.ready_ns <= t {
+            self.r.hits += 1;
+        } else {
+            self.r.late_hits += 1;
+        }
+        pg.used = true;
+        true
+    }
+
+    /// Loads window `w` of `file` (within its size), ready `latency_ns` after `t`.
+    fn prefetch(&mut self, file: u32, w: &Window, t: u64) {
+        self.r.windows += 1;
+        match w.detector {
+            Detector::Sequential => self.r.windows_sequential += 1,
+            Detector::Stride => self.r.windows_stride += 1,
+            Detector::Range => self.r.windows_range += 1,
+        }
+        let limit = match self.sizes[file as usize] {
+            0 => u64::MAX,
+            n => n,
+        };
+        let ready_ns = t + self.latency_ns;
+        for pg in w.start..(w.start + w.pages).min(limit) {
+            self.pages.entry((file, pg)).or_insert_with(|| {
+                self.r.prefetched_bytes += 1;
+                Page {
+                    ready_ns,
+                    prefetched: true,
+                    used: false,
+                }
+            });
+        }
+    }
 }
 
 /// The comparison `assist --simulate` prints: no prefetching, sequential+stride alone, and with

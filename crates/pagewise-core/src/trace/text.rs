@@ -5,9 +5,13 @@ use super::Trace;
 /// One merged run of pages of a file: `(file, first page, pages, first time)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Run {
+    /// Index into [`Trace::files`].
     pub file: u32,
+    /// First page.
     pub index: u64,
+    /// Pages in the run.
     pub pages: u64,
+    /// Time of its first event, ns since the recording started.
     pub ts_ns: u64,
 }
 

@@ -36,7 +36,9 @@ use codec::{
 use serde::Serialize;
 use std::fmt;
 
+/// The first 8 bytes of every trace file.
 pub const MAGIC: &[u8; 8] = b"PWTRACE\0";
+/// The format version this pagewise writes and reads.
 pub const VERSION: u32 = 1;
 const MAX_ARGS: u32 = 65_536;
 const MAX_STR: u32 = 1 << 20;
@@ -45,15 +47,21 @@ const FAULT_BYTES: u64 = 24;
 /// Header flag: the trace has a fault section.
 pub const HAS_FAULTS: u32 = 1;
 
+/// File flag: the path follows.
 pub const FILE_PATH_KNOWN: u32 = 1;
+/// File flag: the file was deleted by the end of the recording.
 pub const FILE_DELETED: u32 = 2;
 
 /// A file seen in a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TraceFile {
+    /// Major number of the filesystem's device.
     pub dev_major: u32,
+    /// Minor number of the filesystem's device.
     pub dev_minor: u32,
+    /// Inode number.
     pub ino: u64,
+    /// Size in bytes at the end of the recording (0 when unknown).
     pub size: u64,
     /// Path when it could be resolved (lossy for display; the bytes are kept in `path_bytes`).
     #[serde(skip)]
@@ -61,6 +69,7 @@ pub struct TraceFile {
     /// In JSON: `path` (null when unknown), plus `path_bytes` when the name is not UTF-8.
     #[serde(flatten, serialize_with = "crate::json::opt_path_bytes")]
     pub path_bytes: Option<Vec<u8>>,
+    /// Deleted by the end of the recording (its name then is the one it had).
     pub deleted: bool,
 }
 
@@ -91,32 +100,49 @@ impl TraceFile {
 /// Pages the kernel added to the page cache for the recorded command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Event {
+    /// When, ns since the recording started.
     pub ts_ns: u64,
+    /// Index into [`Trace::files`].
     pub file: u32,
+    /// The process (thread) that caused it.
     pub pid: u32,
+    /// First page added (file offset / page size).
     pub index: u64,
+    /// Pages added together (1 << folio order).
     pub pages: u32,
 }
 
 /// A page fault of the recorded command on a file mapping (`record --faults`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Fault {
+    /// When, ns since the recording started.
     pub ts_ns: u64,
+    /// Index into [`Trace::files`].
     pub file: u32,
+    /// The process (thread) that faulted.
     pub pid: u32,
+    /// The page it touched (file offset / page size), cached or not.
     pub index: u64,
 }
 
 /// A whole recording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Trace {
+    /// Format version ([`VERSION`]).
     pub version: u32,
+    /// Page size of the system it was recorded on, bytes.
     pub page_size: u32,
+    /// Events the kernel dropped (ring buffer overrun), never hidden.
     pub lost_events: u64,
+    /// Wall clock at the start, ns since the Unix epoch.
     pub started_unix_ns: u64,
+    /// ns from the start to the command's exit.
     pub duration_ns: u64,
+    /// The recorded command (lossy where not UTF-8).
     pub command: Vec<String>,
+    /// The files pages were added to, in order of first appearance.
     pub files: Vec<TraceFile>,
+    /// Pages added to the page cache, in time order.
     pub events: Vec<Event>,
     /// Page faults, in time order; `None` when the trace was recorded without `--faults`.
     pub faults: Option<Vec<Fault>>,
@@ -143,14 +169,20 @@ impl Default for Trace {
 /// Why a trace file could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TraceError {
+    /// Not a pagewise trace.
     BadMagic,
+    /// A format version this pagewise does not read.
     UnsupportedVersion(u32),
     /// The file ends inside the field named, at this byte offset.
     Truncated {
+        /// The field.
         field: &'static str,
+        /// Byte offset of the field.
         at: usize,
     },
+    /// A value that cannot be (a count, flag, index or length), described.
     Corrupt(String),
+    /// The checksum does not match the bytes.
     ChecksumMismatch,
 }
 
