@@ -6,7 +6,7 @@
 //! - [`record`] runs a command under the tracepoint and returns its [`Trace`];
 //! - [`format`] is the trace file (what `replay`, `evict --trace` and `load --trace` read);
 //! - [`Follower`] follows a process tree by [`perf`] events or a [`tracefs`] instance (used by
-//!   `record`, `run` and `assist`);
+//!   `record` and `run`; `assist -p` follows running processes through a [`tracefs`] instance);
 //! - [`files`] reaches the traced files again, by path or by handle;
 //! - [`text`] prints a trace.
 
@@ -28,7 +28,7 @@ pub use record::{record, RecordOptions, RecordReport};
 pub use text::{grouped, write_text, Run};
 pub use tracefs::TraceUnavailable;
 
-/// How `record` collects events.
+/// How `record` and `run` follow the command's events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
     /// Perf events where the kernel allows them, else a tracefs instance (with a notice).
