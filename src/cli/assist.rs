@@ -2,9 +2,10 @@
 
 use super::args::{parse_duration, AssistTuning};
 use super::render::{self, bytes, table};
+use super::trace_io::Signals;
 use clap::Args;
-use pagewise_core::assist::live;
-use pagewise_core::assist::sim;
+use pagewise_core::assist::live::{self, WatchOptions};
+use pagewise_core::assist::sim::{self, SimulateOptions};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -50,10 +51,13 @@ pub struct AssistArgs {
 
 pub fn run(a: AssistArgs) -> Result<i32, String> {
     if let Some(path) = &a.simulate {
-        let t = super::trace_io::load_trace(path)?;
-        let cfg = a.tuning.config(t.page_size as u64);
-        let rows = sim::compare(&t, &cfg, a.latency.as_nanos() as u64)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let trace = super::trace_io::load_trace(path)?;
+        let opts = SimulateOptions {
+            config: a.tuning.config(trace.page_size as u64),
+            trace,
+            latency_ns: a.latency.as_nanos() as u64,
+        };
+        let rows = sim::compare(&opts).map_err(|e| format!("{}: {e}", path.display()))?;
         if a.json {
             println!(
                 "{}",
@@ -91,8 +95,12 @@ pub fn run(a: AssistArgs) -> Result<i32, String> {
         );
         return Ok(0);
     }
-    let opts = a.tuning.options(a.buffer_kb);
-    let r = live::watch(&a.pid, &opts, a.for_).map_err(|e| format!("assist: {e}"))?;
+    let opts = WatchOptions {
+        assist: a.tuning.options(a.buffer_kb),
+        pids: a.pid,
+        duration: a.for_,
+    };
+    let r = live::watch(&opts, &Signals).map_err(|e| format!("assist: {e}"))?;
     if a.json {
         println!(
             "{}",

@@ -47,10 +47,7 @@ pub struct EvictArgs {
 
 pub fn run(a: EvictArgs) -> Result<i32, String> {
     if let Some(t) = &a.trace {
-        let dry_run = a.dry_run;
-        return super::trace_io::cache_verb("evict", t, a.out.json, |tr| {
-            pagewise_core::replay::evict_trace(tr, dry_run)
-        });
+        return super::trace_io::evict_by_trace(t, a.out.json, a.dry_run);
     }
     let roots = a.walk.roots()?;
     let opts = EvictOptions {

@@ -8,11 +8,3 @@ pub const FATAL: i32 = 1;
 pub const SOME_FAILED: i32 = 2;
 /// Interrupted by SIGINT (128 + 2), as shells report it.
 pub const INTERRUPTED: i32 = 130;
-
-/// A command's exit status as a shell reports it: its code, or 128 + the signal that ended it.
-pub fn of_status(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
-}

@@ -48,9 +48,7 @@ pub struct LoadArgs {
 pub fn run(a: LoadArgs) -> Result<i32, String> {
     if let Some(t) = &a.trace {
         let depth = a.walk.threads.unwrap_or(32);
-        return super::trace_io::cache_verb("load", t, a.out.json, |tr| {
-            pagewise_core::replay::load_trace(tr, depth)
-        });
+        return super::trace_io::load_by_trace(t, a.out.json, depth);
     }
     let roots = a.walk.roots()?;
     if a.batch == 0 {

@@ -3,7 +3,7 @@
 use super::args::BackendArg;
 use super::output::Output;
 use super::render::{bytes, path_text};
-use super::trace_io::{command_error, write_trace, TraceFormat};
+use super::trace_io::{command_error, write_trace, Signals, TraceFormat};
 use clap::Args;
 use pagewise_core::trace::{self, RecordOptions};
 use std::path::PathBuf;
@@ -48,21 +48,20 @@ pub struct RecordArgs {
 pub fn run(a: RecordArgs) -> Result<i32, String> {
     // The output first: a bad path is found before the command runs.
     let out = Output::open(&a.output)?;
-    let rec = match trace::record(
-        &a.command,
-        &RecordOptions {
-            buffer_kb: a.buffer_kb,
-            faults: a.faults,
-            backend: a.backend.into(),
-        },
-    ) {
+    let opts = RecordOptions {
+        command: a.command,
+        buffer_kb: a.buffer_kb,
+        faults: a.faults,
+        backend: a.backend.into(),
+    };
+    let rec = match trace::record(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("record", e)),
     };
-    let (t, status, source) = (rec.trace, rec.status, rec.source);
+    let (t, source) = (&rec.trace, rec.source);
     // The trace first, then the words about it.
-    write_trace(&t, a.format, out)?;
-    for n in &rec.notices {
+    write_trace(t, a.format, out)?;
+    for n in &rec.outcome.notices {
         eprintln!("pagewise record: note: {n}");
     }
     let files_known = t.files.iter().filter(|f| f.path.is_some()).count();
@@ -88,5 +87,5 @@ pub fn run(a: RecordArgs) -> Result<i32, String> {
             String::new()
         }
     );
-    Ok(super::exit::of_status(status))
+    Ok(rec.exit_code)
 }

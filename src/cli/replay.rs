@@ -1,10 +1,10 @@
 //! `pagewise replay`: re-issue a recorded read set in a chosen order and time it.
 
 use super::args::parse_size_arg;
-use super::render::{self, bytes};
+use super::render::{self, bytes, path_text};
 use super::trace_io::{load_trace, skipped_note};
 use clap::{Args, ValueEnum};
-use pagewise_core::replay::{self, Order, ReplayOptions};
+use pagewise_core::replay::{self, CompareOptions, Order, ReplayOptions};
 use std::path::PathBuf;
 
 pub const EXAMPLES: &str = "\
@@ -25,6 +25,16 @@ pub enum OrderArg {
     File,
     /// By on-disk position (FIEMAP), across files: the fewest seeks
     Disk,
+}
+
+impl From<OrderArg> for Order {
+    fn from(o: OrderArg) -> Order {
+        match o {
+            OrderArg::Recorded => Order::Recorded,
+            OrderArg::File => Order::File,
+            OrderArg::Disk => Order::Disk,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -58,42 +68,47 @@ pub struct ReplayArgs {
 }
 
 pub fn run(a: ReplayArgs) -> Result<i32, String> {
-    let t = load_trace(&a.trace)?;
-    let order = match a.order {
-        OrderArg::Recorded => Order::Recorded,
-        OrderArg::File => Order::File,
-        OrderArg::Disk => Order::Disk,
-    };
+    let trace = load_trace(&a.trace)?;
     let reports = if a.compare {
-        replay::compare(&t, a.direct, a.merge_gap, a.max_request, a.runs)
+        let opts = CompareOptions {
+            trace,
+            direct: a.direct,
+            merge_gap: a.merge_gap,
+            max_request: a.max_request,
+            runs: a.runs,
+        };
+        replay::compare(&opts, &())
     } else {
-        vec![replay::replay(
-            &t,
-            &ReplayOptions {
-                order,
-                direct: a.direct,
-                merge_gap: a.merge_gap,
-                depth: a.depth,
-                max_request: a.max_request,
-            },
-        )]
+        let opts = ReplayOptions {
+            trace,
+            order: a.order.into(),
+            direct: a.direct,
+            merge_gap: a.merge_gap,
+            depth: a.depth,
+            max_request: a.max_request,
+        };
+        replay::replay(&opts, &()).map(|r| vec![r])
     };
-    let errors: u64 = reports.iter().map(|r| r.error_count).sum();
+    let reports = reports.map_err(|e| format!("{}: {e}", path_text(&a.trace)))?;
+    let errors: u64 = reports.iter().map(|r| r.outcome.error_count).sum();
     if a.json {
         render::print_json(&reports);
         return Ok(render::exit_code(errors));
     }
     if let Some(r) = reports.first() {
-        render::report_problems("replay", &r.errors, r.error_count, &[]);
+        render::report_problems("replay", &r.outcome.errors, r.outcome.error_count, &[]);
         skipped_note("replay", r.files_missing, &r.skipped);
     }
-    let base = reports.first().map_or(1.0, |r| r.elapsed_s.max(1e-9));
+    let base = reports
+        .first()
+        .map_or(1.0, |r| r.outcome.elapsed_s.max(1e-9));
     let mut rows = vec![[
         "ORDER", "DEPTH", "REQUESTS", "BYTES", "TIME", "MB/s", "SPEED-UP",
     ]
     .map(String::from)
     .to_vec()];
     for r in &reports {
+        let elapsed = r.outcome.elapsed_s;
         rows.push(vec![
             format!(
                 "{}{}",
@@ -103,9 +118,9 @@ pub fn run(a: ReplayArgs) -> Result<i32, String> {
             r.depth.to_string(),
             r.requests.to_string(),
             bytes(r.bytes),
-            format!("{:.3} s", r.elapsed_s),
+            format!("{:.3} s", elapsed),
             format!("{:.1}", r.mb_per_s),
-            format!("{:.2}x", base / r.elapsed_s.max(1e-9)),
+            format!("{:.2}x", base / elapsed.max(1e-9)),
         ]);
     }
     print!("{}", render::table(&rows));

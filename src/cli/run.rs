@@ -3,7 +3,7 @@
 use super::args::{parse_limit_arg, AssistTuning, BackendArg};
 use super::output::Output;
 use super::render::{self, bytes};
-use super::trace_io::command_error;
+use super::trace_io::{command_error, Signals};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -52,6 +52,7 @@ pub struct RunArgs {
 /// `pagewise run`.
 pub fn run(a: RunArgs) -> Result<i32, String> {
     let opts = pagewise_core::run::RunOptions {
+        command: a.command,
         max_cache: a.max_cache,
         keep_written: a.keep_written,
         buffer_kb: a.buffer_kb,
@@ -60,7 +61,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     };
     // The report file first: a bad path is found before the command runs.
     let report_out = a.report.as_deref().map(Output::open).transpose()?;
-    let r = match pagewise_core::run::run(&a.command, &opts) {
+    let r = match pagewise_core::run::run(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("run", e)),
     };
@@ -71,11 +72,12 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
                 .and_then(|_| writeln!(w))
         })?;
     }
-    for n in &r.notices {
+    let o = &r.outcome;
+    for n in &o.notices {
         eprintln!("pagewise run: note: {n}");
     }
     if a.report.is_none() {
-        render::report_problems("run", &r.errors, r.error_count, &[]);
+        render::report_problems("run", &o.errors, o.error_count, &[]);
         eprintln!(
             "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",
             bytes(r.added_bytes),
@@ -87,7 +89,7 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
             if r.kept_written_bytes > 0 { format!(", {} of written files kept", bytes(r.kept_written_bytes)) } else { String::new() },
             if r.lost_events > 0 { format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events) } else { String::new() },
             r.files,
-            r.elapsed_s
+            o.elapsed_s
         );
         if let Some(ar) = &r.assist {
             render::assist_summary(ar);

@@ -35,14 +35,19 @@ pub struct ShowArgs {
     pub format: ShowFormat,
 }
 
+impl From<ShowFormat> for TraceFormat {
+    fn from(f: ShowFormat) -> TraceFormat {
+        match f {
+            ShowFormat::Text => TraceFormat::Text,
+            ShowFormat::Grouped => TraceFormat::Grouped,
+            ShowFormat::Json => TraceFormat::Json,
+        }
+    }
+}
+
 pub fn run(a: ShowArgs) -> Result<i32, String> {
     let t = load_trace(&a.trace)?;
-    let format = match a.format {
-        ShowFormat::Text => TraceFormat::Text,
-        ShowFormat::Grouped => TraceFormat::Grouped,
-        ShowFormat::Json => TraceFormat::Json,
-    };
-    write_trace(&t, format, Output::open(Path::new("-"))?)?;
+    write_trace(&t, a.format.into(), Output::open(Path::new("-"))?)?;
     if !matches!(a.format, ShowFormat::Json) && t.files.iter().any(|f| f.path.is_none()) {
         eprintln!("pagewise show: note: {}", trace::UNNAMED_LEGEND);
     }

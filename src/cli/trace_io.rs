@@ -4,9 +4,11 @@
 use super::output::Output;
 use super::render::{self, bytes, path_text};
 use clap::ValueEnum;
-use pagewise_core::replay::{SkippedFile, TraceCacheReport};
-use pagewise_core::trace::{self, Trace};
+use pagewise_core::trace::{self, SkippedFile, Trace};
+use pagewise_core::trace_cache::{self, TraceCacheReport, TraceEvictOptions, TraceLoadOptions};
+use pagewise_core::Observer;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 
 /// How a trace is written (`record --format`; `show` offers the text ones).
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,6 +41,18 @@ pub fn write_trace(t: &Trace, format: TraceFormat, out: Output) -> Result<(), St
     })
 }
 
+/// The observer of `record`, `run` and `assist -p`: cancelled once pagewise received SIGINT
+/// or SIGTERM (or, while `record` and `run` supervise a command, SIGHUP or SIGQUIT). The
+/// handlers are installed at the first poll, so they change nothing before: `record` and `run`
+/// install them themselves when they start the command, `assist` polls once it is tracing.
+pub struct Signals;
+
+impl Observer for Signals {
+    fn cancelled(&self) -> bool {
+        pagewise_core::sys::interrupt_flag().load(Ordering::SeqCst)
+    }
+}
+
 /// A library error of `record` / `run`: the message, and the exit status a shell would give
 /// (127 / 126 when the command could not be started).
 pub fn command_error(verb: &str, e: pagewise_core::Error) -> i32 {
@@ -63,19 +77,34 @@ pub fn skipped_note(verb: &str, count: u64, skipped: &[SkippedFile]) {
     }
 }
 
-/// `evict --trace` / `load --trace`.
-pub fn cache_verb(
+/// `evict --trace`: drops exactly the pages recorded in the trace at `path`.
+pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<i32, String> {
+    let trace = load_trace(path)?;
+    let r = trace_cache::evict_trace(&TraceEvictOptions { trace, dry_run }, &());
+    cache_verb("evict", path, json, r)
+}
+
+/// `load --trace`: loads exactly the pages recorded in the trace at `path`, `depth` reads in
+/// flight.
+pub fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<i32, String> {
+    let trace = load_trace(path)?;
+    let r = trace_cache::load_trace(&TraceLoadOptions { trace, depth }, &());
+    cache_verb("load", path, json, r)
+}
+
+/// Renders the report of `evict --trace` / `load --trace`.
+fn cache_verb(
     verb: &str,
     path: &Path,
     json: bool,
-    f: impl FnOnce(&Trace) -> TraceCacheReport,
+    r: Result<TraceCacheReport, pagewise_core::Error>,
 ) -> Result<i32, String> {
-    let t = load_trace(path)?;
-    let r = f(&t);
+    let r = r.map_err(|e| format!("{}: {e}", path_text(path)))?;
+    let o = &r.outcome;
     if json {
         render::print_json(&r);
     } else {
-        render::report_problems(verb, &r.errors, r.error_count, &[]);
+        render::report_problems(verb, &o.errors, o.error_count, &[]);
         skipped_note(verb, r.files_missing, &r.skipped);
         println!(
             "{} traced ranges in {} files ({} skipped): {} traced, cached {} before, {} after{}, {:.3} s",
@@ -86,7 +115,7 @@ pub fn cache_verb(
             render::partial_bytes(r.cached_bytes_before, r.files, r.unknown_files),
             render::partial_bytes(r.cached_bytes_after, r.files, r.unknown_files),
             if r.dry_run { " (dry run: nothing dropped)" } else { "" },
-            r.elapsed_s
+            o.elapsed_s
         );
         if let Some(why) = r.unknown_reason {
             eprintln!(
@@ -95,5 +124,5 @@ pub fn cache_verb(
             );
         }
     }
-    Ok(render::exit_code(r.error_count))
+    Ok(render::exit_code(o.error_count))
 }

@@ -10,24 +10,27 @@
 use super::predictor::{Access, Config, Detector, Predictor};
 use crate::sys::{self, Advice};
 use crate::trace::tracefs::{self, Instance, RawEvent};
+use crate::trace::Mounts;
+use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `(device major, device minor, inode)`.
 pub type FileKey = (u32, u32, u64);
 
-/// Options of the assistant.
+/// How the assistant predicts and prefetches (`assist -p`, and `run --assist`).
 #[derive(Debug, Clone)]
 pub struct AssistOptions {
+    /// The predictor's detectors and windows. Default: [`Config::for_page_size`] of this
+    /// system's page size.
     pub config: Config,
-    /// Ring buffer per CPU, KiB.
+    /// Ring buffer per CPU, KiB. Default: 4096.
     pub buffer_kb: u64,
-    /// Files kept open at once.
+    /// Files kept open at once (the least recently used is closed). Default: 1024.
     pub max_open: usize,
 }
 
@@ -44,7 +47,6 @@ impl Default for AssistOptions {
 /// What the assistant saw and did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct AssistReport {
-    pub elapsed_s: f64,
     /// Page faults of the target on file mappings.
     pub faults: u64,
     /// Faults on pages not known to be cached.
@@ -52,22 +54,35 @@ pub struct AssistReport {
     /// Faults on pages we had prefetched: misses avoided or shortened (an estimate: pages the
     /// kernel mapped by fault-around without a fault are not counted).
     pub faults_on_prefetched: u64,
+    /// Windows prefetched (`fadvise(WILLNEED)` calls).
     pub prefetches: u64,
+    /// Of `prefetches`, by the sequential detector.
     pub prefetches_sequential: u64,
+    /// Of `prefetches`, by the stride detector.
     pub prefetches_stride: u64,
+    /// Of `prefetches`, by the range detector.
     pub prefetches_range: u64,
+    /// Bytes of the windows prefetched.
     pub prefetched_bytes: u64,
     /// Prefetched pages never faulted nor within fault-around (64 KiB) of a fault: an estimate.
     pub wasted_bytes_estimate: u64,
-    /// Time from the fault (tracepoint time stamp) to the prefetch being issued, microseconds.
+    /// Time from the fault (tracepoint time stamp) to the prefetch being issued,
+    /// microseconds: the median.
     pub issue_latency_us_p50: f64,
+    /// The 90th percentile of the same.
     pub issue_latency_us_p90: f64,
+    /// The 99th percentile of the same.
     pub issue_latency_us_p99: f64,
+    /// Files the target faulted on or read.
     pub files: u64,
     /// Files that could not be opened by handle (gone, or a filesystem without handles).
     pub files_unreachable: u64,
     /// Events the kernel lost (ring buffer overrun).
     pub lost_events: u64,
+    /// Elapsed time (for `run --assist`: the command's run time); `interrupted` when the
+    /// observer stopped the assistant before the processes exited or the time was up.
+    #[serde(flatten)]
+    pub outcome: Outcome,
 }
 
 /// A prefetched window and which of its pages were used (bit per page).
@@ -101,6 +116,16 @@ struct Slot {
     last_use: u64,
 }
 
+impl Slot {
+    /// Pages `[from, to)` are known to be cached (the ring of recent ranges).
+    fn seen(&mut self, from: u64, to: u64) {
+        if self.known.len() >= KNOWN_RANGES {
+            self.known.pop_front();
+        }
+        self.known.push_back((from, to));
+    }
+}
+
 const KNOWN_RANGES: usize = 256;
 const ISSUED_WINDOWS: usize = 64;
 /// Pages the kernel maps around a fault (fault_around_bytes, 64 KiB by default).
@@ -114,7 +139,7 @@ pub struct Assistant {
     slots: HashMap<FileKey, Slot>,
     next_id: u64,
     tick: u64,
-    mounts: Mutex<Option<HashMap<(u32, u32), PathBuf>>>,
+    mounts: Mounts,
     r: AssistReport,
     /// Issue latency histogram, microseconds (last bucket: everything above).
     lat: Vec<u64>,
@@ -122,6 +147,7 @@ pub struct Assistant {
 }
 
 impl Assistant {
+    /// An assistant with nothing seen yet.
     pub fn new(opts: &AssistOptions) -> Assistant {
         Assistant {
             pred: Predictor::new(opts.config.clone()),
@@ -130,7 +156,7 @@ impl Assistant {
             slots: HashMap::new(),
             next_id: 0,
             tick: 0,
-            mounts: Mutex::new(None),
+            mounts: Mounts::default(),
             r: AssistReport::default(),
             lat: vec![0; 100_001],
             wasted: 0,
@@ -180,15 +206,10 @@ impl Assistant {
     /// Handles one trace event; returns the windows prefetched, as `(file, first page, pages)`.
     pub fn on_event(&mut self, e: &RawEvent) -> Vec<(FileKey, u64, u64)> {
         let key = (e.dev_major, e.dev_minor, e.ino);
-        let page = self.page;
-        let p = e.ofs / page;
+        let p = e.ofs / self.page;
         if !e.fault {
             let n = 1u64 << e.order.min(20);
-            let s = self.slot(key);
-            if s.known.len() >= KNOWN_RANGES {
-                s.known.pop_front();
-            }
-            s.known.push_back((p, p + n));
+            self.slot(key).seen(p, p + n);
             return Vec::new();
         }
         self.r.faults += 1;
@@ -214,53 +235,63 @@ impl Assistant {
             hit: cached,
             t_ns: e.ts_us * 1000,
         });
-        let mut out = Vec::new();
-        for w in windows {
-            let s = self.slots.get_mut(&key).unwrap();
-            let end = if s.pages > 0 {
-                (w.start + w.pages).min(s.pages)
-            } else {
-                w.start + w.pages
-            };
-            let Some(fd) = s.fd.as_ref() else { continue };
-            if w.start >= end {
-                continue;
-            }
-            let _ = sys::fadvise(
-                fd.as_fd(),
-                w.start * page,
-                (end - w.start) * page,
-                Advice::WillNeed,
-            );
-            let now_us = sys::monotonic_ns() / 1000;
-            let lat = now_us.saturating_sub(e.ts_us) as usize;
-            let last = self.lat.len() - 1;
-            self.lat[lat.min(last)] += 1;
-            if s.known.len() >= KNOWN_RANGES {
-                s.known.pop_front();
-            }
-            s.known.push_back((w.start, end));
-            if s.issued.len() >= ISSUED_WINDOWS {
-                let old = s.issued.pop_front().unwrap();
-                self.wasted += old.unused();
-            }
-            let mut iw = Issued {
-                start: w.start,
-                end,
-                used: vec![0; ((end - w.start) as usize).div_ceil(64)],
-            };
-            iw.mark(p, p + FAULT_AROUND_PAGES);
-            s.issued.push_back(iw);
-            self.r.prefetches += 1;
-            match w.detector {
-                Detector::Sequential => self.r.prefetches_sequential += 1,
-                Detector::Stride => self.r.prefetches_stride += 1,
-                Detector::Range => self.r.prefetches_range += 1,
-            }
-            self.r.prefetched_bytes += (end - w.start) * page;
-            out.push((key, w.start, end - w.start));
+        windows
+            .into_iter()
+            .filter_map(|w| self.prefetch(key, p, e.ts_us, w))
+            .collect()
+    }
+
+    /// Prefetches window `w` of file `key` for a fault on page `p` at `ts_us`; returns it as
+    /// `(file, first page, pages)`, cut to the file's size (None when nothing is left of it,
+    /// or the file could not be opened).
+    fn prefetch(
+        &mut self,
+        key: FileKey,
+        p: u64,
+        ts_us: u64,
+        w: super::predictor::Window,
+    ) -> Option<(FileKey, u64, u64)> {
+        let page = self.page;
+        let s = self.slots.get_mut(&key).unwrap();
+        let end = if s.pages > 0 {
+            (w.start + w.pages).min(s.pages)
+        } else {
+            w.start + w.pages
+        };
+        let fd = s.fd.as_ref()?;
+        if w.start >= end {
+            return None;
         }
-        out
+        let _ = sys::fadvise(
+            fd.as_fd(),
+            w.start * page,
+            (end - w.start) * page,
+            Advice::WillNeed,
+        );
+        let now_us = sys::monotonic_ns() / 1000;
+        let lat = now_us.saturating_sub(ts_us) as usize;
+        let last = self.lat.len() - 1;
+        self.lat[lat.min(last)] += 1;
+        s.seen(w.start, end);
+        if s.issued.len() >= ISSUED_WINDOWS {
+            let old = s.issued.pop_front().unwrap();
+            self.wasted += old.unused();
+        }
+        let mut iw = Issued {
+            start: w.start,
+            end,
+            used: vec![0; ((end - w.start) as usize).div_ceil(64)],
+        };
+        iw.mark(p, p + FAULT_AROUND_PAGES);
+        s.issued.push_back(iw);
+        self.r.prefetches += 1;
+        match w.detector {
+            Detector::Sequential => self.r.prefetches_sequential += 1,
+            Detector::Stride => self.r.prefetches_stride += 1,
+            Detector::Range => self.r.prefetches_range += 1,
+        }
+        self.r.prefetched_bytes += (end - w.start) * page;
+        Some((key, w.start, end - w.start))
     }
 
     /// The report so far (waste counted for every window issued).
@@ -309,35 +340,46 @@ pub fn threads_of(pid: u32) -> std::io::Result<Vec<u32>> {
     Ok(v)
 }
 
-/// Assists running processes (and children they start from now on) until they all exit, or
-/// until SIGINT/SIGTERM, or `duration` passes.
-pub fn watch(
-    pids: &[u32],
-    opts: &AssistOptions,
-    duration: Option<Duration>,
-) -> Result<AssistReport, crate::Error> {
-    let mut tids = Vec::new();
-    for &pid in pids {
-        tids.extend(threads_of(pid).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                crate::Error::NoSuchProcess(pid)
-            } else {
-                crate::Error::Io {
-                    path: format!("/proc/{pid}/task").into(),
-                    op: crate::Op::Readdir,
-                    source: e,
-                }
-            }
-        })?);
+/// Options of [`watch`] (`pagewise assist -p PID...`).
+#[derive(Debug, Clone, Default)]
+pub struct WatchOptions {
+    /// The processes to assist: all their threads, and children they start from now on.
+    /// Default: none, which [`WatchOptions::validate`] refuses.
+    pub pids: Vec<u32>,
+    /// Stop after this long even if the processes still run. Default: None (until they all
+    /// exit, or the observer says stop).
+    pub duration: Option<Duration>,
+    /// How to predict and prefetch. Default: [`AssistOptions::default`].
+    pub assist: AssistOptions,
+}
+
+impl WatchOptions {
+    /// Checks the options: at least one process.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        if self.pids.is_empty() {
+            return Err(crate::Error::Invalid {
+                what: "pids",
+                message: "no process to assist".into(),
+            });
+        }
+        Ok(())
     }
+}
+
+/// Assists running processes (and children they start from now on) until they all exit, the
+/// observer says stop (polled every 50 ms), or `duration` passes.
+pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistReport, crate::Error> {
+    opts.validate()?;
+    let tids = threads_of_all(&opts.pids)?;
     sys::raise_nofile_limit();
-    let inst =
-        Instance::new(&EVENTS, opts.buffer_kb).map_err(|e| crate::Error::TracingUnavailable {
+    let inst = Instance::new(&EVENTS, opts.assist.buffer_kb).map_err(|e| {
+        crate::Error::TracingUnavailable {
             reason: e.0,
             needed_by: "assist",
             hint: "",
-        })?;
-    let assistant = Arc::new(Mutex::new(Assistant::new(opts)));
+        }
+    })?;
+    let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
     let stop = Arc::new(AtomicBool::new(false));
     let a2 = assistant.clone();
     let me = std::process::id();
@@ -353,24 +395,50 @@ pub fn watch(
     let fail = crate::Error::Tracefs;
     inst.follow(&tids).map_err(fail)?;
     inst.enable().map_err(fail)?;
-    let interrupted = sys::interrupt_flag();
-    let start = std::time::Instant::now();
+    let tally = Tally::new();
+    wait_for(&opts.pids, opts.duration, &tally, observer);
+    let _ = inst.disable();
+    tracefs::Instance::stop_reader(&stop, reader);
+    let mut r = assistant.lock().unwrap().report();
+    r.lost_events = inst.lost();
+    r.outcome = tally.finish(Vec::new());
+    Ok(r)
+}
+
+/// The threads of every process.
+fn threads_of_all(pids: &[u32]) -> Result<Vec<u32>, crate::Error> {
+    let mut tids = Vec::new();
+    for &pid in pids {
+        tids.extend(threads_of(pid).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                crate::Error::NoSuchProcess(pid)
+            } else {
+                crate::Error::Io {
+                    path: format!("/proc/{pid}/task").into(),
+                    op: crate::Op::Readdir,
+                    source: e,
+                }
+            }
+        })?);
+    }
+    Ok(tids)
+}
+
+/// Returns when every process is gone, `duration` has passed since `tally` started, or the
+/// observer says stop (then `tally` is marked interrupted).
+fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &dyn Observer) {
     loop {
-        if interrupted.load(Ordering::SeqCst) || duration.is_some_and(|d| start.elapsed() >= d) {
-            break;
+        if tally.stop_requested(observer)
+            || duration.is_some_and(|d| tally.elapsed_s() >= d.as_secs_f64())
+        {
+            return;
         }
         if !pids
             .iter()
             .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
         {
-            break;
+            return;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _ = inst.disable();
-    tracefs::Instance::stop_reader(&stop, reader);
-    let mut r = assistant.lock().unwrap().report();
-    r.lost_events = inst.lost();
-    r.elapsed_s = start.elapsed().as_secs_f64();
-    Ok(r)
 }

@@ -25,16 +25,22 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Detector {
+    /// Consecutive pages, read upwards.
     Sequential,
+    /// Accesses a constant distance apart.
     Stride,
+    /// Clusters of accesses close to each other (Lustre LU-13669).
     Range,
 }
 
 /// Tuning of the predictor. Sizes are in pages.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// The sequential detector is on.
     pub sequential: bool,
+    /// The stride detector is on.
     pub stride: bool,
+    /// The range detector is on.
     pub range: bool,
     /// Cluster radius: an access within this many pages of the previous one joins its cluster.
     pub range_pages: u64,
@@ -78,9 +84,11 @@ pub struct Access {
     /// file (two processes reading one file at random would otherwise break each other's
     /// clusters — Lustre keeps this state per open file).
     pub file: u64,
+    /// The page accessed.
     pub page: u64,
     /// The page was already cached.
     pub hit: bool,
+    /// When, ns (any monotonic origin).
     pub t_ns: u64,
 }
 
@@ -92,9 +100,13 @@ pub fn stream(file: u64, pid: u32) -> u64 {
 /// Pages `[start, start + pages)` of `file` to prefetch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
+    /// The access stream it is for ([`Access::file`]).
     pub file: u64,
+    /// First page.
     pub start: u64,
+    /// Pages.
     pub pages: u64,
+    /// Which detector proposed it.
     pub detector: Detector,
 }
 
@@ -158,6 +170,7 @@ pub struct Predictor {
 }
 
 impl Predictor {
+    /// A predictor with no history.
     pub fn new(cfg: Config) -> Predictor {
         Predictor {
             cfg,
@@ -166,6 +179,7 @@ impl Predictor {
         }
     }
 
+    /// Its settings.
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -187,114 +201,144 @@ impl Predictor {
         let cfg = &self.cfg;
         let st = self.files.entry(a.file).or_default();
         st.last_use = self.tick;
-        let p = a.page;
-        // Cluster tracking sees every access, hits included.
-        match st.last {
+        st.track(a.page, cfg);
+        let mut out = Vec::new();
+        st.predict(&a, cfg, &mut out);
+        out
+    }
+}
+
+impl FileState {
+    /// Cluster tracking sees every access, hits included.
+    fn track(&mut self, p: u64, cfg: &Config) {
+        match self.last {
             Some(prev) if p.abs_diff(prev) <= cfg.range_pages => {
-                st.cl_lo = st.cl_lo.min(p);
-                st.cl_hi = st.cl_hi.max(p);
+                self.cl_lo = self.cl_lo.min(p);
+                self.cl_hi = self.cl_hi.max(p);
                 if p > prev {
-                    st.cl_up += 1;
+                    self.cl_up += 1;
                 } else if p < prev {
-                    st.cl_down += 1;
+                    self.cl_down += 1;
                 }
                 if p < prev || p - prev > cfg.seq_gap {
-                    st.run_start = p;
-                    st.seq_window = 0;
+                    self.run_start = p;
+                    self.seq_window = 0;
                 }
             }
             prev => {
                 if prev.is_some() {
-                    st.last_span = st.cl_hi - st.cl_lo + 1;
-                    st.last_up = st.cl_up >= st.cl_down;
-                    st.starts = [st.starts[1], st.starts[2], Some(st.cl_first)];
+                    self.last_span = self.cl_hi - self.cl_lo + 1;
+                    self.last_up = self.cl_up >= self.cl_down;
+                    self.starts = [self.starts[1], self.starts[2], Some(self.cl_first)];
                 }
-                st.cl_lo = p;
-                st.cl_hi = p;
-                st.cl_first = p;
-                st.cl_up = 0;
-                st.cl_down = 0;
-                st.run_start = p;
-                st.seq_window = 0;
+                self.cl_lo = p;
+                self.cl_hi = p;
+                self.cl_first = p;
+                self.cl_up = 0;
+                self.cl_down = 0;
+                self.run_start = p;
+                self.seq_window = 0;
             }
         }
-        st.last = Some(p);
-        let mut out = Vec::new();
-        let mut push = |st: &mut FileState, start: u64, pages: u64, d: Detector| {
-            let end = start.saturating_add(pages);
-            if st.covered(start, end) {
-                return;
-            }
-            let s = st.trim(start, end);
-            if s < end {
-                st.remember(s, end);
-                out.push(Window {
-                    file: a.file,
-                    start: s,
-                    pages: end - s,
-                    detector: d,
-                });
-            }
-        };
-        // Sequential: started by a miss, then kept ahead like the kernel's async readahead:
-        // the next window goes out once half of the last one has been consumed, hit or not.
-        let run = p - st.run_start.min(p);
-        if cfg.sequential && run >= cfg.seq_min_run && run >= 2 * st.last_span {
-            let due = if st.seq_window == 0 {
-                !a.hit
-            } else {
-                p + st.seq_window / 2 >= st.seq_until
-            };
-            if due {
-                let start = if st.seq_window == 0 {
-                    p
-                } else {
-                    st.seq_until.max(p)
-                };
-                st.seq_window = if st.seq_window == 0 {
-                    (cfg.min_window * 4).min(cfg.max_window)
-                } else {
-                    (st.seq_window * 2).min(cfg.max_window)
-                };
-                let w = st.seq_window;
-                st.seq_until = start + w;
-                push(st, start, w, Detector::Sequential);
-            }
-            return out;
+        self.last = Some(p);
+    }
+
+    /// The windows for access `a` (after [`FileState::track`]), into `out`.
+    fn predict(&mut self, a: &Access, cfg: &Config, out: &mut Vec<Window>) {
+        let p = a.page;
+        let run = p - self.run_start.min(p);
+        if cfg.sequential && run >= cfg.seq_min_run && run >= 2 * self.last_span {
+            self.sequential(a, cfg, out);
+            return;
         }
-        let span = st.last_span.max(cfg.min_window).min(cfg.max_window);
-        let new_cluster = st.cl_first == p && st.cl_lo == p && st.cl_hi == p;
-        // Stride: this access starts a cluster, and cluster starts are evenly spaced. Once locked
-        // on, the next cluster is prefetched at each new one, hit or miss.
-        if cfg.stride && new_cluster && st.last_span > 0 {
-            if let [Some(a0), Some(a1), Some(a2)] = st.starts {
-                let d1 = a1 as i128 - a0 as i128;
-                let d2 = a2 as i128 - a1 as i128;
-                let d3 = p as i128 - a2 as i128;
-                let next = p as i128 + d3;
-                if d1 == d2 && d2 == d3 && d1 != 0 && next >= 0 {
-                    if !a.hit {
-                        push(st, p, span, Detector::Stride);
-                    }
-                    push(st, next as u64, span, Detector::Stride);
-                    return out;
-                }
-            }
+        let span = self.last_span.max(cfg.min_window).min(cfg.max_window);
+        if cfg.stride && self.stride(a, span, out) {
+            return;
         }
         // A hit, or a miss on a page a window already covers (still in flight): nothing to do.
-        if a.hit || st.recent.iter().any(|&(s, e)| s <= p && p < e) {
-            return out;
+        if a.hit || self.recent.iter().any(|&(s, e)| s <= p && p < e) {
+            return;
         }
         // Range.
-        if cfg.range && st.last_span > 0 {
-            let start = if cfg.forward && st.last_up {
+        if cfg.range && self.last_span > 0 {
+            let start = if cfg.forward && self.last_up {
                 p
             } else {
                 p.saturating_sub(span / 2)
             };
-            push(st, start, span, Detector::Range);
+            self.push(out, a.file, start, span, Detector::Range);
         }
-        out
+    }
+
+    /// Sequential: started by a miss, then kept ahead like the kernel's async readahead: the
+    /// next window goes out once half of the last one has been consumed, hit or not.
+    fn sequential(&mut self, a: &Access, cfg: &Config, out: &mut Vec<Window>) {
+        let p = a.page;
+        let due = if self.seq_window == 0 {
+            !a.hit
+        } else {
+            p + self.seq_window / 2 >= self.seq_until
+        };
+        if !due {
+            return;
+        }
+        let start = if self.seq_window == 0 {
+            p
+        } else {
+            self.seq_until.max(p)
+        };
+        self.seq_window = if self.seq_window == 0 {
+            (cfg.min_window * 4).min(cfg.max_window)
+        } else {
+            (self.seq_window * 2).min(cfg.max_window)
+        };
+        let w = self.seq_window;
+        self.seq_until = start + w;
+        self.push(out, a.file, start, w, Detector::Sequential);
+    }
+
+    /// Stride: this access starts a cluster, and cluster starts are evenly spaced. Once locked
+    /// on, the next cluster is prefetched at each new one, hit or miss. True when locked on.
+    fn stride(&mut self, a: &Access, span: u64, out: &mut Vec<Window>) -> bool {
+        let p = a.page;
+        let new_cluster = self.cl_first == p && self.cl_lo == p && self.cl_hi == p;
+        if !new_cluster || self.last_span == 0 {
+            return false;
+        }
+        let [Some(a0), Some(a1), Some(a2)] = self.starts else {
+            return false;
+        };
+        let d1 = a1 as i128 - a0 as i128;
+        let d2 = a2 as i128 - a1 as i128;
+        let d3 = p as i128 - a2 as i128;
+        let next = p as i128 + d3;
+        if !(d1 == d2 && d2 == d3 && d1 != 0 && next >= 0) {
+            return false;
+        }
+        if !a.hit {
+            self.push(out, a.file, p, span, Detector::Stride);
+        }
+        self.push(out, a.file, next as u64, span, Detector::Stride);
+        true
+    }
+
+    /// Adds the window `[start, start + pages)` to `out`, unless a recent window covers it
+    /// (what one covers at its front is trimmed off).
+    fn push(&mut self, out: &mut Vec<Window>, file: u64, start: u64, pages: u64, d: Detector) {
+        let end = start.saturating_add(pages);
+        if self.covered(start, end) {
+            return;
+        }
+        let s = self.trim(start, end);
+        if s < end {
+            self.remember(s, end);
+            out.push(Window {
+                file,
+                start: s,
+                pages: end - s,
+                detector: d,
+            });
+        }
     }
 }
 

@@ -9,27 +9,93 @@
 //! The access stream is the fault stream: pages the kernel mapped by fault-around without a
 //! fault are not seen, in the recording or here.
 
-use super::predictor::{Access, Config, Detector, Predictor};
-use crate::trace::Trace;
+use super::predictor::{Access, Config, Detector, Predictor, Window};
+use crate::trace::{Trace, TraceError};
 use serde::Serialize;
 use std::collections::HashMap;
+
+/// Options of [`compare`] and [`simulate`] (`pagewise assist --simulate TRACE`).
+#[derive(Debug, Clone)]
+pub struct SimulateOptions {
+    /// A trace recorded with its page faults (`record --faults`). Default: an empty trace
+    /// without faults, which [`SimulateOptions::validate`] refuses.
+    pub trace: Trace,
+    /// The predictor's settings ([`compare`] varies the detectors from these). Default:
+    /// [`Config::for_page_size`] of this system's page size.
+    pub config: Config,
+    /// Time from a fault to its prefetch being ready, ns. Default: 0.
+    pub latency_ns: u64,
+}
+
+impl Default for SimulateOptions {
+    fn default() -> Self {
+        SimulateOptions {
+            trace: Trace::default(),
+            config: Config::for_page_size(crate::sys::page_size()),
+            latency_ns: 0,
+        }
+    }
+}
+
+impl SimulateOptions {
+    /// Checks the options: the trace must be consistent and have its page faults.
+    pub fn validate(&self) -> Result<(), SimError> {
+        self.trace.check()?;
+        if self.trace.faults.is_none() {
+            return Err(SimError::NoFaults);
+        }
+        Ok(())
+    }
+}
+
+/// Why a trace cannot be simulated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// The trace was recorded without `--faults`.
+    #[error("the trace has no page faults: record it with `pagewise record --faults`")]
+    NoFaults,
+    /// The trace is not consistent (see [`Trace::check`]).
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+impl From<SimError> for crate::Error {
+    fn from(e: SimError) -> crate::Error {
+        match e {
+            SimError::Trace(t) => crate::Error::Trace(t),
+            other => crate::Error::Invalid {
+                what: "trace",
+                message: other.to_string(),
+            },
+        }
+    }
+}
 
 /// What the predictor would have done on a trace.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct SimReport {
+    /// Which predictor (its detectors).
     pub label: String,
+    /// Page faults replayed.
     pub accesses: u64,
     /// Faults on pages already cached and ready.
     pub hits: u64,
     /// Faults on pages prefetched but still in flight.
     pub late_hits: u64,
+    /// Faults on pages neither cached nor prefetched.
     pub misses: u64,
     /// (hits + late hits) / accesses.
     pub hit_rate: f64,
+    /// Windows the predictor returned.
     pub windows: u64,
+    /// Of `windows`, by the sequential detector.
     pub windows_sequential: u64,
+    /// Of `windows`, by the stride detector.
     pub windows_stride: u64,
+    /// Of `windows`, by the range detector.
     pub windows_range: u64,
+    /// Bytes the windows would have loaded (within the files' sizes).
     pub prefetched_bytes: u64,
     /// Prefetched and never faulted.
     pub wasted_bytes: u64,
@@ -41,94 +107,123 @@ struct Page {
     used: bool,
 }
 
-/// Runs the trace's faults through a predictor with `cfg`.
-pub fn simulate(
-    trace: &Trace,
-    cfg: Config,
-    latency_ns: u64,
-    label: &str,
-) -> Result<SimReport, String> {
-    let Some(faults) = &trace.faults else {
-        return Err(
-            "the trace has no page faults: record it with `pagewise record --faults`".into(),
-        );
-    };
+/// Runs the trace's faults through a predictor with `opts.config`; the report is named
+/// `label`.
+pub fn simulate(opts: &SimulateOptions, label: &str) -> Result<SimReport, SimError> {
+    opts.validate()?;
+    Ok(run(
+        &opts.trace,
+        opts.config.clone(),
+        opts.latency_ns,
+        label,
+    ))
+}
+
+/// Runs the faults of a trace that has them through a predictor with `cfg`.
+fn run(trace: &Trace, cfg: Config, latency_ns: u64, label: &str) -> SimReport {
+    let faults = trace.faults.as_deref().unwrap_or_default();
     let page = trace.page_size as u64;
-    let sizes: Vec<u64> = trace.files.iter().map(|f| f.size.div_ceil(page)).collect();
-    let mut cache: HashMap<(u32, u64), Page> = HashMap::new();
-    let mut pred = Predictor::new(cfg);
-    let mut r = SimReport {
-        label: label.to_string(),
-        ..Default::default()
+    let mut sim = Cache {
+        pages: HashMap::new(),
+        sizes: trace.files.iter().map(|f| f.size.div_ceil(page)).collect(),
+        latency_ns,
+        r: SimReport {
+            label: label.to_string(),
+            ..Default::default()
+        },
     };
+    let mut pred = Predictor::new(cfg);
     let mut ordered: Vec<&crate::trace::Fault> = faults.iter().collect();
     ordered.sort_by_key(|f| f.ts_ns);
     for f in ordered {
-        r.accesses += 1;
-        let t = f.ts_ns;
-        let hit = match cache.get_mut(&(f.file, f.index)) {
-            Some(pg) => {
-                if pg.ready_ns <= t {
-                    r.hits += 1;
-                } else {
-                    r.late_hits += 1;
-                }
-                pg.used = true;
-                true
-            }
-            None => {
-                r.misses += 1;
-                cache.insert(
-                    (f.file, f.index),
-                    Page {
-                        ready_ns: t,
-                        prefetched: false,
-                        used: true,
-                    },
-                );
-                false
-            }
-        };
+        let hit = sim.fault(f.file, f.index, f.ts_ns);
         for w in pred.access(Access {
             file: super::predictor::stream(f.file as u64, f.pid),
             page: f.index,
             hit,
-            t_ns: t,
+            t_ns: f.ts_ns,
         }) {
-            r.windows += 1;
-            match w.detector {
-                Detector::Sequential => r.windows_sequential += 1,
-                Detector::Stride => r.windows_stride += 1,
-                Detector::Range => r.windows_range += 1,
-            }
-            let limit = match sizes[f.file as usize] {
-                0 => u64::MAX,
-                n => n,
-            };
-            for pg in w.start..(w.start + w.pages).min(limit) {
-                cache.entry((f.file, pg)).or_insert_with(|| {
-                    r.prefetched_bytes += page;
-                    Page {
-                        ready_ns: t + latency_ns,
-                        prefetched: true,
-                        used: false,
-                    }
-                });
-            }
+            sim.prefetch(f.file, &w, f.ts_ns);
         }
     }
-    r.wasted_bytes = cache.values().filter(|p| p.prefetched && !p.used).count() as u64 * page;
+    let mut r = sim.r;
+    let wasted = sim.pages.values().filter(|p| p.prefetched && !p.used);
+    r.wasted_bytes = wasted.count() as u64 * page;
     r.hit_rate = if r.accesses == 0 {
         0.0
     } else {
         (r.hits + r.late_hits) as f64 / r.accesses as f64
     };
-    Ok(r)
+    r.prefetched_bytes *= page;
+    r
+}
+
+/// The simulated page cache, and the counts so far (`prefetched_bytes` in pages until the
+/// end).
+struct Cache {
+    pages: HashMap<(u32, u64), Page>,
+    /// Pages of each file (0: unknown).
+    sizes: Vec<u64>,
+    latency_ns: u64,
+    r: SimReport,
+}
+
+impl Cache {
+    /// A fault on `page` of `file` at `t`: true when the page was cached (ready or not); a
+    /// miss brings that page alone in.
+    fn fault(&mut self, file: u32, page: u64, t: u64) -> bool {
+        self.r.accesses += 1;
+        let Some(pg) = self.pages.get_mut(&(file, page)) else {
+            self.r.misses += 1;
+            let pg = Page {
+                ready_ns: t,
+                prefetched: false,
+                used: true,
+            };
+            self.pages.insert((file, page), pg);
+            return false;
+        };
+        if pg.ready_ns <= t {
+            self.r.hits += 1;
+        } else {
+            self.r.late_hits += 1;
+        }
+        pg.used = true;
+        true
+    }
+
+    /// Loads window `w` of `file` (within its size), ready `latency_ns` after `t`.
+    fn prefetch(&mut self, file: u32, w: &Window, t: u64) {
+        self.r.windows += 1;
+        match w.detector {
+            Detector::Sequential => self.r.windows_sequential += 1,
+            Detector::Stride => self.r.windows_stride += 1,
+            Detector::Range => self.r.windows_range += 1,
+        }
+        let limit = match self.sizes[file as usize] {
+            0 => u64::MAX,
+            n => n,
+        };
+        let ready_ns = t + self.latency_ns;
+        for pg in w.start..(w.start + w.pages).min(limit) {
+            self.pages.entry((file, pg)).or_insert_with(|| {
+                self.r.prefetched_bytes += 1;
+                Page {
+                    ready_ns,
+                    prefetched: true,
+                    used: false,
+                }
+            });
+        }
+    }
 }
 
 /// The comparison `assist --simulate` prints: no prefetching, sequential+stride alone, and with
-/// the range detector (Lustre's centred window, and the forward one).
-pub fn compare(trace: &Trace, base: &Config, latency_ns: u64) -> Result<Vec<SimReport>, String> {
+/// the range detector (Lustre's centred window, and the forward one), each from
+/// `opts.config`.
+pub fn compare(opts: &SimulateOptions) -> Result<Vec<SimReport>, SimError> {
+    opts.validate()?;
+    let base = &opts.config;
     let none = Config {
         sequential: false,
         stride: false,
@@ -149,22 +244,16 @@ pub fn compare(trace: &Trace, base: &Config, latency_ns: u64) -> Result<Vec<SimR
         forward: true,
         ..base.clone()
     };
-    Ok(vec![
-        simulate(trace, none, latency_ns, "no prefetching")?,
-        simulate(trace, no_range, latency_ns, "sequential + stride")?,
-        simulate(
-            trace,
-            centred,
-            latency_ns,
-            "sequential + stride + range (centred, Lustre)",
-        )?,
-        simulate(
-            trace,
-            forward,
-            latency_ns,
-            "sequential + stride + range (forward)",
-        )?,
-    ])
+    let runs = [
+        (none, "no prefetching"),
+        (no_range, "sequential + stride"),
+        (centred, "sequential + stride + range (centred, Lustre)"),
+        (forward, "sequential + stride + range (forward)"),
+    ];
+    Ok(runs
+        .into_iter()
+        .map(|(cfg, label)| run(&opts.trace, cfg, opts.latency_ns, label))
+        .collect())
 }
 
 #[cfg(test)]
@@ -194,6 +283,14 @@ mod tests {
         }
     }
 
+    fn options(trace: Trace, config: Config, latency_ns: u64) -> SimulateOptions {
+        SimulateOptions {
+            trace,
+            config,
+            latency_ns,
+        }
+    }
+
     /// fio-like: 128 KiB chunks at random offsets, read upwards one page per fault, 20 us apart.
     fn fio_like(chunks: u64) -> Trace {
         let mut v = Vec::new();
@@ -219,7 +316,7 @@ mod tests {
     fn range_detector_turns_random_chunk_faults_into_hits() {
         let t = fio_like(500);
         let cfg = Config::for_page_size(4096);
-        let r = compare(&t, &cfg, 0).unwrap();
+        let r = compare(&options(t, cfg, 0)).unwrap();
         // Without prefetching only a chunk drawn twice hits.
         assert!(r[0].hit_rate < 0.01, "{:?}", r[0]);
         assert!(r[1].hit_rate < 0.01, "sequential+stride alone: {:?}", r[1]);
@@ -241,7 +338,7 @@ mod tests {
     fn latency_makes_hits_late() {
         let t = fio_like(100);
         let cfg = Config::for_page_size(4096);
-        let r = simulate(&t, cfg, 100_000, "x").unwrap();
+        let r = simulate(&options(t, cfg, 100_000), "x").unwrap();
         // Pages 1-4 of each chunk come within 100 us of the miss.
         assert!(r.late_hits > 0 && r.hits > r.late_hits, "{r:?}");
     }
@@ -250,7 +347,7 @@ mod tests {
     fn trace_without_faults_is_refused() {
         let mut t = fio_like(1);
         t.faults = None;
-        let e = simulate(&t, Config::for_page_size(4096), 0, "x").unwrap_err();
-        assert!(e.contains("--faults"), "{e}");
+        let e = simulate(&options(t, Config::for_page_size(4096), 0), "x").unwrap_err();
+        assert!(e.to_string().contains("--faults"), "{e}");
     }
 }

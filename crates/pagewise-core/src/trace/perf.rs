@@ -119,43 +119,52 @@ impl Session {
             stop: Arc::default(),
         };
         for cpu in sys::online_cpus() {
-            let mut first: Option<OwnedFd> = None;
-            for &id in &ids {
-                let fd = match sys::perf_tracepoint_open(id, cpu, true, wakeup) {
-                    Ok(fd) => fd,
-                    // A CPU that went offline since we listed them.
-                    Err(e) if e.raw_os_error() == Some(libc::ENODEV) => break,
-                    Err(e) => {
-                        return Err(TraceUnavailable(format!(
-                            "perf_event_open(tracepoint {id}, cpu {cpu}) failed: {e}"
-                        )))
-                    }
-                };
-                match &first {
-                    None => {
-                        let ring = PerfRing::map(fd.as_fd(), pages).map_err(|e| {
-                            TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}"))
-                        })?;
-                        let poll = fd.try_clone().map_err(|e| {
-                            TraceUnavailable(format!("dup of a perf event failed: {e}"))
-                        })?;
-                        s.rings.push((poll, ring));
-                        first = Some(fd);
-                    }
-                    Some(f) => {
-                        sys::perf_set_output(fd.as_fd(), f.as_fd()).map_err(|e| {
-                            TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}"))
-                        })?;
-                        s.events.push(fd);
-                    }
-                }
-            }
-            s.events.extend(first);
+            s.open_cpu(cpu, &ids, pages, wakeup)?;
         }
         if s.rings.is_empty() {
             return Err(TraceUnavailable("no CPU accepted a perf event".into()));
         }
         Ok(s)
+    }
+
+    /// Opens one event per tracepoint on `cpu`: the first with a ring of `pages`, the others
+    /// writing into it. A CPU gone offline since they were listed is skipped.
+    fn open_cpu(
+        &mut self,
+        cpu: i32,
+        ids: &[u64],
+        pages: usize,
+        wakeup: Option<u32>,
+    ) -> Result<(), TraceUnavailable> {
+        let mut first: Option<OwnedFd> = None;
+        for &id in ids {
+            let fd = match sys::perf_tracepoint_open(id, cpu, true, wakeup) {
+                Ok(fd) => fd,
+                // A CPU that went offline since we listed them.
+                Err(e) if e.raw_os_error() == Some(libc::ENODEV) => break,
+                Err(e) => {
+                    return Err(TraceUnavailable(format!(
+                        "perf_event_open(tracepoint {id}, cpu {cpu}) failed: {e}"
+                    )))
+                }
+            };
+            let Some(f) = &first else {
+                let ring = PerfRing::map(fd.as_fd(), pages).map_err(|e| {
+                    TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}"))
+                })?;
+                let poll = fd
+                    .try_clone()
+                    .map_err(|e| TraceUnavailable(format!("dup of a perf event failed: {e}")))?;
+                self.rings.push((poll, ring));
+                first = Some(fd);
+                continue;
+            };
+            sys::perf_set_output(fd.as_fd(), f.as_fd())
+                .map_err(|e| TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}")))?;
+            self.events.push(fd);
+        }
+        self.events.extend(first);
+        Ok(())
     }
 
     /// Starts the thread that empties the rings into `on_event` (woken as set at start, and at
@@ -179,19 +188,7 @@ impl Session {
             loop {
                 // Read the flag first: a ring emptied after it was set holds everything.
                 let last = stop.load(Ordering::Acquire);
-                for (_, ring) in rings.iter_mut() {
-                    ring.drain(|typ, body| match typ {
-                        sys::PERF_RECORD_SAMPLE => {
-                            if let Some(e) = parse_sample(body, &layouts, me) {
-                                on_event(e);
-                            }
-                        }
-                        sys::PERF_RECORD_LOST if body.len() >= 16 => {
-                            lost += u64::from_ne_bytes(body[8..16].try_into().unwrap());
-                        }
-                        _ => {}
-                    });
-                }
+                lost += drain_all(&mut rings, &layouts, me, &mut on_event);
                 if last {
                     return lost;
                 }
@@ -213,6 +210,30 @@ impl Session {
         self.stop.store(true, Ordering::Release);
         let _ = sys::eventfd_signal(self.wake.as_fd());
     }
+}
+
+/// Empties every ring into `on_event`; returns the events the kernel reports lost.
+fn drain_all<F: FnMut(RawEvent)>(
+    rings: &mut [(OwnedFd, PerfRing)],
+    layouts: &HashMap<u16, Layout>,
+    me: u32,
+    on_event: &mut F,
+) -> u64 {
+    let mut lost = 0;
+    for (_, ring) in rings.iter_mut() {
+        ring.drain(|typ, body| match typ {
+            sys::PERF_RECORD_SAMPLE => {
+                if let Some(e) = parse_sample(body, layouts, me) {
+                    on_event(e);
+                }
+            }
+            sys::PERF_RECORD_LOST if body.len() >= 16 => {
+                lost += u64::from_ne_bytes(body[8..16].try_into().unwrap());
+            }
+            _ => {}
+        });
+    }
+    lost
 }
 
 /// Decodes one PERF_RECORD_SAMPLE body: u32 pid, u32 tid, u64 time, u32 size, raw record.

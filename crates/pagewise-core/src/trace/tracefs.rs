@@ -216,6 +216,7 @@ impl Instance {
             .map_err(|e| io::Error::new(e.kind(), format!("{}: write failed: {e}", p.display())))
     }
 
+    /// Turns the instance's events on.
     pub fn enable(&self) -> io::Result<()> {
         for ev in &self.events {
             write(&self.dir.join("events").join(ev).join("enable"), "1")?;
@@ -223,6 +224,7 @@ impl Instance {
         Ok(())
     }
 
+    /// Turns the instance's events off.
     pub fn disable(&self) -> io::Result<()> {
         for ev in &self.events {
             write(&self.dir.join("events").join(ev).join("enable"), "0")?;
@@ -286,14 +288,7 @@ impl Instance {
                     Ok(0) => {}
                     Ok(n) => {
                         partial.extend_from_slice(&buf[..n]);
-                        let mut start = 0;
-                        while let Some(i) = partial[start..].iter().position(|&b| b == b'\n') {
-                            if let Ok(line) = std::str::from_utf8(&partial[start..start + i]) {
-                                on_line(line);
-                            }
-                            start += i + 1;
-                        }
-                        partial.drain(..start);
+                        take_lines(&mut partial, &mut on_line);
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -314,6 +309,18 @@ impl Instance {
             }
         }))
     }
+}
+
+/// Hands every complete line of `partial` to `on_line` and keeps the incomplete rest.
+fn take_lines<F: FnMut(&str)>(partial: &mut Vec<u8>, on_line: &mut F) {
+    let mut start = 0;
+    while let Some(i) = partial[start..].iter().position(|&b| b == b'\n') {
+        if let Ok(line) = std::str::from_utf8(&partial[start..start + i]) {
+            on_line(line);
+        }
+        start += i + 1;
+    }
+    partial.drain(..start);
 }
 
 impl Drop for Instance {
@@ -342,16 +349,21 @@ impl Drop for Instance {
 /// A parsed `mm_filemap_add_to_page_cache` (or `mm_filemap_fault`) line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawEvent {
+    /// The process (thread) it happened in.
     pub pid: u32,
     /// Trace clock, microseconds.
     pub ts_us: u64,
+    /// Major number of the file's device.
     pub dev_major: u32,
+    /// Minor number of the file's device.
     pub dev_minor: u32,
+    /// The file's inode number.
     pub ino: u64,
     /// Byte offset of the first page.
     pub ofs: u64,
     /// Folio order (pages = 1 << order); 0 for faults.
     pub order: u32,
+    /// A page fault (`mm_filemap_fault`), not pages added.
     pub fault: bool,
 }
 

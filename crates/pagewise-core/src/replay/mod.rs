@@ -1,0 +1,382 @@
+//! `replay`: re-issue a recorded read set — in the program's order, grouped per file, or
+//! sorted by position on disk (FIEMAP) and merged — and time it. `replay --compare` times
+//! every order on a cold cache.
+//!
+//! ```text
+//! replay(&ReplayOptions, &dyn Observer) -> Result<ReplayReport, Error>
+//! compare(&CompareOptions, &dyn Observer) -> Result<Vec<ReplayReport>, Error>
+//! ```
+
+mod issue;
+mod plan;
+
+use crate::sys::{self, Advice};
+use crate::trace::{OpenFiles, SkippedFile, Trace};
+use crate::verb::{Observer, Outcome, Tally};
+use serde::Serialize;
+use std::os::fd::AsFd;
+
+pub(crate) use plan::plan;
+pub use plan::{file_ranges, Request};
+
+/// In which order the recorded pages are read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// The program's order, contiguous pages merged.
+    Recorded,
+    /// Per file (first-use order), each file's pages by offset, merged.
+    File,
+    /// By physical block on disk (FIEMAP), neighbours merged.
+    Disk,
+}
+
+impl Order {
+    /// `recorded`, `file` or `disk`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Order::Recorded => "recorded",
+            Order::File => "file",
+            Order::Disk => "disk",
+        }
+    }
+    /// Requests in flight by default: the program's own serial reads for `recorded` and
+    /// `file`; a deep queue for `disk`, which is what sorting is for.
+    pub fn default_depth(self) -> usize {
+        match self {
+            Order::Recorded | Order::File => 1,
+            Order::Disk => 32,
+        }
+    }
+}
+
+/// Options of [`replay`].
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// The recording whose pages are read. Default: an empty trace (nothing to read).
+    pub trace: Trace,
+    /// Order of the reads. Default: [`Order::Disk`].
+    pub order: Order,
+    /// O_DIRECT: read exactly the recorded pages from the device, no cache, no readahead.
+    /// Default: false.
+    pub direct: bool,
+    /// Merge ranges whose gap is at most this many bytes (reading the gap too). Default: 0.
+    pub merge_gap: u64,
+    /// Requests in flight. Default: None, the order's [`Order::default_depth`].
+    pub depth: Option<usize>,
+    /// Longest single request, bytes (longer merged ranges are split; at least a page).
+    /// Default: 1 MiB.
+    pub max_request: u64,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            trace: Trace::default(),
+            order: Order::Disk,
+            direct: false,
+            merge_gap: 0,
+            depth: None,
+            max_request: 1 << 20,
+        }
+    }
+}
+
+impl ReplayOptions {
+    /// Checks the options: the trace must be consistent (see [`Trace::check`]).
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        Ok(self.trace.check()?)
+    }
+
+    fn settings(&self) -> Settings {
+        Settings {
+            order: self.order,
+            direct: self.direct,
+            merge_gap: self.merge_gap,
+            depth: self.depth,
+            max_request: self.max_request,
+        }
+    }
+}
+
+/// Options of [`compare`].
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    /// The recording whose pages are read. Default: an empty trace (nothing to read).
+    pub trace: Trace,
+    /// Read with O_DIRECT (see [`ReplayOptions::direct`]). Default: false.
+    pub direct: bool,
+    /// See [`ReplayOptions::merge_gap`]. Default: 0.
+    pub merge_gap: u64,
+    /// See [`ReplayOptions::max_request`]. Default: 1 MiB.
+    pub max_request: u64,
+    /// Runs per order, each on a cold cache; the median is reported (0 counts as 1).
+    /// Default: 3.
+    pub runs: usize,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        CompareOptions {
+            trace: Trace::default(),
+            direct: false,
+            merge_gap: 0,
+            max_request: 1 << 20,
+            runs: 3,
+        }
+    }
+}
+
+impl CompareOptions {
+    /// Checks the options: the trace must be consistent (see [`Trace::check`]).
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        Ok(self.trace.check()?)
+    }
+}
+
+/// How to replay: the options without the trace.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub order: Order,
+    pub direct: bool,
+    pub merge_gap: u64,
+    pub depth: Option<usize>,
+    pub max_request: u64,
+}
+
+/// What one replay did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    /// The order the pages were read in.
+    pub order: Order,
+    /// Read with O_DIRECT.
+    pub direct: bool,
+    /// Requests in flight.
+    pub depth: usize,
+    /// Requests issued.
+    pub requests: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// `bytes` per second of I/O, in MB (10^6 bytes) per second.
+    pub mb_per_s: f64,
+    /// Traced files read from.
+    pub files: u64,
+    /// Traced files skipped: gone, or never reachable by path or handle (see `skipped`).
+    pub files_missing: u64,
+    /// The first skipped files, with the reason.
+    pub skipped: Vec<SkippedFile>,
+    /// Read errors; `elapsed_s` is the time of the I/O alone (opening and planning excluded).
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Replays a trace once (the cache is left as the replay made it). The observer sees the
+/// bytes read as they are, and is asked between requests whether to stop.
+pub fn replay(opts: &ReplayOptions, observer: &dyn Observer) -> Result<ReplayReport, crate::Error> {
+    opts.validate()?;
+    let files = OpenFiles::open(&opts.trace, opts.direct);
+    Ok(replay_with(&opts.trace, &files, &opts.settings(), observer))
+}
+
+/// `replay --compare`: every order on a cold cache (the traced pages evicted before each run),
+/// `runs` times each; the median run per order is reported. Stops early, with fewer reports,
+/// when the observer says so.
+pub fn compare(
+    opts: &CompareOptions,
+    observer: &dyn Observer,
+) -> Result<Vec<ReplayReport>, crate::Error> {
+    opts.validate()?;
+    let files = OpenFiles::open(&opts.trace, opts.direct);
+    let mut out = Vec::new();
+    for order in [Order::Recorded, Order::File, Order::Disk] {
+        let settings = Settings {
+            order,
+            direct: opts.direct,
+            merge_gap: opts.merge_gap,
+            depth: None,
+            max_request: opts.max_request,
+        };
+        let mut rs: Vec<ReplayReport> = Vec::new();
+        for _ in 0..opts.runs.max(1) {
+            if observer.cancelled() {
+                break;
+            }
+            crate::trace_cache::drop_traced(&opts.trace);
+            rs.push(replay_with(&opts.trace, &files, &settings, observer));
+        }
+        if rs.is_empty() {
+            break;
+        }
+        rs.sort_by(|a, b| a.outcome.elapsed_s.total_cmp(&b.outcome.elapsed_s));
+        out.push(rs.swap_remove(rs.len() / 2));
+    }
+    Ok(out)
+}
+
+/// One replay of `trace` over files opened beforehand.
+pub(crate) fn replay_with(
+    trace: &Trace,
+    files: &OpenFiles,
+    opts: &Settings,
+    observer: &dyn Observer,
+) -> ReplayReport {
+    let tally = Tally::new();
+    for e in &files.errors {
+        tally.error(e.clone());
+    }
+    let reqs = plan(trace, files, opts);
+    if !opts.direct {
+        // Exactly the recorded pages: no kernel readahead around them.
+        for fd in files.fds.iter().flatten() {
+            let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Random);
+        }
+    }
+    let depth = opts.depth.unwrap_or(opts.order.default_depth());
+    let issue = issue::Issue {
+        reqs: &reqs,
+        files,
+        trace,
+        direct: opts.direct,
+        depth,
+        max: reqs.iter().map(|r| r.len).max().unwrap_or(4096) as usize,
+        tally: &tally,
+        observer,
+    };
+    let (bytes, elapsed) = issue.run(depth > 1 && sys::probe_io_uring());
+    if !opts.direct {
+        for fd in files.fds.iter().flatten() {
+            let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Normal);
+        }
+    }
+    let mut outcome = tally.finish(Vec::new());
+    outcome.elapsed_s = elapsed;
+    ReplayReport {
+        order: opts.order,
+        direct: opts.direct,
+        depth,
+        requests: reqs.len() as u64,
+        bytes,
+        mb_per_s: crate::verb::rate(bytes, elapsed) / 1e6,
+        files: files.opened(),
+        files_missing: files.missing,
+        skipped: files.skipped.clone(),
+        outcome,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Event, TraceFile};
+
+    fn t(events: &[(u32, u64, u32)]) -> Trace {
+        Trace {
+            version: 1,
+            page_size: 4096,
+            lost_events: 0,
+            started_unix_ns: 0,
+            duration_ns: 0,
+            command: vec![],
+            files: (0..2)
+                .map(|i| TraceFile {
+                    dev_major: 0,
+                    dev_minor: 0,
+                    ino: i,
+                    size: 0,
+                    path: None,
+                    path_bytes: None,
+                    deleted: false,
+                })
+                .collect(),
+            events: events
+                .iter()
+                .enumerate()
+                .map(|(i, &(file, index, pages))| Event {
+                    ts_ns: i as u64,
+                    file,
+                    pid: 1,
+                    index,
+                    pages,
+                })
+                .collect(),
+            faults: None,
+        }
+    }
+
+    #[test]
+    fn file_ranges_sort_dedupe_and_merge() {
+        let tr = t(&[
+            (1, 10, 1),
+            (0, 5, 1),
+            (1, 0, 4),
+            (0, 6, 2),
+            (1, 10, 1),
+            (1, 12, 1),
+        ]);
+        assert_eq!(
+            file_ranges(&tr, 0),
+            vec![
+                (1, 0, 4 * 4096),
+                (1, 10 * 4096, 4096),
+                (1, 12 * 4096, 4096),
+                (0, 5 * 4096, 3 * 4096)
+            ]
+        );
+        // A gap of one page is bridged with merge_gap = 4096.
+        assert_eq!(file_ranges(&tr, 4096)[1], (1, 10 * 4096, 3 * 4096));
+    }
+
+    #[test]
+    fn recorded_order_keeps_program_order() {
+        let tr = t(&[(0, 8, 1), (0, 9, 1), (1, 0, 1), (0, 0, 1)]);
+        let files = OpenFiles {
+            fds: vec![None, None],
+            direct: vec![None, None],
+            missing: 2,
+            skipped: Vec::new(),
+            errors: Vec::new(),
+        };
+        let r = plan(
+            &tr,
+            &files,
+            &ReplayOptions {
+                order: Order::Recorded,
+                ..Default::default()
+            }
+            .settings(),
+        );
+        let v: Vec<(u32, u64, u64)> = r
+            .iter()
+            .map(|r| (r.file, r.off / 4096, r.len / 4096))
+            .collect();
+        assert_eq!(v, vec![(0, 8, 2), (1, 0, 1), (0, 0, 1)]);
+        let r = plan(
+            &tr,
+            &files,
+            &ReplayOptions {
+                order: Order::File,
+                ..Default::default()
+            }
+            .settings(),
+        );
+        let v: Vec<(u32, u64, u64)> = r
+            .iter()
+            .map(|r| (r.file, r.off / 4096, r.len / 4096))
+            .collect();
+        assert_eq!(v, vec![(0, 0, 1), (0, 8, 2), (1, 0, 1)]);
+    }
+
+    #[test]
+    fn a_trace_naming_a_file_it_lacks_is_refused() {
+        let mut tr = t(&[(0, 8, 1)]);
+        tr.events[0].file = 5;
+        let opts = ReplayOptions {
+            trace: tr,
+            ..Default::default()
+        };
+        assert!(matches!(
+            replay(&opts, &()),
+            Err(crate::Error::Trace(crate::trace::TraceError::Corrupt(_)))
+        ));
+    }
+}

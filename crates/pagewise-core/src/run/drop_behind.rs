@@ -1,0 +1,312 @@
+//! Dropping the command's pages: the [`Dropper`] that writes back and drops pending ranges,
+//! counting with cachestat before and after, and the [`DropBehind`] thread that calls it
+//! whenever the command's outstanding footprint passes `max_cache`.
+
+use super::footprint::{FileKey, Footprint, PageMap, Pending};
+use crate::error::{FileError, Op};
+use crate::sys::{self, Advice};
+use crate::trace::Mounts;
+use crate::verb::Tally;
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Files kept open between drop-behind passes.
+const MAX_OPEN: usize = 4096;
+
+/// Files dropped together: a tree of 100k files never holds more than a batch open.
+const BATCH_FILES: usize = 1024;
+
+/// What the drops did, in bytes (see `RunReport` for each).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Counts {
+    pub dropped_bytes: u64,
+    pub kept_written_bytes: u64,
+    pub files_unreachable: u64,
+    pub drops_while_running: u64,
+    pub left_bytes: u64,
+    pub left_dirty_bytes: u64,
+    pub left_mapped_or_busy_bytes: u64,
+}
+
+/// Drops pending ranges of the command's files, opened by handle.
+pub(super) struct Dropper {
+    keep_written: bool,
+    /// Open files, bounded (a tree of 100k files must not run into RLIMIT_NOFILE).
+    fds: Mutex<HashMap<FileKey, Arc<OwnedFd>>>,
+    /// Files that could not be opened (gone, or no handle support).
+    unreachable: Mutex<HashSet<FileKey>>,
+    mounts: Mounts,
+    /// Files with dirty pages seen: written by the command.
+    written: Mutex<HashSet<FileKey>>,
+    pub counts: Mutex<Counts>,
+    /// Errors and notices of the whole run.
+    pub tally: Tally,
+}
+
+/// `sync_file_range` flags that write a range back and wait for it.
+const WRITE_AND_WAIT: u32 = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+
+impl Dropper {
+    /// With `keep_written`, the pages of files the command wrote stay.
+    pub fn new(keep_written: bool) -> Dropper {
+        Dropper {
+            keep_written,
+            fds: Mutex::default(),
+            unreachable: Mutex::default(),
+            mounts: Mounts::default(),
+            written: Mutex::default(),
+            counts: Mutex::default(),
+            tally: Tally::new(),
+        }
+    }
+
+    /// The file's descriptor: from the cache, or opened by handle (and cached while there is
+    /// room). None when it cannot be opened.
+    fn fd(&self, key: FileKey) -> Option<Arc<OwnedFd>> {
+        if let Some(fd) = self.fds.lock().unwrap().get(&key) {
+            return Some(fd.clone());
+        }
+        if self.unreachable.lock().unwrap().contains(&key) {
+            return None;
+        }
+        match crate::trace::open_inode(key, &self.mounts) {
+            Ok(fd) => {
+                let fd = Arc::new(fd);
+                let mut fds = self.fds.lock().unwrap();
+                if fds.len() < MAX_OPEN {
+                    fds.insert(key, fd.clone());
+                }
+                Some(fd)
+            }
+            Err(_) => {
+                if self.unreachable.lock().unwrap().insert(key) {
+                    self.counts.lock().unwrap().files_unreachable += 1;
+                }
+                None
+            }
+        }
+    }
+
+    fn kept(&self, key: &FileKey) -> bool {
+        self.keep_written && self.written.lock().unwrap().contains(key)
+    }
+
+    /// Drops every pending range: writeback started for all dirty ranges first, then one wait
+    /// per range, then DONTNEED; counts from cachestat before and after. Returns the ranges
+    /// where pages stayed (typically still under read I/O: readahead reports pages when it
+    /// queues them), so the caller can try them again.
+    pub fn drop_pending(&self, pending: Pending) -> Pending {
+        let mut stayed = Pending::default();
+        let work: Vec<(FileKey, Vec<(u64, u64)>)> = pending
+            .files
+            .into_iter()
+            .map(|(key, ranges)| (key, merge(ranges)))
+            .collect();
+        let (mut dropped, mut kept) = (0, 0);
+        for batch in work.chunks(BATCH_FILES) {
+            let fds: Vec<Option<Arc<OwnedFd>>> = batch.iter().map(|(k, _)| self.fd(*k)).collect();
+            let (d, k) = self.drop_batch(batch, &fds, &mut stayed);
+            dropped += d;
+            kept += k;
+        }
+        let mut c = self.counts.lock().unwrap();
+        c.dropped_bytes += dropped * sys::page_size();
+        c.kept_written_bytes += kept * sys::page_size();
+        stayed
+    }
+
+    /// Drops one batch of files: writeback started for all dirty ranges first (so the waits
+    /// overlap), then per range a wait and DONTNEED, counted by cachestat before and after.
+    /// Returns (pages dropped, pages of written files kept).
+    fn drop_batch(
+        &self,
+        batch: &[(FileKey, Vec<(u64, u64)>)],
+        fds: &[Option<Arc<OwnedFd>>],
+        stayed: &mut Pending,
+    ) -> (u64, u64) {
+        let before: Vec<Vec<(u64, bool)>> = batch
+            .iter()
+            .zip(fds)
+            .map(|((key, ranges), fd)| match fd {
+                Some(fd) => self.start_writeback(*key, fd.as_fd(), ranges),
+                None => Vec::new(),
+            })
+            .collect();
+        let (mut dropped, mut kept) = (0, 0);
+        for (((key, ranges), fd), before) in batch.iter().zip(fds).zip(&before) {
+            let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
+                continue;
+            };
+            if self.kept(key) {
+                kept += before.iter().map(|b| b.0).sum::<u64>();
+                continue;
+            }
+            for (&range, &(cached, dirty)) in ranges.iter().zip(before) {
+                if cached > 0 {
+                    dropped += self.drop_range(*key, fd, range, cached, dirty, stayed);
+                }
+            }
+        }
+        (dropped, kept)
+    }
+
+    /// One cachestat per range says what is cached and dirty: `(cached pages, dirty)` per
+    /// range. Writeback of everything dirty is started at once (unless written files are
+    /// kept), so the waits in [`Dropper::drop_range`] overlap.
+    fn start_writeback(
+        &self,
+        key: FileKey,
+        fd: BorrowedFd,
+        ranges: &[(u64, u64)],
+    ) -> Vec<(u64, bool)> {
+        let page = sys::page_size();
+        let mut v = Vec::with_capacity(ranges.len());
+        for &(i, n) in ranges {
+            let c = sys::cachestat(fd, i * page, n * page).unwrap_or_default();
+            let dirty = c.dirty + c.writeback > 0;
+            if dirty {
+                self.written.lock().unwrap().insert(key);
+                if !self.keep_written {
+                    let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
+                }
+            }
+            v.push((c.cache, dirty));
+        }
+        v
+    }
+
+    /// Waits for the range's writeback when it was dirty, drops it, and returns the pages
+    /// dropped; a range where pages stayed goes to `stayed`.
+    fn drop_range(
+        &self,
+        key: FileKey,
+        fd: BorrowedFd,
+        (i, n): (u64, u64),
+        before: u64,
+        dirty: bool,
+        stayed: &mut Pending,
+    ) -> u64 {
+        let page = sys::page_size();
+        let (off, len) = (i * page, n * page);
+        if dirty {
+            let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
+        }
+        if let Err(e) = sys::fadvise(fd, off, len, Advice::DontNeed) {
+            let name = format!("<{}:{} inode {}>", key.0, key.1, key.2);
+            let path = std::path::Path::new(&name);
+            self.tally
+                .error(FileError::io(path, Op::FadviseDontneed, &e));
+            return 0;
+        }
+        let after = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(0);
+        if after > 0 {
+            stayed.files.entry(key).or_default().push((i, n));
+            stayed.pages += after;
+        }
+        before.saturating_sub(after)
+    }
+
+    /// After the final drop: what of the command's pages in `ranges` (those that stayed) is
+    /// still cached, and why (a range still cached is dropped once more first).
+    pub fn measure_left(&self, ranges: &PageMap) {
+        let page = sys::page_size();
+        let (mut left, mut dirty) = (0, 0);
+        for (key, ranges) in ranges {
+            if self.kept(key) {
+                continue;
+            }
+            let Some(fd) = self.fd(*key) else {
+                continue;
+            };
+            for &(i, n) in ranges {
+                if let Some(c) = self.last_try(fd.as_fd(), i * page, n * page) {
+                    left += c.cache;
+                    dirty += c.dirty + c.writeback;
+                }
+            }
+        }
+        let mut c = self.counts.lock().unwrap();
+        c.left_bytes = left * page;
+        c.left_dirty_bytes = dirty * page;
+        c.left_mapped_or_busy_bytes = left.saturating_sub(dirty) * page;
+    }
+
+    /// A range missed by the passes so far (e.g. a lost retry) is dropped now; returns what
+    /// stays of it.
+    fn last_try(&self, fd: BorrowedFd, off: u64, len: u64) -> Option<sys::CacheStat> {
+        let mut c = sys::cachestat(fd, off, len).ok()?;
+        if c.cache > 0 {
+            let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
+            let _ = sys::fadvise(fd, off, len, Advice::DontNeed);
+            let was = c.cache;
+            c = sys::cachestat(fd, off, len).unwrap_or(c);
+            self.counts.lock().unwrap().dropped_bytes +=
+                was.saturating_sub(c.cache) * sys::page_size();
+        }
+        Some(c)
+    }
+}
+
+/// A file's ranges `(first page, pages)` sorted, overlapping and touching ones merged.
+fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (i, n) in ranges {
+        match merged.last_mut() {
+            Some(m) if i <= m.0 + m.1 => m.1 = m.1.max(i + n - m.0),
+            _ => merged.push((i, n)),
+        }
+    }
+    merged
+}
+
+/// The drop-behind thread: drops whenever the outstanding footprint passes the limit.
+pub(super) struct DropBehind {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl DropBehind {
+    /// Starts the thread, dropping whenever more than `limit_pages` are pending.
+    pub fn start(footprint: Arc<Footprint>, dropper: Arc<Dropper>, limit_pages: u64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Acquire) {
+                let pause = pass(&footprint, &dropper, limit_pages);
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+        });
+        DropBehind { stop, thread }
+    }
+
+    /// Stops the thread after its current pass.
+    pub fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.thread.join();
+    }
+}
+
+/// One look at the footprint, and a drop when it is over the limit; returns how long to wait
+/// before the next.
+fn pass(footprint: &Footprint, dropper: &Dropper, limit_pages: u64) -> Duration {
+    footprint.promote_prefetches();
+    if footprint.pending_pages() <= limit_pages {
+        return Duration::from_millis(5);
+    }
+    let stayed = dropper.drop_pending(footprint.take_pending());
+    dropper.counts.lock().unwrap().drops_while_running += 1;
+    // Pages still in flight: retry them with the next pass.
+    let retry = stayed.pages > 0;
+    footprint.requeue(stayed);
+    if retry {
+        Duration::from_millis(1)
+    } else {
+        Duration::ZERO
+    }
+}

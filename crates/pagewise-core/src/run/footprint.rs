@@ -1,0 +1,138 @@
+//! The command's footprint: the pages its events say it brought into the cache (and, with
+//! `--assist`, the windows prefetched for it), pending until they are dropped.
+
+use crate::assist::live::{AssistOptions, Assistant};
+use crate::trace::tracefs::RawEvent;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// `(device major, device minor, inode)`.
+pub(super) type FileKey = (u32, u32, u64);
+/// Page ranges `(first page, pages)` per file.
+pub(super) type PageMap = HashMap<FileKey, Vec<(u64, u64)>>;
+
+/// A prefetched window `(file, (first page, pages))` and when it was issued.
+type Prefetched = (Instant, FileKey, (u64, u64));
+
+/// Prefetched windows join the drop-behind only after this long, so they are not dropped
+/// before the command reads them.
+const PREFETCH_GRACE: Duration = Duration::from_millis(500);
+
+/// Outstanding pages, per file.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    pub files: PageMap,
+    pub pages: u64,
+}
+
+impl Pending {
+    /// Adds the range `(first page, pages)` of a file.
+    pub fn add(&mut self, key: FileKey, r: (u64, u64)) {
+        self.files.entry(key).or_default().push(r);
+        self.pages += r.1;
+    }
+
+    /// Adds all of `other`.
+    pub fn extend(&mut self, other: Pending) {
+        self.pages += other.pages;
+        for (k, v) in other.files {
+            self.files.entry(k).or_default().extend(v);
+        }
+    }
+}
+
+/// What the follower's callback fills and the drop-behind empties.
+pub(super) struct Footprint {
+    /// pagewise's own process: its events are not the command's.
+    me: u32,
+    page: u64,
+    pending: Mutex<Pending>,
+    /// Prefetched windows in their grace period, oldest first.
+    delayed: Mutex<VecDeque<Prefetched>>,
+    /// Files the command (or `--assist`) added pages to: only counted for the report.
+    pub files: Mutex<HashSet<FileKey>>,
+    /// Pages the command added.
+    pub added: AtomicU64,
+    /// The assistant, with `--assist`.
+    pub assistant: Option<Mutex<Assistant>>,
+}
+
+impl Footprint {
+    /// An empty footprint, with an assistant when `assist` is given.
+    pub fn new(assist: Option<&AssistOptions>, page: u64) -> Footprint {
+        Footprint {
+            me: std::process::id(),
+            page,
+            pending: Mutex::default(),
+            delayed: Mutex::default(),
+            files: Mutex::default(),
+            added: AtomicU64::new(0),
+            assistant: assist.map(|a| Mutex::new(Assistant::new(a))),
+        }
+    }
+
+    /// One event of the command's: prefetches for it (with `--assist`), and the pages it
+    /// added become pending.
+    pub fn on_event(&self, e: RawEvent) {
+        if e.pid == self.me {
+            return;
+        }
+        if let Some(a) = &self.assistant {
+            let windows = a.lock().unwrap().on_event(&e);
+            if !windows.is_empty() {
+                let now = Instant::now();
+                let mut files = self.files.lock().unwrap();
+                let mut d = self.delayed.lock().unwrap();
+                for (key, start, n) in windows {
+                    files.insert(key);
+                    d.push_back((now, key, (start, n)));
+                }
+            }
+        }
+        if e.fault {
+            return;
+        }
+        let key = (e.dev_major, e.dev_minor, e.ino);
+        let r = (e.ofs / self.page, 1u64 << e.order.min(20));
+        self.added.fetch_add(r.1, Ordering::Relaxed);
+        self.pending.lock().unwrap().add(key, r);
+        self.files.lock().unwrap().insert(key);
+    }
+
+    /// Prefetched windows old enough join the command's footprint.
+    pub fn promote_prefetches(&self) {
+        let mut d = self.delayed.lock().unwrap();
+        let mut p = self.pending.lock().unwrap();
+        while d.front().is_some_and(|x| x.0.elapsed() >= PREFETCH_GRACE) {
+            let (_, key, r) = d.pop_front().unwrap();
+            p.add(key, r);
+        }
+    }
+
+    /// Pages pending.
+    pub fn pending_pages(&self) -> u64 {
+        self.pending.lock().unwrap().pages
+    }
+
+    /// Everything pending, taken.
+    pub fn take_pending(&self) -> Pending {
+        std::mem::take(&mut *self.pending.lock().unwrap())
+    }
+
+    /// Everything pending, and the prefetched windows still in their grace period, taken:
+    /// the final drop's work.
+    pub fn take_all(&self) -> Pending {
+        let mut last = self.take_pending();
+        for (_, key, r) in std::mem::take(&mut *self.delayed.lock().unwrap()) {
+            last.add(key, r);
+        }
+        last
+    }
+
+    /// Ranges where pages stayed, pending again for the next pass.
+    pub fn requeue(&self, stayed: Pending) {
+        self.pending.lock().unwrap().extend(stayed);
+    }
+}

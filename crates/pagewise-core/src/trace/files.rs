@@ -1,0 +1,301 @@
+//! Reaching the files of a trace again: by their recorded path when it still names the same
+//! inode, else by inode with `open_by_handle_at` on their filesystem's mount; and why a file
+//! that cannot be reached is skipped.
+
+use super::{Trace, TraceFile};
+use crate::error::{FileError, Op};
+use crate::sys;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::fmt;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Mount points by device `(major, minor)`, read from /proc/self/mountinfo when first needed
+/// and kept (one read for a whole trace).
+#[derive(Debug, Default)]
+pub struct Mounts(Mutex<Option<HashMap<(u32, u32), PathBuf>>>);
+
+impl Mounts {
+    /// The mount point of device `dev` (the mount of its filesystem's root first).
+    pub fn of(&self, dev: (u32, u32)) -> Option<PathBuf> {
+        let mut g = self.0.lock().unwrap();
+        g.get_or_insert_with(read_mounts).get(&dev).cloned()
+    }
+}
+
+/// Mount points by device, from /proc/self/mountinfo (the mount of the filesystem's root first).
+fn read_mounts() -> HashMap<(u32, u32), PathBuf> {
+    let mut m: HashMap<(u32, u32), (bool, PathBuf)> = HashMap::new();
+    let Ok(s) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return HashMap::new();
+    };
+    for l in s.lines() {
+        let f: Vec<&str> = l.split(' ').collect();
+        if f.len() < 5 {
+            continue;
+        }
+        let Some((a, b)) = f[2].split_once(':') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (a.parse(), b.parse()) else {
+            continue;
+        };
+        let is_root = f[3] == "/";
+        let mp = PathBuf::from(f[4].replace("\\040", " "));
+        match m.get(&(a, b)) {
+            Some((true, _)) => {}
+            Some((false, _)) if !is_root => {}
+            _ => {
+                m.insert((a, b), (is_root, mp));
+            }
+        }
+    }
+    m.into_iter().map(|(k, v)| (k, v.1)).collect()
+}
+
+/// Opens a traced file: by its recorded path when it still names the same inode, else by inode
+/// with open_by_handle_at on its filesystem's mount.
+pub fn open_file(f: &TraceFile, mounts: &Mounts) -> std::io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    if let Some(p) = &f.path_bytes {
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(p));
+        if let Ok(fd) = sys::open_path(
+            path,
+            sys::OpenFlags {
+                noatime: true,
+                ..Default::default()
+            },
+        ) {
+            match sys::fstat(fd.as_fd()) {
+                Ok(s) if s.ino == f.ino => return regular(fd, s),
+                // Replaced under its name by a FIFO or device: say so, never read it.
+                Ok(s) if !s.is_file() => return regular(fd, s),
+                _ => {}
+            }
+        }
+    }
+    let mp = mounts.of((f.dev_major, f.dev_minor)).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("no mount of device {}:{}", f.dev_major, f.dev_minor),
+        )
+    })?;
+    let mfd = sys::open_path(
+        &mp,
+        sys::OpenFlags {
+            directory: true,
+            ..Default::default()
+        },
+    )?;
+    let fd = sys::open_by_inode(mfd.as_fd(), f.ino)?;
+    let st = sys::fstat(fd.as_fd())?;
+    regular(fd, st)
+}
+
+/// A traced file must still be a regular file: a FIFO or device now standing under its name
+/// (or its inode number) is refused, never read (a read, or an open without O_NONBLOCK, could
+/// block forever).
+fn regular(fd: OwnedFd, st: sys::Stat) -> std::io::Result<OwnedFd> {
+    if st.is_file() {
+        return Ok(fd);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "is a {} now, not the regular file that was traced",
+            st.kind()
+        ),
+    ))
+}
+
+/// Opens a file known only by `(device major, device minor, inode)`, by handle.
+pub fn open_inode(key: (u32, u32, u64), mounts: &Mounts) -> std::io::Result<OwnedFd> {
+    let f = TraceFile {
+        dev_major: key.0,
+        dev_minor: key.1,
+        ino: key.2,
+        size: 0,
+        path: None,
+        path_bytes: None,
+        deleted: false,
+    };
+    open_file(&f, mounts)
+}
+
+/// Fills in paths and sizes of traced files (open_by_handle_at + /proc/self/fd), keeping by
+/// inode those that cannot be resolved (deleted, or a filesystem without handle support).
+pub fn resolve(files: &mut [TraceFile]) {
+    let mounts = Mounts::default();
+    for f in files.iter_mut() {
+        let Ok(fd) = open_file(f, &mounts) else {
+            continue;
+        };
+        if let Ok(st) = sys::fstat(fd.as_fd()) {
+            f.size = st.size;
+        }
+        if let Ok(p) = std::fs::read_link(sys::fd_path(fd.as_fd())) {
+            use std::os::unix::ffi::OsStrExt;
+            let mut b = p.as_os_str().as_bytes().to_vec();
+            if b.ends_with(b" (deleted)") {
+                f.deleted = true;
+                b.truncate(b.len() - 10);
+            }
+            if b.first() == Some(&b'/') {
+                f.path = Some(String::from_utf8_lossy(&b).into_owned());
+                f.path_bytes = Some(b);
+            }
+        }
+    }
+}
+
+/// Why a traced file was skipped. Shown and serialised as a sentence a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SkipReason {
+    /// Recorded without a path, on a device that is not mounted anywhere: an internal
+    /// filesystem (pipes, sockets, memfd, anonymous shared memory), so there is no file to read.
+    NotMounted {
+        /// Device major number.
+        dev_major: u32,
+        /// Device minor number.
+        dev_minor: u32,
+    },
+    /// Deleted while it was recorded, and gone now.
+    DeletedWhileRecorded,
+    /// Deleted since it was recorded.
+    Gone,
+    /// Any other failure to open it.
+    CannotOpen {
+        /// The system's message.
+        message: String,
+        /// errno, when the kernel said.
+        errno: Option<i32>,
+    },
+}
+
+impl SkipReason {
+    /// Why `f` could not be opened (`e` is what opening it gave).
+    pub fn of(f: &TraceFile, e: &std::io::Error, mounts: &Mounts) -> SkipReason {
+        if f.path.is_none() && mounts.of((f.dev_major, f.dev_minor)).is_none() {
+            return SkipReason::NotMounted {
+                dev_major: f.dev_major,
+                dev_minor: f.dev_minor,
+            };
+        }
+        match e.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ESTALE) if f.deleted => {
+                SkipReason::DeletedWhileRecorded
+            }
+            Some(libc::ENOENT) | Some(libc::ESTALE) => SkipReason::Gone,
+            errno => SkipReason::CannotOpen {
+                message: e.to_string(),
+                errno,
+            },
+        }
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::NotMounted {
+                dev_major,
+                dev_minor,
+            } => write!(
+                f,
+                "recorded without a path: device {dev_major}:{dev_minor} is not mounted \
+                 anywhere (an internal filesystem: pipes, sockets, memfd or anonymous shared \
+                 memory), so there is no file to read"
+            ),
+            SkipReason::DeletedWhileRecorded => {
+                f.write_str("deleted while it was recorded, and gone now")
+            }
+            SkipReason::Gone => f.write_str("gone: deleted since it was recorded"),
+            SkipReason::CannotOpen { message, .. } => write!(f, "cannot be opened: {message}"),
+        }
+    }
+}
+
+impl Serialize for SkipReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A traced file that was skipped, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedFile {
+    /// The recorded path, or `<MAJOR:MINOR inode N>` for a file recorded without one.
+    #[serde(flatten, serialize_with = "crate::json::path")]
+    pub path: PathBuf,
+    /// Why it was skipped (in JSON: the sentence).
+    pub reason: SkipReason,
+}
+
+/// Skipped files listed in a report (all are counted).
+pub const MAX_SKIPPED: usize = 100;
+
+/// The traced files, opened (None where they could not be).
+#[derive(Debug, Default)]
+pub struct OpenFiles {
+    /// By file index of the trace.
+    pub fds: Vec<Option<OwnedFd>>,
+    /// O_DIRECT twins of `fds` (when asked for).
+    pub direct: Vec<Option<OwnedFd>>,
+    /// Files that are gone or cannot be reached, with the reason (skipped; not errors).
+    pub missing: u64,
+    /// The first [`MAX_SKIPPED`] of them.
+    pub skipped: Vec<SkippedFile>,
+    /// Files that exist but could not be opened as the traced regular file (errors).
+    pub errors: Vec<FileError>,
+}
+
+impl OpenFiles {
+    /// Opens every traced file (by path, else by inode); with `direct`, an O_DIRECT twin too.
+    pub fn open(trace: &Trace, direct: bool) -> OpenFiles {
+        let mounts = Mounts::default();
+        let mut out = OpenFiles::default();
+        for f in &trace.files {
+            let fd = match open_file(f, &mounts) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    out.refused(f, &e, &mounts);
+                    None
+                }
+            };
+            let d = if direct {
+                fd.as_ref()
+                    .and_then(|fd| sys::open_read_direct(&sys::fd_path(fd.as_fd())).ok())
+            } else {
+                None
+            };
+            out.fds.push(fd);
+            out.direct.push(d);
+        }
+        out
+    }
+
+    /// Files that could be opened.
+    pub fn opened(&self) -> u64 {
+        self.fds.iter().filter(|f| f.is_some()).count() as u64
+    }
+
+    /// Counts a file that could not be opened: an error when it is no longer a regular file,
+    /// else skipped with the reason.
+    fn refused(&mut self, f: &TraceFile, e: &std::io::Error, mounts: &Mounts) {
+        // Refused by open_file itself (not a kernel EINVAL): no longer a regular file.
+        if e.kind() == std::io::ErrorKind::InvalidInput && e.raw_os_error().is_none() {
+            self.errors.push(FileError::io(&f.name(), Op::Open, e));
+            return;
+        }
+        self.missing += 1;
+        if self.skipped.len() < MAX_SKIPPED {
+            self.skipped.push(SkippedFile {
+                path: f.name(),
+                reason: SkipReason::of(f, e, mounts),
+            });
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! [`Follower`]: this process and what it starts, followed through the filemap tracepoints,
+//! by perf events or a tracefs instance.
+
+use super::{perf, tracefs, Backend, TraceUnavailable};
+use serde::Serialize;
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// How a [`Follower`] collects events. Shown and serialised as `perf` or `tracefs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Perf events, one per CPU and tracepoint, inherited by the command's process tree.
+    Perf,
+    /// A tracefs instance following the command with `set_event_pid`.
+    Tracefs,
+}
+
+impl Source {
+    /// `perf` or `tracefs`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Perf => "perf",
+            Source::Tracefs => "tracefs",
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Follows this process and everything it starts after [`Follower::arm`] through the filemap
+/// tracepoints, handing each event to a callback on a reader thread: perf events where the
+/// kernel allows them (see [`perf`]), else a tracefs instance (see [`tracefs`]) — used by
+/// `record` and `run`.
+pub struct Follower {
+    tracer: Tracer,
+    /// How events are collected.
+    pub source: Source,
+    /// Why perf events were not used, when `auto` fell back to tracefs.
+    pub notice: Option<String>,
+}
+
+enum Tracer {
+    Perf(perf::Session, std::thread::JoinHandle<u64>),
+    Tracefs(
+        tracefs::Instance,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<()>,
+    ),
+}
+
+impl Follower {
+    /// Opens the events and starts the reader, which calls `on_event` for every event, woken
+    /// at least every `every` — or at once for every event with None. With perf events the
+    /// counting starts here, for this thread and what it starts later (pagewise's own
+    /// threads' events are skipped by the reader).
+    pub fn start<F>(
+        events: &[&str],
+        buffer_kb: u64,
+        backend: Backend,
+        every: Option<std::time::Duration>,
+        on_event: F,
+    ) -> Result<Follower, TraceUnavailable>
+    where
+        F: FnMut(tracefs::RawEvent) + Send + 'static,
+    {
+        let session = match backend {
+            Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
+            _ => perf::Session::start(events, buffer_kb, every.is_none()),
+        };
+        let reader_err = |e: std::io::Error| TraceUnavailable(format!("trace reader: {e}"));
+        match session {
+            Err(why) if backend == Backend::Perf => Err(why),
+            Ok(mut session) => {
+                let poll = every.unwrap_or(std::time::Duration::from_millis(50));
+                let reader = session.stream(poll, on_event).map_err(reader_err)?;
+                Ok(Follower {
+                    tracer: Tracer::Perf(session, reader),
+                    source: Source::Perf,
+                    notice: None,
+                })
+            }
+            Err(why) => {
+                let notice = (backend == Backend::Auto)
+                    .then(|| format!("perf events unavailable ({why}): recording through tracefs"));
+                let inst = tracefs::Instance::new(events, buffer_kb).map_err(|e| {
+                    if backend == Backend::Auto && why.0 != e.0 {
+                        TraceUnavailable(format!("perf events unavailable ({why}); {e}"))
+                    } else {
+                        e
+                    }
+                })?;
+                let wake = every.map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
+                let stop = Arc::new(AtomicBool::new(false));
+                let mut on_event = on_event;
+                let reader = inst
+                    .reader(stop.clone(), wake, move |line| {
+                        if let Some(e) = tracefs::parse_line(line) {
+                            on_event(e);
+                        }
+                    })
+                    .map_err(reader_err)?;
+                Ok(Follower {
+                    tracer: Tracer::Tracefs(inst, stop, reader),
+                    source: Source::Tracefs,
+                    notice,
+                })
+            }
+        }
+    }
+
+    /// Starts following this process: the tracefs instance follows our PID (and, through
+    /// event-fork, what we start from now on — threads started before are not followed) with
+    /// its events on; perf events count already. Call it right before starting the command.
+    pub fn arm(&self) -> std::io::Result<()> {
+        if let Tracer::Tracefs(inst, _, _) = &self.tracer {
+            inst.follow(&[std::process::id()])?;
+            inst.enable()?;
+        }
+        Ok(())
+    }
+
+    /// Stops following, lets the reader hand over every event still buffered, and returns
+    /// the number of events the kernel lost (an error only when tracefs refused to turn its
+    /// events off; the reader is stopped either way).
+    pub fn stop(self) -> std::io::Result<u64> {
+        match self.tracer {
+            Tracer::Perf(session, reader) => {
+                session.stop();
+                Ok(reader.join().unwrap_or(0))
+            }
+            Tracer::Tracefs(inst, stop, reader) => {
+                let off = inst.disable();
+                tracefs::Instance::stop_reader(&stop, reader);
+                off.map(|()| inst.lost())
+            }
+        }
+    }
+}

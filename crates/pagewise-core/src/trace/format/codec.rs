@@ -1,0 +1,283 @@
+//! Reading and writing the parts of a trace: the header, the command, the files, and the
+//! two counted sections of fixed-size records (events, faults), both through one routine.
+
+use super::*;
+
+/// The fixed fields before the command.
+pub(super) struct Header {
+    pub(super) version: u32,
+    pub(super) flags: u32,
+    pub(super) page_size: u32,
+    pub(super) lost_events: u64,
+    pub(super) started_unix_ns: u64,
+    pub(super) duration_ns: u64,
+}
+
+impl Header {
+    pub(super) fn read(r: &mut Reader) -> Result<Header, TraceError> {
+        if r.take(8, "magic").map_err(|_| TraceError::BadMagic)? != MAGIC {
+            return Err(TraceError::BadMagic);
+        }
+        let version = r.u32("version")?;
+        if version != VERSION {
+            return Err(TraceError::UnsupportedVersion(version));
+        }
+        if r.data.len() < 8 {
+            return Err(TraceError::Truncated {
+                field: "checksum",
+                at: r.data.len(),
+            });
+        }
+        let flags = r.u32("flags")?;
+        let page_size = r.u32("page_size")?;
+        if flags & !HAS_FAULTS != 0 {
+            return Err(TraceError::Corrupt(format!(
+                "unknown header flags {flags:#x}"
+            )));
+        }
+        check_page_size(page_size)?;
+        Ok(Header {
+            version,
+            flags,
+            page_size,
+            lost_events: r.u64("lost")?,
+            started_unix_ns: r.u64("started")?,
+            duration_ns: r.u64("duration")?,
+        })
+    }
+}
+
+pub(super) fn check_page_size(page_size: u32) -> Result<(), TraceError> {
+    if !page_size.is_power_of_two() || !(512..=1 << 21).contains(&page_size) {
+        return Err(TraceError::Corrupt(format!("page size {page_size}")));
+    }
+    Ok(())
+}
+
+pub(super) fn read_command(r: &mut Reader) -> Result<Vec<String>, TraceError> {
+    let argc = r.u32("argc")?;
+    if argc > MAX_ARGS {
+        return Err(TraceError::Corrupt(format!("{argc} command arguments")));
+    }
+    let mut command = Vec::with_capacity(argc.min(64) as usize);
+    for _ in 0..argc {
+        let s = r.bytes("argument")?;
+        command.push(String::from_utf8_lossy(s).into_owned());
+    }
+    Ok(command)
+}
+
+pub(super) fn read_files(r: &mut Reader) -> Result<Vec<TraceFile>, TraceError> {
+    let nfiles = r.u32("nfiles")?;
+    // Each file takes at least 32 bytes: bound the count by what is left.
+    if nfiles as usize > r.left() / 32 {
+        return Err(TraceError::Truncated {
+            field: "files",
+            at: r.pos,
+        });
+    }
+    let mut files = Vec::with_capacity(nfiles as usize);
+    for _ in 0..nfiles {
+        files.push(read_file(r)?);
+    }
+    Ok(files)
+}
+
+fn read_file(r: &mut Reader) -> Result<TraceFile, TraceError> {
+    let dev = r.u64("file dev")?;
+    let ino = r.u64("file inode")?;
+    let size = r.u64("file size")?;
+    let flags = r.u32("file flags")?;
+    if flags & !(FILE_PATH_KNOWN | FILE_DELETED) != 0 {
+        return Err(TraceError::Corrupt(format!(
+            "unknown file flags {flags:#x}"
+        )));
+    }
+    let p = r.bytes("file path")?;
+    let known = flags & FILE_PATH_KNOWN != 0;
+    if !known && !p.is_empty() {
+        return Err(TraceError::Corrupt(
+            "path present on a file marked unknown".into(),
+        ));
+    }
+    Ok(TraceFile {
+        dev_major: (dev >> 32) as u32,
+        dev_minor: dev as u32,
+        ino,
+        size,
+        path: known.then(|| String::from_utf8_lossy(p).into_owned()),
+        path_bytes: known.then(|| p.to_vec()),
+        deleted: flags & FILE_DELETED != 0,
+    })
+}
+
+/// A fixed-size record of a counted section: the events, and the faults. Both are read by
+/// [`read_section`] and written by [`write_section`].
+pub(super) trait Record: Sized {
+    /// `"event"`: names the record in errors.
+    const NAME: &'static str;
+    /// `"events"`: names the section in errors.
+    const SECTION: &'static str;
+    /// `"nevents"`: the count's field.
+    const COUNT: &'static str;
+    /// Bytes of one record.
+    const BYTES: u64;
+    fn read(r: &mut Reader) -> Result<Self, TraceError>;
+    fn write(&self, b: &mut Vec<u8>);
+    fn file(&self) -> u32;
+    /// Checks beyond the file index.
+    fn check_more(&self) -> Result<(), TraceError> {
+        Ok(())
+    }
+    /// The record names one of `nfiles` files, and passes [`Record::check_more`].
+    fn check(&self, nfiles: u32) -> Result<(), TraceError> {
+        if self.file() >= nfiles {
+            return Err(TraceError::Corrupt(format!(
+                "{} names file {} of {nfiles}",
+                Self::NAME,
+                self.file()
+            )));
+        }
+        self.check_more()
+    }
+}
+
+impl Record for Event {
+    const NAME: &'static str = "event";
+    const SECTION: &'static str = "events";
+    const COUNT: &'static str = "nevents";
+    const BYTES: u64 = EVENT_BYTES;
+    fn read(r: &mut Reader) -> Result<Self, TraceError> {
+        Ok(Event {
+            ts_ns: r.u64("event time")?,
+            file: r.u32("event file")?,
+            pid: r.u32("event pid")?,
+            index: r.u64("event index")?,
+            pages: r.u32("event pages")?,
+        })
+    }
+    fn write(&self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&self.ts_ns.to_le_bytes());
+        b.extend_from_slice(&self.file.to_le_bytes());
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.index.to_le_bytes());
+        b.extend_from_slice(&self.pages.to_le_bytes());
+    }
+    fn file(&self) -> u32 {
+        self.file
+    }
+    fn check_more(&self) -> Result<(), TraceError> {
+        if self.pages == 0 || self.index.checked_add(self.pages as u64).is_none() {
+            return Err(TraceError::Corrupt(format!(
+                "event with {} pages at index {}",
+                self.pages, self.index
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Record for Fault {
+    const NAME: &'static str = "fault";
+    const SECTION: &'static str = "faults";
+    const COUNT: &'static str = "nfaults";
+    const BYTES: u64 = FAULT_BYTES;
+    fn read(r: &mut Reader) -> Result<Self, TraceError> {
+        Ok(Fault {
+            ts_ns: r.u64("fault time")?,
+            file: r.u32("fault file")?,
+            pid: r.u32("fault pid")?,
+            index: r.u64("fault index")?,
+        })
+    }
+    fn write(&self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&self.ts_ns.to_le_bytes());
+        b.extend_from_slice(&self.file.to_le_bytes());
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&self.index.to_le_bytes());
+    }
+    fn file(&self) -> u32 {
+        self.file
+    }
+}
+
+/// Reads a counted section of records: the count, then as many records, each checked against
+/// the `nfiles` files. The count must fit in what is left before the checksum; in the `last`
+/// section it must use all of it.
+pub(super) fn read_section<T: Record>(
+    r: &mut Reader,
+    nfiles: u32,
+    last: bool,
+) -> Result<Vec<T>, TraceError> {
+    let n = r.u64(T::COUNT)?;
+    let need = n.checked_mul(T::BYTES).and_then(|n| n.checked_add(8));
+    let left = r.left() as u64;
+    let Some(need) = need.filter(|&need| need <= left) else {
+        return Err(TraceError::Truncated {
+            field: T::SECTION,
+            at: r.pos,
+        });
+    };
+    if last && need != left {
+        return Err(TraceError::Corrupt(format!(
+            "{} bytes after the last {}",
+            left - need,
+            T::NAME
+        )));
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let x = T::read(r)?;
+        x.check(nfiles)?;
+        out.push(x);
+    }
+    Ok(out)
+}
+
+/// Writes a counted section: the count, then the records.
+pub(super) fn write_section<T: Record>(b: &mut Vec<u8>, records: &[T]) {
+    b.extend_from_slice(&(records.len() as u64).to_le_bytes());
+    for x in records {
+        x.write(b);
+    }
+}
+
+pub(super) fn put_bytes(b: &mut Vec<u8>, s: &[u8]) {
+    b.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    b.extend_from_slice(s);
+}
+
+pub(super) struct Reader<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> usize {
+        self.data.len() - self.pos
+    }
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], TraceError> {
+        if n > self.left() {
+            return Err(TraceError::Truncated {
+                field,
+                at: self.pos,
+            });
+        }
+        let s = &self.data[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u32(&mut self, field: &'static str) -> Result<u32, TraceError> {
+        Ok(u32::from_le_bytes(self.take(4, field)?.try_into().unwrap()))
+    }
+    pub(super) fn u64(&mut self, field: &'static str) -> Result<u64, TraceError> {
+        Ok(u64::from_le_bytes(self.take(8, field)?.try_into().unwrap()))
+    }
+    fn bytes(&mut self, field: &'static str) -> Result<&'a [u8], TraceError> {
+        let n = self.u32(field)?;
+        if n > MAX_STR {
+            return Err(TraceError::Corrupt(format!("{field} of {n} bytes")));
+        }
+        self.take(n as usize, field)
+    }
+}

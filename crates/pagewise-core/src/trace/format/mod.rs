@@ -1,0 +1,309 @@
+//! The trace file: what `record` writes and `replay`, `evict --trace` and `load --trace` read.
+//!
+//! Version 1, all integers little-endian:
+//!
+//! ```text
+//! magic       8 bytes  "PWTRACE\0"
+//! version     u32      1
+//! flags       u32      bit 0 (1): a fault section follows the events; other bits reserved (0)
+//! page_size   u32
+//! lost        u64      events the kernel dropped (ring buffer overrun), never hidden
+//! started     u64      wall clock at start, ns since the Unix epoch
+//! duration    u64      ns from start to the command's exit
+//! argc        u32, then argc × (u32 length, bytes)          the recorded command
+//! nfiles      u32, then nfiles × file:
+//!   dev u64 (major << 32 | minor), ino u64, size u64, flags u32 (1 = path known, 2 = deleted),
+//!   path: u32 length, bytes
+//! nevents     u64, then nevents × event (28 bytes):
+//!   ts u64 (ns since start), file u32 (index into files), pid u32, index u64 (first page),
+//!   pages u32 (pages added together: 1 << folio order)
+//! [only with flag 1, from `record --faults`:]
+//! nfaults     u64, then nfaults × fault (24 bytes): the program's page faults on file mappings
+//!   (mm_filemap_fault: the page it touched, cached or not)
+//!   ts u64 (ns since start), file u32, pid u32, index u64 (page)
+//! checksum    u64      xxh3-64 of every byte before it
+//! ```
+//!
+//! Readers reject a wrong magic, an unknown version, any length that runs past the end, a file
+//! index out of range, and a checksum mismatch — with an error saying which and where.
+
+mod codec;
+
+use codec::{
+    check_page_size, put_bytes, read_command, read_files, read_section, write_section, Header,
+    Reader, Record,
+};
+use serde::Serialize;
+use std::fmt;
+
+/// The first 8 bytes of every trace file.
+pub const MAGIC: &[u8; 8] = b"PWTRACE\0";
+/// The format version this pagewise writes and reads.
+pub const VERSION: u32 = 1;
+const MAX_ARGS: u32 = 65_536;
+const MAX_STR: u32 = 1 << 20;
+const EVENT_BYTES: u64 = 28;
+const FAULT_BYTES: u64 = 24;
+/// Header flag: the trace has a fault section.
+pub const HAS_FAULTS: u32 = 1;
+
+/// File flag: the path follows.
+pub const FILE_PATH_KNOWN: u32 = 1;
+/// File flag: the file was deleted by the end of the recording.
+pub const FILE_DELETED: u32 = 2;
+
+/// A file seen in a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceFile {
+    /// Major number of the filesystem's device.
+    pub dev_major: u32,
+    /// Minor number of the filesystem's device.
+    pub dev_minor: u32,
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes at the end of the recording (0 when unknown).
+    pub size: u64,
+    /// Path when it could be resolved (lossy for display; the bytes are kept in `path_bytes`).
+    #[serde(skip)]
+    pub path: Option<String>,
+    /// In JSON: `path` (null when unknown), plus `path_bytes` when the name is not UTF-8.
+    #[serde(flatten, serialize_with = "crate::json::opt_path_bytes")]
+    pub path_bytes: Option<Vec<u8>>,
+    /// Deleted by the end of the recording (its name then is the one it had).
+    pub deleted: bool,
+}
+
+/// What a `<MAJOR:MINOR inode N>` name in a trace means.
+pub const UNNAMED_LEGEND: &str = "<MAJOR:MINOR inode N> names a file recorded without a path: \
+deleted by the time the recording ended, or on a filesystem with no mount point (pipes, \
+sockets, memfd, anonymous shared memory: device 0:N). replay, evict --trace and load --trace \
+skip such files and say why";
+
+impl TraceFile {
+    /// The file's name as bytes (a path for errors and JSON, lossless), or
+    /// `<MAJOR:MINOR inode N>` when it was recorded without one.
+    pub fn name(&self) -> std::path::PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        match &self.path_bytes {
+            Some(p) => std::path::Path::new(std::ffi::OsStr::from_bytes(p)).to_path_buf(),
+            None => format!("<{}:{} inode {}>", self.dev_major, self.dev_minor, self.ino).into(),
+        }
+    }
+
+    /// [`TraceFile::name`] for text: escaped (see [`crate::names::escape`]).
+    pub fn display(&self) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        crate::names::escape(self.name().as_os_str().as_bytes())
+    }
+}
+
+/// Pages the kernel added to the page cache for the recorded command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// When, ns since the recording started.
+    pub ts_ns: u64,
+    /// Index into [`Trace::files`].
+    pub file: u32,
+    /// The process (thread) that caused it.
+    pub pid: u32,
+    /// First page added (file offset / page size).
+    pub index: u64,
+    /// Pages added together (1 << folio order).
+    pub pages: u32,
+}
+
+/// A page fault of the recorded command on a file mapping (`record --faults`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Fault {
+    /// When, ns since the recording started.
+    pub ts_ns: u64,
+    /// Index into [`Trace::files`].
+    pub file: u32,
+    /// The process (thread) that faulted.
+    pub pid: u32,
+    /// The page it touched (file offset / page size), cached or not.
+    pub index: u64,
+}
+
+/// A whole recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Trace {
+    /// Format version ([`VERSION`]).
+    pub version: u32,
+    /// Page size of the system it was recorded on, bytes.
+    pub page_size: u32,
+    /// Events the kernel dropped (ring buffer overrun), never hidden.
+    pub lost_events: u64,
+    /// Wall clock at the start, ns since the Unix epoch.
+    pub started_unix_ns: u64,
+    /// ns from the start to the command's exit.
+    pub duration_ns: u64,
+    /// The recorded command (lossy where not UTF-8).
+    pub command: Vec<String>,
+    /// The files pages were added to, in order of first appearance.
+    pub files: Vec<TraceFile>,
+    /// Pages added to the page cache, in time order.
+    pub events: Vec<Event>,
+    /// Page faults, in time order; `None` when the trace was recorded without `--faults`.
+    pub faults: Option<Vec<Fault>>,
+}
+
+/// An empty recording (no command, files or events; no fault section) in this format version,
+/// with this system's page size: the default of the options that take a trace.
+impl Default for Trace {
+    fn default() -> Self {
+        Trace {
+            version: VERSION,
+            page_size: crate::sys::page_size() as u32,
+            lost_events: 0,
+            started_unix_ns: 0,
+            duration_ns: 0,
+            command: Vec::new(),
+            files: Vec::new(),
+            events: Vec::new(),
+            faults: None,
+        }
+    }
+}
+
+/// Why a trace file could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceError {
+    /// Not a pagewise trace.
+    BadMagic,
+    /// A format version this pagewise does not read.
+    UnsupportedVersion(u32),
+    /// The file ends inside the field named, at this byte offset.
+    Truncated {
+        /// The field.
+        field: &'static str,
+        /// Byte offset of the field.
+        at: usize,
+    },
+    /// A value that cannot be (a count, flag, index or length), described.
+    Corrupt(String),
+    /// The checksum does not match the bytes.
+    ChecksumMismatch,
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TraceError::BadMagic => write!(f, "not a pagewise trace (bad magic)"),
+            TraceError::UnsupportedVersion(v) => write!(
+                f,
+                "trace format version {v} is not supported (this pagewise reads version {VERSION})"
+            ),
+            TraceError::Truncated { field, at } => {
+                write!(f, "truncated trace: ends inside {field} at byte {at}")
+            }
+            TraceError::Corrupt(s) => write!(f, "corrupt trace: {s}"),
+            TraceError::ChecksumMismatch => write!(f, "corrupt trace: checksum mismatch"),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+impl Trace {
+    /// Serialises to the version-1 format.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(
+            64 + self.events.len() * EVENT_BYTES as usize + self.files.len() * 96,
+        );
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&VERSION.to_le_bytes());
+        let flags = if self.faults.is_some() { HAS_FAULTS } else { 0 };
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&self.page_size.to_le_bytes());
+        b.extend_from_slice(&self.lost_events.to_le_bytes());
+        b.extend_from_slice(&self.started_unix_ns.to_le_bytes());
+        b.extend_from_slice(&self.duration_ns.to_le_bytes());
+        b.extend_from_slice(&(self.command.len() as u32).to_le_bytes());
+        for a in &self.command {
+            put_bytes(&mut b, a.as_bytes());
+        }
+        b.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
+        for f in &self.files {
+            b.extend_from_slice(&(((f.dev_major as u64) << 32) | f.dev_minor as u64).to_le_bytes());
+            b.extend_from_slice(&f.ino.to_le_bytes());
+            b.extend_from_slice(&f.size.to_le_bytes());
+            let path = f
+                .path_bytes
+                .as_deref()
+                .or(f.path.as_deref().map(str::as_bytes));
+            let flags = if path.is_some() { FILE_PATH_KNOWN } else { 0 }
+                | if f.deleted { FILE_DELETED } else { 0 };
+            b.extend_from_slice(&flags.to_le_bytes());
+            put_bytes(&mut b, path.unwrap_or(b""));
+        }
+        write_section(&mut b, &self.events);
+        if let Some(faults) = &self.faults {
+            write_section(&mut b, faults);
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&b);
+        b.extend_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Parses a version-1 trace, validating every length, index and the checksum.
+    pub fn from_bytes(data: &[u8]) -> Result<Trace, TraceError> {
+        let mut r = Reader { data, pos: 0 };
+        let header = Header::read(&mut r)?;
+        let command = read_command(&mut r)?;
+        let files = read_files(&mut r)?;
+        let nfiles = files.len() as u32;
+        let has_faults = header.flags & HAS_FAULTS != 0;
+        let events = read_section::<Event>(&mut r, nfiles, !has_faults)?;
+        let faults = if has_faults {
+            Some(read_section::<Fault>(&mut r, nfiles, true)?)
+        } else {
+            None
+        };
+        let body = r.pos;
+        let sum = r.u64("checksum")?;
+        if xxhash_rust::xxh3::xxh3_64(&data[..body]) != sum {
+            return Err(TraceError::ChecksumMismatch);
+        }
+        Ok(Trace {
+            version: header.version,
+            page_size: header.page_size,
+            lost_events: header.lost_events,
+            started_unix_ns: header.started_unix_ns,
+            duration_ns: header.duration_ns,
+            command,
+            files,
+            events,
+            faults,
+        })
+    }
+
+    /// Checks a trace built by hand as [`Trace::from_bytes`] checks one it reads: the version,
+    /// the page size, and that every event and fault names a file of the trace with a valid
+    /// page range. A trace that passes can be replayed, evicted and loaded without panics.
+    pub fn check(&self) -> Result<(), TraceError> {
+        if self.version != VERSION {
+            return Err(TraceError::UnsupportedVersion(self.version));
+        }
+        check_page_size(self.page_size)?;
+        let nfiles = self.files.len() as u32;
+        for e in &self.events {
+            e.check(nfiles)?;
+        }
+        for f in self.faults.iter().flatten() {
+            f.check(nfiles)?;
+        }
+        Ok(())
+    }
+
+    /// Bytes of all recorded events.
+    pub fn bytes(&self) -> u64 {
+        self.events
+            .iter()
+            .map(|e| e.pages as u64 * self.page_size as u64)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests;

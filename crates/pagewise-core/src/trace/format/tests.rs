@@ -1,0 +1,138 @@
+//! Round trips, every truncation, bad magic and version, and a deterministic fuzzer.
+
+use super::*;
+
+fn sample() -> Trace {
+    Trace {
+        version: VERSION,
+        page_size: 4096,
+        lost_events: 3,
+        started_unix_ns: 1_700_000_000_000_000_000,
+        duration_ns: 123_456,
+        command: vec!["python3".into(), "-c".into(), "import json".into()],
+        files: vec![
+            TraceFile {
+                dev_major: 254,
+                dev_minor: 0,
+                ino: 42,
+                size: 1 << 20,
+                path: Some("/usr/lib/x.so".into()),
+                path_bytes: Some(b"/usr/lib/x.so".to_vec()),
+                deleted: false,
+            },
+            TraceFile {
+                dev_major: 0,
+                dev_minor: 25,
+                ino: 7,
+                size: 0,
+                path: None,
+                path_bytes: None,
+                deleted: true,
+            },
+        ],
+        events: (0..50)
+            .map(|i| Event {
+                ts_ns: i * 1000,
+                file: (i % 2) as u32,
+                pid: 100,
+                index: i * 4,
+                pages: 1 << (i % 3),
+            })
+            .collect(),
+        faults: Some(
+            (0..20)
+                .map(|i| Fault {
+                    ts_ns: i * 700,
+                    file: (i % 2) as u32,
+                    pid: 101,
+                    index: i * 3,
+                })
+                .collect(),
+        ),
+    }
+}
+
+#[test]
+fn round_trips() {
+    let t = sample();
+    let b = t.to_bytes();
+    assert_eq!(Trace::from_bytes(&b).unwrap(), t);
+    let mut t = sample();
+    t.faults = None;
+    assert_eq!(Trace::from_bytes(&t.to_bytes()).unwrap(), t);
+    // A fault section without the header flag (or the flag without the section) is refused.
+    let mut b = t.to_bytes();
+    b[12] = 1;
+    let n = b.len() - 8;
+    let sum = xxhash_rust::xxh3::xxh3_64(&b[..n]);
+    b[n..].copy_from_slice(&sum.to_le_bytes());
+    assert!(Trace::from_bytes(&b).is_err());
+}
+
+#[test]
+fn every_truncation_is_rejected() {
+    let b = sample().to_bytes();
+    for n in 0..b.len() {
+        assert!(
+            Trace::from_bytes(&b[..n]).is_err(),
+            "truncated at {n} accepted"
+        );
+    }
+}
+
+#[test]
+fn bad_magic_and_version() {
+    let mut b = sample().to_bytes();
+    b[0] = b'X';
+    assert_eq!(Trace::from_bytes(&b), Err(TraceError::BadMagic));
+    let mut b = sample().to_bytes();
+    b[8] = 9;
+    assert_eq!(
+        Trace::from_bytes(&b),
+        Err(TraceError::UnsupportedVersion(9))
+    );
+}
+
+/// A deterministic fuzzer: random byte flips, insertions and garbage must give an error (or,
+/// for flips that keep the checksum valid — practically never — a valid trace), never a panic
+/// or a huge allocation.
+#[test]
+fn fuzz_mutations_never_panic() {
+    let base = sample().to_bytes();
+    let mut x: u64 = 0x1234_5678_9abc_def1;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..20_000 {
+        let mut b = base.clone();
+        match rnd() % 4 {
+            0 => {
+                let i = (rnd() as usize) % b.len();
+                b[i] ^= 1 << (rnd() % 8);
+            }
+            1 => {
+                let i = (rnd() as usize) % b.len();
+                b.insert(i, rnd() as u8);
+            }
+            2 => {
+                let i = (rnd() as usize) % b.len();
+                b.truncate(i);
+            }
+            _ => {
+                // Huge counts in the length fields.
+                let i = 8 + (rnd() as usize) % (b.len() - 12);
+                b[i..i + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            }
+        }
+        if let Ok(t) = Trace::from_bytes(&b) {
+            assert_eq!(t.to_bytes(), b, "only a checksum-valid file parses");
+        }
+    }
+    for len in 0..64 {
+        let garbage: Vec<u8> = (0..len).map(|_| rnd() as u8).collect();
+        assert!(Trace::from_bytes(&garbage).is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! `record`: runs a command under the filemap tracepoints and returns its trace.
+
+use super::command::{self, exit_code, orphans_left, orphans_notice};
+use super::{format, tracefs, Backend, Event, Follower, Source, Trace, TraceFile};
+use super::{ADD_EVENT, FAULT_EVENT};
+use crate::sys;
+use crate::verb::{Observer, Outcome, Tally};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
+
+/// Options of [`record`].
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// The command and its arguments (`command[0]` is the program, looked up in `PATH`).
+    /// Default: empty, which [`RecordOptions::validate`] refuses.
+    pub command: Vec<OsString>,
+    /// Ring buffer per CPU, KiB (events beyond it are lost, and counted). Default: 4096.
+    pub buffer_kb: u64,
+    /// Also record page faults on file mappings (mm_filemap_fault), for `assist --simulate`.
+    /// Default: false.
+    pub faults: bool,
+    /// How events are collected. Default: [`Backend::Auto`].
+    pub backend: Backend,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        RecordOptions {
+            command: Vec::new(),
+            buffer_kb: 4096,
+            faults: false,
+            backend: Backend::Auto,
+        }
+    }
+}
+
+impl RecordOptions {
+    /// Checks the options: there must be a command.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        if self.command.is_empty() {
+            return Err(command::no_command());
+        }
+        Ok(())
+    }
+}
+
+/// What [`record`] gives back.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecordReport {
+    /// The recording, files resolved to paths where they could be.
+    pub trace: Trace,
+    /// The command's exit code (128 + signal when it was killed).
+    pub exit_code: i32,
+    /// How events were collected.
+    pub source: Source,
+    /// Notices (a fallback to tracefs, processes left running), elapsed time, and
+    /// `interrupted` when the observer was cancelled by the time the command ended.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Runs the command under the tracepoint and returns its trace and exit code. SIGINT and
+/// SIGTERM reach the command (same process group); pagewise itself survives them to write the
+/// trace, and forwards those sent to it alone. Events come from perf events where the kernel
+/// allows them, else from a tracefs instance.
+///
+/// The command decides when the recording ends: the observer is asked whether it was cancelled
+/// only once it has (to set `interrupted`); to stop a recording, signal the command.
+pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordReport, crate::Error> {
+    opts.validate()?;
+    let tally = Tally::new();
+    let events: &[&str] = if opts.faults {
+        &[ADD_EVENT, FAULT_EVENT]
+    } else {
+        &[ADD_EVENT]
+    };
+    // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to write the trace; those sent
+    // to pagewise alone are forwarded to the command (the terminal's reach it anyway).
+    sys::supervise_signals();
+    sys::become_subreaper();
+    let me = std::process::id();
+    let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
+    let s2 = sink.clone();
+    let follower = Follower::start(
+        events,
+        opts.buffer_kb,
+        opts.backend,
+        Some(std::time::Duration::from_millis(10)),
+        move |e| s2.lock().unwrap().push(e),
+    )
+    .map_err(|e| crate::Error::TracingUnavailable {
+        reason: e.0,
+        needed_by: "record",
+        hint: "",
+    })?;
+    let source = follower.source;
+    if let Some(n) = &follower.notice {
+        tally.notice(n.clone());
+    }
+    // The command is followed from its fork, before exec, so not a page it reads is missed.
+    // Our own events are dropped below.
+    follower.arm().map_err(crate::Error::Tracefs)?;
+    let start_mono = sys::monotonic_ns();
+    let started_unix_ns = unix_now_ns();
+    let status = command::spawn(&opts.command).and_then(|mut c| command::wait(&mut c));
+    let duration_ns = sys::monotonic_ns() - start_mono;
+    let orphans = orphans_left();
+    let lost = follower.stop().map_err(crate::Error::Tracefs)?;
+    let status = status?;
+    let mut raw = std::mem::take(&mut *sink.lock().unwrap());
+    raw.retain(|e| e.pid != me);
+    let mut trace = build(
+        raw,
+        start_mono,
+        lost,
+        started_unix_ns,
+        duration_ns,
+        &opts.command,
+    );
+    if !opts.faults {
+        trace.faults = None;
+    }
+    super::resolve(&mut trace.files);
+    if let Some(n) = orphans_notice(orphans, "the trace ends with the command, without") {
+        tally.notice(n);
+    }
+    tally.stop_requested(observer);
+    Ok(RecordReport {
+        trace,
+        exit_code: exit_code(status),
+        source,
+        outcome: tally.finish(Vec::new()),
+    })
+}
+
+fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Turns raw events into a trace: files numbered in order of first appearance.
+fn build(
+    raw: Vec<tracefs::RawEvent>,
+    start_mono: u64,
+    lost: u64,
+    started_unix_ns: u64,
+    duration_ns: u64,
+    cmd: &[OsString],
+) -> Trace {
+    let page = sys::page_size();
+    let mut ids: HashMap<(u32, u32, u64), u32> = HashMap::new();
+    let mut files = Vec::new();
+    let mut events = Vec::with_capacity(raw.len());
+    let mut faults = Vec::new();
+    for r in raw.iter() {
+        let id = *ids
+            .entry((r.dev_major, r.dev_minor, r.ino))
+            .or_insert_with(|| {
+                files.push(TraceFile {
+                    dev_major: r.dev_major,
+                    dev_minor: r.dev_minor,
+                    ino: r.ino,
+                    size: 0,
+                    path: None,
+                    path_bytes: None,
+                    deleted: false,
+                });
+                (files.len() - 1) as u32
+            });
+        let ts_ns = (r.ts_us * 1000).saturating_sub(start_mono);
+        if r.fault {
+            faults.push(format::Fault {
+                ts_ns,
+                file: id,
+                pid: r.pid,
+                index: r.ofs / page,
+            });
+            continue;
+        }
+        events.push(Event {
+            ts_ns,
+            file: id,
+            pid: r.pid,
+            index: r.ofs / page,
+            pages: 1 << r.order.min(20),
+        });
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    faults.sort_by_key(|f| f.ts_ns);
+    Trace {
+        version: format::VERSION,
+        page_size: page as u32,
+        lost_events: lost,
+        started_unix_ns,
+        duration_ns,
+        command: cmd
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        files,
+        events,
+        faults: Some(faults),
+    }
+}
