@@ -4,8 +4,8 @@ use super::args::parse_size_arg;
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::copy::{self, CopyOptions, Strategy};
-use pagewise_core::Progress;
+use pagewise_core::copy::{self, CopyOptions, CopyReport, Strategy};
+use pagewise_core::{sys, Error, Progress, Watch};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -78,10 +78,9 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         .paths
         .split_last()
         .ok_or("need a source and a destination")?;
-    if a.chunk < 4096 || !a.chunk.is_multiple_of(4096) {
-        return Err("--chunk must be a multiple of 4 KiB".into());
-    }
     let opts = CopyOptions {
+        sources: sources.to_vec(),
+        dest: dest.clone(),
         strategy: match a.cache {
             CacheArg::Auto => Strategy::Auto,
             CacheArg::Dontcache => Strategy::Dontcache,
@@ -96,33 +95,55 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         verify: a.verify,
         threads: a.threads.max(1),
         depth: a.depth.max(1),
-        chunk: a.chunk as usize,
+        chunk: usize::try_from(a.chunk).unwrap_or(usize::MAX),
         ..Default::default()
     };
+    opts.validate().map_err(|e| match e {
+        // The library names the option, the CLI its flag: "--chunk must be a multiple of 4 KiB".
+        Error::Invalid {
+            what: what @ ("chunk" | "threads" | "depth"),
+            message,
+        } => format!("--{what} {message}"),
+        e => e.to_string(),
+    })?;
     let progress = Arc::new(Progress::default());
     let bar = ProgressLine::start("copy", progress.clone(), !a.json);
-    let report = copy::copy(sources, dest, &opts, &progress).map_err(|e| e.to_string())?;
+    // SIGINT/SIGTERM set this flag instead of killing pagewise: the copy stops between chunks
+    // and removes what it had not finished.
+    let observer: Watch = Watch {
+        progress: Some(&progress),
+        on_file: None,
+        cancel: Some(sys::interrupt_flag()),
+    };
+    let report = copy::copy(&opts, &observer).map_err(|e| e.to_string())?;
     bar.finish();
-    let code = if report.interrupted {
+    let code = if report.outcome.interrupted {
         // 128 + the signal that stopped it: 130 for SIGINT, 143 for SIGTERM.
-        pagewise_core::sys::last_signal().map_or(super::exit::INTERRUPTED, |s| 128 + s)
+        sys::last_signal().map_or(super::exit::INTERRUPTED, |s| 128 + s)
     } else {
-        render::exit_code(report.error_count)
+        render::exit_code(report.outcome.error_count)
     };
     if a.json {
         render::print_json(&report);
         return Ok(code);
     }
-    render::report_problems("copy", &report.errors, report.error_count, &report.notices);
+    print_summary(&report, a.verbose, a.verify);
+    Ok(code)
+}
+
+/// The problems, then one summary line, on stderr.
+fn print_summary(report: &CopyReport, verbose: bool, verify: bool) {
+    let o = &report.outcome;
+    render::report_problems("copy", &o.errors, o.error_count, &o.notices);
     let r = &report.residue;
     let strategies = report
         .strategies
         .iter()
         .map(|(k, v)| {
-            if a.verbose {
-                format!("{k}: {v} files")
+            if verbose {
+                format!("{}: {v} files", k.name())
             } else {
-                k.clone()
+                k.name().to_string()
             }
         })
         .collect::<Vec<_>>()
@@ -141,18 +162,17 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         report.dirs,
         report.symlinks,
         report.hardlinks,
-        report.elapsed_s,
+        o.elapsed_s,
         bytes(report.rate_bytes_per_s as u64),
         if strategies.is_empty() { "-".into() } else { strategies },
         render::partial_bytes(r.source_added_bytes, report.files, r.source_unknown_files),
         pct(r.source_added_bytes, r.source_bytes),
         bytes(r.dest_cached_bytes),
         pct(r.dest_cached_bytes, r.dest_bytes),
-        if a.verify {
+        if verify {
             format!("; verified {} files from disk, {} mismatches", report.verified_files, report.verify_mismatches)
         } else {
             String::new()
         }
     );
-    Ok(code)
 }

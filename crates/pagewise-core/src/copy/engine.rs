@@ -1,14 +1,22 @@
 //! Moving the bytes of one file, by strategy. Every strategy copies only the source's data
 //! extents (holes stay holes) and reports the strategy it really used.
+//!
+//! O_DIRECT, RWF_DONTCACHE and drop-behind differ only in how they read and write one chunk
+//! ([`Steps`]); one loop ([`chunk_loop`]) runs those steps over the chunks with several in
+//! flight, hashes for `--verify`, reports progress, stops when asked and turns a refusal of
+//! the first chunk into a fallback to the next strategy. The buffered strategy is
+//! copy_file_range, a different shape (no buffer of ours), and runs its own work per chunk.
 
 use crate::chunks::{self, pieces, Stopped};
 use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf};
+use crate::verb::{Observer, Tally};
 use serde::Serialize;
+use std::cmp;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a file's data moves, and what that does to the page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
@@ -28,6 +36,8 @@ pub enum Strategy {
 }
 
 impl Strategy {
+    /// The name used by `--cache`, in messages and as the key in
+    /// [`CopyReport::strategies`](super::CopyReport::strategies).
     pub fn name(self) -> &'static str {
         match self {
             Strategy::Auto => "auto",
@@ -39,22 +49,36 @@ impl Strategy {
     }
 }
 
+/// Ordered by name, so a report lists its strategies alphabetically (as it always has).
+impl Ord for Strategy {
+    fn cmp(&self, other: &Self) -> cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl PartialOrd for Strategy {
+    fn partial_cmp(&self, other: &Self) -> Option<cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// Why a strategy could not be used for a file: the copy falls back to the next one.
 #[derive(Debug)]
-pub enum Unsupported {
-    /// The filesystem refused (EINVAL/EOPNOTSUPP on open or first I/O).
+pub(super) enum Unsupported {
+    /// The filesystem refused (EINVAL/EOPNOTSUPP on open or first I/O): the call and its error.
     Refused(&'static str, io::Error),
 }
 
 /// An error while moving data: which step, on which side.
 #[derive(Debug)]
-pub struct IoFailure {
+pub(super) struct IoFailure {
     pub op: Op,
     pub on_dest: bool,
     pub err: io::Error,
 }
 
-pub enum Outcome {
+/// How moving one file's data with one strategy ended.
+pub(super) enum Moved {
     Done,
     Fallback(Unsupported),
     Failed(IoFailure),
@@ -62,9 +86,7 @@ pub enum Outcome {
 }
 
 /// Everything one data copy needs.
-pub struct Job<'a> {
-    pub src_path: &'a Path,
-    pub dst_path: &'a Path,
+pub(super) struct Job<'a> {
     pub src: BorrowedFd<'a>,
     pub dst: BorrowedFd<'a>,
     /// Data extents of the source, `(offset, length)`.
@@ -72,8 +94,10 @@ pub struct Job<'a> {
     pub chunk: usize,
     /// Requests in flight for one large file.
     pub depth: usize,
-    pub interrupted: &'a AtomicBool,
-    pub progress: &'a AtomicU64,
+    /// Told the bytes of each finished chunk, and asked before each chunk whether to stop.
+    pub observer: &'a dyn Observer,
+    /// Remembers a stop once the observer asked for it.
+    pub tally: &'a Tally,
     /// xxh3 of the data as read, when --verify wants it (computed per chunk, combined).
     pub hasher: Option<&'a ChunkHashes>,
     /// Source pages cached before the copy (cachestat of the whole file; None if unknown).
@@ -82,7 +106,7 @@ pub struct Job<'a> {
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
 #[derive(Default)]
-pub struct ChunkHashes {
+pub(super) struct ChunkHashes {
     pub parts: std::sync::Mutex<Vec<(u64, u64)>>,
 }
 
@@ -107,7 +131,7 @@ impl ChunkHashes {
 
 /// The digest [`ChunkHashes`] gives for a file whose data (extents `extents`, all in `data`,
 /// which starts at offset 0) was read in one piece.
-pub fn digest_of(extents: &[(u64, u64)], chunk: usize, data: &[u8]) -> u64 {
+pub(super) fn digest_of(extents: &[(u64, u64)], chunk: usize, data: &[u8]) -> u64 {
     let h = ChunkHashes::default();
     for (off, len) in pieces(extents, chunk as u64) {
         let end = ((off + len) as usize).min(data.len());
@@ -116,34 +140,32 @@ pub fn digest_of(extents: &[(u64, u64)], chunk: usize, data: &[u8]) -> u64 {
     h.digest()
 }
 
-/// Runs `work` over the job's extents with the job's depth (see [`chunks::run`]).
-fn parallel<F>(job: &Job<'_>, align: usize, work: F) -> Outcome
+/// Runs `work` over the job's extents with the job's depth (see [`chunks::run`]), asking the
+/// observer before each chunk whether to stop and telling it each finished chunk's bytes.
+fn parallel<F>(job: &Job<'_>, align: usize, work: F) -> Moved
 where
-    F: Fn(&mut AlignedBuf, u64, u64) -> Result<(), Outcome> + Sync,
+    F: Fn(&mut AlignedBuf, u64, u64) -> Result<(), Moved> + Sync,
 {
-    let done = |len| {
-        job.progress.fetch_add(len, Ordering::Relaxed);
+    let work = |buf: &mut AlignedBuf, off, len| {
+        if job.tally.stop_requested(job.observer) {
+            return Err(Moved::Interrupted);
+        }
+        work(buf, off, len)
     };
-    match chunks::run(
-        job.extents,
-        job.chunk,
-        job.depth,
-        align,
-        Some(job.interrupted),
-        work,
-        done,
-    ) {
-        Ok(()) => Outcome::Done,
-        Err(Stopped::Interrupted) => Outcome::Interrupted,
+    let done = |len| job.observer.progress(0, len);
+    match chunks::run(job.extents, job.chunk, job.depth, align, None, work, done) {
+        Ok(()) => Moved::Done,
+        Err(Stopped::Interrupted) => Moved::Interrupted,
         Err(Stopped::Failed(o)) => o,
     }
 }
 
-fn fail(op: Op, on_dest: bool, err: io::Error) -> Outcome {
-    Outcome::Failed(IoFailure { op, on_dest, err })
+fn fail(op: Op, on_dest: bool, err: io::Error) -> Moved {
+    Moved::Failed(IoFailure { op, on_dest, err })
 }
 
-pub(crate) fn refused(e: &io::Error) -> bool {
+/// EINVAL or EOPNOTSUPP: the filesystem does not do what was asked (rather than failing it).
+pub(super) fn refused(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
@@ -151,7 +173,7 @@ pub(crate) fn refused(e: &io::Error) -> bool {
 }
 
 /// Reads `len` bytes at `off` fully (short only at EOF) with `read`.
-pub(crate) fn read_full(
+pub(super) fn read_full(
     buf: &mut [u8],
     off: u64,
     len: usize,
@@ -168,7 +190,8 @@ pub(crate) fn read_full(
     Ok(got)
 }
 
-pub(crate) fn write_full(
+/// Writes all of `buf` at `off` with `write` (a write of 0 bytes is an error).
+pub(super) fn write_full(
     buf: &[u8],
     off: u64,
     mut write: impl FnMut(&[u8], u64) -> io::Result<usize>,
@@ -184,48 +207,115 @@ pub(crate) fn write_full(
     Ok(())
 }
 
-/// O_DIRECT copy: `src_direct`/`dst_direct` are O_DIRECT descriptors of the same files.
-/// The unaligned tail is written as a whole aligned block; the caller truncates to the size.
-pub fn copy_direct(
-    job: &Job<'_>,
-    src_direct: BorrowedFd<'_>,
-    dst_direct: BorrowedFd<'_>,
-    mem_align: usize,
-    off_align: u64,
-) -> Outcome {
+/// A read or write step that failed: the operation for the error message and, when the error
+/// may only mean the filesystem lacks the strategy, the call named in the fallback notice.
+struct StepError {
+    op: Op,
+    refusal: Option<&'static str>,
+    err: io::Error,
+}
+
+impl StepError {
+    /// A failure of `op` that, on the first chunk, may be a refusal of `call`.
+    fn refusable(op: Op, call: &'static str) -> impl FnOnce(io::Error) -> StepError {
+        move |err| StepError {
+            op,
+            refusal: Some(call),
+            err,
+        }
+    }
+    /// A failure of `op`, never a refusal.
+    fn of(op: Op) -> impl FnOnce(io::Error) -> StepError {
+        move |err| StepError {
+            op,
+            refusal: None,
+            err,
+        }
+    }
+}
+
+/// How one strategy reads and writes a chunk; [`chunk_loop`] does everything else.
+trait Steps: Sync {
+    /// Alignment of the chunk buffers.
+    fn align(&self) -> usize;
+    /// Reads the chunk `[off, off+len)` into `buf`: the bytes read, short only at EOF.
+    fn read(&self, buf: &mut [u8], off: u64, len: u64) -> Result<usize, StepError>;
+    /// Writes the `n` bytes just read at `off` (`buf` is the whole buffer: O_DIRECT pads the
+    /// tail into it).
+    fn write(&self, buf: &mut [u8], off: u64, len: u64, n: usize) -> Result<(), StepError>;
+}
+
+/// The one chunk loop of the strategies: read, hash, write each chunk with `steps`, several
+/// chunks in flight. A refusal (EINVAL/EOPNOTSUPP) before any chunk was written means the
+/// filesystem lacks the strategy and becomes a fallback; afterwards it is a failure.
+fn chunk_loop(job: &Job<'_>, steps: &impl Steps) -> Moved {
     let first = AtomicBool::new(true);
-    parallel(job, mem_align, |buf, off, len| {
-        let n = read_direct(src_direct, buf, off, len, off_align).map_err(|e| {
-            if first.load(Ordering::Relaxed) && refused(&e) {
-                Outcome::Fallback(Unsupported::Refused("pread(O_DIRECT)", e))
-            } else {
-                fail(Op::PreadDirect, false, e)
-            }
-        })?;
+    let failed = |e: StepError, on_dest: bool| match e.refusal {
+        Some(call) if first.load(Ordering::Relaxed) && refused(&e.err) => {
+            Moved::Fallback(Unsupported::Refused(call, e.err))
+        }
+        _ => fail(e.op, on_dest, e.err),
+    };
+    parallel(job, steps.align(), |buf, off, len| {
+        let n = steps.read(buf, off, len).map_err(|e| failed(e, false))?;
         if n == 0 {
             return Ok(());
         }
         if let Some(h) = job.hasher {
             h.add(off, &buf[..n]);
         }
-        let padded = (n as u64).div_ceil(off_align) * off_align;
-        let padded = (padded as usize).min(buf.len());
-        buf[n..padded].fill(0);
-        write_full(&buf[..padded], off, |b, o| pwrite(dst_direct, b, o)).map_err(|e| {
-            if first.load(Ordering::Relaxed) && refused(&e) {
-                Outcome::Fallback(Unsupported::Refused("pwrite(O_DIRECT)", e))
-            } else {
-                fail(Op::PwriteDirect, true, e)
-            }
-        })?;
+        steps.write(buf, off, len, n).map_err(|e| failed(e, true))?;
         first.store(false, Ordering::Relaxed);
         Ok(())
     })
 }
 
+/// O_DIRECT steps: aligned reads and writes on the O_DIRECT twins of the files.
+struct DirectSteps<'a> {
+    src: BorrowedFd<'a>,
+    dst: BorrowedFd<'a>,
+    mem_align: usize,
+    off_align: u64,
+}
+
+impl Steps for DirectSteps<'_> {
+    fn align(&self) -> usize {
+        self.mem_align
+    }
+    fn read(&self, buf: &mut [u8], off: u64, len: u64) -> Result<usize, StepError> {
+        read_direct(self.src, buf, off, len, self.off_align)
+            .map_err(StepError::refusable(Op::PreadDirect, "pread(O_DIRECT)"))
+    }
+    fn write(&self, buf: &mut [u8], off: u64, _len: u64, n: usize) -> Result<(), StepError> {
+        let padded = (n as u64).div_ceil(self.off_align) * self.off_align;
+        let padded = (padded as usize).min(buf.len());
+        buf[n..padded].fill(0);
+        write_full(&buf[..padded], off, |b, o| pwrite(self.dst, b, o))
+            .map_err(StepError::refusable(Op::PwriteDirect, "pwrite(O_DIRECT)"))
+    }
+}
+
+/// O_DIRECT copy: `src_direct`/`dst_direct` are O_DIRECT descriptors of the same files.
+/// The unaligned tail is written as a whole aligned block; the caller truncates to the size.
+pub(super) fn copy_direct(
+    job: &Job<'_>,
+    src_direct: BorrowedFd<'_>,
+    dst_direct: BorrowedFd<'_>,
+    mem_align: usize,
+    off_align: u64,
+) -> Moved {
+    let steps = DirectSteps {
+        src: src_direct,
+        dst: dst_direct,
+        mem_align,
+        off_align,
+    };
+    chunk_loop(job, &steps)
+}
+
 /// Reads `len` bytes at `off` with O_DIRECT: lengths must be aligned too, so it asks for the
 /// aligned-up length and takes the short read at EOF.
-fn read_direct(
+pub(super) fn read_direct(
     fd: BorrowedFd<'_>,
     buf: &mut [u8],
     off: u64,
@@ -248,46 +338,52 @@ fn pwrite(fd: BorrowedFd<'_>, b: &[u8], o: u64) -> io::Result<usize> {
     sys::pwritev2(fd, b, o, 0)
 }
 
+/// RWF_DONTCACHE steps: preadv2/pwritev2 with the flag.
+struct DontcacheSteps<'a> {
+    src: BorrowedFd<'a>,
+    dst: BorrowedFd<'a>,
+}
+
+impl Steps for DontcacheSteps<'_> {
+    fn align(&self) -> usize {
+        4096
+    }
+    fn read(&self, buf: &mut [u8], off: u64, len: u64) -> Result<usize, StepError> {
+        read_full(buf, off, len as usize, |b, o| {
+            sys::preadv2(self.src, b, o, sys::RWF_DONTCACHE)
+        })
+        .map_err(StepError::refusable(
+            Op::Preadv2Dontcache,
+            "preadv2(RWF_DONTCACHE)",
+        ))
+    }
+    fn write(&self, buf: &mut [u8], off: u64, _len: u64, n: usize) -> Result<(), StepError> {
+        write_full(&buf[..n], off, |b, o| {
+            sys::pwritev2(self.dst, b, o, sys::RWF_DONTCACHE)
+        })
+        .map_err(StepError::refusable(
+            Op::Pwritev2Dontcache,
+            "pwritev2(RWF_DONTCACHE)",
+        ))
+    }
+}
+
 /// RWF_DONTCACHE copy: pages this copy brings in are dropped once read / written back; pages
 /// that were cached before stay (the kernel only marks folios it creates for the read).
 /// The kernel does not drop every such folio: with several reads in flight about 1% of a 4 GiB
 /// source stayed (folios another reader was waiting on are left), so once the copy is done the
 /// source blocks that were not cached before are dropped with DONTNEED as drop-behind does.
-pub fn copy_dontcache(job: &Job<'_>) -> Outcome {
+pub(super) fn copy_dontcache(job: &Job<'_>) -> Moved {
     let precached = PrecachedBlocks::snapshot(job);
-    let first = AtomicBool::new(true);
-    let outcome = parallel(job, 4096, |buf, off, len| {
-        let n = read_full(buf, off, len as usize, |b, o| {
-            sys::preadv2(job.src, b, o, sys::RWF_DONTCACHE)
-        })
-        .map_err(|e| {
-            if first.load(Ordering::Relaxed) && refused(&e) {
-                Outcome::Fallback(Unsupported::Refused("preadv2(RWF_DONTCACHE)", e))
-            } else {
-                fail(Op::Preadv2Dontcache, false, e)
-            }
-        })?;
-        if n == 0 {
-            return Ok(());
-        }
-        if let Some(h) = job.hasher {
-            h.add(off, &buf[..n]);
-        }
-        write_full(&buf[..n], off, |b, o| {
-            sys::pwritev2(job.dst, b, o, sys::RWF_DONTCACHE)
-        })
-        .map_err(|e| {
-            if first.load(Ordering::Relaxed) && refused(&e) {
-                Outcome::Fallback(Unsupported::Refused("pwritev2(RWF_DONTCACHE)", e))
-            } else {
-                fail(Op::Pwritev2Dontcache, true, e)
-            }
-        })?;
-        first.store(false, Ordering::Relaxed);
-        Ok(())
-    });
+    let outcome = chunk_loop(
+        job,
+        &DontcacheSteps {
+            src: job.src,
+            dst: job.dst,
+        },
+    );
     for &(off, len) in job.extents {
-        precached.drop_others(job, off, len);
+        precached.drop_others(job.src, off, len);
     }
     outcome
 }
@@ -319,8 +415,9 @@ impl PrecachedBlocks {
         PrecachedBlocks(precached)
     }
 
-    /// Drops the runs of blocks of `[off, off+len)` that were not cached before the copy.
-    fn drop_others(&self, job: &Job<'_>, off: u64, len: u64) {
+    /// Drops the runs of blocks of `[off, off+len)` of `src` that were not cached before the
+    /// copy.
+    fn drop_others(&self, src: BorrowedFd<'_>, off: u64, len: u64) {
         let (b0, b1) = (off / DROP_BLOCK, (off + len).div_ceil(DROP_BLOCK));
         let mut b = b0;
         while b < b1 {
@@ -333,7 +430,7 @@ impl PrecachedBlocks {
                 b += 1;
             }
             let _ = sys::fadvise(
-                job.src,
+                src,
                 start * DROP_BLOCK,
                 (b - start) * DROP_BLOCK,
                 Advice::DontNeed,
@@ -342,80 +439,55 @@ impl PrecachedBlocks {
     }
 }
 
+/// Drop-behind steps: buffered reads; before each write the chunk's source blocks that were
+/// not cached before are dropped, after it the written chunk is written back and dropped.
+struct DropBehindSteps<'a> {
+    src: BorrowedFd<'a>,
+    dst: BorrowedFd<'a>,
+    precached: PrecachedBlocks,
+}
+
+impl Steps for DropBehindSteps<'_> {
+    fn align(&self) -> usize {
+        4096
+    }
+    fn read(&self, buf: &mut [u8], off: u64, len: u64) -> Result<usize, StepError> {
+        read_full(buf, off, len as usize, |b, o| sys::pread(self.src, b, o))
+            .map_err(StepError::of(Op::Pread))
+    }
+    fn write(&self, buf: &mut [u8], off: u64, len: u64, n: usize) -> Result<(), StepError> {
+        self.precached.drop_others(self.src, off, len);
+        write_full(&buf[..n], off, |b, o| pwrite(self.dst, b, o))
+            .map_err(StepError::of(Op::Pwrite))?;
+        // Write this chunk back now and drop it once clean. Waiting here keeps at most one
+        // chunk per thread dirty; with several threads the device still sees a queue.
+        let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+        sys::sync_file_range(self.dst, off, n as u64, flags)
+            .map_err(StepError::of(Op::SyncFileRange))?;
+        let _ = sys::fadvise(self.dst, off, n as u64, Advice::DontNeed);
+        Ok(())
+    }
+}
+
 /// Drop-behind copy: buffered reads and writes; behind the cursor the destination is written
 /// back and dropped, and source blocks that were not cached before the copy are dropped. The
 /// snapshot of what was cached is taken before the first read, so our own readahead into the
 /// next chunk is not mistaken for someone else's cached pages.
-pub fn copy_drop_behind(job: &Job<'_>) -> Outcome {
-    let precached = PrecachedBlocks::snapshot(job);
+pub(super) fn copy_drop_behind(job: &Job<'_>) -> Moved {
+    let steps = DropBehindSteps {
+        src: job.src,
+        dst: job.dst,
+        precached: PrecachedBlocks::snapshot(job),
+    };
     let _ = sys::fadvise(job.src, 0, 0, Advice::Sequential);
-    parallel(job, 4096, |buf, off, len| {
-        let n = read_full(buf, off, len as usize, |b, o| sys::pread(job.src, b, o))
-            .map_err(|e| fail(Op::Pread, false, e))?;
-        if n == 0 {
-            return Ok(());
-        }
-        if let Some(h) = job.hasher {
-            h.add(off, &buf[..n]);
-        }
-        precached.drop_others(job, off, len);
-        write_full(&buf[..n], off, |b, o| pwrite(job.dst, b, o))
-            .map_err(|e| fail(Op::Pwrite, true, e))?;
-        // Write this chunk back now and drop it once clean. Waiting here keeps at most one
-        // chunk per thread dirty; with several threads the device still sees a queue.
-        let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
-        sys::sync_file_range(job.dst, off, n as u64, flags)
-            .map_err(|e| fail(Op::SyncFileRange, true, e))?;
-        let _ = sys::fadvise(job.dst, off, n as u64, Advice::DontNeed);
-        Ok(())
-    })
+    chunk_loop(job, &steps)
 }
 
 /// Plain buffered copy with copy_file_range (falls back to read/write across filesystems
 /// where the kernel refuses, EXDEV/EINVAL on old kernels).
-pub fn copy_buffered(job: &Job<'_>) -> Outcome {
+pub(super) fn copy_buffered(job: &Job<'_>) -> Moved {
     parallel(job, 4096, |buf, off, len| {
-        let mut done = 0u64;
-        while done < len {
-            match sys::copy_file_range(
-                job.src,
-                off + done,
-                job.dst,
-                off + done,
-                (len - done) as usize,
-            ) {
-                Ok(0) => break,
-                Ok(n) => done += n as u64,
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EXDEV)
-                            | Some(libc::EINVAL)
-                            | Some(libc::ENOSYS)
-                            | Some(libc::EOPNOTSUPP)
-                    ) =>
-                {
-                    let n = read_full(buf, off + done, (len - done) as usize, |b, o| {
-                        sys::pread(job.src, b, o)
-                    })
-                    .map_err(|e| fail(Op::Pread, false, e))?;
-                    if n == 0 {
-                        break;
-                    }
-                    write_full(&buf[..n], off + done, |b, o| pwrite(job.dst, b, o))
-                        .map_err(|e| fail(Op::Pwrite, true, e))?;
-                    done += n as u64;
-                }
-                Err(e) => {
-                    // copy_file_range does not say which side failed; ENOSPC/EDQUOT are the destination's.
-                    let on_dest = matches!(
-                        e.raw_os_error(),
-                        Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
-                    );
-                    return Err(fail(Op::CopyFileRange, on_dest, e));
-                }
-            }
-        }
+        let done = copy_range(job, buf, off, len)?;
         if let Some(h) = job.hasher {
             // Hash from the source (cached now) so --verify has the reference digest.
             let mut o = off;
@@ -434,58 +506,51 @@ pub fn copy_buffered(job: &Job<'_>) -> Outcome {
     })
 }
 
-/// Reads a whole file from disk, not from the cache (O_DIRECT where supported, else buffered
-/// followed by DONTNEED of what the read brought in), returning the chunk digest used by copy.
-pub fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
-    let hashes = ChunkHashes::default();
-    let direct = sys::open_read_direct(path).ok();
-    let buffered = std::fs::File::open(path)?;
-    let (align, off_align) = direct
-        .as_ref()
-        .and_then(|d| sys::dio_align(d.as_fd()))
-        .map_or((4096, 4096), |(m, o)| (m as usize, o as u64));
-    let mut buf = AlignedBuf::new(chunk, align.max(4096));
-    for (off, len) in pieces(extents, chunk as u64) {
-        let n = match &direct {
-            Some(d) => match read_direct(d.as_fd(), &mut buf, off, len, off_align.max(512)) {
-                Ok(n) => n,
-                Err(e) if refused(&e) => read_full(&mut buf, off, len as usize, |b, o| {
-                    sys::pread(buffered.as_fd(), b, o)
-                })?,
-                Err(e) => return Err(e),
-            },
-            None => {
-                let was = sys::cachestat(buffered.as_fd(), off, len)
-                    .map(|c| c.cache)
-                    .unwrap_or(1);
-                // Already cached pages cannot be re-read from disk without dropping them first.
-                if was > 0 {
-                    sys::sync_file_range(
-                        buffered.as_fd(),
-                        off,
-                        len,
-                        sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
-                    )?;
-                    sys::fadvise(buffered.as_fd(), off, len, Advice::DontNeed)?;
+/// Copies `[off, off+len)` with copy_file_range, through `buf` where the kernel cannot;
+/// the bytes copied (short only at EOF).
+fn copy_range(job: &Job<'_>, buf: &mut [u8], off: u64, len: u64) -> Result<u64, Moved> {
+    let mut done = 0u64;
+    while done < len {
+        let at = off + done;
+        match sys::copy_file_range(job.src, at, job.dst, at, (len - done) as usize) {
+            Ok(0) => break,
+            Ok(n) => done += n as u64,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EXDEV)
+                        | Some(libc::EINVAL)
+                        | Some(libc::ENOSYS)
+                        | Some(libc::EOPNOTSUPP)
+                ) =>
+            {
+                let n = read_full(buf, at, (len - done) as usize, |b, o| {
+                    sys::pread(job.src, b, o)
+                })
+                .map_err(|e| fail(Op::Pread, false, e))?;
+                if n == 0 {
+                    break;
                 }
-                let n = read_full(&mut buf, off, len as usize, |b, o| {
-                    sys::pread(buffered.as_fd(), b, o)
-                })?;
-                sys::fadvise(buffered.as_fd(), off, len, Advice::DontNeed)?;
-                n
+                write_full(&buf[..n], at, |b, o| pwrite(job.dst, b, o))
+                    .map_err(|e| fail(Op::Pwrite, true, e))?;
+                done += n as u64;
             }
-        };
-        if n == 0 {
-            break;
+            Err(e) => {
+                // copy_file_range does not say which side failed; ENOSPC/EDQUOT are the destination's.
+                let on_dest = matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG)
+                );
+                return Err(fail(Op::CopyFileRange, on_dest, e));
+            }
         }
-        hashes.add(off, &buf[..n]);
     }
-    Ok(hashes.digest())
+    Ok(done)
 }
 
 /// Opens the O_DIRECT twins of a source and a freshly created destination, with the common
 /// alignment; None when either filesystem lacks O_DIRECT for them.
-pub fn open_direct_pair(
+pub(super) fn open_direct_pair(
     src_path: &Path,
     dst_path: &Path,
     dst: BorrowedFd<'_>,

@@ -1,0 +1,378 @@
+//! After the data. Per file: the check that the source did not change, metadata, the commit
+//! to the final name, the account of the cache it left, and write-back in batches (never an
+//! fdatasync per file). Per run: hard links, directory modes and times (deepest first),
+//! fsync of directories, verification from disk and the measure of the destination's cache.
+
+use super::engine::{read_direct, read_full, refused, ChunkHashes};
+use super::plan::DirTask;
+use super::worker::{Digest, Local, Open};
+use super::{Ctx, Strategy};
+use crate::chunks::pieces;
+use crate::error::{FileError, Op};
+use crate::stat::{self, StatOptions};
+use crate::sys::{self, Advice, AlignedBuf};
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// A destination file waiting for its batch's writeback wait and drop.
+pub(super) struct Settle {
+    fd: OwnedFd,
+}
+
+/// Files a worker gathers before it waits for their write-back and drops them.
+const SETTLE_BATCH: usize = 256;
+
+/// One writeback wait for a batch of files, then drop their pages.
+pub(super) fn settle(batch: &mut Vec<Settle>) {
+    for s in batch.iter() {
+        let _ = sys::sync_file_range(s.fd.as_fd(), 0, 0, sys::SFR_WRITE);
+    }
+    for s in batch.drain(..) {
+        let _ = sys::sync_file_range(
+            s.fd.as_fd(),
+            0,
+            0,
+            sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
+        );
+        let _ = sys::fadvise(s.fd.as_fd(), 0, 0, Advice::DontNeed);
+    }
+}
+
+/// Write-back of small files, shared by the workers: their pages are written back by one
+/// `syncfs` per batch (the kernel then writes many files under one block plug: neighbouring
+/// files' blocks go out as one request — 100k files took ~12k write requests instead of
+/// ~100k), then each file is waited on and dropped. syncfs also starts write-back of other
+/// dirty data of that filesystem, which the kernel would write within seconds anyway.
+#[derive(Default)]
+pub(super) struct BatchSettle {
+    pending: Mutex<(Vec<fs::File>, u64)>,
+}
+
+/// Files and dirty bytes that trigger a batch write-back.
+const SETTLE_FILES: usize = 2048;
+const SETTLE_BYTES: u64 = 64 << 20;
+
+impl BatchSettle {
+    fn add(&self, f: fs::File, bytes: u64) {
+        let batch = {
+            let mut p = self.pending.lock().unwrap();
+            p.0.push(f);
+            p.1 += bytes;
+            if p.0.len() < SETTLE_FILES && p.1 < SETTLE_BYTES {
+                return;
+            }
+            p.1 = 0;
+            std::mem::take(&mut p.0)
+        };
+        Self::write_back(batch);
+    }
+
+    /// Writes back and drops what is pending (at the end of the run).
+    pub(super) fn flush(&self) {
+        let batch = std::mem::take(&mut self.pending.lock().unwrap().0);
+        Self::write_back(batch);
+    }
+
+    fn write_back(batch: Vec<fs::File>) {
+        let Some(first) = batch.first() else { return };
+        let _ = sys::syncfs(first.as_fd());
+        // Per file: whatever syncfs did not cover (another filesystem, pages dirtied since)
+        // is written and waited for, then the pages are dropped.
+        let mut s: Vec<Settle> = batch.into_iter().map(|f| Settle { fd: f.into() }).collect();
+        settle(&mut s);
+    }
+}
+
+impl Ctx<'_> {
+    /// Makes the copied file final and counts it, then hands it to write-back: `batched` files
+    /// were written without RWF_DONTCACHE and go to the shared [`BatchSettle`]; the others to
+    /// this worker's settle list.
+    pub(super) fn finish(
+        &self,
+        local: &mut Local,
+        mut o: Open,
+        strat: Strategy,
+        digest: Option<u64>,
+        batched: bool,
+    ) {
+        match self.make_final(&mut o, strat) {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => return self.tally.error(e),
+        }
+        let data = self.account(local, &o, strat);
+        self.observer.progress(1, 0);
+        if let Some(d) = digest {
+            local.digests.push((o.dst, o.extents, d));
+        }
+        let fd = o.df;
+        if batched {
+            self.batch_settle.add(fd, data);
+        } else if strat != Strategy::Buffered {
+            local.settle.push(Settle { fd: fd.into() });
+            if local.settle.len() >= SETTLE_BATCH {
+                settle(&mut local.settle);
+            }
+        }
+    }
+
+    /// Checks the source did not change, sets the size and metadata, fsyncs if asked and gives
+    /// the file its final name. `Ok(false)`: stopped before the commit (nothing named).
+    fn make_final(&self, o: &mut Open, strat: Strategy) -> Result<bool, FileError> {
+        let size = o.st.size;
+        // A source written to while we copied it would give a copy that never existed.
+        if let Ok(now) = sys::fstat(o.sf.as_fd()) {
+            if now.size != size || now.mtime != o.st.mtime {
+                return Err(FileError::other(
+                    &o.src,
+                    Op::Copy,
+                    "source changed while it was being copied (not renamed into place; copy again)",
+                ));
+            }
+        }
+        if o.sparse || strat == Strategy::Direct {
+            o.df.set_len(size)
+                .map_err(|e| FileError::io(&o.dst, Op::Ftruncate, &e))?;
+        }
+        self.apply_meta(&o.sf, &o.df, &o.st)
+            .map_err(|(op, e)| FileError::io(&o.dst, op, &e))?;
+        if self.opts.fsync {
+            o.df.sync_all()
+                .map_err(|e| FileError::io(&o.dst, Op::Fsync, &e))?;
+        }
+        if self.stopped() {
+            return Ok(false);
+        }
+        self.commit(o.df.as_fd(), &mut o.temp, &o.dst)
+            .map_err(|(op, e)| FileError::io(&o.dst, op, &e))?;
+        Ok(true)
+    }
+
+    /// Adds a committed file to the worker's figures (the source's cache residue included);
+    /// returns its data bytes.
+    fn account(&self, local: &mut Local, o: &Open, strat: Strategy) -> u64 {
+        let size = o.st.size;
+        let page = sys::page_size();
+        let src_after = sys::cachestat(o.sf.as_fd(), 0, 0).ok().map(|c| c.cache);
+        match (o.src_cached, src_after) {
+            // Whole pages, capped at the file's size (a 2-byte file has 2 bytes to cache).
+            (Some(before), Some(after)) => {
+                local.residue.source_added_bytes += (after.saturating_sub(before) * page).min(size);
+                local.residue.source_precached_bytes += (before * page).min(size);
+            }
+            // cachestat refused (not yours, not writable): nothing true to add.
+            _ => local.residue.source_unknown_files += 1,
+        }
+        let data: u64 = o.extents.iter().map(|e| e.1).sum();
+        local.residue.source_bytes += data;
+        local.residue.dest_bytes += data;
+        local.files += 1;
+        local.bytes += size;
+        local.data_bytes += data;
+        *local.strategies.entry(strat).or_default() += 1;
+        data
+    }
+
+    /// With --preserve: owner (when root), xattrs, mode and times. Times go last: nothing after
+    /// them changes mtime.
+    fn apply_meta(
+        &self,
+        sf: &OwnedFd,
+        df: &fs::File,
+        st: &sys::Stat,
+    ) -> Result<(), (Op, io::Error)> {
+        if !self.opts.preserve {
+            // Created with the right mode (see Ctx::open_pair).
+            return Ok(());
+        }
+        if self.is_root {
+            std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid))
+                .map_err(|e| (Op::Fchown, e))?;
+        }
+        for (name, value) in sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))? {
+            match sys::set_xattr(df.as_fd(), &name, &value) {
+                Ok(()) => {}
+                // Not every destination takes every namespace (e.g. security.* on tmpfs).
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::EPERM)) => {
+                    self.tally
+                        .notice(format!("some extended attributes could not be kept: {e}"));
+                }
+                Err(e) => return Err((Op::Fsetxattr, e)),
+            }
+        }
+        df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
+            .map_err(|e| (Op::Fchmod, e))?;
+        let times = fs::FileTimes::new()
+            .set_accessed(epoch_time(st.atime))
+            .set_modified(epoch_time(st.mtime));
+        df.set_times(times).map_err(|e| (Op::Futimens, e))?;
+        Ok(())
+    }
+
+    /// Makes the hard links the planner deferred, now that their first name exists; the
+    /// number made.
+    pub(super) fn link_hard(&self, deferred: &[(PathBuf, PathBuf)]) -> u64 {
+        let mut made = 0;
+        for (first, other) in deferred {
+            if !first.exists() {
+                continue; // the first copy failed and was reported
+            }
+            let _ = fs::remove_file(other);
+            match fs::hard_link(first, other) {
+                Ok(()) => made += 1,
+                Err(e) => self.tally.error(FileError::io(other, Op::Link, &e)),
+            }
+        }
+        made
+    }
+
+    /// Sets the directories' modes (and with --preserve owner and times), deepest first, and
+    /// fsyncs them if asked. Without --preserve the mode is the source's less `umask`.
+    pub(super) fn finish_dirs(&self, dirs: &[DirTask], umask: u32) {
+        let opts = self.opts;
+        for d in dirs {
+            let mode = if opts.preserve {
+                d.meta.mode() & 0o7777
+            } else {
+                d.meta.mode() & 0o777 & !umask
+            };
+            if let Err(e) = fs::set_permissions(&d.dst, fs::Permissions::from_mode(mode)) {
+                self.tally.error(FileError::io(&d.dst, Op::Chmod, &e));
+            }
+            if opts.preserve && self.is_root {
+                let _ = std::os::unix::fs::chown(&d.dst, Some(d.meta.uid()), Some(d.meta.gid()));
+            }
+            if !(opts.preserve || opts.fsync) {
+                continue;
+            }
+            let Ok(f) = fs::File::open(&d.dst) else {
+                continue;
+            };
+            if opts.preserve {
+                let times = fs::FileTimes::new()
+                    .set_accessed(d.meta.accessed().unwrap_or(SystemTime::now()))
+                    .set_modified(d.meta.modified().unwrap_or(UNIX_EPOCH));
+                let _ = f.set_times(times);
+            }
+            if opts.fsync {
+                let _ = f.sync_all();
+            }
+        }
+    }
+
+    /// Re-reads every copied file from disk and compares it with its source's digest:
+    /// `(verified, mismatches)`; mismatches and read failures are reported.
+    pub(super) fn verify(&self, digests: &[Digest]) -> (u64, u64) {
+        let (mut verified, mut mismatches) = (0, 0);
+        for (dst, extents, want) in digests {
+            match digest_from_disk(dst, extents, self.opts.chunk) {
+                Ok(got) if got == *want => verified += 1,
+                Ok(_) => {
+                    mismatches += 1;
+                    self.tally.error(FileError::other(
+                        dst,
+                        Op::Verify,
+                        "content differs from the source",
+                    ));
+                }
+                Err(e) => self.tally.error(FileError::io(dst, Op::Verify, &e)),
+            }
+        }
+        (verified, mismatches)
+    }
+}
+
+/// fsyncs the directories that received the top-level names.
+pub(super) fn fsync_parents(targets: &[(PathBuf, PathBuf)]) {
+    for (_, dst) in targets {
+        if let Some(p) = dst.parent().filter(|p| !p.as_os_str().is_empty()) {
+            if let Ok(f) = fs::File::open(p) {
+                let _ = f.sync_all();
+            }
+        }
+    }
+}
+
+/// Bytes of `roots` (what this copy wrote; a refused source's destination is not ours to
+/// measure) cached now, as the kernel shows it. None when nothing exists or stat failed.
+pub(super) fn dest_cached(roots: Vec<PathBuf>) -> Option<u64> {
+    let roots: Vec<PathBuf> = roots.into_iter().filter(|p| p.exists()).collect();
+    if roots.is_empty() {
+        return None;
+    }
+    stat::stat(&StatOptions::new(roots), &())
+        .ok()
+        .map(|r| r.total.cached_bytes)
+}
+
+/// The process's umask, read from /proc (no syscall that changes it); 022 if unknown.
+pub(super) fn umask() -> u32 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Umask:"))
+                .and_then(|l| u32::from_str_radix(l[6..].trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
+/// A (seconds, nanoseconds) time stamp since the epoch as a SystemTime (before it if negative).
+fn epoch_time((sec, nsec): (i64, i64)) -> SystemTime {
+    let whole = std::time::Duration::from_secs(sec.unsigned_abs());
+    let base = if sec >= 0 {
+        UNIX_EPOCH + whole
+    } else {
+        UNIX_EPOCH - whole
+    };
+    base + std::time::Duration::from_nanos(nsec as u64)
+}
+
+/// Reads a whole file from disk, not from the cache (O_DIRECT where supported, else buffered
+/// followed by DONTNEED of what the read brought in), returning the chunk digest used by copy.
+fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
+    let hashes = ChunkHashes::default();
+    let direct = sys::open_read_direct(path).ok();
+    let buffered = fs::File::open(path)?;
+    let (align, off_align) = direct
+        .as_ref()
+        .and_then(|d| sys::dio_align(d.as_fd()))
+        .map_or((4096, 4096), |(m, o)| (m as usize, o as u64));
+    let mut buf = AlignedBuf::new(chunk, align.max(4096));
+    let pread = |b: &mut [u8], o| sys::pread(buffered.as_fd(), b, o);
+    for (off, len) in pieces(extents, chunk as u64) {
+        let n = match &direct {
+            Some(d) => match read_direct(d.as_fd(), &mut buf, off, len, off_align.max(512)) {
+                Ok(n) => n,
+                Err(e) if refused(&e) => read_full(&mut buf, off, len as usize, pread)?,
+                Err(e) => return Err(e),
+            },
+            None => read_uncached(buffered.as_fd(), &mut buf, off, len)?,
+        };
+        if n == 0 {
+            break;
+        }
+        hashes.add(off, &buf[..n]);
+    }
+    Ok(hashes.digest())
+}
+
+/// Reads `[off, off+len)` of `fd` from disk without O_DIRECT: cached pages are written back
+/// and dropped first (they cannot be re-read from disk otherwise), and what the read brings
+/// in is dropped after.
+fn read_uncached(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, len: u64) -> io::Result<usize> {
+    let was = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(1);
+    if was > 0 {
+        let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+        sys::sync_file_range(fd, off, len, flags)?;
+        sys::fadvise(fd, off, len, Advice::DontNeed)?;
+    }
+    let n = read_full(buf, off, len as usize, |b, o| sys::pread(fd, b, o))?;
+    sys::fadvise(fd, off, len, Advice::DontNeed)?;
+    Ok(n)
+}
