@@ -10,7 +10,9 @@
 use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, DirReader, DirentType, OpenFlags, Stat};
 use crate::verb::{Observer, Tally};
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use filter::{build_globs, Filter};
+
+mod filter;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
@@ -170,54 +172,35 @@ impl Counters {
     }
 }
 
-/// Compiled include/exclude globs.
-struct Filter {
-    include: Option<GlobSet>,
-    exclude: Option<GlobSet>,
+/// A directory to read.
+struct DirJob {
+    path: PathBuf,
+    /// Its path below the root (what globs match).
+    rel: PathBuf,
+    depth: usize,
+    root: usize,
+    root_dev: u64,
+    /// (dev, ino) of the directories above it, with `follow`: a loop is met again here.
+    ancestors: Arc<Vec<(u64, u64)>>,
 }
 
-fn build_globs(globs: &[String]) -> Result<Option<GlobSet>, crate::Error> {
-    if globs.is_empty() {
-        return Ok(None);
-    }
-    let mut b = GlobSetBuilder::new();
-    for g in globs {
-        b.add(Glob::new(g).map_err(|e| crate::Error::Invalid {
-            what: "glob",
-            message: format!("{g}: {e}"),
-        })?);
-    }
-    b.build().map(Some).map_err(|e| crate::Error::Invalid {
-        what: "glob",
-        message: e.to_string(),
-    })
+/// Where a directory sits: its depth below its root, the root's index and device.
+#[derive(Clone, Copy)]
+struct Place {
+    depth: usize,
+    root: usize,
+    root_dev: u64,
 }
 
-impl Filter {
-    fn matches(set: &GlobSet, rel: &Path, name: &CStr) -> bool {
-        set.is_match(rel) || set.is_match(sys::name_os(name))
-    }
-    fn excluded(&self, rel: &Path, name: &CStr) -> bool {
-        self.exclude
-            .as_ref()
-            .is_some_and(|s| Self::matches(s, rel, name))
-    }
-    fn included(&self, rel: &Path, name: &CStr) -> bool {
-        self.include
-            .as_ref()
-            .is_none_or(|s| Self::matches(s, rel, name))
-    }
+/// A directory opened for reading, shared by the batch jobs its files are split into.
+struct OpenDir {
+    fd: Arc<OwnedFd>,
+    path: Arc<PathBuf>,
+    rel: Arc<PathBuf>,
 }
 
 enum Job {
-    Dir {
-        path: PathBuf,
-        rel: PathBuf,
-        depth: usize,
-        root: usize,
-        root_dev: u64,
-        ancestors: Arc<Vec<(u64, u64)>>,
-    },
+    Dir(DirJob),
     Files {
         dir: Arc<OwnedFd>,
         path: Arc<PathBuf>,
@@ -364,14 +347,14 @@ where
             if self.opts.max_depth == Some(0) {
                 return;
             }
-            self.queue.push(Job::Dir {
+            self.queue.push(Job::Dir(DirJob {
                 path: root.to_path_buf(),
                 rel: PathBuf::new(),
                 depth: 0,
                 root: idx,
                 root_dev: st.dev,
                 ancestors: Arc::new(Vec::new()),
-            });
+            }));
             return;
         }
         if !(st.is_file() || st.is_block_device()) {
@@ -401,14 +384,7 @@ where
 
     fn run(&self, state: &mut S, job: Job) {
         match job {
-            Job::Dir {
-                path,
-                rel,
-                depth,
-                root,
-                root_dev,
-                ancestors,
-            } => self.read_dir(state, path, rel, depth, root, root_dev, ancestors),
+            Job::Dir(job) => self.read_dir(state, job),
             Job::Files {
                 dir,
                 path,
@@ -423,140 +399,167 @@ where
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn read_dir(
-        &self,
-        state: &mut S,
-        path: PathBuf,
-        rel: PathBuf,
-        depth: usize,
-        root: usize,
-        root_dev: u64,
-        ancestors: Arc<Vec<(u64, u64)>>,
-    ) {
+    /// Reads one directory: queues its subdirectories, visits its files (in batch jobs of
+    /// [`BATCH`] when there are many, so other workers share a huge directory).
+    fn read_dir(&self, state: &mut S, job: DirJob) {
+        let Some((fd, ancestors)) = self.enter_dir(&job) else {
+            return;
+        };
+        self.counters.dirs.fetch_add(1, Ordering::Relaxed);
+        let dir = OpenDir {
+            fd: Arc::new(fd),
+            path: Arc::new(job.path),
+            rel: Arc::new(job.rel),
+        };
+        let descend = self.opts.max_depth.is_none_or(|m| job.depth + 1 < m);
+        let at = Place {
+            depth: job.depth,
+            root: job.root,
+            root_dev: job.root_dev,
+        };
+        let mut files: Vec<CString> = Vec::new();
+        for ent in DirReader::new(dir.fd.as_fd()) {
+            let ent = match ent {
+                Ok(e) => e,
+                Err(e) => {
+                    self.errors
+                        .push(FileError::io(&dir.path, Op::Getdents64, &e));
+                    break;
+                }
+            };
+            match self.entry_kind(&dir, &ent) {
+                Some(DirentType::File) => files.push(ent.name),
+                Some(DirentType::Dir) => self.subdir(&dir, &ent.name, at, &ancestors, descend),
+                Some(DirentType::Symlink) => {
+                    self.counters.symlinks.fetch_add(1, Ordering::Relaxed);
+                }
+                Some(DirentType::Special | DirentType::Unknown) => {
+                    self.counters.special.fetch_add(1, Ordering::Relaxed);
+                }
+                None => {}
+            }
+            if files.len() >= BATCH * 2 {
+                let rest = files.split_off(BATCH);
+                self.queue.push(Job::Files {
+                    dir: dir.fd.clone(),
+                    path: dir.path.clone(),
+                    rel: dir.rel.clone(),
+                    names: std::mem::replace(&mut files, rest),
+                    root: at.root,
+                });
+            }
+        }
+        for name in files {
+            self.file_entry(state, &dir.fd, &dir.path, &dir.rel, &name, at.root);
+        }
+    }
+
+    /// Opens a directory to read: None when it vanished, failed, is on another filesystem
+    /// (`one_file_system`), or was met before through a symlink (`follow`). Returns its
+    /// descriptor and the ancestors its subdirectories check for loops.
+    fn enter_dir(&self, job: &DirJob) -> Option<(OwnedFd, Arc<Vec<(u64, u64)>>)> {
         let flags = OpenFlags {
             directory: true,
-            nofollow: depth > 0 && !self.opts.follow,
+            nofollow: job.depth > 0 && !self.opts.follow,
             noatime: true,
             write: false,
         };
-        let fd = match sys::open_path(&path, flags) {
+        let fd = match sys::open_path(&job.path, flags) {
             Ok(fd) => fd,
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && depth > 0 => {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && job.depth > 0 => {
                 self.counters.vanished.fetch_add(1, Ordering::Relaxed);
-                return;
+                return None;
             }
             Err(e) => {
                 self.errors
-                    .push(FileError::io(&path, Op::OpenDirectory, &e));
-                if depth == 0 {
-                    self.root_failed(root);
+                    .push(FileError::io(&job.path, Op::OpenDirectory, &e));
+                if job.depth == 0 {
+                    self.root_failed(job.root);
                 }
-                return;
+                return None;
             }
         };
         let st = match sys::fstat(fd.as_fd()) {
             Ok(s) => s,
             Err(e) => {
-                self.errors.push(FileError::io(&path, Op::Fstat, &e));
-                return;
+                self.errors.push(FileError::io(&job.path, Op::Fstat, &e));
+                return None;
             }
         };
-        if self.opts.one_file_system && st.dev != root_dev {
+        if self.opts.one_file_system && st.dev != job.root_dev {
             self.counters.other_fs.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        if !self.opts.follow {
+            return Some((fd, job.ancestors.clone()));
+        }
+        let key = (st.dev, st.ino);
+        if job.ancestors.contains(&key) {
+            self.errors.push(FileError::other(
+                &job.path,
+                Op::OpenDirectory,
+                "symlink loop: this directory contains itself",
+            ));
+            return None;
+        }
+        if !self.seen_dirs.lock().unwrap().insert(key) {
+            // Reached again through another symlink: walked once already.
+            return None;
+        }
+        let mut a = (*job.ancestors).clone();
+        a.push(key);
+        Some((fd, Arc::new(a)))
+    }
+
+    /// What a directory entry is, asking fstatat when getdents did not say (or, with
+    /// `follow`, for a symlink's target). None when it vanished or fstatat failed (counted or
+    /// reported here).
+    fn entry_kind(&self, dir: &OpenDir, ent: &sys::Dirent) -> Option<DirentType> {
+        let kind = ent.kind;
+        if kind != DirentType::Unknown && !(kind == DirentType::Symlink && self.opts.follow) {
+            return Some(kind);
+        }
+        match sys::fstatat(Some(dir.fd.as_fd()), &ent.name, self.opts.follow) {
+            Ok(s) if s.is_dir() => Some(DirentType::Dir),
+            Ok(s) if s.is_file() => Some(DirentType::File),
+            Ok(s) if s.is_symlink() => Some(DirentType::Symlink),
+            Ok(_) => Some(DirentType::Special),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                // Vanished, or a dangling symlink.
+                self.counters.vanished.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(e) => {
+                let p = dir.path.join(sys::name_os(&ent.name));
+                self.errors.push(FileError::io(&p, Op::Fstatat, &e));
+                None
+            }
+        }
+    }
+
+    /// A subdirectory: excluded by a glob (counted), or queued when `descend`.
+    fn subdir(
+        &self,
+        dir: &OpenDir,
+        name: &CStr,
+        at: Place,
+        ancestors: &Arc<Vec<(u64, u64)>>,
+        descend: bool,
+    ) {
+        let child_rel = dir.rel.join(sys::name_os(name));
+        if self.filter.excluded(&child_rel, name) {
+            self.counters.filtered.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut ancestors = ancestors;
-        if self.opts.follow {
-            let key = (st.dev, st.ino);
-            if ancestors.contains(&key) {
-                self.errors.push(FileError::other(
-                    &path,
-                    Op::OpenDirectory,
-                    "symlink loop: this directory contains itself",
-                ));
-                return;
-            }
-            if !self.seen_dirs.lock().unwrap().insert(key) {
-                // Reached again through another symlink: walked once already.
-                return;
-            }
-            let mut a = (*ancestors).clone();
-            a.push(key);
-            ancestors = Arc::new(a);
-        }
-        self.counters.dirs.fetch_add(1, Ordering::Relaxed);
-        let fd = Arc::new(fd);
-        let path = Arc::new(path);
-        let rel = Arc::new(rel);
-        let mut files: Vec<CString> = Vec::new();
-        let descend = self.opts.max_depth.is_none_or(|m| depth + 1 < m);
-        for ent in DirReader::new(fd.as_fd()) {
-            let ent = match ent {
-                Ok(e) => e,
-                Err(e) => {
-                    self.errors.push(FileError::io(&path, Op::Getdents64, &e));
-                    break;
-                }
-            };
-            let mut kind = ent.kind;
-            if kind == DirentType::Unknown || (kind == DirentType::Symlink && self.opts.follow) {
-                match sys::fstatat(Some(fd.as_fd()), &ent.name, self.opts.follow) {
-                    Ok(s) if s.is_dir() => kind = DirentType::Dir,
-                    Ok(s) if s.is_file() => kind = DirentType::File,
-                    Ok(s) if s.is_symlink() => kind = DirentType::Symlink,
-                    Ok(_) => kind = DirentType::Special,
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                        // Vanished, or a dangling symlink.
-                        self.counters.vanished.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    Err(e) => {
-                        let p = path.join(sys::name_os(&ent.name));
-                        self.errors.push(FileError::io(&p, Op::Fstatat, &e));
-                        continue;
-                    }
-                }
-            }
-            match kind {
-                DirentType::File => files.push(ent.name),
-                DirentType::Dir => {
-                    let child_rel = rel.join(sys::name_os(&ent.name));
-                    if self.filter.excluded(&child_rel, &ent.name) {
-                        self.counters.filtered.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    if descend {
-                        self.queue.push(Job::Dir {
-                            path: path.join(sys::name_os(&ent.name)),
-                            rel: child_rel,
-                            depth: depth + 1,
-                            root,
-                            root_dev,
-                            ancestors: ancestors.clone(),
-                        });
-                    }
-                }
-                DirentType::Symlink => {
-                    self.counters.symlinks.fetch_add(1, Ordering::Relaxed);
-                }
-                DirentType::Special | DirentType::Unknown => {
-                    self.counters.special.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if files.len() >= BATCH * 2 {
-                let rest = files.split_off(BATCH);
-                self.queue.push(Job::Files {
-                    dir: fd.clone(),
-                    path: path.clone(),
-                    rel: rel.clone(),
-                    names: std::mem::replace(&mut files, rest),
-                    root,
-                });
-            }
-        }
-        for name in files {
-            self.file_entry(state, &fd, &path, &rel, &name, root);
+        if descend {
+            self.queue.push(Job::Dir(DirJob {
+                path: dir.path.join(sys::name_os(name)),
+                rel: child_rel,
+                depth: at.depth + 1,
+                root: at.root,
+                root_dev: at.root_dev,
+                ancestors: ancestors.clone(),
+            }));
         }
     }
 
@@ -670,118 +673,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::fs;
-
-    fn collect(roots: &[PathBuf], opts: &WalkOptions) -> (Vec<PathBuf>, WalkSummary, u64) {
-        let tally = Tally::new();
-        let out = Mutex::new(Vec::new());
-        let s = walk(
-            roots,
-            opts,
-            &tally,
-            &(),
-            || (),
-            |_, f| out.lock().unwrap().push(f.path.to_path_buf()),
-            |_| {},
-        )
-        .unwrap();
-        let mut v = out.into_inner().unwrap();
-        v.sort();
-        (v, s, tally.errors.count())
-    }
-
-    #[test]
-    fn walks_tree_skips_specials_and_dedupes_hardlinks() {
-        let t = tempfile::tempdir().unwrap();
-        let r = t.path();
-        fs::create_dir_all(r.join("a/b/c")).unwrap();
-        fs::write(r.join("a/x"), b"x").unwrap();
-        fs::write(r.join("a/b/c/y"), b"y").unwrap();
-        fs::hard_link(r.join("a/x"), r.join("a/b/x2")).unwrap();
-        std::os::unix::fs::symlink(r.join("a"), r.join("link")).unwrap();
-        let fifo = CString::new(r.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: test-only mkfifo on a temp path.
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
-        let (files, s, errs) = collect(&[r.to_path_buf()], &WalkOptions::default());
-        assert_eq!(files.len(), 2, "{files:?}");
-        assert_eq!(s.hardlinks_skipped, 1);
-        assert_eq!(s.special_skipped, 1);
-        assert_eq!(s.symlinks_skipped, 1);
-        assert_eq!(errs, 0);
-    }
-
-    #[test]
-    fn max_depth_include_exclude() {
-        let t = tempfile::tempdir().unwrap();
-        let r = t.path();
-        fs::create_dir_all(r.join("d1/d2")).unwrap();
-        fs::write(r.join("top.txt"), b"1").unwrap();
-        fs::write(r.join("d1/mid.log"), b"1").unwrap();
-        fs::write(r.join("d1/d2/deep.txt"), b"1").unwrap();
-        let o = WalkOptions {
-            max_depth: Some(1),
-            ..Default::default()
-        };
-        assert_eq!(collect(&[r.to_path_buf()], &o).0, vec![r.join("top.txt")]);
-        let o = WalkOptions {
-            include: vec!["*.txt".into()],
-            ..Default::default()
-        };
-        assert_eq!(collect(&[r.to_path_buf()], &o).0.len(), 2);
-        let o = WalkOptions {
-            exclude: vec!["d2".into()],
-            ..Default::default()
-        };
-        assert_eq!(collect(&[r.to_path_buf()], &o).0.len(), 2);
-    }
-
-    #[test]
-    fn follow_detects_symlink_loop() {
-        let t = tempfile::tempdir().unwrap();
-        let r = t.path();
-        fs::create_dir_all(r.join("d")).unwrap();
-        fs::write(r.join("d/f"), b"1").unwrap();
-        std::os::unix::fs::symlink("..", r.join("d/up")).unwrap();
-        let o = WalkOptions {
-            follow: true,
-            ..Default::default()
-        };
-        let (files, _, errs) = collect(&[r.to_path_buf()], &o);
-        assert_eq!(files.len(), 1);
-        assert_eq!(errs, 1, "the loop is reported once");
-    }
-
-    #[test]
-    fn big_directory_is_split_and_complete() {
-        let t = tempfile::tempdir().unwrap();
-        for i in 0..2000 {
-            fs::write(t.path().join(format!("f{i}")), b"").unwrap();
-        }
-        let (files, s, _) = collect(&[t.path().to_path_buf()], &WalkOptions::default());
-        assert_eq!(files.len(), 2000);
-        assert_eq!(s.files, 2000);
-    }
-
-    #[test]
-    fn missing_root_is_an_error_naming_path_and_call() {
-        let tally = Tally::new();
-        walk(
-            &[PathBuf::from("/nonexistent/pagewise")],
-            &WalkOptions::default(),
-            &tally,
-            &(),
-            || (),
-            |_, _| {},
-            |_| {},
-        )
-        .unwrap();
-        let e = tally.errors.take();
-        assert_eq!(e.len(), 1);
-        assert_eq!(
-            e[0].to_string(),
-            "/nonexistent/pagewise: stat failed: No such file or directory (os error 2)"
-        );
-    }
-}
+mod tests;
