@@ -182,12 +182,14 @@ impl PerfEventAttr {
 /// (-1: any), alone in its group. Fails with EACCES/EPERM when `perf_event_paranoid` and the
 /// caller's capabilities forbid it, E2BIG when the kernel predates `attr.size`.
 pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // The kernel writes its own size back into the attribute on E2BIG: give it a copy.
+    let mut attr = *attr;
     // SAFETY: attr is a valid, fully initialised perf_event_attr of the size it declares
-    // (asserted above); the kernel only reads it (and writes `size` back on E2BIG).
+    // (asserted above), writable for the duration of the call.
     let fd = cvt_long(unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
-            attr as *const PerfEventAttr,
+            &mut attr as *mut PerfEventAttr,
             pid as libc::pid_t,
             cpu as libc::c_int,
             -1 as libc::c_int,

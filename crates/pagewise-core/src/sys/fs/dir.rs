@@ -3,7 +3,6 @@
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::fd::BorrowedFd;
 
 use rustix::fs::{FileType, RawDir};
@@ -58,7 +57,9 @@ const DIR_BUF: usize = 32 * 1024;
 /// until its next call), then handed out one by one.
 pub struct DirReader<'a> {
     fd: BorrowedFd<'a>,
-    buf: Vec<MaybeUninit<u8>>,
+    /// Empty, with room for [`DIR_BUF`] bytes: its spare capacity is what getdents64 fills,
+    /// so it is never initialised by hand.
+    buf: Vec<u8>,
     batch: VecDeque<Dirent>,
     eof: bool,
 }
@@ -68,7 +69,7 @@ impl<'a> DirReader<'a> {
     pub fn new(fd: BorrowedFd<'a>) -> Self {
         DirReader {
             fd,
-            buf: vec![MaybeUninit::uninit(); DIR_BUF],
+            buf: Vec::with_capacity(DIR_BUF),
             batch: VecDeque::new(),
             eof: false,
         }
@@ -76,7 +77,7 @@ impl<'a> DirReader<'a> {
 
     /// Reads one buffer of entries into `batch` (none at the end of the directory).
     fn fill(&mut self) -> io::Result<()> {
-        let mut raw = RawDir::new(self.fd, &mut self.buf);
+        let mut raw = RawDir::new(self.fd, self.buf.spare_capacity_mut());
         loop {
             let ent = match raw.next() {
                 None => {
