@@ -40,9 +40,10 @@
 //! - sigaction(2), sigtimedwait(2), pthread_sigmask(3), signal(3): rustix has them only in its
 //!   unstable `runtime` API for programs without libc, which must not be mixed with libc's
 //!   signal handling ([`interrupt_flag`], [`wait_for_interrupt`], [`default_sigpipe`]).
-//! - fork(2), waitpid(2), close_range(2), nanosleep(2), _exit(2) in the detached helper
-//!   processes ([`truncate_detached`], [`linger_detached`]): fork is in the same unstable API,
-//!   and between fork and exit only these async-signal-safe libc calls are made.
+//! - fork(2) and what runs between it and _exit(2) in the detached helper processes
+//!   (setsid, close_range, open, close, nanosleep; waitpid in the parent) ([`truncate_detached`],
+//!   [`linger_detached`]): fork is in the same unstable API, and the child makes only these
+//!   async-signal-safe libc calls on memory prepared before it.
 //! - sysconf(`_SC_NPROCESSORS_ONLN`): the fallback of [`online_cpus`].
 
 #![deny(missing_docs)]
