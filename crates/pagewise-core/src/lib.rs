@@ -3,7 +3,7 @@
 //! Each verb is a plain function over a tree walk that returns a serialisable report; nothing
 //! here parses arguments or prints. All `unsafe` lives in [`sys`].
 
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod assist;
 pub mod chunks;

@@ -1,11 +1,15 @@
 //! Page-cache state and control: cachestat(2), mmap(2) + mincore(2), posix_fadvise(2),
-//! sync_file_range(2), madvise(2) `MADV_POPULATE_READ`, and the transparent-huge-page setting
-//! readahead depends on.
+//! sync_file_range(2), madvise(2) `MADV_POPULATE_READ`.
+//!
+//! rustix has fadvise, mmap/munmap, madvise and faccessat; cachestat, mincore and
+//! sync_file_range are own wrappers over libc.
 
 use std::ffi::CStr;
 use std::io;
+use std::num::NonZeroU64;
 use std::os::fd::{AsRawFd, BorrowedFd};
-use std::sync::OnceLock;
+
+use rustix::mm::{MapFlags, ProtFlags};
 
 use super::{cvt, cvt_long, page_size, Stat};
 
@@ -13,19 +17,27 @@ use super::{cvt, cvt_long, page_size, Stat};
 /// Every field counts pages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStat {
+    /// Pages in the page cache (`nr_cache`).
     pub cache: u64,
+    /// Cached pages that are dirty (`nr_dirty`).
     pub dirty: u64,
+    /// Cached pages under writeback (`nr_writeback`).
     pub writeback: u64,
+    /// Pages evicted from the cache whose shadow entries remain (`nr_evicted`).
     pub evicted: u64,
+    /// Evicted pages that would still be in memory had they not been evicted
+    /// (`nr_recently_evicted`, the workingset's refault distance).
     pub recently_evicted: u64,
 }
 
+/// `struct cachestat_range` of `<linux/mman.h>`.
 #[repr(C)]
 struct CachestatRange {
     off: u64,
     len: u64,
 }
 
+/// `struct cachestat` of `<linux/mman.h>`.
 #[repr(C)]
 #[derive(Default)]
 struct RawCachestat {
@@ -36,20 +48,23 @@ struct RawCachestat {
     nr_recently_evicted: u64,
 }
 
+const _: () = assert!(std::mem::size_of::<CachestatRange>() == 16);
+const _: () = assert!(std::mem::size_of::<RawCachestat>() == 40);
+
 /// Syscall number of cachestat: 451 in the unified table every architecture uses since 5.x.
 const SYS_CACHESTAT: libc::c_long = 451;
 
 /// `int cachestat(unsigned int fd, struct cachestat_range *range, struct cachestat *cstat,
 /// unsigned int flags)` — <https://man7.org/linux/man-pages/man2/cachestat.2.html>.
 ///
-/// Added in Linux 6.5. `len == 0` means "to the end of the file". Fails with `ENOSYS` on older
-/// kernels and, since the 6.14-era hardening, with `EPERM` for files the caller could neither
-/// write nor owns (the same rule as mincore's).
+/// Added in Linux 6.5 (not in rustix: own wrapper). `len == 0` means "to the end of the
+/// file". Fails with `ENOSYS` on older kernels and, since the 6.14-era hardening, with `EPERM`
+/// for files the caller could neither write nor owns (the same rule as mincore's).
 pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<CacheStat> {
     let range = CachestatRange { off, len };
     let mut out = RawCachestat::default();
     // SAFETY: range and out are valid for the duration of the call and laid out as the kernel's
-    // structs (five and two u64 fields, no padding).
+    // structs (two and five u64 fields, no padding; asserted above).
     let r = unsafe {
         libc::syscall(
             SYS_CACHESTAT,
@@ -77,49 +92,46 @@ pub(super) struct Mapping {
 }
 
 impl Mapping {
-    /// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, off)` —
-    /// <https://man7.org/linux/man-pages/man2/mmap.2.html>.
+    /// `void *mmap(void *addr, size_t length, int prot, int flags, int fd, off_t offset)` with
+    /// `(NULL, len, PROT_READ, MAP_SHARED, fd, off)` —
+    /// <https://man7.org/linux/man-pages/man2/mmap.2.html>, through rustix.
     pub(super) fn new(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<Mapping> {
-        // SAFETY: a fresh PROT_READ shared mapping of a file the caller holds open; it is never
-        // dereferenced by pagewise, only passed to mincore/madvise/mlock and unmapped on drop.
+        let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: a fresh PROT_READ shared mapping of a file the caller holds open, placed by
+        // the kernel (no fixed address); it is never dereferenced by pagewise, only passed to
+        // mincore/madvise/mlock and unmapped on drop.
         let addr = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                off as libc::off_t,
+                len,
+                ProtFlags::READ,
+                MapFlags::SHARED,
+                fd,
+                off,
             )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            addr,
-            len: len as usize,
-        })
+        }?;
+        Ok(Mapping { addr, len })
     }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping this value owns.
-        unsafe { libc::munmap(self.addr, self.len) };
+        // SAFETY: unmapping exactly the mapping this value owns, once.
+        let _ = unsafe { rustix::mm::munmap(self.addr, self.len) };
     }
 }
 
 /// Largest window mapped at once by [`mincore_count`]: 1 GiB of file needs a 256 KiB vector.
 pub const MINCORE_WINDOW: u64 = 1 << 30;
 
+/// `int mincore(void *addr, size_t length, unsigned char *vec)` —
+/// <https://man7.org/linux/man-pages/man2/mincore.2.html> (not in rustix: own wrapper).
+///
 /// Counts resident pages of `[off, off+len)` of `fd` with `mmap(2)` + `mincore(2)`, one window
 /// of at most [`MINCORE_WINDOW`] bytes at a time, so memory stays bounded for any file size.
-/// `off` must be page aligned. `per_page`, when given, receives one bool per page.
-///
-/// `int mincore(void *addr, size_t length, unsigned char *vec)` —
-/// <https://man7.org/linux/man-pages/man2/mincore.2.html>. Since Linux 5.2 mincore reports every
-/// page as resident for files the caller could not write and does not own: callers must check
-/// [`mincore_is_truthful`] first.
+/// `off` must be page aligned. `per_page`, when given, receives one bool per page. Since
+/// Linux 5.2 mincore reports every page as resident for files the caller could not write and
+/// does not own: callers must check [`mincore_is_truthful`] first.
 pub fn mincore_count(
     fd: BorrowedFd<'_>,
     off: u64,
@@ -137,9 +149,7 @@ pub fn mincore_count(
         vec.clear();
         vec.resize(pages, 0);
         // SAFETY: map spans `win` bytes of a live mapping and vec has one byte per page.
-        if unsafe { libc::mincore(map.addr, map.len, vec.as_mut_ptr()) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        cvt(unsafe { libc::mincore(map.addr, map.len, vec.as_mut_ptr()) })?;
         for b in &vec {
             let present = b & 1 == 1;
             resident += present as u64;
@@ -154,59 +164,81 @@ pub fn mincore_count(
 
 /// True when mincore(2) would tell the truth about this file for the calling process: the
 /// kernel's `can_do_mincore()` requires the caller to own the inode (or have CAP_FOWNER) or to
-/// be able to open it for writing. Otherwise it reports every page resident.
+/// be able to open it for writing. Otherwise (since Linux 5.2) it reports every page resident.
+///
+/// `int faccessat(int dirfd, const char *pathname, int mode, int flags)` with
+/// `(dir, name, W_OK, AT_EACCESS)` — <https://man7.org/linux/man-pages/man2/faccessat.2.html>,
+/// through rustix, after geteuid(2).
 pub fn mincore_is_truthful(dir: BorrowedFd<'_>, name: &CStr, st: &Stat) -> bool {
-    // SAFETY: geteuid cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    if euid == 0 || st.uid == euid {
+    let euid = rustix::process::geteuid();
+    if euid.is_root() || st.uid == euid.as_raw() {
         return true;
     }
-    // SAFETY: name is a valid C string and dir a valid descriptor.
-    unsafe { libc::faccessat(dir.as_raw_fd(), name.as_ptr(), libc::W_OK, libc::AT_EACCESS) == 0 }
+    rustix::fs::accessat(
+        dir,
+        name,
+        rustix::fs::Access::WRITE_OK,
+        rustix::fs::AtFlags::EACCESS,
+    )
+    .is_ok()
 }
 
-/// Advice values for [`fadvise`].
+/// Advice values for [`fadvise`] (`POSIX_FADV_*`).
 #[derive(Debug, Clone, Copy)]
 pub enum Advice {
+    /// `POSIX_FADV_NORMAL`: default readahead.
     Normal,
+    /// `POSIX_FADV_SEQUENTIAL`: doubles the readahead window.
     Sequential,
+    /// `POSIX_FADV_RANDOM`: no readahead.
     Random,
+    /// `POSIX_FADV_WILLNEED`: starts reading the range into the cache, without waiting.
     WillNeed,
+    /// `POSIX_FADV_DONTNEED`: drops the range's clean, unmapped, unlocked pages.
     DontNeed,
+    /// `POSIX_FADV_NOREUSE`: the data is used once (a no-op before Linux 6.3).
     NoReuse,
 }
 
-/// `int posix_fadvise(int fd, off_t offset, off_t len, int advice)` —
-/// <https://man7.org/linux/man-pages/man2/posix_fadvise.2.html>. `len == 0` means to the end.
-/// DONTNEED drops clean, unmapped, unlocked pages; it starts (but does not wait for) writeback
-/// of dirty ones, which therefore stay.
-pub fn fadvise(fd: BorrowedFd<'_>, off: u64, len: u64, advice: Advice) -> io::Result<()> {
-    let a = match advice {
-        Advice::Normal => libc::POSIX_FADV_NORMAL,
-        Advice::Sequential => libc::POSIX_FADV_SEQUENTIAL,
-        Advice::Random => libc::POSIX_FADV_RANDOM,
-        Advice::WillNeed => libc::POSIX_FADV_WILLNEED,
-        Advice::DontNeed => libc::POSIX_FADV_DONTNEED,
-        Advice::NoReuse => libc::POSIX_FADV_NOREUSE,
-    };
-    // SAFETY: no pointers involved.
-    let r =
-        unsafe { libc::posix_fadvise(fd.as_raw_fd(), off as libc::off_t, len as libc::off_t, a) };
-    // posix_fadvise returns the error number instead of setting errno.
-    if r != 0 {
-        Err(io::Error::from_raw_os_error(r))
-    } else {
-        Ok(())
+impl From<Advice> for rustix::fs::Advice {
+    fn from(a: Advice) -> Self {
+        match a {
+            Advice::Normal => rustix::fs::Advice::Normal,
+            Advice::Sequential => rustix::fs::Advice::Sequential,
+            Advice::Random => rustix::fs::Advice::Random,
+            Advice::WillNeed => rustix::fs::Advice::WillNeed,
+            Advice::DontNeed => rustix::fs::Advice::DontNeed,
+            Advice::NoReuse => rustix::fs::Advice::NoReuse,
+        }
     }
 }
 
-/// Flags of sync_file_range(2).
+/// `int posix_fadvise(int fd, off_t offset, off_t len, int advice)` —
+/// <https://man7.org/linux/man-pages/man2/posix_fadvise.2.html>, through rustix.
+///
+/// `len == 0` means to the end. DONTNEED drops clean, unmapped, unlocked pages; it starts (but
+/// does not wait for) writeback of dirty ones, which therefore stay.
+pub fn fadvise(fd: BorrowedFd<'_>, off: u64, len: u64, advice: Advice) -> io::Result<()> {
+    Ok(rustix::fs::fadvise(
+        fd,
+        off,
+        NonZeroU64::new(len),
+        advice.into(),
+    )?)
+}
+
+/// sync_file_range(2) flag `SYNC_FILE_RANGE_WAIT_BEFORE`: wait for writeback already under
+/// way in the range before starting any.
 pub const SFR_WAIT_BEFORE: u32 = libc::SYNC_FILE_RANGE_WAIT_BEFORE;
+/// sync_file_range(2) flag `SYNC_FILE_RANGE_WRITE`: start writeback of the range's dirty pages.
 pub const SFR_WRITE: u32 = libc::SYNC_FILE_RANGE_WRITE;
+/// sync_file_range(2) flag `SYNC_FILE_RANGE_WAIT_AFTER`: wait for the writeback to finish.
 pub const SFR_WAIT_AFTER: u32 = libc::SYNC_FILE_RANGE_WAIT_AFTER;
 
 /// `int sync_file_range(int fd, off64_t offset, off64_t nbytes, unsigned int flags)` —
-/// <https://man7.org/linux/man-pages/man2/sync_file_range.2.html> (Linux 2.6.17).
+/// <https://man7.org/linux/man-pages/man2/sync_file_range.2.html> (Linux 2.6.17; not in
+/// rustix: own wrapper). Flags: [`SFR_WAIT_BEFORE`], [`SFR_WRITE`], [`SFR_WAIT_AFTER`].
+///
 /// Writes back data pages only — no metadata, no journal commit — which is what eviction needs
 /// (clean pages), and is far cheaper per file than fdatasync. `nbytes == 0` means to the end.
 pub fn sync_file_range(fd: BorrowedFd<'_>, off: u64, len: u64, flags: u32) -> io::Result<()> {
@@ -222,13 +254,12 @@ pub fn sync_file_range(fd: BorrowedFd<'_>, off: u64, len: u64, flags: u32) -> io
     .map(drop)
 }
 
-/// `MADV_POPULATE_READ` (Linux 5.14): fault in page tables for a range, reading what is missing.
-const MADV_POPULATE_READ: libc::c_int = 22;
-
+/// `int madvise(void *addr, size_t length, int advice)` with `MADV_POPULATE_READ` —
+/// <https://man7.org/linux/man-pages/man2/madvise.2.html> (Linux 5.14), through rustix.
+///
 /// Waits until `[off, off+len)` of `fd` is in the page cache and up to date, without copying
 /// a byte to user space: maps the range (MAP_SHARED, PROT_READ) and asks the kernel to populate
-/// it with `madvise(MADV_POPULATE_READ)` (<https://man7.org/linux/man-pages/man2/madvise.2.html>,
-/// Linux 5.14), then unmaps. Pages not yet read are read (with readahead); pages under I/O are
+/// it, then unmaps. Pages not yet read are read (with readahead); pages under I/O are
 /// waited for. Unlike a read() into a buffer, the data is never touched by the CPU, which matters
 /// on virtual machines where the first touch of a fresh page costs a hypervisor fault.
 ///
@@ -236,69 +267,59 @@ const MADV_POPULATE_READ: libc::c_int = 22;
 /// ahead in PMD-sized (2 MiB) folios (`do_sync_mmap_readahead`, VM_HUGEPAGE) instead of the
 /// 4 KiB folios that fadvise(WILLNEED)/readahead(2) allocate (`force_page_cache_ra`). Measured
 /// here on a cold 4 GiB ext4 file: 1.4 s of system time with 4 KiB folios, 0.05 s with 2 MiB
-/// ones. Only useful where [`thp_file_readahead`] says so; harmless elsewhere.
+/// ones. Only useful where [`thp_file_readahead`](super::thp_file_readahead) says so; harmless elsewhere.
 /// `off` must be page aligned. Returns EINVAL on kernels without MADV_POPULATE_READ.
 pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> io::Result<()> {
+    use rustix::mm::{madvise, Advice};
     if len == 0 {
         return Ok(());
     }
     let map = Mapping::new(fd, off, len)?;
     if huge {
-        // SAFETY: addr/len describe the live mapping created above. A failure (THP not built
-        // in) only loses the speed-up, so it is ignored.
-        unsafe { libc::madvise(map.addr, map.len, libc::MADV_HUGEPAGE) };
+        // SAFETY: addr/len describe the live mapping created above; advice changes no memory
+        // contents. A failure (THP not built in) only loses the speed-up, so it is ignored.
+        let _ = unsafe { madvise(map.addr, map.len, Advice::LinuxHugepage) };
     }
-    loop {
-        // SAFETY: addr/len describe the live mapping created above.
-        let r = unsafe { libc::madvise(map.addr, map.len, MADV_POPULATE_READ) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// Whether mappings marked MADV_HUGEPAGE get huge-folio readahead: transparent huge pages are
-/// built in and not set to `never` (`/sys/kernel/mm/transparent_hugepage/enabled`, which shows
-/// the active mode in brackets). Probed once.
-pub fn thp_file_readahead() -> bool {
-    static PROBE: OnceLock<bool> = OnceLock::new();
-    *PROBE.get_or_init(|| {
-        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
-            .map(|s| !s.contains("[never]"))
-            .unwrap_or(false)
-    })
+    // SAFETY: as above; populating reads the file into the mapping's pages, which nothing
+    // here dereferences.
+    let r = rustix::io::retry_on_intr(|| unsafe {
+        madvise(map.addr, map.len, Advice::LinuxPopulateRead)
+    });
+    Ok(r?)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{cold_file, scratch_dir};
     use super::*;
     use std::io::Write;
     use std::os::fd::AsFd;
+
+    fn cached(f: &std::fs::File) -> u64 {
+        cachestat(f.as_fd(), 0, 0).unwrap().cache
+    }
+
+    fn resident(f: &std::fs::File, pages: u64) -> Vec<bool> {
+        let mut per_page = Vec::new();
+        let n = mincore_count(f.as_fd(), 0, pages * page_size(), Some(&mut per_page)).unwrap();
+        assert_eq!(n, per_page.iter().filter(|&&p| p).count() as u64);
+        per_page
+    }
 
     #[test]
     fn cachestat_and_mincore_see_the_pages_just_written() {
         if !super::super::probe_cachestat() {
             return; // kernel before 6.5
         }
+        let dir = scratch_dir();
         let page = page_size();
-        let mut f = tempfile::tempfile().unwrap();
+        let mut f = std::fs::File::create_new(dir.path().join("f")).unwrap();
         f.write_all(&vec![7u8; 4 * page as usize]).unwrap();
+        // mmap for mincore needs a descriptor open for reading.
+        let f = std::fs::File::open(dir.path().join("f")).unwrap();
         let cs = cachestat(f.as_fd(), 0, 0).unwrap();
-        assert_eq!(cs.cache, 4, "{cs:?}");
-        let mut per_page = Vec::new();
-        let resident = mincore_count(f.as_fd(), 0, 4 * page, Some(&mut per_page)).unwrap();
-        assert_eq!(resident, 4);
-        assert_eq!(per_page, vec![true; 4]);
-    }
-
-    #[test]
-    fn advice_and_writeback_accept_a_regular_file() {
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&[1u8; 8192]).unwrap();
+        assert_eq!((cs.cache, cs.dirty), (4, 4), "{cs:?}");
+        assert_eq!(resident(&f, 4), vec![true; 4]);
         sync_file_range(
             f.as_fd(),
             0,
@@ -306,8 +327,88 @@ mod tests {
             SFR_WAIT_BEFORE | SFR_WRITE | SFR_WAIT_AFTER,
         )
         .unwrap();
-        for a in [Advice::Sequential, Advice::WillNeed, Advice::Normal] {
+        let cs = cachestat(f.as_fd(), 0, 0).unwrap();
+        assert_eq!((cs.cache, cs.dirty, cs.writeback), (4, 0, 0), "{cs:?}");
+    }
+
+    #[test]
+    fn dontneed_drops_what_a_read_brought_in() {
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 8);
+        assert_eq!(resident(&f, 8), vec![false; 8]);
+        if super::super::probe_cachestat() {
+            assert_eq!(cached(&f), 0);
+        }
+        let mut buf = vec![0u8; 8 * page_size() as usize];
+        assert_eq!(
+            super::super::pread(f.as_fd(), &mut buf, 0).unwrap(),
+            buf.len()
+        );
+        assert_eq!(resident(&f, 8), vec![true; 8]);
+        if super::super::probe_cachestat() {
+            assert_eq!(cached(&f), 8);
+            // A range counts only its own pages.
+            let cs = cachestat(f.as_fd(), 2 * page_size(), 3 * page_size()).unwrap();
+            assert_eq!(cs.cache, 3);
+        }
+        // Drop the first half only.
+        fadvise(f.as_fd(), 0, 4 * page_size(), Advice::DontNeed).unwrap();
+        let want: Vec<bool> = (0..8).map(|i| i >= 4).collect();
+        assert_eq!(resident(&f, 8), want);
+        if super::super::probe_cachestat() {
+            assert_eq!(cached(&f), 4);
+        }
+    }
+
+    #[test]
+    fn populate_read_and_willneed_bring_pages_in() {
+        let dir = scratch_dir();
+        for (i, huge) in [false, true].into_iter().enumerate() {
+            let f = cold_file(dir.path(), &format!("p{i}"), 16);
+            populate_read(f.as_fd(), 0, 16 * page_size(), huge).unwrap();
+            assert_eq!(resident(&f, 16), vec![true; 16], "huge: {huge}");
+        }
+        populate_read(cold_file(dir.path(), "empty", 0).as_fd(), 0, 0, false).unwrap();
+
+        // WILLNEED starts the reads and returns: wait for them (bounded).
+        let f = cold_file(dir.path(), "w", 16);
+        fadvise(f.as_fd(), 0, 0, Advice::WillNeed).unwrap();
+        let t = std::time::Instant::now();
+        while resident(&f, 16) != vec![true; 16] {
+            assert!(t.elapsed().as_secs() < 10, "WILLNEED read nothing in 10 s");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn every_advice_is_accepted_and_a_bad_descriptor_is_named() {
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 1);
+        for a in [
+            Advice::Normal,
+            Advice::Sequential,
+            Advice::Random,
+            Advice::WillNeed,
+            Advice::DontNeed,
+            Advice::NoReuse,
+        ] {
             fadvise(f.as_fd(), 0, 0, a).unwrap();
         }
+        // A pipe has no page cache: both refuse it with ESPIPE.
+        let (r, _w) = std::io::pipe().unwrap();
+        let e = fadvise(r.as_fd(), 0, 0, Advice::DontNeed).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESPIPE));
+        let e = sync_file_range(r.as_fd(), 0, 0, SFR_WRITE).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESPIPE));
+    }
+
+    #[test]
+    fn mincore_is_truthful_for_root_and_owners() {
+        let dir = scratch_dir();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let d = std::fs::File::open(dir.path()).unwrap();
+        let st = super::super::stat_path(&dir.path().join("f"), false).unwrap();
+        // The test runs as the file's owner (root here): always truthful.
+        assert!(mincore_is_truthful(d.as_fd(), c"f", &st));
     }
 }

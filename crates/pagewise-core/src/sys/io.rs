@@ -1,34 +1,26 @@
-//! Reads and writes at an offset: pread(2), preadv2(2)/pwritev2(2) with their `RWF_*` flags,
-//! and the aligned buffers O_DIRECT needs.
+//! Reads and writes at an offset: pread(2), preadv2(2)/pwritev2(2) with their `RWF_*` flags
+//! (typed: [`RwFlags`]), and the aligned buffers O_DIRECT needs.
+//!
+//! rustix has pread, preadv2 and pwritev2; its `ReadWriteFlags` has no name for
+//! `RWF_DONTCACHE`, which [`RwFlags`] adds and passes through as a bit.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::BorrowedFd;
+
+use rustix::io::ReadWriteFlags;
 
 /// `ssize_t pread(int fd, void *buf, size_t count, off_t offset)` —
-/// <https://man7.org/linux/man-pages/man2/pread.2.html>. Returns bytes read (0 at EOF);
-/// retries on EINTR.
+/// <https://man7.org/linux/man-pages/man2/pread.2.html>, through rustix. Returns bytes read
+/// (0 at EOF); retries on EINTR.
 pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> {
-    loop {
-        // SAFETY: buf is valid for writes of buf.len() bytes.
-        let r = unsafe {
-            libc::pread(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                off as libc::off_t,
-            )
-        };
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    Ok(rustix::io::retry_on_intr(|| {
+        rustix::io::pread(fd, &mut *buf, off)
+    })?)
 }
 
-/// A heap buffer aligned for O_DIRECT. Zero-filled on creation.
+/// A heap buffer aligned for O_DIRECT (whose memory alignment [`dio_align`](super::dio_align)
+/// tells). Zero-filled on creation; dereferences to `[u8]`.
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     layout: std::alloc::Layout,
@@ -38,7 +30,8 @@ pub struct AlignedBuf {
 unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
-    /// `len` bytes aligned to `align` (a power of two, at least 512 is sensible).
+    /// `len` bytes aligned to `align` (rounded up to a power of two; at least 512 is
+    /// sensible). Aborts, as `Vec` does, when the allocation fails.
     pub fn new(len: usize, align: usize) -> Self {
         let layout =
             std::alloc::Layout::from_size_align(len.max(1), align.max(1).next_power_of_two())
@@ -49,12 +42,15 @@ impl AlignedBuf {
             std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, layout }
     }
+    /// Length in bytes (at least 1: a zero length is rounded up).
     pub fn len(&self) -> usize {
         self.layout.size()
     }
+    /// Never true (see [`len`](Self::len)); here for clippy's `len_without_is_empty`.
     pub fn is_empty(&self) -> bool {
         self.layout.size() == 0
     }
+    /// Alignment of the start in bytes (a power of two).
     pub fn align(&self) -> usize {
         self.layout.align()
     }
@@ -82,52 +78,77 @@ impl Drop for AlignedBuf {
     }
 }
 
-/// preadv2/pwritev2 flag: uncached buffered I/O (Linux 6.14); EOPNOTSUPP where the filesystem
-/// lacks it.
-pub const RWF_DONTCACHE: i32 = 0x80;
-
-/// `ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)` —
-/// <https://man7.org/linux/man-pages/man2/preadv2.2.html> (Linux 4.6), one buffer. Retries EINTR.
-pub fn preadv2(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    loop {
-        // SAFETY: iov describes buf, valid for writes for the duration of the call.
-        let r = unsafe { libc::preadv2(fd.as_raw_fd(), &iov, 1, off as libc::off_t, flags) };
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+bitflags::bitflags! {
+    /// `RWF_*` flags of preadv2(2)/pwritev2(2) (`<linux/fs.h>`). Unknown bits pass through to
+    /// the kernel, which refuses them with EOPNOTSUPP.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct RwFlags: u32 {
+        /// `RWF_HIPRI` (since Linux 4.6): poll for completion (O_DIRECT on polled queues).
+        const HIPRI = 0x01;
+        /// `RWF_DSYNC` (since Linux 4.7): this write is O_DSYNC.
+        const DSYNC = 0x02;
+        /// `RWF_SYNC` (since Linux 4.7): this write is O_SYNC.
+        const SYNC = 0x04;
+        /// `RWF_NOWAIT` (since Linux 4.14): fail with EAGAIN rather than wait, e.g. for a read
+        /// of pages not in the page cache.
+        const NOWAIT = 0x08;
+        /// `RWF_APPEND` (since Linux 4.16): this write appends, as with O_APPEND.
+        const APPEND = 0x10;
+        /// `RWF_NOAPPEND` (since Linux 6.9): this write goes to the offset even with O_APPEND.
+        const NOAPPEND = 0x20;
+        /// `RWF_ATOMIC` (since Linux 6.11): the write is torn-write safe, or fails.
+        const ATOMIC = 0x40;
+        /// `RWF_DONTCACHE` (since Linux 6.14): uncached buffered I/O, the pages dropped once
+        /// the read or the writeback is done; EOPNOTSUPP where the filesystem lacks it. Not in
+        /// rustix 1.1's `ReadWriteFlags`.
+        const DONTCACHE = 0x80;
+        const _ = !0;
     }
 }
 
-/// `ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)` —
-/// <https://man7.org/linux/man-pages/man2/pwritev2.2.html>, one buffer. Retries EINTR.
-pub fn pwritev2(fd: BorrowedFd<'_>, buf: &[u8], off: u64, flags: i32) -> io::Result<usize> {
-    let iov = libc::iovec {
-        iov_base: buf.as_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    loop {
-        // SAFETY: iov describes buf, valid for reads; the kernel does not write through it.
-        let r = unsafe { libc::pwritev2(fd.as_raw_fd(), &iov, 1, off as libc::off_t, flags) };
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
+impl From<RwFlags> for ReadWriteFlags {
+    fn from(f: RwFlags) -> Self {
+        ReadWriteFlags::from_bits_retain(f.bits())
     }
+}
+
+/// `RWF_DONTCACHE` as the bare `int` [`preadv2`], [`pwritev2`] and `ReadRing::read_batch`
+/// take; [`RwFlags::DONTCACHE`] is the typed one.
+pub const RWF_DONTCACHE: i32 = RwFlags::DONTCACHE.bits() as i32;
+
+/// `ssize_t preadv2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)` —
+/// <https://man7.org/linux/man-pages/man2/preadv2.2.html> (Linux 4.6), through rustix, with
+/// one buffer and typed flags. Returns bytes read (0 at EOF); retries on EINTR.
+pub fn read_at(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, flags: RwFlags) -> io::Result<usize> {
+    let mut iov = [IoSliceMut::new(buf)];
+    Ok(rustix::io::retry_on_intr(|| {
+        rustix::io::preadv2(fd, &mut iov, off, flags.into())
+    })?)
+}
+
+/// `ssize_t pwritev2(int fd, const struct iovec *iov, int iovcnt, off_t offset, int flags)` —
+/// <https://man7.org/linux/man-pages/man2/pwritev2.2.html> (Linux 4.6), through rustix, with
+/// one buffer and typed flags. Returns bytes written (possibly short); retries on EINTR.
+pub fn write_at(fd: BorrowedFd<'_>, buf: &[u8], off: u64, flags: RwFlags) -> io::Result<usize> {
+    let iov = [IoSlice::new(buf)];
+    Ok(rustix::io::retry_on_intr(|| {
+        rustix::io::pwritev2(fd, &iov, off, flags.into())
+    })?)
+}
+
+/// [`read_at`] with the flags as a bare `int` (`RWF_*` bits, e.g. [`RWF_DONTCACHE`]).
+pub fn preadv2(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
+    read_at(fd, buf, off, RwFlags::from_bits_retain(flags as u32))
+}
+
+/// [`write_at`] with the flags as a bare `int` (`RWF_*` bits, e.g. [`RWF_DONTCACHE`]).
+pub fn pwritev2(fd: BorrowedFd<'_>, buf: &[u8], off: u64, flags: i32) -> io::Result<usize> {
+    write_at(fd, buf, off, RwFlags::from_bits_retain(flags as u32))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{cold_file, scratch_dir};
     use super::*;
     use std::os::fd::AsFd;
 
@@ -141,8 +162,9 @@ mod tests {
             assert!(!b.is_empty());
             assert!(b.iter().all(|&x| x == 0));
         }
-        // A non-power-of-two alignment is rounded up.
+        // A non-power-of-two alignment is rounded up; a zero length is one byte.
         assert_eq!(AlignedBuf::new(1, 3000).align(), 4096);
+        assert_eq!(AlignedBuf::new(0, 512).len(), 1);
     }
 
     #[test]
@@ -155,5 +177,69 @@ mod tests {
         assert_eq!(preadv2(f.as_fd(), &mut buf, 100, 0).unwrap(), 5);
         assert_eq!(&buf, b"hello");
         assert_eq!(pread(f.as_fd(), &mut buf, 111).unwrap(), 0, "EOF");
+        assert_eq!(write_at(f.as_fd(), b"J", 100, RwFlags::DSYNC).unwrap(), 1);
+        assert_eq!(
+            read_at(f.as_fd(), &mut buf, 100, RwFlags::empty()).unwrap(),
+            5
+        );
+        assert_eq!(&buf, b"Jello");
+    }
+
+    #[test]
+    fn flags_have_the_kernels_values() {
+        // include/uapi/linux/fs.h
+        assert_eq!(RwFlags::HIPRI.bits(), libc::RWF_HIPRI as u32);
+        assert_eq!(RwFlags::DSYNC.bits(), libc::RWF_DSYNC as u32);
+        assert_eq!(RwFlags::SYNC.bits(), libc::RWF_SYNC as u32);
+        assert_eq!(RwFlags::NOWAIT.bits(), libc::RWF_NOWAIT as u32);
+        assert_eq!(RwFlags::APPEND.bits(), libc::RWF_APPEND as u32);
+        assert_eq!(RWF_DONTCACHE, 0x80);
+        assert_eq!(
+            ReadWriteFlags::from(RwFlags::NOWAIT | RwFlags::DONTCACHE).bits(),
+            0x88
+        );
+        // A bit no kernel knows is refused, not dropped on the way.
+        let f = tempfile::tempfile().unwrap();
+        let e = preadv2(f.as_fd(), &mut [0u8; 1], 0, 1 << 30).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP));
+    }
+
+    #[test]
+    fn nowait_never_waits_and_reads_cached_pages() {
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 4);
+        let mut buf = vec![0u8; 4096];
+        // A cold page: EAGAIN, having started readahead, unless that readahead was already
+        // done when the kernel looked again (a fast disk): then the data.
+        match read_at(f.as_fd(), &mut buf, 0, RwFlags::NOWAIT) {
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {}
+            r => assert_eq!(r.unwrap(), 4096),
+        }
+        assert_eq!(pread(f.as_fd(), &mut buf, 0).unwrap(), 4096);
+        assert_eq!(
+            read_at(f.as_fd(), &mut buf, 0, RwFlags::NOWAIT).unwrap(),
+            4096
+        );
+        assert_eq!(buf[251], 0, "the pattern of cold_file");
+    }
+
+    #[test]
+    fn dontcache_reads_leave_no_pages_behind() {
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 16);
+        let mut buf = vec![0u8; 16 * 4096];
+        match read_at(f.as_fd(), &mut buf, 0, RwFlags::DONTCACHE) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                eprintln!("skipped: no RWF_DONTCACHE on this kernel or filesystem");
+                return;
+            }
+            r => assert_eq!(r.unwrap(), buf.len()),
+        }
+        assert_eq!(buf[251], 0);
+        assert_eq!(buf[252], 1);
+        if super::super::probe_cachestat() {
+            let cs = super::super::cachestat(f.as_fd(), 0, 0).unwrap();
+            assert_eq!(cs.cache, 0, "{cs:?}");
+        }
     }
 }

@@ -2,27 +2,51 @@
 //! probes for what the kernel supports.
 //!
 //! Every wrapper returns `std::io::Result` with the raw OS error, so callers can name the path
-//! and the syscall (`SysError`) when something fails. Nothing here allocates per page or holds
-//! state beyond the file descriptors it is handed.
+//! and the syscall (`FileError::io(path, Op::X, &e)`) when something fails. Nothing here
+//! allocates per page or holds state beyond the file descriptors it is handed. Each wrapper's
+//! doc opens with the C signature and its man page, then the kernel that added it where that
+//! matters.
 //!
 //! One file per family, after rustix's layout; everything is re-exported here, so callers name
 //! `sys::cachestat`, `sys::OpenFlags`, ... whatever file it lives in:
-//! - `cache`: page-cache state and control (cachestat, mincore, fadvise, ...);
+//! - `cache`: page-cache state and control (cachestat, mincore, fadvise, sync_file_range,
+//!   populate);
 //! - `fs`: files, directories, filesystems;
-//! - `io`: positioned reads and writes, aligned buffers;
-//! - `uring`: batched reads through io_uring;
-//! - `perf`: tracepoints through perf_event_open;
+//! - `io`: positioned reads and writes with typed `RWF_*` flags, aligned buffers;
+//! - `uring`: batched reads through io_uring (the `io-uring` crate);
+//! - `perf`: tracepoints through perf_event_open, with a `#[repr(C)]` attribute struct;
 //! - `process`: signals, limits, child processes, clocks;
 //! - `probe`: what the running kernel supports, and since which version.
 //!
-//! Wrappers kept here because rustix (not a dependency today) has no API for them:
-//! - cachestat(2): page-cache counters of a file range ([`cachestat`]).
-//! - FIEMAP (`FS_IOC_FIEMAP` ioctl): physical extents of a file ([`fiemap`]).
-//! - open_by_handle_at(2): open a file by inode number ([`open_by_inode`]).
-//! - perf_event_open(2): tracepoint events and their ring buffers ([`perf_tracepoint_open`]).
-//! - `RWF_DONTCACHE`: uncached buffered preadv2/pwritev2 ([`RWF_DONTCACHE`]).
+//! # rustix, and what it lacks
+//! The calls go through [`rustix`] (raw system calls, typed flags, `&CStr` paths without
+//! allocation) wherever it has them: openat, fstat/fstatat, statx, getdents64 (`RawDir`),
+//! lseek SEEK_DATA/SEEK_HOLE, fallocate, copy_file_range, xattrs, linkat, syncfs, fstatfs,
+//! flock, posix_fadvise, mmap/munmap/mlock/madvise, pread/preadv2/pwritev2, geteuid,
+//! getpgid/getpgrp, kill, getrlimit/setrlimit, prctl(PR_SET_CHILD_SUBREAPER), poll, eventfd,
+//! clock_gettime, mount, uname and the page size.
+//!
+//! Own wrappers, over `libc`, only where rustix 1.1 has no API for the call:
+//! - cachestat(2) (Linux 6.5): page-cache counters of a file range ([`cachestat`]).
+//! - mincore(2): residency of the pages of a mapping ([`mincore_count`]).
+//! - sync_file_range(2): write back a range's data pages ([`sync_file_range`]).
+//! - `FS_IOC_FIEMAP` ioctl: physical extents of a file ([`fiemap`]).
 //! - `BLKGETSIZE64` ioctl: the size of a block device ([`block_device_size`]).
-//! - `MADV_POPULATE_READ`: fault a file range into the page cache ([`populate_read`]).
+//! - open_by_handle_at(2): open a file by inode number ([`open_by_inode`]).
+//! - perf_event_open(2) and its `PERF_EVENT_IOC_*` ioctls: tracepoint events and their ring
+//!   buffers ([`perf_tracepoint_open`], [`PerfEventAttr`]).
+//! - `RWF_DONTCACHE` (Linux 6.14): rustix has preadv2/pwritev2 but no name for this flag;
+//!   [`RwFlags::DONTCACHE`] passes its bit through rustix's `ReadWriteFlags`.
+//! - sigaction(2), sigtimedwait(2), pthread_sigmask(3), signal(3): rustix has them only in its
+//!   unstable `runtime` API for programs without libc, which must not be mixed with libc's
+//!   signal handling ([`interrupt_flag`], [`wait_for_interrupt`], [`default_sigpipe`]).
+//! - fork(2) and what runs between it and _exit(2) in the detached helper processes
+//!   (setsid, close_range, open, close, nanosleep; waitpid in the parent) ([`truncate_detached`],
+//!   [`linger_detached`]): fork is in the same unstable API, and the child makes only these
+//!   async-signal-safe libc calls on memory prepared before it.
+//! - sysconf(`_SC_NPROCESSORS_ONLN`): the fallback of [`online_cpus`].
+
+#![deny(missing_docs)]
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -46,6 +70,7 @@ pub use uring::*;
 
 // Helpers shared by the family files (private to `sys`; child modules see them).
 
+/// A libc call's `int` result: negative means failure, with the reason in errno.
 fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
     if ret < 0 {
         Err(std::io::Error::last_os_error())
@@ -54,6 +79,7 @@ fn cvt(ret: libc::c_int) -> std::io::Result<libc::c_int> {
     }
 }
 
+/// [`cvt`] for `syscall(2)`, which returns a `long`.
 fn cvt_long(ret: libc::c_long) -> std::io::Result<libc::c_long> {
     if ret < 0 {
         Err(std::io::Error::last_os_error())
@@ -62,8 +88,49 @@ fn cvt_long(ret: libc::c_long) -> std::io::Result<libc::c_long> {
     }
 }
 
+/// A path as a C string, for the libc calls that need one prepared in advance (after fork(2)
+/// nothing may allocate).
 fn cstring(path: &Path) -> std::io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte")
     })
+}
+
+/// Test helpers shared by the families' tests.
+#[cfg(test)]
+mod testing {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+
+    /// A scratch directory on a disk filesystem: the system's temporary directory unless it
+    /// is tmpfs (whose pages no advice drops), else next to the test binary.
+    pub fn scratch_dir() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = std::fs::File::open(tmp.path()).unwrap();
+        if !super::is_shmem(f.as_fd()) {
+            return tmp;
+        }
+        let exe = std::env::current_exe().unwrap();
+        tempfile::tempdir_in(exe.parent().unwrap()).unwrap()
+    }
+
+    /// A file of `pages` pages of a known pattern in `dir`, written back and then dropped
+    /// from the page cache, so each test starts from cold pages.
+    pub fn cold_file(dir: &std::path::Path, name: &str, pages: u64) -> std::fs::File {
+        let page = super::page_size() as usize;
+        let path = dir.join(name);
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .unwrap();
+        let data: Vec<u8> = (0..pages as usize * page)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        super::fadvise(f.as_fd(), 0, 0, super::Advice::DontNeed).unwrap();
+        f
+    }
 }

@@ -1,85 +1,230 @@
 //! perf_event_open(2): kernel tracepoints sampled into per-CPU ring buffers, and what keeps
 //! them alive or spreads them over CPUs.
+//!
+//! rustix has no perf_event_open: the attribute is [`PerfEventAttr`], a `#[repr(C)]` copy of
+//! the kernel's `struct perf_event_attr` (`PERF_ATTR_SIZE_VER7`, 128 bytes) with named fields
+//! and named flag bits ([`AttrFlags`]), its layout asserted at compile time. The ring is mapped
+//! with rustix's mmap.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use super::{cvt, page_size};
+use super::{cvt, cvt_long, page_size};
 
-/// Bytes of `struct perf_event_attr` we pass (PERF_ATTR_SIZE_VER7).
-const PERF_ATTR_SIZE: usize = 128;
-const PERF_TYPE_TRACEPOINT: u32 = 2;
-/// sample_type bits: PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW.
-const PERF_SAMPLE_TID: u64 = 1 << 1;
-const PERF_SAMPLE_TIME: u64 = 1 << 2;
-const PERF_SAMPLE_RAW: u64 = 1 << 10;
+/// `PERF_TYPE_TRACEPOINT`: `config` is a tracepoint id from tracefs `events/SYS/NAME/id`.
+pub const PERF_TYPE_TRACEPOINT: u32 = 2;
+
+bitflags::bitflags! {
+    /// `PERF_SAMPLE_*` bits of [`PerfEventAttr::sample_type`]: what each sample record carries.
+    #[repr(transparent)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct SampleType: u64 {
+        /// `PERF_SAMPLE_IP`: the instruction pointer.
+        const IP = 1 << 0;
+        /// `PERF_SAMPLE_TID`: process and thread id (two u32).
+        const TID = 1 << 1;
+        /// `PERF_SAMPLE_TIME`: a timestamp (u64 ns, on `clockid` with `use_clockid`).
+        const TIME = 1 << 2;
+        /// `PERF_SAMPLE_CPU`: the CPU (u32, then u32 reserved).
+        const CPU = 1 << 7;
+        /// `PERF_SAMPLE_RAW`: the tracepoint's raw record (u32 size, then the bytes).
+        const RAW = 1 << 10;
+        const _ = !0;
+    }
+
+    /// The bit fields of `struct perf_event_attr` that follow `read_format`, by name (the
+    /// kernel's order, `include/uapi/linux/perf_event.h`).
+    #[repr(transparent)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct AttrFlags: u64 {
+        /// `disabled`: created stopped; PERF_EVENT_IOC_ENABLE starts it.
+        const DISABLED = 1 << 0;
+        /// `inherit`: children (threads and processes created afterwards) are counted too.
+        const INHERIT = 1 << 1;
+        /// `pinned`: must always be on the PMU.
+        const PINNED = 1 << 2;
+        /// `exclusive`: the only group on the PMU when on.
+        const EXCLUSIVE = 1 << 3;
+        /// `exclude_user`: not in user space.
+        const EXCLUDE_USER = 1 << 4;
+        /// `exclude_kernel`: not in the kernel.
+        const EXCLUDE_KERNEL = 1 << 5;
+        /// `exclude_hv`: not in the hypervisor.
+        const EXCLUDE_HV = 1 << 6;
+        /// `exclude_idle`: not when idle.
+        const EXCLUDE_IDLE = 1 << 7;
+        /// `mmap`: PERF_RECORD_MMAP records for executable mappings.
+        const MMAP = 1 << 8;
+        /// `comm`: PERF_RECORD_COMM records.
+        const COMM = 1 << 9;
+        /// `freq`: `sample_period` is a frequency.
+        const FREQ = 1 << 10;
+        /// `inherit_stat`: per-task counts.
+        const INHERIT_STAT = 1 << 11;
+        /// `enable_on_exec`: starts at the next exec.
+        const ENABLE_ON_EXEC = 1 << 12;
+        /// `task`: PERF_RECORD_FORK/EXIT records.
+        const TASK = 1 << 13;
+        /// `watermark`: wake the reader by bytes (`wakeup_watermark`), not by events.
+        const WATERMARK = 1 << 14;
+        /// `use_clockid` (since Linux 4.1): timestamps on `clockid`.
+        const USE_CLOCKID = 1 << 25;
+        /// `context_switch` (since Linux 4.3): PERF_RECORD_SWITCH records.
+        const CONTEXT_SWITCH = 1 << 26;
+        /// `write_backward` (since Linux 4.7): the ring is written from the end.
+        const WRITE_BACKWARD = 1 << 27;
+        /// `remove_on_exec` (since Linux 5.13): closed at exec.
+        const REMOVE_ON_EXEC = 1 << 36;
+        /// `sigtrap` (since Linux 5.13): SIGTRAP on every sample.
+        const SIGTRAP = 1 << 37;
+        const _ = !0;
+    }
+}
+
+/// `struct perf_event_attr` of `<linux/perf_event.h>`, up to `sig_data`
+/// (`PERF_ATTR_SIZE_VER7`, Linux 5.13): every field by name, the unions under the name
+/// pagewise uses. Zero ([`Default`]) is the kernel's default for every field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PerfEventAttr {
+    /// `type`: PERF_TYPE_HARDWARE, ..., [`PERF_TYPE_TRACEPOINT`].
+    pub type_: u32,
+    /// `size`: bytes of this struct, so the kernel knows which fields exist.
+    pub size: u32,
+    /// `config`: the event (for tracepoints, its tracefs id).
+    pub config: u64,
+    /// `sample_period` (or `sample_freq` with [`AttrFlags::FREQ`]): a sample every N events.
+    pub sample_period: u64,
+    /// `sample_type`: what each record carries.
+    pub sample_type: SampleType,
+    /// `read_format`: what read(2) on the event returns.
+    pub read_format: u64,
+    /// The bit fields: [`AttrFlags`].
+    pub flags: AttrFlags,
+    /// `wakeup_events` (or `wakeup_watermark`, in bytes, with [`AttrFlags::WATERMARK`]).
+    pub wakeup: u32,
+    /// `bp_type`: breakpoint type.
+    pub bp_type: u32,
+    /// `config1` (also `bp_addr`, `kprobe_func`, `uprobe_path`).
+    pub config1: u64,
+    /// `config2` (also `bp_len`, `kprobe_addr`, `probe_offset`).
+    pub config2: u64,
+    /// `branch_sample_type`.
+    pub branch_sample_type: u64,
+    /// `sample_regs_user`.
+    pub sample_regs_user: u64,
+    /// `sample_stack_user`.
+    pub sample_stack_user: u32,
+    /// `clockid`: the clock of PERF_SAMPLE_TIME with [`AttrFlags::USE_CLOCKID`].
+    pub clockid: i32,
+    /// `sample_regs_intr`.
+    pub sample_regs_intr: u64,
+    /// `aux_watermark`.
+    pub aux_watermark: u32,
+    /// `sample_max_stack`.
+    pub sample_max_stack: u16,
+    /// `__reserved_2`.
+    pub reserved_2: u16,
+    /// `aux_sample_size` (since Linux 5.5).
+    pub aux_sample_size: u32,
+    /// `__reserved_3`.
+    pub reserved_3: u32,
+    /// `sig_data` (since Linux 5.13): passed to the SIGTRAP handler.
+    pub sig_data: u64,
+}
+
+/// `PERF_ATTR_SIZE_VER7`: bytes of [`PerfEventAttr`].
+pub const PERF_ATTR_SIZE: u32 = 128;
+const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == PERF_ATTR_SIZE as usize);
+const _: () = assert!(std::mem::offset_of!(PerfEventAttr, flags) == 40);
+const _: () = assert!(std::mem::offset_of!(PerfEventAttr, wakeup) == 48);
+const _: () = assert!(std::mem::offset_of!(PerfEventAttr, clockid) == 92);
+const _: () = assert!(std::mem::offset_of!(PerfEventAttr, sig_data) == 120);
+
+/// `PERF_FLAG_FD_CLOEXEC` (since Linux 3.14): the event's descriptor is close-on-exec.
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-/// ioctls: _IO('$', 0), _IO('$', 1), _IO('$', 5).
+/// `PERF_EVENT_IOC_DISABLE`: `_IO('$', 1)`.
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+/// `PERF_EVENT_IOC_SET_OUTPUT`: `_IO('$', 5)`.
 const PERF_EVENT_IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
-/// Record types in the ring.
+/// Record type in the ring: samples were lost (the ring was full).
 pub const PERF_RECORD_LOST: u32 = 2;
+/// Record type in the ring: one sample.
 pub const PERF_RECORD_SAMPLE: u32 = 9;
 
-/// Opens a perf event counting kernel tracepoint `id` (from tracefs `events/SYS/NAME/id`) for
-/// the calling thread on `cpu`, sampling every hit with the thread id, a CLOCK_MONOTONIC time
-/// and the tracepoint's raw record: `perf_event_open(2)`
-/// (<https://man7.org/linux/man-pages/man2/perf_event_open.2.html>). With `inherit`, every
-/// thread and process created afterwards by this thread (and theirs) is counted too, into this
-/// event's ring buffer. The ring's reader is woken when `wakeup_bytes` are waiting, or at every
-/// sample with None. The event counts from now on.
+impl PerfEventAttr {
+    /// The attribute of [`perf_tracepoint_open`]: tracepoint `id`, sampled at every hit
+    /// with the thread id, a CLOCK_MONOTONIC time and the raw record; `inherit` as there;
+    /// the reader woken when `wakeup_bytes` are waiting, or at every sample with None.
+    pub fn tracepoint(id: u64, inherit: bool, wakeup_bytes: Option<u32>) -> Self {
+        let mut flags = AttrFlags::USE_CLOCKID;
+        flags.set(AttrFlags::INHERIT, inherit);
+        flags.set(AttrFlags::WATERMARK, wakeup_bytes.is_some());
+        PerfEventAttr {
+            type_: PERF_TYPE_TRACEPOINT,
+            size: PERF_ATTR_SIZE,
+            config: id,
+            sample_period: 1,
+            sample_type: SampleType::TID | SampleType::TIME | SampleType::RAW,
+            flags,
+            wakeup: wakeup_bytes.unwrap_or(1).max(1),
+            clockid: libc::CLOCK_MONOTONIC,
+            ..Default::default()
+        }
+    }
+}
+
+/// `int perf_event_open(struct perf_event_attr *attr, pid_t pid, int cpu, int group_fd,
+/// unsigned long flags)` — <https://man7.org/linux/man-pages/man2/perf_event_open.2.html>
+/// (Linux 2.6.31; not in rustix: own wrapper). Always `PERF_FLAG_FD_CLOEXEC`.
+///
+/// Opens the event `attr` describes for `pid` (0: the calling thread, -1: any) on `cpu`
+/// (-1: any), alone in its group. Fails with EACCES/EPERM when `perf_event_paranoid` and the
+/// caller's capabilities forbid it, E2BIG when the kernel predates `attr.size`.
+pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // The kernel writes its own size back into the attribute on E2BIG: give it a copy.
+    let mut attr = *attr;
+    // SAFETY: attr is a valid, fully initialised perf_event_attr of the size it declares
+    // (asserted above), writable for the duration of the call.
+    let fd = cvt_long(unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &mut attr as *mut PerfEventAttr,
+            pid as libc::pid_t,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    })?;
+    // SAFETY: fd was just returned by perf_event_open and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// [`perf_event_open`] of [`PerfEventAttr::tracepoint`] for the calling thread on `cpu`.
+///
+/// Opens a perf event counting kernel tracepoint `id` (from tracefs `events/SYS/NAME/id`),
+/// sampling every hit with the thread id, a CLOCK_MONOTONIC time (`use_clockid`: Linux 4.1)
+/// and the tracepoint's raw record. With `inherit`, every thread and process created
+/// afterwards by this thread (and theirs) is counted too, into this event's ring buffer. The
+/// ring's reader is woken when `wakeup_bytes` are waiting, or at every sample with None. The
+/// event counts from now on.
 pub fn perf_tracepoint_open(
     id: u64,
     cpu: i32,
     inherit: bool,
     wakeup_bytes: Option<u32>,
 ) -> io::Result<OwnedFd> {
-    let mut attr = [0u8; PERF_ATTR_SIZE];
-    let put32 =
-        |a: &mut [u8], off: usize, v: u32| a[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-    let put64 =
-        |a: &mut [u8], off: usize, v: u64| a[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-    put32(&mut attr, 0, PERF_TYPE_TRACEPOINT);
-    put32(&mut attr, 4, PERF_ATTR_SIZE as u32);
-    put64(&mut attr, 8, id);
-    put64(&mut attr, 16, 1); // sample_period: every hit
-    put64(
-        &mut attr,
-        24,
-        PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_RAW,
-    );
-    // Flags: inherit (bit 1), watermark (bit 14: wake up by bytes), use_clockid (bit 25).
-    let mut flags: u64 = 1 << 25;
-    if inherit {
-        flags |= 1 << 1;
-    }
-    if wakeup_bytes.is_some() {
-        flags |= 1 << 14;
-    }
-    put64(&mut attr, 40, flags);
-    // wakeup_watermark (bytes) with the watermark flag, else wakeup_events.
-    put32(&mut attr, 48, wakeup_bytes.unwrap_or(1).max(1));
-    put32(&mut attr, 92, libc::CLOCK_MONOTONIC as u32); // clockid
-                                                        // SAFETY: attr is a valid, fully initialised perf_event_attr of the size it declares.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr.as_ptr(),
-            0 as libc::pid_t,
-            cpu,
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by perf_event_open and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    perf_event_open(
+        &PerfEventAttr::tracepoint(id, inherit, wakeup_bytes),
+        0,
+        cpu,
+    )
 }
 
-/// Sends `fd`'s samples into the ring buffer of `target` (same CPU):
-/// `ioctl(PERF_EVENT_IOC_SET_OUTPUT)`.
+/// `int ioctl(int fd, PERF_EVENT_IOC_SET_OUTPUT, int target)` —
+/// <https://man7.org/linux/man-pages/man2/perf_event_open.2.html> (own wrapper).
+///
+/// Sends `fd`'s samples into the ring buffer of `target` (an event on the same CPU).
 pub fn perf_set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: both descriptors are open perf events; the argument is a descriptor number.
     cvt(unsafe {
@@ -92,11 +237,20 @@ pub fn perf_set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> io::Result
     .map(drop)
 }
 
-/// Stops an event (and its inherited children) from counting: `ioctl(PERF_EVENT_IOC_DISABLE)`.
+/// `int ioctl(int fd, PERF_EVENT_IOC_DISABLE, 0)` —
+/// <https://man7.org/linux/man-pages/man2/perf_event_open.2.html> (own wrapper).
+///
+/// Stops an event (and its inherited children) from counting.
 pub fn perf_disable(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: fd is an open perf event; the ioctl takes no argument.
     cvt(unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_DISABLE, 0) }).map(drop)
 }
+
+/// Offset of `data_head` in `struct perf_event_mmap_page`: after 1 KiB of fixed fields and
+/// padding (`__reserved[118 * 8 + 4]`), so it starts a cache line of its own.
+const MMAP_PAGE_DATA_HEAD: usize = 1024;
+/// Offset of `data_tail`, the u64 after `data_head`: where the reader says what it has read.
+const MMAP_PAGE_DATA_TAIL: usize = 1032;
 
 /// A perf event's ring buffer, mapped: one metadata page (`struct perf_event_mmap_page`)
 /// then 2^n data pages the kernel writes records into.
@@ -112,23 +266,26 @@ pub struct PerfRing {
 unsafe impl Send for PerfRing {}
 
 impl PerfRing {
-    /// Maps `data_pages` (a power of two) of ring for the perf event `fd`.
+    /// `mmap(NULL, (1 + data_pages) * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)` —
+    /// <https://man7.org/linux/man-pages/man2/perf_event_open.2.html> ("MMAP layout"),
+    /// through rustix.
+    ///
+    /// Maps `data_pages` (a power of two) of ring for the perf event `fd`. EINVAL when
+    /// `data_pages` is not a power of two, EPERM/ENOMEM past `perf_event_mlock_kb`.
     pub fn map(fd: BorrowedFd<'_>, data_pages: usize) -> io::Result<PerfRing> {
+        use rustix::mm::{MapFlags, ProtFlags};
         let len = (data_pages + 1) * page_size() as usize;
-        // SAFETY: a fresh shared mapping of the event's ring; checked for MAP_FAILED.
+        // SAFETY: a fresh shared mapping of the event's ring, placed by the kernel.
         let p = unsafe {
-            libc::mmap(
+            rustix::mm::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
                 0,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
+        }?;
         Ok(PerfRing {
             base: p.cast(),
             len,
@@ -142,12 +299,12 @@ impl PerfRing {
         use std::sync::atomic::{AtomicU64, Ordering};
         let page = page_size() as usize;
         // SAFETY: the metadata page is mapped for the life of self; data_head and data_tail
-        // are naturally aligned u64s at offsets 1024 and 1032 of struct perf_event_mmap_page,
-        // read with acquire (head: the kernel's writes before it are visible) and written with
-        // release (tail: our reads are done before the kernel may overwrite).
+        // are naturally aligned u64s of struct perf_event_mmap_page, read with acquire (head:
+        // the kernel's writes before it are visible) and written with release (tail: our
+        // reads are done before the kernel may overwrite).
         let (head_a, tail_a, data, size) = unsafe {
-            let head = &*(self.base.add(1024) as *const AtomicU64);
-            let tail = &*(self.base.add(1032) as *const AtomicU64);
+            let head = &*(self.base.add(MMAP_PAGE_DATA_HEAD) as *const AtomicU64);
+            let tail = &*(self.base.add(MMAP_PAGE_DATA_TAIL) as *const AtomicU64);
             let data = std::slice::from_raw_parts(self.base.add(page), self.len - page);
             (head, tail, data, self.len - page)
         };
@@ -180,11 +337,13 @@ impl PerfRing {
 impl Drop for PerfRing {
     fn drop(&mut self) {
         // SAFETY: base/len describe the mapping made in map(), unmapped once.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        let _ = unsafe { rustix::mm::munmap(self.base.cast(), self.len) };
     }
 }
 
-/// CPUs that are online, from /sys/devices/system/cpu/online ("0-3,6"); [0..n) if unreadable.
+/// CPUs that are online, from /sys/devices/system/cpu/online ("0-3,6"); [0..n) from
+/// `sysconf(_SC_NPROCESSORS_ONLN)` (<https://man7.org/linux/man-pages/man3/sysconf.3.html>)
+/// if unreadable. Per-CPU perf events are opened on each.
 pub fn online_cpus() -> Vec<i32> {
     let mut v = Vec::new();
     if let Ok(s) = std::fs::read_to_string("/sys/devices/system/cpu/online") {
@@ -203,6 +362,11 @@ pub fn online_cpus() -> Vec<i32> {
     v
 }
 
+/// `pid_t fork(void)` twice, `pid_t setsid(void)`, `int close_range(unsigned first, unsigned
+/// last, int flags)` (Linux 5.9) — <https://man7.org/linux/man-pages/man2/fork.2.html>,
+/// <https://man7.org/linux/man-pages/man2/close_range.2.html>; libc, not rustix (see the list
+/// in `sys`).
+///
 /// Starts a detached process (double fork, own session) that keeps the descriptors `keep`
 /// open for `secs` seconds, then exits; every other descriptor is closed in it (close_range),
 /// so no pipe a caller waits on stays open. Used to keep perf events — and so their
@@ -249,7 +413,10 @@ pub fn linger_detached(keep: &[BorrowedFd<'_>], secs: u32) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{cold_file, scratch_dir};
     use super::*;
+    use std::os::fd::AsFd;
+    use std::path::PathBuf;
 
     #[test]
     fn online_cpus_are_listed_once_each() {
@@ -263,5 +430,169 @@ mod tests {
     fn record_types_match_the_kernel_abi() {
         // include/uapi/linux/perf_event.h: PERF_RECORD_LOST = 2, PERF_RECORD_SAMPLE = 9.
         assert_eq!((PERF_RECORD_LOST, PERF_RECORD_SAMPLE), (2, 9));
+    }
+
+    #[test]
+    fn attr_fields_sit_where_the_kernel_reads_them() {
+        use std::mem::offset_of;
+        // include/uapi/linux/perf_event.h, struct perf_event_attr.
+        let offsets = [
+            (offset_of!(PerfEventAttr, type_), 0),
+            (offset_of!(PerfEventAttr, size), 4),
+            (offset_of!(PerfEventAttr, config), 8),
+            (offset_of!(PerfEventAttr, sample_period), 16),
+            (offset_of!(PerfEventAttr, sample_type), 24),
+            (offset_of!(PerfEventAttr, read_format), 32),
+            (offset_of!(PerfEventAttr, flags), 40),
+            (offset_of!(PerfEventAttr, wakeup), 48),
+            (offset_of!(PerfEventAttr, bp_type), 52),
+            (offset_of!(PerfEventAttr, config1), 56),
+            (offset_of!(PerfEventAttr, config2), 64),
+            (offset_of!(PerfEventAttr, branch_sample_type), 72),
+            (offset_of!(PerfEventAttr, sample_regs_user), 80),
+            (offset_of!(PerfEventAttr, sample_stack_user), 88),
+            (offset_of!(PerfEventAttr, clockid), 92),
+            (offset_of!(PerfEventAttr, sample_regs_intr), 96),
+            (offset_of!(PerfEventAttr, aux_watermark), 104),
+            (offset_of!(PerfEventAttr, sample_max_stack), 108),
+            (offset_of!(PerfEventAttr, aux_sample_size), 112),
+            (offset_of!(PerfEventAttr, sig_data), 120),
+        ];
+        for (i, (got, want)) in offsets.into_iter().enumerate() {
+            assert_eq!(got, want, "field {i}");
+        }
+        assert_eq!(std::mem::size_of::<PerfEventAttr>(), 128);
+        assert_eq!(std::mem::align_of::<PerfEventAttr>(), 8);
+        assert_eq!(SampleType::RAW.bits(), 1 << 10);
+        assert_eq!(AttrFlags::WATERMARK.bits(), 1 << 14);
+        assert_eq!(AttrFlags::USE_CLOCKID.bits(), 1 << 25);
+    }
+
+    /// The attribute as it was built before the struct: bytes at offsets, bare bits.
+    fn attr_by_hand(id: u64, inherit: bool, wakeup: Option<u32>) -> [u8; 128] {
+        let mut a = [0u8; 128];
+        let put32 = |a: &mut [u8], o: usize, v: u32| a[o..o + 4].copy_from_slice(&v.to_ne_bytes());
+        let put64 = |a: &mut [u8], o: usize, v: u64| a[o..o + 8].copy_from_slice(&v.to_ne_bytes());
+        put32(&mut a, 0, 2);
+        put32(&mut a, 4, 128);
+        put64(&mut a, 8, id);
+        put64(&mut a, 16, 1);
+        put64(&mut a, 24, (1 << 1) | (1 << 2) | (1 << 10));
+        let flags = (1u64 << 25) | (inherit as u64) << 1 | (wakeup.is_some() as u64) << 14;
+        put64(&mut a, 40, flags);
+        put32(&mut a, 48, wakeup.unwrap_or(1).max(1));
+        put32(&mut a, 92, libc::CLOCK_MONOTONIC as u32);
+        a
+    }
+
+    #[test]
+    fn tracepoint_attr_has_the_same_bytes_as_before() {
+        for (inherit, wakeup) in [(false, None), (true, Some(65536)), (true, Some(0))] {
+            let attr = PerfEventAttr::tracepoint(1234, inherit, wakeup);
+            // SAFETY: PerfEventAttr is 128 bytes of plain integers with no padding (asserted).
+            let bytes: [u8; 128] = unsafe { std::mem::transmute(attr) };
+            assert_eq!(
+                bytes,
+                attr_by_hand(1234, inherit, wakeup),
+                "{inherit} {wakeup:?}"
+            );
+        }
+    }
+
+    /// tracefs, mounted at /sys/kernel/tracing already or here on a private directory
+    /// (unmounted on drop).
+    struct Tracefs {
+        root: PathBuf,
+        _private: Option<tempfile::TempDir>,
+    }
+
+    impl Tracefs {
+        fn find() -> Option<Tracefs> {
+            let sys = PathBuf::from("/sys/kernel/tracing");
+            if sys.join("events").is_dir() {
+                return Some(Tracefs {
+                    root: sys,
+                    _private: None,
+                });
+            }
+            let dir = tempfile::tempdir().ok()?;
+            if let Err(e) = super::super::mount_tracefs(dir.path()) {
+                eprintln!("skipped: cannot mount tracefs: {e}");
+                return None;
+            }
+            Some(Tracefs {
+                root: dir.path().to_path_buf(),
+                _private: Some(dir),
+            })
+        }
+    }
+
+    impl Drop for Tracefs {
+        fn drop(&mut self) {
+            if self._private.is_some() {
+                let _ = rustix::mount::unmount(&self.root, rustix::mount::UnmountFlags::DETACH);
+            }
+        }
+    }
+
+    #[test]
+    fn a_tracepoint_samples_this_threads_page_cache_adds() {
+        let Some(tfs) = Tracefs::find() else { return };
+        let id_file = tfs
+            .root
+            .join("events/filemap/mm_filemap_add_to_page_cache/id");
+        let id: u64 = std::fs::read_to_string(id_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let ev = match perf_tracepoint_open(id, -1, false, None) {
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
+                eprintln!("skipped: perf_event_open refused: {e}");
+                return;
+            }
+            r => r.unwrap(),
+        };
+        let ev2 = perf_tracepoint_open(id, -1, false, None).unwrap();
+        // Only an event with a ring can be the target of another's samples.
+        let e = perf_set_output(ev2.as_fd(), ev.as_fd()).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
+        let e = PerfRing::map(ev.as_fd(), 3).err().unwrap();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "not a power of two");
+        let mut ring = PerfRing::map(ev.as_fd(), 16).unwrap();
+        perf_set_output(ev2.as_fd(), ev.as_fd()).unwrap();
+
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 8);
+        let mut buf = vec![0u8; 8 * page_size() as usize];
+        super::super::pread(f.as_fd(), &mut buf, 0).unwrap();
+
+        let (mut samples, mut lost) = (0u64, 0u64);
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() } as u32;
+        ring.drain(|typ, body| match typ {
+            PERF_RECORD_SAMPLE => {
+                // TID: pid, tid; TIME: u64; RAW: u32 size, then the record.
+                let u32_at = |o: usize| u32::from_ne_bytes(body[o..o + 4].try_into().unwrap());
+                assert_eq!((u32_at(0), u32_at(4)), (std::process::id(), tid));
+                let t = u64::from_ne_bytes(body[8..16].try_into().unwrap());
+                assert!(t > 0 && t <= super::super::monotonic_ns());
+                assert!(u32_at(16) > 0, "a raw record");
+                samples += 1;
+            }
+            PERF_RECORD_LOST => lost += 1,
+            _ => {}
+        });
+        // Both events count each page added: one per page (folios may be larger) per event.
+        assert!(samples >= 2, "{samples} samples");
+        assert_eq!(lost, 0);
+
+        perf_disable(ev.as_fd()).unwrap();
+        perf_disable(ev2.as_fd()).unwrap();
+        let g = cold_file(dir.path(), "g", 8);
+        super::super::pread(g.as_fd(), &mut buf, 0).unwrap();
+        let mut after = 0;
+        ring.drain(|_, _| after += 1);
+        assert_eq!(after, 0, "disabled events sample nothing");
     }
 }

@@ -1,27 +1,26 @@
 //! The process and its signals: sigaction(2), kill(2), prctl(2), getrlimit(2), mlock(2),
-//! eventfd(2), poll(2), clock_gettime(2), mount(2), sysconf(3).
+//! eventfd(2), poll(2), clock_gettime(2), mount(2), the page size.
+//!
+//! rustix has all of these but the signal-handling calls (sigaction, sigtimedwait,
+//! pthread_sigmask, signal), which stay on libc: rustix offers them only to programs without
+//! libc.
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::cache::Mapping;
-use super::{cstring, cvt};
+use rustix::process::{Pid, Resource, Rlimit, Signal};
 
-/// Size of a page of the page cache, from `sysconf(_SC_PAGESIZE)`.
+use super::cache::Mapping;
+
+/// `long sysconf(_SC_PAGESIZE)` — <https://man7.org/linux/man-pages/man3/sysconf.3.html>; read
+/// by rustix from the auxiliary vector (`AT_PAGESZ`), no system call.
+///
+/// Size of a page of the page cache in bytes.
 pub fn page_size() -> u64 {
-    static PAGE: OnceLock<u64> = OnceLock::new();
-    *PAGE.get_or_init(|| {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if v > 0 {
-            v as u64
-        } else {
-            4096
-        }
-    })
+    rustix::param::page_size() as u64
 }
 
 /// A read-only shared mapping of a file range locked with mlock(2); unlocked and unmapped on drop.
@@ -34,74 +33,67 @@ pub struct LockedMapping {
 unsafe impl Send for LockedMapping {}
 unsafe impl Sync for LockedMapping {}
 
-/// Maps `[off, off+len)` of `fd` (MAP_SHARED, PROT_READ) and locks it with
-/// `int mlock(const void *addr, size_t len)` (<https://man7.org/linux/man-pages/man2/mlock.2.html>).
-/// Fails with ENOMEM past RLIMIT_MEMLOCK (unprivileged) or vm.max_map_count, EPERM without
-/// CAP_IPC_LOCK and a zero limit. The error says which call failed.
+/// `int mlock(const void *addr, size_t len)` —
+/// <https://man7.org/linux/man-pages/man2/mlock.2.html>, after mmap(2), through rustix.
+///
+/// Maps `[off, off+len)` of `fd` (MAP_SHARED, PROT_READ) and locks it: its pages are read in
+/// and stay in the page cache until the returned value is dropped. Fails with ENOMEM past
+/// RLIMIT_MEMLOCK (unprivileged) or vm.max_map_count, EPERM without CAP_IPC_LOCK and a zero
+/// limit. The error says which call failed.
 pub fn mmap_lock(
     fd: BorrowedFd<'_>,
     off: u64,
     len: u64,
 ) -> Result<LockedMapping, (crate::Op, io::Error)> {
     let map = Mapping::new(fd, off, len).map_err(|e| (crate::Op::Mmap, e))?;
-    // SAFETY: locks exactly the live mapping created above.
-    if unsafe { libc::mlock(map.addr, map.len) } < 0 {
-        return Err((crate::Op::Mlock, io::Error::last_os_error()));
-    }
+    // SAFETY: locks exactly the live mapping created above (munmap on drop unlocks it).
+    unsafe { rustix::mm::mlock(map.addr, map.len) }.map_err(|e| (crate::Op::Mlock, e.into()))?;
     Ok(LockedMapping { _map: map })
 }
 
-/// The effective user id, from geteuid(2).
+/// `uid_t geteuid(void)` — <https://man7.org/linux/man-pages/man2/geteuid.2.html>, through
+/// rustix. The effective user id.
 pub fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
+    rustix::process::geteuid().as_raw()
 }
 
+/// `int getrlimit(int resource, struct rlimit *rlim)` then `setrlimit` —
+/// <https://man7.org/linux/man-pages/man2/getrlimit.2.html>, through rustix.
+///
 /// Raises the soft RLIMIT_NOFILE to the hard limit, so batches of open files fit.
-/// Returns the new soft limit.
+/// Returns the new soft limit (`u64::MAX` when unlimited); the old one if raising fails.
 pub fn raise_nofile_limit() -> u64 {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: rl is valid for reads and writes.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
-            return 1024;
-        }
-        if rl.rlim_cur < rl.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: rl.rlim_max,
-                rlim_max: rl.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                return want.rlim_cur;
-            }
+    let rl = rustix::process::getrlimit(Resource::Nofile);
+    let soft = rl.current.unwrap_or(u64::MAX);
+    let hard = rl.maximum.unwrap_or(u64::MAX);
+    if soft < hard {
+        let want = Rlimit {
+            current: rl.maximum,
+            maximum: rl.maximum,
+        };
+        if rustix::process::setrlimit(Resource::Nofile, want).is_ok() {
+            return hard;
         }
     }
-    rl.rlim_cur
+    soft
 }
 
+/// `int getrlimit(RLIMIT_MEMLOCK, struct rlimit *rlim)` —
+/// <https://man7.org/linux/man-pages/man2/getrlimit.2.html>, through rustix.
+///
 /// The soft RLIMIT_MEMLOCK in bytes (`u64::MAX` when unlimited).
 pub fn memlock_limit() -> u64 {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: rl is valid for writes.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0 {
-        return 0;
-    }
-    if rl.rlim_cur == libc::RLIM_INFINITY {
-        u64::MAX
-    } else {
-        rl.rlim_cur
-    }
+    rustix::process::getrlimit(Resource::Memlock)
+        .current
+        .unwrap_or(u64::MAX)
 }
 
+/// `int sigtimedwait(const sigset_t *set, siginfo_t *info, const struct timespec *timeout)` —
+/// <https://man7.org/linux/man-pages/man2/sigtimedwait.2.html>, after pthread_sigmask(3);
+/// libc (see the list in `sys`).
+///
 /// Blocks SIGINT and SIGTERM in the calling thread (and threads it spawns later), then waits for
 /// one of them or for `timeout`. Returns the signal number, or None on timeout.
-/// Uses `sigtimedwait(2)` (<https://man7.org/linux/man-pages/man2/sigtimedwait.2.html>).
 pub fn wait_for_interrupt(timeout: Option<Duration>) -> Option<i32> {
     // SAFETY: set is initialised by sigemptyset before use; all pointers are to locals.
     unsafe {
@@ -173,10 +165,12 @@ extern "C" fn on_interrupt(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut
     // The terminal's signals reach its whole foreground process group, the command included,
     // unless the command left the group (setsid) — then it is sent here. A hangup goes to the
     // session leader, which pagewise may be: always passed on.
-    // SAFETY: getpgid/getpgrp are plain syscalls without pointers.
+    // getpgid, getpgrp and kill are plain system calls through rustix: async-signal-safe.
     if code == SI_KERNEL
         && sig != libc::SIGHUP
-        && (child <= 0 || unsafe { libc::getpgid(child) == libc::getpgrp() })
+        && (child <= 0
+            || rustix::process::getpgid(Pid::from_raw(child)).ok()
+                == Some(rustix::process::getpgrp()))
     {
         return;
     }
@@ -187,8 +181,7 @@ extern "C" fn on_interrupt(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut
     if child > 0 {
         let pending = FORWARD_PENDING.swap(0, SeqCst);
         if pending > 0 {
-            // SAFETY: kill(2) is async-signal-safe; no pointers.
-            unsafe { libc::kill(child, pending) };
+            let _ = kill(child as u32, pending);
         }
     }
 }
@@ -207,9 +200,12 @@ fn install_handlers(sigs: &[libc::c_int]) {
     }
 }
 
+/// `int sigaction(int signum, const struct sigaction *act, struct sigaction *oldact)` —
+/// <https://man7.org/linux/man-pages/man2/sigaction.2.html>; libc (see the list in `sys`).
+///
 /// Installs SIGINT/SIGTERM handlers that only set a flag (async-signal-safe), so long
 /// operations can stop between I/Os and clean up (never leave a half file under a final name).
-/// Returns the flag. `sigaction(2)`: <https://man7.org/linux/man-pages/man2/sigaction.2.html>.
+/// Returns the flag. Installed once per process.
 pub fn interrupt_flag() -> &'static std::sync::atomic::AtomicBool {
     static INSTALLED: OnceLock<()> = OnceLock::new();
     INSTALLED.get_or_init(|| install_handlers(&[libc::SIGINT, libc::SIGTERM]));
@@ -219,6 +215,8 @@ pub fn interrupt_flag() -> &'static std::sync::atomic::AtomicBool {
 /// Signals a supervisor (`record`, `run`) survives and forwards to its command.
 pub const FORWARDED_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
+/// sigaction(2) for [`FORWARDED_SIGNALS`], like [`interrupt_flag`].
+///
 /// Makes this process survive SIGINT, SIGTERM, SIGHUP and SIGQUIT; call before starting the
 /// command, then name it with [`forward_signals_to`]. Signals sent with kill(2) are forwarded
 /// to the command as they are; those the terminal sends (si_code SI_KERNEL) reach the whole
@@ -253,12 +251,15 @@ pub fn last_signal() -> Option<i32> {
     }
 }
 
-/// Makes this process the subreaper of what it starts (`prctl(PR_SET_CHILD_SUBREAPER)`,
-/// Linux 3.4): descendants orphaned by the command are reparented here, not to init, so they
-/// can be found with [`children_of`].
+/// `int prctl(PR_SET_CHILD_SUBREAPER, 1)` —
+/// <https://man7.org/linux/man-pages/man2/PR_SET_CHILD_SUBREAPER.2const.html> (Linux 3.4),
+/// through rustix.
+///
+/// Makes this process the subreaper of what it starts: descendants orphaned by the command
+/// are reparented here, not to init, so they can be found with [`children_of`]. Cannot fail
+/// on 3.4+; a failure before that only loses the orphans, so it is ignored.
 pub fn become_subreaper() {
-    // SAFETY: no pointers; the flag only changes who adopts orphans.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
 }
 
 /// Processes whose parent is `pid` (from /proc/PID/stat), zombies excluded.
@@ -288,85 +289,103 @@ pub fn children_of(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Sends `sig` to `pid` (`kill(2)`).
+/// `int kill(pid_t pid, int sig)` — <https://man7.org/linux/man-pages/man2/kill.2.html>,
+/// through rustix.
+///
+/// Sends `sig` to the process `pid`; signal 0 only checks that it exists and may be signalled.
+/// EINVAL for pid 0 or past `i32::MAX` (process groups are not addressed here) and for signal
+/// numbers that are neither 0 nor a named signal.
 pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
-    // SAFETY: no pointers involved.
-    cvt(unsafe { libc::kill(pid as libc::pid_t, sig) }).map(drop)
+    let einval = || io::Error::from_raw_os_error(libc::EINVAL);
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(einval)?;
+    if sig == 0 {
+        return Ok(rustix::process::test_kill_process(pid)?);
+    }
+    let sig = Signal::from_named_raw(sig).ok_or_else(einval)?;
+    Ok(rustix::process::kill_process(pid, sig)?)
 }
 
-/// Waits up to `timeout_ms` for `fd` to become readable: poll(2) with POLLIN
-/// (<https://man7.org/linux/man-pages/man2/poll.2.html>). Ok(true) when readable.
+/// `int poll(struct pollfd *fds, nfds_t nfds, int timeout)` with POLLIN —
+/// <https://man7.org/linux/man-pages/man2/poll.2.html>, through rustix.
+///
+/// Waits up to `timeout_ms` (negative: forever) for `fd` to become readable. Ok(true) when
+/// readable.
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout_ms: i32) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: p is one valid pollfd for the duration of the call.
-    let n = cvt(unsafe { libc::poll(&mut p, 1, timeout_ms) })?;
-    Ok(n > 0)
+    poll_any_readable(&[fd], timeout_ms)
 }
 
-/// `eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)` (<https://man7.org/linux/man-pages/man2/eventfd.2.html>):
-/// a descriptor that [`eventfd_signal`] makes readable, to wake a thread in poll.
+/// `int eventfd(unsigned int initval, int flags)` with `(0, EFD_CLOEXEC | EFD_NONBLOCK)` —
+/// <https://man7.org/linux/man-pages/man2/eventfd.2.html>, through rustix.
+///
+/// A descriptor that [`eventfd_signal`] makes readable, to wake a thread in poll.
 pub fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: no pointers involved.
-    let fd = cvt(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-    // SAFETY: fd was just returned by eventfd and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    use rustix::event::EventfdFlags;
+    Ok(rustix::event::eventfd(
+        0,
+        EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK,
+    )?)
 }
 
+/// `ssize_t write(int fd, const void *buf, size_t count)` of one u64 1 —
+/// <https://man7.org/linux/man-pages/man2/eventfd.2.html>, through rustix.
+///
 /// Makes an [`eventfd`] readable (adds 1 to its counter).
 pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a valid u64.
-    cvt(unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) as libc::c_int })
-        .map(drop)
+    rustix::io::write(fd, &1u64.to_ne_bytes())?;
+    Ok(())
 }
 
-/// Waits up to `timeout_ms` for any of `fds` to become readable: poll(2) with POLLIN.
+/// `int poll(struct pollfd *fds, nfds_t nfds, int timeout)` with POLLIN on each —
+/// <https://man7.org/linux/man-pages/man2/poll.2.html>, through rustix.
+///
+/// Waits up to `timeout_ms` (negative: forever) for any of `fds` to become readable. Ok(true)
+/// when one is; EINTR is returned, not retried.
 pub fn poll_any_readable(fds: &[BorrowedFd<'_>], timeout_ms: i32) -> io::Result<bool> {
-    let mut p: Vec<libc::pollfd> = fds
+    use rustix::event::{PollFd, PollFlags, Timespec};
+    let mut p: Vec<PollFd<'_>> = fds
         .iter()
-        .map(|fd| libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
+        .map(|&fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
         .collect();
-    // SAFETY: p holds p.len() valid pollfds for the duration of the call.
-    let n = cvt(unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) })?;
+    let timeout = (timeout_ms >= 0).then(|| Timespec {
+        tv_sec: (timeout_ms / 1000).into(),
+        tv_nsec: ((timeout_ms % 1000) * 1_000_000).into(),
+    });
+    let n = rustix::event::poll(&mut p, timeout.as_ref())?;
     Ok(n > 0)
 }
 
-/// Mounts tracefs at `target`: `mount("nodev", target, "tracefs", 0, NULL)`
-/// (<https://man7.org/linux/man-pages/man2/mount.2.html>; needs CAP_SYS_ADMIN).
+/// `int mount(const char *source, const char *target, const char *filesystemtype, unsigned
+/// long mountflags, const void *data)` with `("nodev", target, "tracefs", 0, NULL)` —
+/// <https://man7.org/linux/man-pages/man2/mount.2.html> (tracefs: Linux 4.1), through rustix.
+///
+/// Mounts tracefs at `target`; needs CAP_SYS_ADMIN.
 pub fn mount_tracefs(target: &Path) -> io::Result<()> {
-    let t = cstring(target)?;
-    // SAFETY: all strings are valid C strings; data is NULL.
-    cvt(unsafe {
-        libc::mount(
-            c"nodev".as_ptr(),
-            t.as_ptr(),
-            c"tracefs".as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    })
-    .map(drop)
+    use rustix::mount::MountFlags;
+    Ok(rustix::mount::mount(
+        c"nodev",
+        target,
+        c"tracefs",
+        MountFlags::empty(),
+        None,
+    )?)
 }
 
-/// CLOCK_MONOTONIC in nanoseconds (`clock_gettime(2)`), the clock of tracefs' `mono` trace clock.
+/// `int clock_gettime(CLOCK_MONOTONIC, struct timespec *tp)` —
+/// <https://man7.org/linux/man-pages/man2/clock_gettime.2.html>, through rustix (vDSO).
+///
+/// CLOCK_MONOTONIC in nanoseconds, the clock of tracefs' `mono` trace clock and of the
+/// perf samples' `use_clockid`.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is valid for writes.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `sighandler_t signal(int signum, sighandler_t handler)` with `(SIGPIPE, SIG_DFL)` —
+/// <https://man7.org/linux/man-pages/man2/signal.2.html>; libc (see the list in `sys`).
+///
 /// Restores the default SIGPIPE action, so `pagewise ... | head` ends quietly like other
 /// Unix tools instead of reporting EPIPE (Rust ignores SIGPIPE by default).
 pub fn default_sigpipe() {
@@ -376,36 +395,178 @@ pub fn default_sigpipe() {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::{cold_file, scratch_dir};
     use super::*;
     use std::os::fd::AsFd;
+    use std::sync::atomic::Ordering::SeqCst;
 
     #[test]
     fn page_size_is_a_power_of_two() {
         let p = page_size();
         assert!(p >= 4096 && p.is_power_of_two(), "{p}");
+        // SAFETY: sysconf has no memory-safety preconditions.
+        assert_eq!(p, unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64);
     }
 
     #[test]
     fn monotonic_clock_does_not_go_back() {
         let a = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(2));
         let b = monotonic_ns();
-        assert!(a > 0 && b >= a);
+        assert!(a > 0 && b >= a + 2_000_000, "{a} {b}");
     }
 
     #[test]
     fn eventfd_wakes_poll() {
         let e = eventfd().unwrap();
+        let other = eventfd().unwrap();
         assert!(!poll_readable(e.as_fd(), 0).unwrap());
+        assert!(!poll_any_readable(&[e.as_fd(), other.as_fd()], 10).unwrap());
         eventfd_signal(e.as_fd()).unwrap();
         assert!(poll_readable(e.as_fd(), 0).unwrap());
-        assert!(poll_any_readable(&[e.as_fd()], 0).unwrap());
+        assert!(
+            poll_readable(e.as_fd(), -1).unwrap(),
+            "no timeout: ready at once"
+        );
+        assert!(poll_any_readable(&[other.as_fd(), e.as_fd()], 0).unwrap());
     }
 
     #[test]
     fn limits_and_maps_are_sane() {
         let (used, limit) = map_count_and_limit();
         assert!(used > 0 && limit > 0);
-        // Signal 0 checks that this process exists and may be signalled.
-        kill(std::process::id(), 0).unwrap();
+        let before = rustix::process::getrlimit(Resource::Nofile);
+        let soft = raise_nofile_limit();
+        assert_eq!(Some(soft).filter(|&s| s != u64::MAX), before.maximum);
+        assert_eq!(raise_nofile_limit(), soft, "already raised");
+        let memlock = rustix::process::getrlimit(Resource::Memlock).current;
+        assert_eq!(memlock_limit(), memlock.unwrap_or(u64::MAX));
+    }
+
+    #[test]
+    fn euid_is_the_one_proc_shows() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        // Uid: real effective saved filesystem
+        let effective: u32 = uids.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert_eq!(euid(), effective);
+    }
+
+    #[test]
+    fn mmap_lock_brings_pages_in_and_holds_them() {
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 8);
+        let len = 8 * page_size();
+        let lock = match mmap_lock(f.as_fd(), 0, len) {
+            Err((op, e)) if euid() != 0 => {
+                eprintln!("skipped: {op:?} refused without privileges: {e}");
+                return;
+            }
+            r => r.unwrap(),
+        };
+        let resident = || super::super::mincore_count(f.as_fd(), 0, len, None).unwrap();
+        assert_eq!(resident(), 8);
+        // Locked pages survive DONTNEED (they are mapped), and are droppable once unlocked.
+        super::super::fadvise(f.as_fd(), 0, 0, super::super::Advice::DontNeed).unwrap();
+        assert_eq!(resident(), 8);
+        drop(lock);
+        super::super::fadvise(f.as_fd(), 0, 0, super::super::Advice::DontNeed).unwrap();
+        assert_eq!(resident(), 0);
+        let (op, e) = mmap_lock(f.as_fd(), 0, 0).err().unwrap();
+        assert_eq!(
+            (op, e.raw_os_error()),
+            (crate::Op::Mmap, Some(libc::EINVAL))
+        );
+    }
+
+    #[test]
+    fn kill_and_children_of_see_a_child() {
+        let me = std::process::id();
+        kill(me, 0).unwrap(); // exists and may be signalled
+        let einval = |r: io::Result<()>| r.unwrap_err().raw_os_error() == Some(libc::EINVAL);
+        assert!(einval(kill(0, libc::SIGTERM)), "no process groups");
+        assert!(einval(kill(me, 1000)), "no such signal");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        assert!(children_of(me).contains(&child.id()));
+        kill(child.id(), libc::SIGKILL).unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(!children_of(me).contains(&child.id()), "reaped");
+    }
+
+    #[test]
+    fn wait_for_interrupt_times_out() {
+        let t = std::time::Instant::now();
+        assert_eq!(wait_for_interrupt(Some(Duration::from_millis(20))), None);
+        assert!(t.elapsed() >= Duration::from_millis(20));
+    }
+
+    /// Runs [`signals_in_a_child_process`] in a fresh copy of this test binary: handlers,
+    /// the subreaper flag and SIGPIPE's action are process-wide, and signalling this process
+    /// would stop the other tests' work.
+    #[test]
+    fn signals_are_handled_and_forwarded() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "sys::process::tests::signals_in_a_child_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    const CHILD_ENV: &str = "PAGEWISE_SYS_SIGNAL_CHILD";
+
+    /// Only does something under [`signals_are_handled_and_forwarded`].
+    #[test]
+    fn signals_in_a_child_process() {
+        if std::env::var_os(CHILD_ENV).is_none() {
+            return;
+        }
+        use std::os::unix::process::ExitStatusExt;
+        become_subreaper();
+        assert!(rustix::process::child_subreaper().unwrap().is_some());
+
+        // SIGPIPE: ignored by Rust's runtime, default again after default_sigpipe.
+        let action = || {
+            // SAFETY: querying the disposition only (act is NULL), into a zeroed sigaction.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old);
+                old.sa_sigaction
+            }
+        };
+        assert_eq!(action(), libc::SIG_IGN);
+        default_sigpipe();
+        assert_eq!(action(), libc::SIG_DFL);
+
+        supervise_signals();
+        let flag = interrupt_flag();
+        assert!(!flag.load(SeqCst) && last_signal().is_none());
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        forward_signals_to(sleeper.id());
+        // Sent with kill(2) (si_code SI_USER): this process survives and passes it on.
+        kill(std::process::id(), libc::SIGTERM).unwrap();
+        let status = sleeper.wait().unwrap();
+        stop_forwarding();
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+        assert!(flag.load(SeqCst));
+        assert_eq!(last_signal(), Some(libc::SIGTERM));
     }
 }

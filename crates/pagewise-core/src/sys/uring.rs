@@ -1,5 +1,6 @@
-//! io_uring (<https://man7.org/linux/man-pages/man7/io_uring.7.html>), through the `io-uring`
-//! crate: many reads in flight from one thread, submitted in batches.
+//! io_uring (<https://man7.org/linux/man-pages/man7/io_uring.7.html>, Linux 5.1;
+//! `IORING_OP_READ` 5.6), through the `io-uring` crate (rustix's io_uring module has only the
+//! raw system calls): many reads in flight from one thread, submitted in batches.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -9,13 +10,20 @@ use super::AlignedBuf;
 /// One read for [`uring_read_all`]: descriptor, offset, length.
 #[derive(Debug, Clone, Copy)]
 pub struct ReadReq {
+    /// The descriptor to read (open for the whole call).
     pub fd: RawFd,
+    /// Byte offset in the file.
     pub off: u64,
+    /// Bytes to read (at most the call's `max_len`).
     pub len: u32,
 }
 
-/// Reads every request with up to `depth` in flight through one io_uring
-/// (<https://man7.org/linux/man-pages/man7/io_uring.7.html>): submissions go to the kernel in
+/// `int io_uring_setup(u32 entries, struct io_uring_params *p)` and `int io_uring_enter(...)`
+/// with `IORING_OP_READ` entries —
+/// <https://man7.org/linux/man-pages/man2/io_uring_setup.2.html>,
+/// <https://man7.org/linux/man-pages/man2/io_uring_enter.2.html>, through the `io-uring` crate.
+///
+/// Reads every request with up to `depth` in flight through one io_uring: submissions go to the kernel in
 /// batches — one system call and one device notification for many reads, where a thread per
 /// read pays both per request. Buffers (`depth` of `max_len` bytes, 4 KiB aligned, so O_DIRECT
 /// descriptors work) are allocated and touched before `ready` is called; the clock should start
@@ -82,13 +90,16 @@ pub fn uring_read_all(
     Ok(results)
 }
 
-/// An io_uring kept by one thread for batches of reads into the caller's buffers.
+/// An io_uring kept by one thread for batches of reads into the caller's buffers:
+/// io_uring_setup(2) once, then one io_uring_enter(2) per batch
+/// (<https://man7.org/linux/man-pages/man7/io_uring.7.html>).
 pub struct ReadRing {
     ring: io_uring::IoUring,
 }
 
 impl ReadRing {
-    /// A ring with room for `entries` reads per batch.
+    /// A ring with room for `entries` reads per batch (rounded up to a power of two):
+    /// io_uring_setup(2). Fails where io_uring is missing or disabled (see `probe_io_uring`).
     pub fn new(entries: u32) -> io::Result<ReadRing> {
         Ok(ReadRing {
             ring: io_uring::IoUring::new(entries.next_power_of_two())?,
@@ -164,6 +175,41 @@ impl ReadRing {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn a_batch_larger_than_the_ring_is_split_and_errors_stay_per_read() {
+        if !super::super::probe_io_uring() {
+            eprintln!("skipped: io_uring is disabled on this kernel (sysctl or seccomp)");
+            return;
+        }
+        let f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        super::super::pwritev2(f.as_fd(), &data, 0, 0).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::fs::File::open(dir.path()).unwrap();
+        let mut ring = ReadRing::new(2).unwrap();
+        let mut bufs = vec![[0u8; 100]; 5];
+        let mut batch: Vec<(BorrowedFd<'_>, u64, &mut [u8])> = bufs
+            .iter_mut()
+            .enumerate()
+            .map(|(i, b)| {
+                let fd = if i == 3 { d.as_fd() } else { f.as_fd() };
+                (fd, i as u64 * 1000, &mut b[..])
+            })
+            .collect();
+        let got = ring.read_batch(&mut batch, 0).unwrap();
+        drop(batch);
+        assert_eq!(got.len(), 5);
+        for (i, r) in got.into_iter().enumerate() {
+            if i == 3 {
+                assert_eq!(r.unwrap_err().raw_os_error(), Some(libc::EISDIR));
+            } else {
+                assert_eq!(r.unwrap(), 100, "read {i}");
+                let at = i * 1000;
+                assert_eq!(bufs[i][..], data[at..at + 100], "read {i}");
+            }
+        }
+    }
 
     #[test]
     fn ring_reads_come_back_in_request_order() {
