@@ -164,6 +164,14 @@ pub(crate) fn drop_traced(trace: &Trace) {
 /// Drops exactly the traced pages (dirty ones written back first); other pages stay. With
 /// `dry_run`, only measures what is cached of them. The observer sees each range dropped, and
 /// is asked between ranges whether to stop.
+///
+/// ```
+/// use pagewise_core::trace_cache::{evict_trace, TraceEvictOptions};
+/// # let trace = pagewise_core::trace::Trace::default();
+/// // A selectively cold start: only the pages the program read are dropped.
+/// let report = evict_trace(&TraceEvictOptions { trace, dry_run: false }, &()).unwrap();
+/// assert_eq!(report.cached_bytes_after, 0);
+/// ```
 pub fn evict_trace(
     opts: &TraceEvictOptions,
     observer: &dyn Observer,
@@ -187,6 +195,14 @@ pub fn evict_trace(
 
 /// Loads exactly the traced pages, in disk order with a deep queue (a preloader). The observer
 /// sees the bytes read, and is asked between reads whether to stop.
+///
+/// ```
+/// use pagewise_core::trace_cache::{load_trace, TraceLoadOptions};
+/// # let trace = pagewise_core::trace::Trace::default();
+/// // The preloader role: bring in what the program will read, before it starts.
+/// let report = load_trace(&TraceLoadOptions { trace, ..Default::default() }, &()).unwrap();
+/// assert_eq!(report.cached_bytes_after, report.bytes);
+/// ```
 pub fn load_trace(
     opts: &TraceLoadOptions,
     observer: &dyn Observer,

@@ -368,6 +368,22 @@ impl WatchOptions {
 
 /// Assists running processes (and children they start from now on) until they all exit, the
 /// observer says stop (polled every 50 ms), or `duration` passes.
+///
+/// ```
+/// use pagewise_core::assist::live::{watch, WatchOptions};
+/// use std::time::Duration;
+/// let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+/// let opts = WatchOptions {
+///     pids: vec![child.id()],
+///     duration: Some(Duration::from_millis(300)),
+///     ..WatchOptions::default()
+/// };
+/// let report = watch(&opts, &()).unwrap(); // needs the tracepoints: root here
+/// child.kill().unwrap();
+/// child.wait().unwrap();
+/// assert!(report.outcome.is_clean());
+/// assert!(report.faults >= report.misses);
+/// ```
 pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistReport, crate::Error> {
     opts.validate()?;
     let tids = threads_of_all(&opts.pids)?;

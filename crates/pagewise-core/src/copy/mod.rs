@@ -264,6 +264,22 @@ impl<'a> Ctx<'a> {
 /// return `Err` before anything is copied; per-file failures are counted in the report's
 /// outcome and the copy goes on. When `observer.cancelled()` says so the copy stops between
 /// chunks and files: what was finished is complete, nothing else is left under a final name.
+///
+/// ```
+/// use pagewise_core::copy::{copy, CopyOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let src = dir.path().join("src");
+/// std::fs::write(&src, vec![7u8; 3 << 20]).unwrap();
+/// let opts = CopyOptions {
+///     sources: vec![src],
+///     dest: dir.path().join("dst"),
+///     ..CopyOptions::default()
+/// };
+/// let report = copy(&opts, &()).unwrap();
+/// assert_eq!(report.files, 1);
+/// assert_eq!(std::fs::read(dir.path().join("dst")).unwrap(), vec![7u8; 3 << 20]);
+/// assert!(report.outcome.is_clean());
+/// ```
 pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport, Error> {
     options.validate()?;
     sys::raise_nofile_limit();

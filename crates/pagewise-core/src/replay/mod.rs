@@ -172,6 +172,19 @@ pub struct ReplayReport {
 
 /// Replays a trace once (the cache is left as the replay made it). The observer sees the
 /// bytes read as they are, and is asked between requests whether to stop.
+///
+/// ```
+/// use pagewise_core::replay::{replay, Order, ReplayOptions};
+/// use pagewise_core::trace::Trace;
+/// # fn trace_of_a_program() -> Trace { Trace::default() }
+/// let opts = ReplayOptions {
+///     trace: trace_of_a_program(), // e.g. Trace::from_bytes(&std::fs::read("app.trace")?)
+///     order: Order::Disk,
+///     ..ReplayOptions::default()
+/// };
+/// let report = replay(&opts, &()).unwrap();
+/// println!("{} bytes in {} requests, {:.0} MB/s", report.bytes, report.requests, report.mb_per_s);
+/// ```
 pub fn replay(opts: &ReplayOptions, observer: &dyn Observer) -> Result<ReplayReport, crate::Error> {
     opts.validate()?;
     let files = OpenFiles::open(&opts.trace, opts.direct);

@@ -120,6 +120,22 @@ const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps 
 ///
 /// The command decides when the run ends: the observer is asked whether it was cancelled only
 /// once it has (to set `interrupted`); to stop a run, signal the command.
+///
+/// ```
+/// use pagewise_core::run::{run, RunOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let f = dir.path().join("f");
+/// std::fs::write(&f, vec![1u8; 4 << 20]).unwrap();
+/// pagewise_core::evict::evict(&pagewise_core::evict::EvictOptions::new(vec![f.clone()]), &()).unwrap();
+/// let opts = RunOptions {
+///     command: vec!["cat".into(), f.into()],
+///     ..RunOptions::default()
+/// };
+/// let report = run(&opts, &()).unwrap(); // needs the tracepoints: root here
+/// assert_eq!(report.exit_code, 0);
+/// // What cat brought into the cache was dropped again.
+/// assert!(report.left_bytes < report.added_bytes.max(1));
+/// ```
 pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crate::Error> {
     opts.validate()?;
     sys::raise_nofile_limit();

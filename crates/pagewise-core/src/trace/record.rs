@@ -68,6 +68,22 @@ pub struct RecordReport {
 ///
 /// The command decides when the recording ends: the observer is asked whether it was cancelled
 /// only once it has (to set `interrupted`); to stop a recording, signal the command.
+///
+/// ```
+/// use pagewise_core::trace::{record, RecordOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let f = dir.path().join("f");
+/// std::fs::write(&f, vec![1u8; 1 << 20]).unwrap();
+/// // Cold first, so the command's reads reach the page cache while it is recorded.
+/// pagewise_core::evict::evict(&pagewise_core::evict::EvictOptions::new(vec![f.clone()]), &()).unwrap();
+/// let opts = RecordOptions {
+///     command: vec!["cat".into(), f.into()],
+///     ..RecordOptions::default()
+/// };
+/// let report = record(&opts, &()).unwrap(); // needs the tracepoints: root here
+/// assert_eq!(report.exit_code, 0);
+/// assert!(report.trace.bytes() >= 1 << 20);
+/// ```
 pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordReport, crate::Error> {
     opts.validate()?;
     let tally = Tally::new();
