@@ -25,6 +25,7 @@ pub mod trace_io;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// The exit codes, under `pagewise --help`.
 pub const EXIT_CODES: &str = "\
 Exit codes:
   0  success
