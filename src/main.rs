@@ -12,6 +12,7 @@ macro_rules! eprintln {
 mod cli;
 
 use clap::{CommandFactory, Parser};
+use cli::exit::{CliError, ExitCode};
 use cli::{Cli, Command};
 
 /// True when the command line asks for JSON: a fatal error is then also a JSON document on
@@ -31,7 +32,7 @@ fn wants_json() -> bool {
 /// `{"error": {"kind": ..., "message": ..., "exit_code": 1}}` on stdout.
 fn json_error(kind: &str, message: &str) {
     let v = serde_json::json!({
-        "error": { "kind": kind, "message": message, "exit_code": cli::exit::FATAL }
+        "error": { "kind": kind, "message": message, "exit_code": ExitCode::Fatal.code() }
     });
     println!("{v}");
 }
@@ -48,9 +49,9 @@ fn main() {
                     let text = e.render().to_string();
                     json_error("usage", text.lines().next().unwrap_or_default());
                 }
-                std::process::exit(cli::exit::FATAL);
+                std::process::exit(ExitCode::Fatal.code());
             }
-            std::process::exit(cli::exit::SUCCESS);
+            std::process::exit(ExitCode::Success.code());
         }
     };
     let result = match cli.command {
@@ -70,24 +71,27 @@ fn main() {
                 "pagewise",
                 &mut std::io::stdout(),
             );
-            Ok(cli::exit::SUCCESS)
+            Ok(ExitCode::Success)
         }
-        Command::Man { dir } => write_man(&dir).map(|_| cli::exit::SUCCESS),
+        Command::Man { dir } => write_man(&dir).map(|_| ExitCode::Success),
     };
     match result {
-        Ok(code) => std::process::exit(code),
-        Err(msg) => {
+        Ok(code) => std::process::exit(code.code()),
+        Err(e) => {
+            let msg = e.to_string();
             eprintln!("pagewise: {msg}");
             if wants_json() {
                 json_error("fatal", &msg);
             }
-            std::process::exit(cli::exit::FATAL);
+            std::process::exit(ExitCode::Fatal.code());
         }
     }
 }
 
-fn write_man(dir: &std::path::Path) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: mkdir failed: {e}", dir.display()))?;
+/// `pagewise man DIR`: pagewise.1 and pagewise-VERB.1 for each verb.
+fn write_man(dir: &std::path::Path) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CliError::file(dir.display().to_string(), "mkdir", e))?;
     let cmd = Cli::command();
     let mut pages = vec![("pagewise".to_string(), cmd.clone())];
     for sub in cmd.get_subcommands() {
@@ -98,8 +102,9 @@ fn write_man(dir: &std::path::Path) -> Result<(), String> {
         let mut buf = Vec::new();
         clap_mangen::Man::new(c.name(Box::leak(name.clone().into_boxed_str()) as &str))
             .render(&mut buf)
-            .map_err(|e| format!("{}: render failed: {e}", path.display()))?;
-        std::fs::write(&path, buf).map_err(|e| format!("{}: write failed: {e}", path.display()))?;
+            .map_err(|e| CliError::file(path.display().to_string(), "render", e))?;
+        std::fs::write(&path, buf)
+            .map_err(|e| CliError::file(path.display().to_string(), "write", e))?;
     }
     Ok(())
 }

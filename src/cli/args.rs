@@ -1,6 +1,7 @@
 //! Flag groups several verbs share (walk, output, trace backend, assist tuning) and the
 //! parsers of sizes and durations.
 
+use super::exit::CliError;
 use clap::{Args, ValueEnum};
 use pagewise_core::assist::live::AssistOptions;
 use pagewise_core::assist::Config;
@@ -56,16 +57,28 @@ pub struct WalkArgs {
     pub method: MethodArg,
 }
 
+/// `--method`: how residency is measured.
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum MethodArg {
+    // No doc comments on the values: clap would show them in --help.
     Auto,
     Cachestat,
     Mincore,
 }
 
+impl From<MethodArg> for Method {
+    fn from(m: MethodArg) -> Method {
+        match m {
+            MethodArg::Auto => Method::Auto,
+            MethodArg::Cachestat => Method::Cachestat,
+            MethodArg::Mincore => Method::Mincore,
+        }
+    }
+}
+
 impl WalkArgs {
     /// Roots from the arguments and --from; the current directory when there are none.
-    pub fn roots(&self) -> Result<Vec<PathBuf>, String> {
+    pub fn roots(&self) -> Result<Vec<PathBuf>, CliError> {
         let mut roots = self.paths.clone();
         if let Some(src) = &self.from {
             let mut data = Vec::new();
@@ -74,7 +87,7 @@ impl WalkArgs {
             } else {
                 std::fs::File::open(src).and_then(|mut f| f.read_to_end(&mut data))
             };
-            r.map_err(|e| format!("--from {}: read failed: {e}", src.display()))?;
+            r.map_err(|e| CliError::file(format!("--from {}", src.display()), "read", e))?;
             let sep = if self.null { b'\0' } else { b'\n' };
             use std::os::unix::ffi::OsStrExt;
             roots.extend(
@@ -83,7 +96,10 @@ impl WalkArgs {
                     .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l))),
             );
             if roots.is_empty() {
-                return Err(format!("--from {}: no paths in it", src.display()));
+                return Err(CliError::Usage(format!(
+                    "--from {}: no paths in it",
+                    src.display()
+                )));
             }
         }
         if roots.is_empty() {
@@ -92,6 +108,7 @@ impl WalkArgs {
         Ok(roots)
     }
 
+    /// The walk's options; `default_threads` when `-j` is not given.
     pub fn walk_options(&self, default_threads: usize) -> WalkOptions {
         WalkOptions {
             follow: self.follow,
@@ -104,16 +121,14 @@ impl WalkArgs {
         }
     }
 
+    /// `--range`, or the whole file.
     pub fn range(&self) -> ByteRange {
         self.range.unwrap_or_default()
     }
 
+    /// `--method`.
     pub fn method(&self) -> Method {
-        match self.method {
-            MethodArg::Auto => Method::Auto,
-            MethodArg::Cachestat => Method::Cachestat,
-            MethodArg::Mincore => Method::Mincore,
-        }
+        self.method.into()
     }
 }
 
@@ -198,6 +213,7 @@ impl AssistTuning {
     }
 }
 
+/// Parses a size (`4M`, `64K`, `1G`, bytes without a suffix) for clap.
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }

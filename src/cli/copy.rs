@@ -1,14 +1,17 @@
 //! `pagewise copy`: render the library's CopyReport.
 
 use super::args::parse_size_arg;
+use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
 use pagewise_core::copy::{self, CopyOptions, CopyReport, Strategy};
 use pagewise_core::{sys, Error, Progress, Watch};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The `pagewise copy --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise copy big.img /backup/                  one file into a directory
@@ -73,21 +76,58 @@ pub struct CopyArgs {
     pub json: bool,
 }
 
-pub fn run(a: CopyArgs) -> Result<i32, String> {
-    let (dest, sources) = a
-        .paths
-        .split_last()
-        .ok_or("need a source and a destination")?;
-    let opts = CopyOptions {
-        sources: sources.to_vec(),
-        dest: dest.clone(),
-        strategy: match a.cache {
+impl From<CacheArg> for Strategy {
+    fn from(c: CacheArg) -> Strategy {
+        match c {
             CacheArg::Auto => Strategy::Auto,
             CacheArg::Dontcache => Strategy::Dontcache,
             CacheArg::Direct => Strategy::Direct,
             CacheArg::DropBehind => Strategy::DropBehind,
             CacheArg::Buffered => Strategy::Buffered,
-        },
+        }
+    }
+}
+
+/// `pagewise copy`.
+pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
+    let opts = options(&a)?;
+    let progress = Arc::new(Progress::default());
+    let bar = ProgressLine::start("copy", progress.clone(), !a.json);
+    // SIGINT/SIGTERM set this flag instead of killing pagewise: the copy stops between chunks
+    // and removes what it had not finished.
+    let observer: Watch = Watch {
+        progress: Some(&progress),
+        on_file: None,
+        cancel: Some(sys::interrupt_flag()),
+    };
+    let report = copy::copy(&opts, &observer)?;
+    bar.finish();
+    // 128 + the signal that stopped it: 130 for SIGINT, 143 for SIGTERM.
+    let code = ExitCode::from_cancellable(&report.outcome, sys::last_signal());
+    if a.json {
+        render::print_json(&report);
+        return Ok(code);
+    }
+    let o = &report.outcome;
+    render::report_problems("copy", &o.errors, o.error_count, &o.notices);
+    let view = View {
+        verbose: a.verbose,
+        verify: a.verify,
+    };
+    let _ = write_summary(&mut std::io::stderr().lock(), &report, &view);
+    Ok(code)
+}
+
+/// The library's options from the command line, validated (with the flags' names).
+fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
+    let (dest, sources) = a
+        .paths
+        .split_last()
+        .ok_or_else(|| CliError::Usage("need a source and a destination".into()))?;
+    let opts = CopyOptions {
+        sources: sources.to_vec(),
+        dest: dest.clone(),
+        strategy: a.cache.into(),
         preserve: a.preserve,
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
@@ -103,44 +143,30 @@ pub fn run(a: CopyArgs) -> Result<i32, String> {
         Error::Invalid {
             what: what @ ("chunk" | "threads" | "depth"),
             message,
-        } => format!("--{what} {message}"),
-        e => e.to_string(),
+        } => CliError::Usage(format!("--{what} {message}")),
+        e => e.into(),
     })?;
-    let progress = Arc::new(Progress::default());
-    let bar = ProgressLine::start("copy", progress.clone(), !a.json);
-    // SIGINT/SIGTERM set this flag instead of killing pagewise: the copy stops between chunks
-    // and removes what it had not finished.
-    let observer: Watch = Watch {
-        progress: Some(&progress),
-        on_file: None,
-        cancel: Some(sys::interrupt_flag()),
-    };
-    let report = copy::copy(&opts, &observer).map_err(|e| e.to_string())?;
-    bar.finish();
-    let code = if report.outcome.interrupted {
-        // 128 + the signal that stopped it: 130 for SIGINT, 143 for SIGTERM.
-        sys::last_signal().map_or(super::exit::INTERRUPTED, |s| 128 + s)
-    } else {
-        render::exit_code(report.outcome.error_count)
-    };
-    if a.json {
-        render::print_json(&report);
-        return Ok(code);
-    }
-    print_summary(&report, a.verbose, a.verify);
-    Ok(code)
+    Ok(opts)
 }
 
-/// The problems, then one summary line, on stderr.
-fn print_summary(report: &CopyReport, verbose: bool, verify: bool) {
+/// What the summary shows besides the report.
+struct View {
+    /// `-v`: files per strategy, not only the strategies' names.
+    verbose: bool,
+    /// `--verify`: the files verified and the mismatches.
+    verify: bool,
+}
+
+/// Writes the one summary line: what was copied, how fast, by which strategies, and what the
+/// copy left in the page cache.
+fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io::Result<()> {
     let o = &report.outcome;
-    render::report_problems("copy", &o.errors, o.error_count, &o.notices);
     let r = &report.residue;
     let strategies = report
         .strategies
         .iter()
         .map(|(k, v)| {
-            if verbose {
+            if view.verbose {
                 format!("{}: {v} files", k.name())
             } else {
                 k.name().to_string()
@@ -155,7 +181,8 @@ fn print_summary(report: &CopyReport, verbose: bool, verify: bool) {
             x as f64 * 100.0 / of as f64
         }
     };
-    eprintln!(
+    writeln!(
+        w,
         "copied {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s, {}/s via {}; cache left: source +{} ({:.1}%), destination {} ({:.1}%){}",
         report.files,
         bytes(report.bytes),
@@ -169,10 +196,89 @@ fn print_summary(report: &CopyReport, verbose: bool, verify: bool) {
         pct(r.source_added_bytes, r.source_bytes),
         bytes(r.dest_cached_bytes),
         pct(r.dest_cached_bytes, r.dest_bytes),
-        if verify {
+        if view.verify {
             format!("; verified {} files from disk, {} mismatches", report.verified_files, report.verify_mismatches)
         } else {
             String::new()
         }
-    );
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    //! The summary line, rendered from hand-made reports: no kernel involved.
+    use super::*;
+    use pagewise_core::copy::Residue;
+    use pagewise_core::Outcome;
+
+    fn report() -> CopyReport {
+        CopyReport {
+            files: 10,
+            dirs: 3,
+            symlinks: 2,
+            hardlinks: 1,
+            bytes: 40 << 20,
+            data_bytes: 40 << 20,
+            rate_bytes_per_s: (80 << 20) as f64,
+            strategies: [(Strategy::Direct, 4), (Strategy::DropBehind, 6)].into(),
+            residue: Residue {
+                source_added_bytes: 1 << 20,
+                source_bytes: 40 << 20,
+                dest_cached_bytes: 512 << 10,
+                dest_bytes: 40 << 20,
+                ..Residue::default()
+            },
+            verified_files: 10,
+            outcome: Outcome {
+                elapsed_s: 0.5,
+                ..Outcome::default()
+            },
+            ..CopyReport::default()
+        }
+    }
+
+    fn summary(r: &CopyReport, verbose: bool, verify: bool) -> String {
+        let mut out = Vec::new();
+        write_summary(&mut out, r, &View { verbose, verify }).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn summary_names_the_strategies() {
+        assert_eq!(
+            summary(&report(), false, false),
+            "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
+             via direct, drop-behind; cache left: source +1.0 MiB (2.5%), destination 512 KiB \
+             (1.2%)\n"
+        );
+    }
+
+    #[test]
+    fn verbose_counts_files_per_strategy_and_verify_says_what_was_checked() {
+        assert_eq!(
+            summary(&report(), true, true),
+            "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
+             via direct: 4 files, drop-behind: 6 files; cache left: source +1.0 MiB (2.5%), \
+             destination 512 KiB (1.2%); verified 10 files from disk, 0 mismatches\n"
+        );
+    }
+
+    #[test]
+    fn nothing_copied_and_unknown_source_residency() {
+        let mut r = CopyReport::default();
+        r.residue.source_unknown_files = 0;
+        assert_eq!(
+            summary(&r, false, false),
+            "copied 0 files (0 B), 0 dirs, 0 symlinks, 0 hard links in 0.00 s, 0 B/s via -; cache \
+             left: source +0 B (0.0%), destination 0 B (0.0%)\n"
+        );
+        let mut r = report();
+        r.residue.source_unknown_files = 2;
+        assert_eq!(
+            summary(&r, false, false),
+            "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
+             via direct, drop-behind; cache left: source +>=1.0 MiB (2.5%), destination 512 KiB \
+             (1.2%)\n"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! `pagewise evict`: render the library's EvictReport.
 
 use super::args::{OutputArgs, WalkArgs};
+use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use clap::Args;
@@ -10,6 +11,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The `pagewise evict --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise evict /data/db             drop a tree, dirty pages included
@@ -45,7 +47,8 @@ pub struct EvictArgs {
     pub trace: Option<PathBuf>,
 }
 
-pub fn run(a: EvictArgs) -> Result<i32, String> {
+/// `pagewise evict`.
+pub fn run(a: EvictArgs) -> Result<ExitCode, CliError> {
     if let Some(t) = &a.trace {
         return super::trace_io::evict_by_trace(t, a.out.json, a.dry_run);
     }
@@ -85,10 +88,10 @@ pub fn run(a: EvictArgs) -> Result<i32, String> {
         on_file: Some(on_file),
         cancel: None,
     };
-    let report = evict::evict(&opts, &observer).map_err(|e| e.to_string())?;
+    let report = evict::evict(&opts, &observer)?;
     bar.finish();
     let o = &report.outcome;
-    let code = render::exit_code(o.error_count);
+    let code = ExitCode::from_outcome(o);
     if stream {
         render::print_stream_end(&o.errors, &report);
         return Ok(code);

@@ -1,6 +1,7 @@
 //! `pagewise load`: render the library's LoadReport, and hold locked pages.
 
 use super::args::{parse_duration, parse_size_arg, OutputArgs, WalkArgs};
+use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::Args;
@@ -11,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The `pagewise load --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise load /usr/lib              warm a tree
@@ -45,14 +47,15 @@ pub struct LoadArgs {
     pub trace: Option<PathBuf>,
 }
 
-pub fn run(a: LoadArgs) -> Result<i32, String> {
+/// `pagewise load`.
+pub fn run(a: LoadArgs) -> Result<ExitCode, CliError> {
     if let Some(t) = &a.trace {
         let depth = a.walk.threads.unwrap_or(32);
         return super::trace_io::load_by_trace(t, a.out.json, depth);
     }
     let roots = a.walk.roots()?;
     if a.batch == 0 {
-        return Err("--batch must be at least 1".into());
+        return Err(CliError::Usage("--batch must be at least 1".into()));
     }
     let opts = LoadOptions {
         roots,
@@ -70,11 +73,11 @@ pub fn run(a: LoadArgs) -> Result<i32, String> {
     };
     let progress = Arc::new(Progress::default());
     let bar = ProgressLine::start("load", progress.clone(), !a.out.json && !a.out.json_lines);
-    let mut report = load::load(&opts, progress.as_ref()).map_err(|e| e.to_string())?;
+    let mut report = load::load(&opts, progress.as_ref())?;
     bar.finish();
     let locks = std::mem::take(&mut report.locks);
     let o = &report.outcome;
-    let code = render::exit_code(o.error_count);
+    let code = ExitCode::from_outcome(o);
     if a.out.json || a.out.json_lines {
         if a.out.json_lines {
             render::print_stream_end(&o.errors, &report);

@@ -1,10 +1,12 @@
 //! Command-line definitions: clap derive -> validated library options. No syscalls here.
-
 //!
-//! One file per verb: its clap arguments, its examples and its `run`. Flag groups several
-//! verbs share, and the size/duration parsers, are in `args`; the trace file helpers `record`,
-//! `show`, `replay`, `evict --trace` and `load --trace` share are in `trace_io`; renderers in
-//! `render`; no verb module imports another.
+//! One file per verb: its clap arguments, its examples, its `run` (options and observer in,
+//! report out) and its renderer (`write_*`: a report, plus a small view of the flags, written
+//! to any `Write`; snapshot-tested from hand-made reports). Shared by several verbs: flag
+//! groups, `From` conversions and the size/duration parsers in `args`; the trace file helpers
+//! of `record`, `show`, `replay`, `evict --trace` and `load --trace` in `trace_io`; table,
+//! size and problem-list helpers in `render`; output files in `output`; the progress line in
+//! `progress`; `ExitCode` and `CliError` in `exit`. No verb module imports another.
 
 pub mod args;
 pub mod assist;
@@ -25,6 +27,7 @@ pub mod trace_io;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// The exit codes, under `pagewise --help`.
 pub const EXIT_CODES: &str = "\
 Exit codes:
   0  success

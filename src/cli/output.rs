@@ -3,6 +3,7 @@
 //! exit status is never lost to it); written beside and renamed into place, so a reader never
 //! sees half a file.
 
+use super::exit::CliError;
 use super::render::path_text;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -31,7 +32,7 @@ pub struct Output {
 impl Output {
     /// Opens `out` ('-' for stdout), or creates its temporary. A symlink is followed: the file
     /// it names is replaced, the link stays (a dangling one: what it names is created).
-    pub fn open(out: &Path) -> Result<Output, String> {
+    pub fn open(out: &Path) -> Result<Output, CliError> {
         let shown = out.to_path_buf();
         if out.as_os_str() == "-" {
             return Ok(Output {
@@ -42,12 +43,15 @@ impl Output {
         let meta = std::fs::metadata(out).ok();
         if meta.as_ref().is_some_and(|m| !m.is_file()) {
             if meta.as_ref().is_some_and(|m| m.is_dir()) {
-                return Err(format!("{}: is a directory", path_text(out)));
+                return Err(CliError::Message(format!(
+                    "{}: is a directory",
+                    path_text(out)
+                )));
             }
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(out)
-                .map_err(|e| format!("{}: open failed: {e}", path_text(out)))?;
+                .map_err(|e| CliError::file(path_text(out), "open", e))?;
             return Ok(Output {
                 shown,
                 target: Target::Direct(f),
@@ -61,11 +65,11 @@ impl Output {
             out.to_path_buf()
         };
         let (file, tmp) = create_temp(&target).map_err(|(tmp, e)| {
-            format!(
+            CliError::Message(format!(
                 "{}: cannot create the output (open {} failed: {e})",
                 path_text(out),
                 path_text(&tmp)
-            )
+            ))
         })?;
         Ok(Output {
             shown,
@@ -81,9 +85,9 @@ impl Output {
     pub fn write(
         mut self,
         content: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CliError> {
         let shown = path_text(&self.shown);
-        let fail = |e: std::io::Error| format!("{shown}: write failed: {e}");
+        let fail = |e: std::io::Error| CliError::file(shown.clone(), "write", e);
         match &mut self.target {
             Target::Stdout => {
                 let mut w = std::io::stdout().lock();
@@ -98,7 +102,7 @@ impl Output {
                 content(&mut w).and_then(|_| w.flush()).map_err(fail)?;
                 drop(w);
                 std::fs::rename(&*tmp, &*target)
-                    .map_err(|e| format!("{shown}: rename failed: {e}"))?;
+                    .map_err(|e| CliError::file(shown.clone(), "rename", e))?;
                 // In place: nothing left to remove.
                 tmp.clear();
                 Ok(())

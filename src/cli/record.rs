@@ -1,13 +1,16 @@
 //! `pagewise record`: a command's page-cache reads, from the kernel's tracepoint.
 
 use super::args::BackendArg;
+use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::render::{bytes, path_text};
 use super::trace_io::{command_error, write_trace, Signals, TraceFormat};
 use clap::Args;
-use pagewise_core::trace::{self, RecordOptions};
-use std::path::PathBuf;
+use pagewise_core::trace::{self, RecordOptions, RecordReport};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
+/// The `pagewise record --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise record -o py.trace -- python3 -c 'import asyncio, json'
@@ -45,7 +48,8 @@ pub struct RecordArgs {
     pub command: Vec<std::ffi::OsString>,
 }
 
-pub fn run(a: RecordArgs) -> Result<i32, String> {
+/// `pagewise record`.
+pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
     // The output first: a bad path is found before the command runs.
     let out = Output::open(&a.output)?;
     let opts = RecordOptions {
@@ -58,15 +62,32 @@ pub fn run(a: RecordArgs) -> Result<i32, String> {
         Ok(r) => r,
         Err(e) => return Ok(command_error("record", e)),
     };
-    let (t, source) = (&rec.trace, rec.source);
     // The trace first, then the words about it.
-    write_trace(t, a.format, out)?;
+    write_trace(&rec.trace, a.format, out)?;
     for n in &rec.outcome.notices {
         eprintln!("pagewise record: note: {n}");
     }
+    let view = View {
+        output: (a.output.as_os_str() != "-").then_some(a.output.as_path()),
+    };
+    let _ = write_summary(&mut std::io::stderr().lock(), &rec, &view);
+    Ok(ExitCode::Status(rec.exit_code))
+}
+
+/// What the summary shows besides the report.
+struct View<'a> {
+    /// The trace file written (not shown when the trace went to stdout).
+    output: Option<&'a Path>,
+}
+
+/// Writes the summary line: events, pages, files, time, lost events and where the trace went.
+fn write_summary(w: &mut dyn Write, rec: &RecordReport, view: &View) -> std::io::Result<()> {
+    let t = &rec.trace;
     let files_known = t.files.iter().filter(|f| f.path.is_some()).count();
-    eprintln!(
-        "pagewise record ({source}): {} events, {} pages ({}) in {} files ({} resolved to paths), {:.3} s{}{}",
+    writeln!(
+        w,
+        "pagewise record ({}): {} events, {} pages ({}) in {} files ({} resolved to paths), {:.3} s{}{}",
+        rec.source,
         t.events.len(),
         t.bytes() / t.page_size as u64,
         bytes(t.bytes()),
@@ -81,11 +102,48 @@ pub fn run(a: RecordArgs) -> Result<i32, String> {
         } else {
             String::new()
         },
-        if a.output.as_os_str() != "-" {
-            format!(" -> {}", path_text(&a.output))
-        } else {
-            String::new()
-        }
-    );
-    Ok(rec.exit_code)
+        view.output.map_or_else(String::new, |p| format!(" -> {}", path_text(p)))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    //! The summary line, rendered from a hand-made report: no kernel involved.
+    use super::*;
+    use crate::cli::trace_io::sample_trace;
+    use pagewise_core::trace::Source;
+    use pagewise_core::Outcome;
+
+    fn summary(lost_events: u64, output: Option<&Path>) -> String {
+        let rec = RecordReport {
+            trace: pagewise_core::trace::Trace {
+                lost_events,
+                ..sample_trace()
+            },
+            exit_code: 0,
+            source: Source::Perf,
+            outcome: Outcome::default(),
+        };
+        let mut out = Vec::new();
+        write_summary(&mut out, &rec, &View { output }).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn summary_names_the_output() {
+        assert_eq!(
+            summary(0, Some(Path::new("py.trace"))),
+            "pagewise record (perf): 5 events, 9 pages (36.0 KiB) in 3 files (2 resolved to \
+             paths), 1.500 s -> py.trace\n"
+        );
+    }
+
+    #[test]
+    fn summary_warns_of_lost_events_and_omits_stdout() {
+        assert_eq!(
+            summary(17, None),
+            "pagewise record (perf): 5 events, 9 pages (36.0 KiB) in 3 files (2 resolved to \
+             paths), 1.500 s; WARNING: 17 events lost (ring buffer overrun: raise --buffer-kb)\n"
+        );
+    }
 }

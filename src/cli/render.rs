@@ -117,38 +117,47 @@ pub fn table(rows: &[Vec<String>]) -> String {
 
 /// Prints per-file errors and notices to stderr, prefixed with the verb.
 pub fn report_problems(verb: &str, errors: &[FileError], error_count: u64, notices: &[String]) {
-    let mut e = std::io::stderr().lock();
+    let _ = write_problems(
+        &mut std::io::stderr().lock(),
+        verb,
+        errors,
+        error_count,
+        notices,
+    );
+}
+
+/// Writes the notices, then the per-file errors (and how many more were only counted), each
+/// line prefixed with `pagewise VERB:`.
+pub fn write_problems(
+    w: &mut dyn Write,
+    verb: &str,
+    errors: &[FileError],
+    error_count: u64,
+    notices: &[String],
+) -> std::io::Result<()> {
     for n in notices {
-        let _ = writeln!(e, "pagewise {verb}: note: {n}");
+        writeln!(w, "pagewise {verb}: note: {n}")?;
     }
     for err in errors {
-        let _ = writeln!(e, "pagewise {verb}: {}", error_text(err));
+        writeln!(w, "pagewise {verb}: {}", error_text(err))?;
     }
     let shown = errors.len() as u64;
     if error_count > shown {
-        let _ = writeln!(
-            e,
+        writeln!(
+            w,
             "pagewise {verb}: ... and {} more errors",
             error_count - shown
-        );
+        )?;
     }
     if error_count > 0 {
-        let _ = writeln!(e, "pagewise {verb}: {error_count} file(s) failed");
+        writeln!(w, "pagewise {verb}: {error_count} file(s) failed")?;
     }
+    Ok(())
 }
 
 /// A per-file error as a line: `path: op failed: message`, the path escaped.
 pub fn error_text(e: &FileError) -> String {
     format!("{}: {} failed: {}", path_text(&e.path), e.op, e.message)
-}
-
-/// Exit code for a finished verb.
-pub fn exit_code(error_count: u64) -> i32 {
-    if error_count > 0 {
-        super::exit::SOME_FAILED
-    } else {
-        super::exit::SUCCESS
-    }
 }
 
 /// Writes a JSON value (one document) to stdout.
@@ -177,9 +186,13 @@ pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) 
     print_json_line("summary", summary);
 }
 
-/// The live report, on stderr.
-pub fn assist_summary(r: &pagewise_core::assist::live::AssistReport) {
-    eprintln!(
+/// The report of `assist -p` and `run --assist`: one line.
+pub fn write_assist_summary(
+    w: &mut dyn Write,
+    r: &pagewise_core::assist::live::AssistReport,
+) -> std::io::Result<()> {
+    writeln!(
+        w,
         "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us; {} files{}{}",
         r.faults,
         r.misses,
@@ -204,7 +217,7 @@ pub fn assist_summary(r: &pagewise_core::assist::live::AssistReport) {
         } else {
             String::new()
         },
-    );
+    )
 }
 
 #[cfg(test)]
@@ -260,5 +273,83 @@ mod tests {
             vec!["a".into(), "10 B".into()],
         ]);
         assert_eq!(t, "PATH  SIZE\na     10 B\n");
+    }
+
+    fn text(f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> String {
+        let mut out = Vec::new();
+        f(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn problems_list_notes_errors_and_the_uncounted_rest() {
+        let errors = [
+            FileError::io(
+                std::path::Path::new("/data/a\nb"),
+                pagewise_core::Op::FadviseDontneed,
+                &std::io::Error::from_raw_os_error(5),
+            ),
+            FileError::other(
+                std::path::Path::new("/data/c"),
+                pagewise_core::Op::Verify,
+                "differs",
+            ),
+        ];
+        let notes = ["cachestat missing: mincore used".to_string()];
+        assert_eq!(
+            text(|w| write_problems(w, "evict", &errors, 5, &notes)),
+            "pagewise evict: note: cachestat missing: mincore used\n\
+             pagewise evict: /data/a\\x0ab: fadvise(DONTNEED) failed: Input/output error (os \
+             error 5)\n\
+             pagewise evict: /data/c: verify (read from disk) failed: differs\n\
+             pagewise evict: ... and 3 more errors\n\
+             pagewise evict: 5 file(s) failed\n"
+        );
+        assert_eq!(text(|w| write_problems(w, "evict", &[], 0, &[])), "");
+    }
+
+    fn assist_report() -> pagewise_core::assist::live::AssistReport {
+        pagewise_core::assist::live::AssistReport {
+            faults: 5000,
+            misses: 1200,
+            faults_on_prefetched: 800,
+            prefetches: 64,
+            prefetches_range: 40,
+            prefetches_sequential: 20,
+            prefetches_stride: 4,
+            prefetched_bytes: 200 << 20,
+            wasted_bytes_estimate: 3 << 20,
+            issue_latency_us_p50: 18.0,
+            issue_latency_us_p90: 55.5,
+            issue_latency_us_p99: 210.125,
+            files: 7,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn assist_summary_line() {
+        assert_eq!(
+            text(|w| write_assist_summary(w, &assist_report())),
+            "pagewise assist: 5000 faults (1200 misses, 800 on prefetched pages); 64 prefetches \
+             (40 range, 20 sequential, 4 stride) of 200 MiB, ~3.0 MiB wasted; fault-to-prefetch \
+             latency p50 18 us, p90 55.5 us, p99 210.125 us; 7 files\n"
+        );
+    }
+
+    #[test]
+    fn assist_summary_names_unreachable_files_and_lost_events() {
+        let r = pagewise_core::assist::live::AssistReport {
+            files_unreachable: 2,
+            lost_events: 9,
+            ..assist_report()
+        };
+        assert_eq!(
+            text(|w| write_assist_summary(w, &r)),
+            "pagewise assist: 5000 faults (1200 misses, 800 on prefetched pages); 64 prefetches \
+             (40 range, 20 sequential, 4 stride) of 200 MiB, ~3.0 MiB wasted; fault-to-prefetch \
+             latency p50 18 us, p90 55.5 us, p99 210.125 us; 7 files (2 unreachable); WARNING: 9 \
+             events lost (raise --buffer-kb)\n"
+        );
     }
 }

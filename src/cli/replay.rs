@@ -1,12 +1,15 @@
 //! `pagewise replay`: re-issue a recorded read set in a chosen order and time it.
 
 use super::args::parse_size_arg;
+use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, path_text};
 use super::trace_io::{load_trace, skipped_note};
 use clap::{Args, ValueEnum};
-use pagewise_core::replay::{self, CompareOptions, Order, ReplayOptions};
+use pagewise_core::replay::{self, CompareOptions, Order, ReplayOptions, ReplayReport};
+use std::io::Write;
 use std::path::PathBuf;
 
+/// The `pagewise replay --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise replay --compare --direct app.trace     all orders, cold, side by side
@@ -67,7 +70,8 @@ pub struct ReplayArgs {
     pub json: bool,
 }
 
-pub fn run(a: ReplayArgs) -> Result<i32, String> {
+/// `pagewise replay`.
+pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let trace = load_trace(&a.trace)?;
     let reports = if a.compare {
         let opts = CompareOptions {
@@ -89,16 +93,23 @@ pub fn run(a: ReplayArgs) -> Result<i32, String> {
         };
         replay::replay(&opts, &()).map(|r| vec![r])
     };
-    let reports = reports.map_err(|e| format!("{}: {e}", path_text(&a.trace)))?;
-    let errors: u64 = reports.iter().map(|r| r.outcome.error_count).sum();
+    let reports = reports.map_err(|e| CliError::about(path_text(&a.trace), e))?;
+    let code = ExitCode::from_errors(reports.iter().map(|r| r.outcome.error_count).sum());
     if a.json {
         render::print_json(&reports);
-        return Ok(render::exit_code(errors));
+        return Ok(code);
     }
     if let Some(r) = reports.first() {
         render::report_problems("replay", &r.outcome.errors, r.outcome.error_count, &[]);
         skipped_note("replay", r.files_missing, &r.skipped);
     }
+    let _ = write_table(&mut std::io::stdout().lock(), &reports);
+    Ok(code)
+}
+
+/// Writes one row per replay (one, or one per order with `--compare`), each timed against the
+/// first.
+fn write_table(w: &mut dyn Write, reports: &[ReplayReport]) -> std::io::Result<()> {
     let base = reports
         .first()
         .map_or(1.0, |r| r.outcome.elapsed_s.max(1e-9));
@@ -107,7 +118,7 @@ pub fn run(a: ReplayArgs) -> Result<i32, String> {
     ]
     .map(String::from)
     .to_vec()];
-    for r in &reports {
+    for r in reports {
         let elapsed = r.outcome.elapsed_s;
         rows.push(vec![
             format!(
@@ -123,6 +134,61 @@ pub fn run(a: ReplayArgs) -> Result<i32, String> {
             format!("{:.2}x", base / elapsed.max(1e-9)),
         ]);
     }
-    print!("{}", render::table(&rows));
-    Ok(render::exit_code(errors))
+    w.write_all(render::table(&rows).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The table, rendered from hand-made reports: no kernel involved.
+    use super::*;
+    use pagewise_core::Outcome;
+
+    fn report(order: Order, depth: usize, elapsed_s: f64) -> ReplayReport {
+        ReplayReport {
+            order,
+            direct: order != Order::Recorded,
+            depth,
+            requests: 120,
+            bytes: 48 << 20,
+            mb_per_s: (48 << 20) as f64 / 1e6 / elapsed_s,
+            files: 9,
+            files_missing: 0,
+            skipped: Vec::new(),
+            outcome: Outcome {
+                elapsed_s,
+                ..Outcome::default()
+            },
+        }
+    }
+
+    fn table(reports: &[ReplayReport]) -> String {
+        let mut out = Vec::new();
+        write_table(&mut out, reports).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn one_replay() {
+        assert_eq!(
+            table(&[report(Order::Disk, 32, 0.25)]),
+            "ORDER          DEPTH  REQUESTS     BYTES     TIME   MB/s  SPEED-UP\n\
+             disk (direct)     32       120  48.0 MiB  0.250 s  201.3     1.00x\n"
+        );
+    }
+
+    #[test]
+    fn compare_times_each_order_against_the_first() {
+        let reports = [
+            report(Order::Recorded, 1, 2.0),
+            report(Order::File, 1, 1.0),
+            report(Order::Disk, 32, 0.4),
+        ];
+        assert_eq!(
+            table(&reports),
+            "ORDER          DEPTH  REQUESTS     BYTES     TIME   MB/s  SPEED-UP\n\
+             recorded           1       120  48.0 MiB  2.000 s   25.2     1.00x\n\
+             file (direct)      1       120  48.0 MiB  1.000 s   50.3     2.00x\n\
+             disk (direct)     32       120  48.0 MiB  0.400 s  125.8     5.00x\n"
+        );
+    }
 }

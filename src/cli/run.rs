@@ -1,12 +1,16 @@
 //! `pagewise run`: run a command and drop again the pages it brings into the page cache.
 
 use super::args::{parse_limit_arg, AssistTuning, BackendArg};
+use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::render::{self, bytes};
 use super::trace_io::{command_error, Signals};
 use clap::Args;
+use pagewise_core::run::{RunOptions, RunReport};
+use std::io::Write;
 use std::path::PathBuf;
 
+/// The `pagewise run --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise run -- tar cf /backup/home.tar /home        the backup leaves the cache as it was
@@ -50,8 +54,8 @@ pub struct RunArgs {
 }
 
 /// `pagewise run`.
-pub fn run(a: RunArgs) -> Result<i32, String> {
-    let opts = pagewise_core::run::RunOptions {
+pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
+    let opts = RunOptions {
         command: a.command,
         max_cache: a.max_cache,
         keep_written: a.keep_written,
@@ -78,22 +82,120 @@ pub fn run(a: RunArgs) -> Result<i32, String> {
     }
     if a.report.is_none() {
         render::report_problems("run", &o.errors, o.error_count, &[]);
-        eprintln!(
-            "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){}{}; {} files, {:.2} s",
-            bytes(r.added_bytes),
-            r.prefetched_bytes.map_or_else(String::new, |p| format!(" and --assist prefetched {}", bytes(p))),
-            bytes(r.dropped_bytes),
-            bytes(r.left_bytes),
-            bytes(r.left_dirty_bytes),
-            bytes(r.left_mapped_or_busy_bytes),
-            if r.kept_written_bytes > 0 { format!(", {} of written files kept", bytes(r.kept_written_bytes)) } else { String::new() },
-            if r.lost_events > 0 { format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events) } else { String::new() },
-            r.files,
-            o.elapsed_s
-        );
-        if let Some(ar) = &r.assist {
-            render::assist_summary(ar);
+        let _ = write_summary(&mut std::io::stderr().lock(), &r);
+    }
+    Ok(ExitCode::Status(r.exit_code))
+}
+
+/// Writes the summary line (what the command brought in, what was dropped and what stayed),
+/// then `--assist`'s line when it ran.
+fn write_summary(w: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
+    let lost = if r.lost_events > 0 {
+        format!(
+            "; WARNING: {} events lost (raise --buffer-kb)",
+            r.lost_events
+        )
+    } else {
+        String::new()
+    };
+    let kept = if r.kept_written_bytes > 0 {
+        format!(", {} of written files kept", bytes(r.kept_written_bytes))
+    } else {
+        String::new()
+    };
+    writeln!(
+        w,
+        "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){kept}{lost}; {} files, {:.2} s",
+        bytes(r.added_bytes),
+        r.prefetched_bytes.map_or_else(String::new, |p| format!(" and --assist prefetched {}", bytes(p))),
+        bytes(r.dropped_bytes),
+        bytes(r.left_bytes),
+        bytes(r.left_dirty_bytes),
+        bytes(r.left_mapped_or_busy_bytes),
+        r.files,
+        r.outcome.elapsed_s
+    )?;
+    if let Some(ar) = &r.assist {
+        render::write_assist_summary(w, ar)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The summary, rendered from hand-made reports: no kernel involved.
+    use super::*;
+    use pagewise_core::assist::live::AssistReport;
+    use pagewise_core::Outcome;
+
+    fn report() -> RunReport {
+        RunReport {
+            exit_code: 0,
+            added_bytes: 96 << 20,
+            dropped_bytes: 95 << 20,
+            left_bytes: 1 << 20,
+            left_dirty_bytes: 768 << 10,
+            left_mapped_or_busy_bytes: 256 << 10,
+            files: 12,
+            outcome: Outcome {
+                elapsed_s: 3.456,
+                ..Outcome::default()
+            },
+            ..RunReport::default()
         }
     }
-    Ok(r.exit_code)
+
+    fn summary(r: &RunReport) -> String {
+        let mut out = Vec::new();
+        write_summary(&mut out, r).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn plain_summary() {
+        assert_eq!(
+            summary(&report()),
+            "pagewise run: the command brought 96.0 MiB into the page cache; dropped 95.0 MiB, \
+             1.0 MiB left (768 KiB dirty, 256 KiB mapped or busy); 12 files, 3.46 s\n"
+        );
+    }
+
+    #[test]
+    fn kept_written_lost_events_and_assist() {
+        let r = RunReport {
+            prefetched_bytes: Some(8 << 20),
+            kept_written_bytes: 4 << 20,
+            lost_events: 3,
+            assist: Some(AssistReport {
+                faults: 100,
+                misses: 40,
+                faults_on_prefetched: 25,
+                prefetches: 9,
+                prefetches_range: 5,
+                prefetches_sequential: 3,
+                prefetches_stride: 1,
+                prefetched_bytes: 8 << 20,
+                wasted_bytes_estimate: 1 << 20,
+                issue_latency_us_p50: 12.5,
+                issue_latency_us_p90: 40.0,
+                issue_latency_us_p99: 95.25,
+                files: 4,
+                files_unreachable: 1,
+                lost_events: 3,
+                outcome: Outcome::default(),
+            }),
+            ..report()
+        };
+        assert_eq!(
+            summary(&r),
+            "pagewise run: the command brought 96.0 MiB into the page cache and --assist \
+             prefetched 8.0 MiB; dropped 95.0 MiB, 1.0 MiB left (768 KiB dirty, 256 KiB mapped or \
+             busy), 4.0 MiB of written files kept; WARNING: 3 events lost (raise --buffer-kb); \
+             12 files, 3.46 s\n\
+             pagewise assist: 100 faults (40 misses, 25 on prefetched pages); 9 prefetches (5 \
+             range, 3 sequential, 1 stride) of 8.0 MiB, ~1.0 MiB wasted; fault-to-prefetch \
+             latency p50 12.5 us, p90 40 us, p99 95.25 us; 4 files (1 unreachable); WARNING: 3 \
+             events lost (raise --buffer-kb)\n"
+        );
+    }
 }

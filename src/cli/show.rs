@@ -1,11 +1,13 @@
 //! `pagewise show`: a recorded trace as text or JSON.
 
+use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::trace_io::{load_trace, write_trace, TraceFormat};
 use clap::{Args, ValueEnum};
 use pagewise_core::trace;
 use std::path::{Path, PathBuf};
 
+/// The `pagewise show --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise show app.trace                    merged runs: time path offset length
@@ -45,11 +47,64 @@ impl From<ShowFormat> for TraceFormat {
     }
 }
 
-pub fn run(a: ShowArgs) -> Result<i32, String> {
+/// `pagewise show`.
+pub fn run(a: ShowArgs) -> Result<ExitCode, CliError> {
     let t = load_trace(&a.trace)?;
     write_trace(&t, a.format.into(), Output::open(Path::new("-"))?)?;
     if !matches!(a.format, ShowFormat::Json) && t.files.iter().any(|f| f.path.is_none()) {
         eprintln!("pagewise show: note: {}", trace::UNNAMED_LEGEND);
     }
-    Ok(0)
+    Ok(ExitCode::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The text views of a hand-made trace: no kernel involved.
+    use super::*;
+    use crate::cli::trace_io::{render_trace, sample_trace};
+
+    fn show(format: ShowFormat) -> String {
+        let mut out = Vec::new();
+        render_trace(&mut out, &sample_trace(), format.into()).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn grouped_merges_contiguous_pages() {
+        assert_eq!(
+            show(ShowFormat::Grouped),
+            "# pagewise trace v1: 5 events, 3 files, 36864 bytes, 0 lost events; command: cat a b\n\
+             # time_s path offset length\n\
+             0.000001 /data/a 0 12288\n\
+             0.000003 /data/new\\x0aline 32768 4096\n\
+             0.000004 /data/a 12288 4096\n\
+             0.000005 <8:1 inode 13> 0 16384\n"
+        );
+    }
+
+    #[test]
+    fn text_has_one_line_per_page() {
+        assert_eq!(
+            show(ShowFormat::Text),
+            "# pagewise trace v1: 5 events, 3 files, 36864 bytes, 0 lost events; command: cat a b\n\
+             # time_s path offset\n\
+             0.000001 /data/a 0\n\
+             0.000002 /data/a 4096\n\
+             0.000002 /data/a 8192\n\
+             0.000003 /data/new\\x0aline 32768\n\
+             0.000004 /data/a 12288\n\
+             0.000005 <8:1 inode 13> 0\n\
+             0.000005 <8:1 inode 13> 4096\n\
+             0.000005 <8:1 inode 13> 8192\n\
+             0.000005 <8:1 inode 13> 12288\n"
+        );
+    }
+
+    #[test]
+    fn json_keeps_the_name_bytes() {
+        let v: serde_json::Value = serde_json::from_str(&show(ShowFormat::Json)).unwrap();
+        assert_eq!(v["files"][1]["path"], "/data/new\nline");
+        assert_eq!(v["files"][2]["path"], serde_json::Value::Null);
+        assert_eq!(v["events"].as_array().unwrap().len(), 5);
+    }
 }

@@ -1,6 +1,7 @@
 //! `pagewise stat`: render the library's StatReport.
 
 use super::args::{OutputArgs, WalkArgs};
+use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
 use pagewise_core::stat::{self, FileStat, StatOptions, StatReport, Totals};
@@ -9,6 +10,7 @@ use std::cmp::Ordering;
 use std::io::Write;
 use std::sync::Mutex;
 
+/// The `pagewise stat --help` epilogue: examples, notes and exit codes.
 pub const EXAMPLES: &str = "\
 Examples:
   pagewise stat                       summary of the current directory
@@ -90,7 +92,8 @@ fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
     o.then_with(|| a.path.cmp(&b.path))
 }
 
-pub fn run(a: StatArgs) -> Result<i32, String> {
+/// `pagewise stat`.
+pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
     let roots = a.walk.roots()?;
     let list = a.files || a.top.is_some() || a.only_cached || a.map.is_some() || a.sort.is_some();
     let key = a.sort.unwrap_or(if a.top.is_some() {
@@ -137,21 +140,21 @@ pub fn run(a: StatArgs) -> Result<i32, String> {
         on_file: Some(on_file),
         cancel: None,
     };
-    let report = stat::stat(&opts, &observer).map_err(|e| e.to_string())?;
+    let report = stat::stat(&opts, &observer)?;
     let mut files = keep.into_inner().unwrap();
     files.sort_by(|x, y| compare(key, x, y));
     if let Some(n) = top {
         files.truncate(n);
     }
-    let code = render::exit_code(report.outcome.error_count);
+    let code = ExitCode::from_outcome(&report.outcome);
     if stream {
         render::print_stream_end(&report.outcome.errors, &report);
         return Ok(code);
     }
     if a.out.json {
-        let mut v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
+        let mut v = serde_json::to_value(&report)?;
         if list {
-            v["files"] = serde_json::to_value(&files).map_err(|e| e.to_string())?;
+            v["files"] = serde_json::to_value(&files)?;
         }
         render::print_json(&v);
         return Ok(code);

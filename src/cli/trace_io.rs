@@ -1,12 +1,14 @@
 //! Trace files and trace-driven reports, shared by `record`, `show`, `replay`, `run`,
 //! `evict --trace` and `load --trace`.
 
+use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::render::{self, bytes, path_text};
 use clap::ValueEnum;
 use pagewise_core::trace::{self, SkippedFile, Trace};
 use pagewise_core::trace_cache::{self, TraceCacheReport, TraceEvictOptions, TraceLoadOptions};
 use pagewise_core::Observer;
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -24,21 +26,26 @@ pub enum TraceFormat {
 }
 
 /// Reads and validates a trace file.
-pub fn load_trace(path: &Path) -> Result<Trace, String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: read failed: {e}", path_text(path)))?;
-    Trace::from_bytes(&data).map_err(|e| format!("{}: {e}", path_text(path)))
+pub fn load_trace(path: &Path) -> Result<Trace, CliError> {
+    let data = std::fs::read(path).map_err(|e| CliError::file(path_text(path), "read", e))?;
+    Trace::from_bytes(&data).map_err(|e| CliError::about(path_text(path), e))
 }
 
 /// Writes a trace in `format` to an output opened beforehand.
-pub fn write_trace(t: &Trace, format: TraceFormat, out: Output) -> Result<(), String> {
-    out.write(|w| match format {
+pub fn write_trace(t: &Trace, format: TraceFormat, out: Output) -> Result<(), CliError> {
+    out.write(|w| render_trace(w, t, format))
+}
+
+/// Writes a trace in `format`: the binary file, text per page or grouped, or JSON.
+pub fn render_trace(w: &mut dyn Write, t: &Trace, format: TraceFormat) -> std::io::Result<()> {
+    match format {
         TraceFormat::Binary => w.write_all(&t.to_bytes()),
         TraceFormat::Text => trace::write_text(t, false, w),
         TraceFormat::Grouped => trace::write_text(t, true, w),
         TraceFormat::Json => serde_json::to_writer_pretty(&mut *w, t)
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(w)),
-    })
+    }
 }
 
 /// The observer of `record`, `run` and `assist -p`: cancelled once pagewise received SIGINT
@@ -55,30 +62,43 @@ impl Observer for Signals {
 
 /// A library error of `record` / `run`: the message, and the exit status a shell would give
 /// (127 / 126 when the command could not be started).
-pub fn command_error(verb: &str, e: pagewise_core::Error) -> i32 {
+pub fn command_error(verb: &str, e: pagewise_core::Error) -> ExitCode {
     eprintln!("pagewise {verb}: {e}");
-    e.exit_code()
+    ExitCode::from_error(&e)
 }
 
-/// Notes the traced files that were skipped, each with its reason.
+/// Notes the traced files that were skipped, each with its reason (on stderr).
 pub fn skipped_note(verb: &str, count: u64, skipped: &[SkippedFile]) {
+    let _ = write_skipped(&mut std::io::stderr().lock(), verb, count, skipped);
+}
+
+/// Writes the note on skipped traced files: how many, then each listed one with its reason.
+/// Nothing when none were.
+pub fn write_skipped(
+    w: &mut dyn Write,
+    verb: &str,
+    count: u64,
+    skipped: &[SkippedFile],
+) -> std::io::Result<()> {
     if count == 0 {
-        return;
+        return Ok(());
     }
-    eprintln!("pagewise {verb}: note: {count} traced file(s) skipped:");
+    writeln!(w, "pagewise {verb}: note: {count} traced file(s) skipped:")?;
     for s in skipped {
-        eprintln!("pagewise {verb}:   {}: {}", path_text(&s.path), s.reason);
+        writeln!(w, "pagewise {verb}:   {}: {}", path_text(&s.path), s.reason)?;
     }
     if count > skipped.len() as u64 {
-        eprintln!(
+        writeln!(
+            w,
             "pagewise {verb}:   ... and {} more",
             count - skipped.len() as u64
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// `evict --trace`: drops exactly the pages recorded in the trace at `path`.
-pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<i32, String> {
+pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, CliError> {
     let trace = load_trace(path)?;
     let r = trace_cache::evict_trace(&TraceEvictOptions { trace, dry_run }, &());
     cache_verb("evict", path, json, r)
@@ -86,43 +106,167 @@ pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<i32, Str
 
 /// `load --trace`: loads exactly the pages recorded in the trace at `path`, `depth` reads in
 /// flight.
-pub fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<i32, String> {
+pub fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<ExitCode, CliError> {
     let trace = load_trace(path)?;
     let r = trace_cache::load_trace(&TraceLoadOptions { trace, depth }, &());
     cache_verb("load", path, json, r)
 }
 
-/// Renders the report of `evict --trace` / `load --trace`.
+/// Renders the report of `evict --trace` / `load --trace`: JSON, or the problems and notes
+/// on stderr and the summary on stdout.
 fn cache_verb(
     verb: &str,
     path: &Path,
     json: bool,
     r: Result<TraceCacheReport, pagewise_core::Error>,
-) -> Result<i32, String> {
-    let r = r.map_err(|e| format!("{}: {e}", path_text(path)))?;
+) -> Result<ExitCode, CliError> {
+    let r = r.map_err(|e| CliError::about(path_text(path), e))?;
     let o = &r.outcome;
     if json {
         render::print_json(&r);
-    } else {
-        render::report_problems(verb, &o.errors, o.error_count, &[]);
-        skipped_note(verb, r.files_missing, &r.skipped);
-        println!(
-            "{} traced ranges in {} files ({} skipped): {} traced, cached {} before, {} after{}, {:.3} s",
-            r.ranges,
-            r.files,
-            r.files_missing,
-            bytes(r.bytes),
-            render::partial_bytes(r.cached_bytes_before, r.files, r.unknown_files),
-            render::partial_bytes(r.cached_bytes_after, r.files, r.unknown_files),
-            if r.dry_run { " (dry run: nothing dropped)" } else { "" },
-            o.elapsed_s
+        return Ok(ExitCode::from_outcome(o));
+    }
+    render::report_problems(verb, &o.errors, o.error_count, &[]);
+    skipped_note(verb, r.files_missing, &r.skipped);
+    let _ = write_cache_summary(&mut std::io::stdout().lock(), &r);
+    if let Some(why) = r.unknown_reason {
+        eprintln!(
+            "pagewise {verb}: note: {} of {} files: residency unknown (figures marked >= leave them out): {why}",
+            r.unknown_files, r.files
         );
-        if let Some(why) = r.unknown_reason {
-            eprintln!(
-                "pagewise {verb}: note: {} of {} files: residency unknown (figures marked >= leave them out): {why}",
-                r.unknown_files, r.files
-            );
+    }
+    Ok(ExitCode::from_outcome(o))
+}
+
+/// Writes the summary line of `evict --trace` / `load --trace`: ranges, files, bytes traced,
+/// cached before and after.
+pub fn write_cache_summary(w: &mut dyn Write, r: &TraceCacheReport) -> std::io::Result<()> {
+    writeln!(
+        w,
+        "{} traced ranges in {} files ({} skipped): {} traced, cached {} before, {} after{}, {:.3} s",
+        r.ranges,
+        r.files,
+        r.files_missing,
+        bytes(r.bytes),
+        render::partial_bytes(r.cached_bytes_before, r.files, r.unknown_files),
+        render::partial_bytes(r.cached_bytes_after, r.files, r.unknown_files),
+        if r.dry_run { " (dry run: nothing dropped)" } else { "" },
+        r.outcome.elapsed_s
+    )
+}
+
+/// A small hand-made trace for the renderers' tests: a named file, a name with a newline in
+/// it, and a file recorded without a path.
+#[cfg(test)]
+pub fn sample_trace() -> Trace {
+    use pagewise_core::trace::{Event, TraceFile};
+    let file = |ino: u64, path: Option<&str>| TraceFile {
+        dev_major: 8,
+        dev_minor: 1,
+        ino,
+        size: 1 << 20,
+        path: path.map(String::from),
+        path_bytes: path.map(|p| p.as_bytes().to_vec()),
+        deleted: false,
+    };
+    let event = |ts_ns: u64, file: u32, index: u64, pages: u32| Event {
+        ts_ns,
+        file,
+        pid: 42,
+        index,
+        pages,
+    };
+    Trace {
+        page_size: 4096,
+        duration_ns: 1_500_000_000,
+        command: vec!["cat".into(), "a b".into()],
+        files: vec![
+            file(11, Some("/data/a")),
+            file(12, Some("/data/new\nline")),
+            file(13, None),
+        ],
+        events: vec![
+            event(1_000, 0, 0, 1),
+            event(2_000, 0, 1, 2),
+            event(3_000, 1, 8, 1),
+            event(4_000, 0, 3, 1),
+            event(5_000, 2, 0, 4),
+        ],
+        ..Trace::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The trace-driven reports, rendered from hand-made ones: no kernel involved.
+    use super::*;
+    use pagewise_core::trace::SkipReason;
+    use pagewise_core::Outcome;
+
+    fn text(f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> String {
+        let mut out = Vec::new();
+        f(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn report(dry_run: bool, unknown_files: u64) -> TraceCacheReport {
+        TraceCacheReport {
+            dry_run,
+            files: 3,
+            files_missing: 1,
+            ranges: 7,
+            bytes: 3 << 20,
+            cached_bytes_before: 2 << 20,
+            cached_bytes_after: 4096,
+            unknown_files,
+            outcome: Outcome {
+                elapsed_s: 0.0125,
+                ..Outcome::default()
+            },
+            ..TraceCacheReport::default()
         }
     }
-    Ok(render::exit_code(o.error_count))
+
+    #[test]
+    fn cache_summary_after_evict() {
+        assert_eq!(
+            text(|w| write_cache_summary(w, &report(false, 0))),
+            "7 traced ranges in 3 files (1 skipped): 3.0 MiB traced, cached 2.0 MiB before, \
+             4.0 KiB after, 0.013 s\n"
+        );
+    }
+
+    #[test]
+    fn cache_summary_dry_run_with_unknown_files() {
+        assert_eq!(
+            text(|w| write_cache_summary(w, &report(true, 1))),
+            "7 traced ranges in 3 files (1 skipped): 3.0 MiB traced, cached >=2.0 MiB before, \
+             >=4.0 KiB after (dry run: nothing dropped), 0.013 s\n"
+        );
+    }
+
+    #[test]
+    fn skipped_files_are_listed_with_their_reason_and_the_rest_counted() {
+        let skipped = vec![
+            SkippedFile {
+                path: "<0:5 inode 9>".into(),
+                reason: SkipReason::NotMounted {
+                    dev_major: 0,
+                    dev_minor: 5,
+                },
+            },
+            SkippedFile {
+                path: "/data/gone\tx".into(),
+                reason: SkipReason::Gone,
+            },
+        ];
+        assert_eq!(
+            text(|w| write_skipped(w, "replay", 5, &skipped)),
+            "pagewise replay: note: 5 traced file(s) skipped:\n\
+             pagewise replay:   <0:5 inode 9>: recorded without a path: device 0:5 is not mounted anywhere (an internal filesystem: pipes, sockets, memfd or anonymous shared memory), so there is no file to read\n\
+             pagewise replay:   /data/gone\\x09x: gone: deleted since it was recorded\n\
+             pagewise replay:   ... and 3 more\n"
+        );
+        assert_eq!(text(|w| write_skipped(w, "replay", 0, &[])), "");
+    }
 }
