@@ -215,14 +215,14 @@ impl AssistTuning {
 
 /// Parses a size (`4M`, `64K`, `1G`, bytes without a suffix) for clap.
 pub fn parse_size_arg(s: &str) -> Result<u64, String> {
-    parse_size(s)
+    parse_size(s).map_err(|e| e.to_string())
 }
 
 /// A size, or `none`/`off`/`unlimited` for no limit.
 pub fn parse_limit_arg(s: &str) -> Result<u64, String> {
     match s {
         "none" | "off" | "unlimited" => Ok(u64::MAX),
-        _ => parse_size(s),
+        _ => parse_size(s).map_err(|e| e.to_string()),
     }
 }
 

@@ -22,10 +22,10 @@ pub struct ByteRange {
 
 impl ByteRange {
     /// Parses `START-END`, `START-` or `-END` with optional K/M/G/T (binary) suffixes.
-    pub fn parse(s: &str) -> Result<ByteRange, String> {
+    pub fn parse(s: &str) -> Result<ByteRange, ParseError> {
         let (a, b) = s
             .split_once('-')
-            .ok_or_else(|| format!("range '{s}' must look like START-END, START- or -END"))?;
+            .ok_or_else(|| ParseError::RangeShape(s.to_string()))?;
         let start = if a.is_empty() { 0 } else { parse_size(a)? };
         let end = if b.is_empty() {
             None
@@ -34,7 +34,7 @@ impl ByteRange {
         };
         if let Some(e) = end {
             if e <= start {
-                return Err(format!("range '{s}': end must be after start"));
+                return Err(ParseError::RangeOrder(s.to_string()));
             }
         }
         Ok(ByteRange { start, end })
@@ -64,8 +64,25 @@ impl ByteRange {
     }
 }
 
+/// Why a size or a range could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// A suffix other than K, M, G, T, P (optionally followed by `iB` or `B`).
+    #[error("unknown size unit in '{0}'")]
+    UnknownUnit(String),
+    /// Not a non-negative number.
+    #[error("'{0}' is not a size")]
+    NotASize(String),
+    /// A range without its `-`.
+    #[error("range '{0}' must look like START-END, START- or -END")]
+    RangeShape(String),
+    /// A range whose end is not after its start.
+    #[error("range '{0}': end must be after start")]
+    RangeOrder(String),
+}
+
 /// Parses `4096`, `64K`, `1.5G`, `2MiB` (binary units; B optional).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, ParseError> {
     let t = s.trim();
     let t = t
         .strip_suffix("iB")
@@ -79,15 +96,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
                 'G' => 1 << 30,
                 'T' => 1 << 40,
                 'P' => 1 << 50,
-                _ => return Err(format!("unknown size unit in '{s}'")),
+                _ => return Err(ParseError::UnknownUnit(s.to_string())),
             };
             (&t[..t.len() - 1], m)
         }
         _ => (t, 1),
     };
-    let v: f64 = num.parse().map_err(|_| format!("'{s}' is not a size"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| ParseError::NotASize(s.to_string()))?;
     if v.is_nan() || v < 0.0 {
-        return Err(format!("'{s}' is not a size"));
+        return Err(ParseError::NotASize(s.to_string()));
     }
     Ok((v * mult as f64) as u64)
 }

@@ -11,14 +11,16 @@ use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, DirReader, DirentType, OpenFlags, Stat};
 use crate::verb::{Observer, Tally};
 use filter::{build_globs, Filter};
+use queue::{Ancestors, Counters, DirJob, Job, OpenDir, Place, Queue};
 
 mod filter;
+mod queue;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
 
 /// How to walk. Built by the CLI from its flags.
@@ -140,108 +142,6 @@ pub struct WalkSummary {
     /// Indexes of the roots that could not be walked at all (their error is in the log).
     #[serde(skip)]
     pub failed_roots: Vec<usize>,
-}
-
-#[derive(Default)]
-struct Counters {
-    files: AtomicU64,
-    dirs: AtomicU64,
-    special: AtomicU64,
-    symlinks: AtomicU64,
-    hardlinks: AtomicU64,
-    vanished: AtomicU64,
-    other_fs: AtomicU64,
-    filtered: AtomicU64,
-    failed_roots: Mutex<Vec<usize>>,
-}
-
-impl Counters {
-    fn summary(&self) -> WalkSummary {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        WalkSummary {
-            files: g(&self.files),
-            dirs: g(&self.dirs),
-            special_skipped: g(&self.special),
-            symlinks_skipped: g(&self.symlinks),
-            hardlinks_skipped: g(&self.hardlinks),
-            vanished: g(&self.vanished),
-            other_fs_skipped: g(&self.other_fs),
-            filtered: g(&self.filtered),
-            failed_roots: self.failed_roots.lock().unwrap().clone(),
-        }
-    }
-}
-
-/// A directory to read.
-struct DirJob {
-    path: PathBuf,
-    /// Its path below the root (what globs match).
-    rel: PathBuf,
-    depth: usize,
-    root: usize,
-    root_dev: u64,
-    /// (dev, ino) of the directories above it, with `follow`: a loop is met again here.
-    ancestors: Arc<Vec<(u64, u64)>>,
-}
-
-/// Where a directory sits: its depth below its root, the root's index and device.
-#[derive(Clone, Copy)]
-struct Place {
-    depth: usize,
-    root: usize,
-    root_dev: u64,
-}
-
-/// A directory opened for reading, shared by the batch jobs its files are split into.
-struct OpenDir {
-    fd: Arc<OwnedFd>,
-    path: Arc<PathBuf>,
-    rel: Arc<PathBuf>,
-}
-
-enum Job {
-    Dir(DirJob),
-    Files {
-        dir: Arc<OwnedFd>,
-        path: Arc<PathBuf>,
-        rel: Arc<PathBuf>,
-        names: Vec<CString>,
-        root: usize,
-    },
-}
-
-struct Queue {
-    state: Mutex<(Vec<Job>, usize)>,
-    cv: Condvar,
-}
-
-impl Queue {
-    fn push(&self, job: Job) {
-        self.state.lock().unwrap().0.push(job);
-        self.cv.notify_one();
-    }
-    /// Takes a job, marking the taker active; None when no job is left and nobody can add one.
-    fn pop(&self) -> Option<Job> {
-        let mut g = self.state.lock().unwrap();
-        loop {
-            if let Some(j) = g.0.pop() {
-                g.1 += 1;
-                return Some(j);
-            }
-            if g.1 == 0 {
-                self.cv.notify_all();
-                return None;
-            }
-            g = self.cv.wait(g).unwrap();
-        }
-    }
-    fn done(&self) {
-        let mut g = self.state.lock().unwrap();
-        g.1 -= 1;
-        if g.1 == 0 && g.0.is_empty() {
-            self.cv.notify_all();
-        }
-    }
 }
 
 /// Files per batch job when a directory is split.
@@ -457,7 +357,7 @@ where
     /// Opens a directory to read: None when it vanished, failed, is on another filesystem
     /// (`one_file_system`), or was met before through a symlink (`follow`). Returns its
     /// descriptor and the ancestors its subdirectories check for loops.
-    fn enter_dir(&self, job: &DirJob) -> Option<(OwnedFd, Arc<Vec<(u64, u64)>>)> {
+    fn enter_dir(&self, job: &DirJob) -> Option<(OwnedFd, Ancestors)> {
         let flags = OpenFlags {
             directory: true,
             nofollow: job.depth > 0 && !self.opts.follow,
@@ -538,14 +438,7 @@ where
     }
 
     /// A subdirectory: excluded by a glob (counted), or queued when `descend`.
-    fn subdir(
-        &self,
-        dir: &OpenDir,
-        name: &CStr,
-        at: Place,
-        ancestors: &Arc<Vec<(u64, u64)>>,
-        descend: bool,
-    ) {
+    fn subdir(&self, dir: &OpenDir, name: &CStr, at: Place, ancestors: &Ancestors, descend: bool) {
         let child_rel = dir.rel.join(sys::name_os(name));
         if self.filter.excluded(&child_rel, name) {
             self.counters.filtered.fetch_add(1, Ordering::Relaxed);

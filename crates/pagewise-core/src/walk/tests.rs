@@ -28,9 +28,14 @@ fn walks_tree_skips_specials_and_dedupes_hardlinks() {
     fs::write(r.join("a/b/c/y"), b"y").unwrap();
     fs::hard_link(r.join("a/x"), r.join("a/b/x2")).unwrap();
     std::os::unix::fs::symlink(r.join("a"), r.join("link")).unwrap();
-    let fifo = CString::new(r.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: test-only mkfifo on a temp path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        r.join("fifo"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
     let (files, s, errs) = collect(&[r.to_path_buf()], &WalkOptions::default());
     assert_eq!(files.len(), 2, "{files:?}");
     assert_eq!(s.hardlinks_skipped, 1);
