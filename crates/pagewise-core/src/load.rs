@@ -15,7 +15,7 @@ use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method};
 use crate::sys::{self, Advice, LockedMapping};
 use crate::verb::{rate, Observer, Outcome, Tally};
-use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
+use crate::walk::{self, Batched, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -190,7 +190,9 @@ struct Ctx<'a> {
     lock_blocked: AtomicBool,
 }
 
-impl Ctx<'_> {
+impl Batched for Ctx<'_> {
+    type Local = Local;
+
     fn visit(&self, local: &mut Local, f: FileRef<'_>) {
         let (off, len) = self.opts.range.clamp(f.stat.size);
         let before = match self.meter.measure(&f, self.opts.range) {
@@ -266,7 +268,9 @@ impl Ctx<'_> {
             }
         }
     }
+}
 
+impl Ctx<'_> {
     fn read_range(&self, local: &mut Local, path: &Path, fd: &OwnedFd, off: u64, len: u64) -> bool {
         if local.buf.len() < READ_BUF {
             local.buf = vec![0; READ_BUF];
@@ -412,15 +416,13 @@ pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport
     };
     let total = Mutex::new(LoadTotals::default());
     let locks = Mutex::new(LockSet::default());
-    let summary = walk::walk(
+    let summary = walk::walk_batched(
         &opts.roots,
         &opts.walk,
         &ctx.tally,
         observer,
-        Local::default,
-        |local, f| ctx.visit(local, f),
+        &ctx,
         |mut local| {
-            ctx.drain(&mut local);
             total.lock().unwrap().merge(&local.totals);
             locks.lock().unwrap().maps.append(&mut local.locks);
         },

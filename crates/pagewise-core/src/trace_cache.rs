@@ -178,13 +178,11 @@ pub fn evict_trace(
 ) -> Result<TraceCacheReport, crate::Error> {
     opts.validate()?;
     let trace = &opts.trace;
-    let files = OpenFiles::open(trace, false);
-    let ranges = file_ranges(trace, 0);
+    let (files, ranges, before) = open_traced(trace);
     let tally = Tally::new();
     for e in &files.errors {
         tally.error(e.clone());
     }
-    let before = traced_cached(&files, &ranges);
     if !opts.dry_run {
         drop_ranges(trace, &files, &ranges, &tally, observer);
     }
@@ -209,10 +207,8 @@ pub fn load_trace(
 ) -> Result<TraceCacheReport, crate::Error> {
     opts.validate()?;
     let trace = &opts.trace;
-    let files = OpenFiles::open(trace, false);
-    let ranges = file_ranges(trace, 0);
+    let (files, ranges, before) = open_traced(trace);
     let tally = Tally::new();
-    let before = traced_cached(&files, &ranges);
     let settings = Settings {
         order: Order::Disk,
         direct: false,
@@ -228,6 +224,15 @@ pub fn load_trace(
         tally.interrupt();
     }
     Ok(cache_report(&files, &ranges, before, tally))
+}
+
+/// What both trace-driven verbs start from: the traced files opened, their page ranges, and
+/// what of those is cached now.
+fn open_traced(trace: &Trace) -> (OpenFiles, Vec<(u32, u64, u64)>, Cached) {
+    let files = OpenFiles::open(trace, false);
+    let ranges = file_ranges(trace, 0);
+    let before = traced_cached(&files, &ranges);
+    (files, ranges, before)
 }
 
 /// The report: the ranges measured again, against `before`.

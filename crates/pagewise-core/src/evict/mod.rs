@@ -13,7 +13,7 @@ use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method, Residency};
 use crate::sys::{self, Advice};
 use crate::verb::{FileResult, Observer, Outcome, Tally};
-use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
+use crate::walk::{self, Batched, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
@@ -197,7 +197,9 @@ struct Ctx<'a> {
     observer: &'a dyn Observer,
 }
 
-impl Ctx<'_> {
+impl Batched for Ctx<'_> {
+    type Local = Local;
+
     fn visit(&self, local: &mut Local, f: FileRef<'_>) {
         if self.opts.owned && f.stat.uid != sys::euid() {
             local.totals.not_owned_skipped += 1;
@@ -271,7 +273,9 @@ impl Ctx<'_> {
             );
         }
     }
+}
 
+impl Ctx<'_> {
     #[allow(clippy::too_many_arguments)]
     fn advise(
         &self,
@@ -442,15 +446,13 @@ pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictRep
         observer,
     };
     let merged = Mutex::new(Local::default());
-    let summary = walk::walk(
+    let summary = walk::walk_batched(
         &opts.roots,
         &opts.walk,
         &ctx.tally,
         observer,
-        Local::default,
-        |local, f| ctx.visit(local, f),
-        |mut local| {
-            ctx.drain(&mut local);
+        &ctx,
+        |local| {
             let mut m = merged.lock().unwrap();
             merge_totals(&mut m.totals, &local.totals);
             let room = MAX_RESIDUE.saturating_sub(m.residue.len());

@@ -225,6 +225,41 @@ where
     Ok(w.counters.summary())
 }
 
+/// A verb that handles files in per-thread batches: evict waits for write-back once per
+/// batch, load for the batch's readahead.
+pub trait Batched: Sync {
+    /// A worker thread's batch and sums.
+    type Local: Default;
+    /// Handles one file (or queues it in the batch).
+    fn visit(&self, local: &mut Self::Local, f: FileRef<'_>);
+    /// Finishes what the batch still holds.
+    fn drain(&self, local: &mut Self::Local);
+}
+
+/// [`walk`] for a [`Batched`] verb: each thread's batch is drained at its end, then handed
+/// to `merge`.
+pub fn walk_batched<B: Batched>(
+    roots: &[PathBuf],
+    opts: &WalkOptions,
+    tally: &Tally,
+    observer: &dyn Observer,
+    verb: &B,
+    merge: impl Fn(B::Local) + Sync,
+) -> Result<WalkSummary, crate::Error> {
+    walk(
+        roots,
+        opts,
+        tally,
+        observer,
+        B::Local::default,
+        |local, f| verb.visit(local, f),
+        |mut local| {
+            verb.drain(&mut local);
+            merge(local)
+        },
+    )
+}
+
 impl<S, V> Walker<'_, S, V>
 where
     V: Fn(&mut S, FileRef<'_>) + Sync,
