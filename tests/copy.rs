@@ -576,3 +576,81 @@ fn without_preserve_mode_is_the_sources_less_umask_and_no_set_id_bits() {
         assert_eq!(fs::read(dst.join(name)).unwrap(), vec![7u8; 5000]);
     }
 }
+
+/// Every file type with -p: FIFO, socket and char device recreated (never opened), symlinks
+/// (a dangling one too) with their own times, a directory's xattr and default ACL kept — rsync
+/// -naHAXc --itemize-changes --specials --devices then finds nothing to change.
+#[test]
+fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
+    if !require_root("mknod of a character device")
+        || !require(
+            Command::new("rsync").arg("--version").output().is_ok(),
+            "rsync (apt package rsync)",
+        )
+        || !require(
+            Command::new("setfacl").arg("--version").output().is_ok(),
+            "setfacl (apt package acl)",
+        )
+    {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    let sub = src.join("sub");
+    fs::create_dir_all(&sub).unwrap();
+    write_file(&src.join("data"), 10_000);
+    sys::mknod(&src.join("fifo"), sys::NodeKind::Fifo, 0o640, 0).unwrap();
+    sys::mknod(&src.join("sock"), sys::NodeKind::Socket, 0o600, 0).unwrap();
+    // Device 1:3 as a source node only: nothing opens or writes it.
+    let dev = libc::makedev(1, 3);
+    sys::mknod(&src.join("chr"), sys::NodeKind::CharDevice, 0o600, dev).unwrap();
+    std::os::unix::fs::symlink("data", src.join("lnk")).unwrap();
+    std::os::unix::fs::symlink("nowhere", src.join("dangling")).unwrap();
+    for p in ["lnk", "dangling", "fifo", "sock", "chr"] {
+        sys::set_times_nofollow(&src.join(p), (1_500_000_000, 0), (1_600_000_000, 123)).unwrap();
+    }
+    let x = Command::new("setfattr")
+        .args(["-n", "user.origin", "-v", "test"])
+        .arg(&sub)
+        .status()
+        .unwrap();
+    assert!(x.success());
+    let a = Command::new("setfacl")
+        .args(["-d", "-m", "u:65534:rx"])
+        .arg(&sub)
+        .status()
+        .unwrap();
+    assert!(a.success());
+    let dst = t.path().join("dst");
+    let out = run(bin().args(["copy", "-p", "--json"]).arg(&src).arg(&dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["specials"], 3, "{v}");
+    let ft = |p: &str| fs::symlink_metadata(dst.join(p)).unwrap();
+    use std::os::unix::fs::FileTypeExt;
+    assert!(ft("fifo").file_type().is_fifo());
+    assert!(ft("sock").file_type().is_socket());
+    assert!(ft("chr").file_type().is_char_device());
+    assert_eq!(ft("chr").rdev(), dev);
+    assert_eq!(
+        (ft("lnk").mtime(), ft("lnk").mtime_nsec()),
+        (1_600_000_000, 123)
+    );
+    let itemize = Command::new("rsync")
+        .args(["-naHAXc", "--itemize-changes", "--specials", "--devices"])
+        .arg(format!("{}/", src.display()))
+        .arg(format!("{}/", dst.display()))
+        .output()
+        .unwrap();
+    assert!(itemize.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&itemize.stdout),
+        "",
+        "rsync finds differences after copy -p"
+    );
+    assert!(leftovers(&dst).is_empty());
+}

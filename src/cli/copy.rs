@@ -183,12 +183,17 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
     };
     writeln!(
         w,
-        "copied {} files ({}), {} dirs, {} symlinks, {} hard links in {:.2} s, {}/s via {}; cache left: source +{} ({:.1}%), destination {} ({:.1}%){}",
+        "copied {} files ({}), {} dirs, {} symlinks, {} hard links{} in {:.2} s, {}/s via {}; cache left: source +{} ({:.1}%), destination {} ({:.1}%){}",
         report.files,
         bytes(report.bytes),
         report.dirs,
         report.symlinks,
         report.hardlinks,
+        if report.specials > 0 {
+            format!(", {} special files", report.specials)
+        } else {
+            String::new()
+        },
         o.elapsed_s,
         bytes(report.rate_bytes_per_s as u64),
         if strategies.is_empty() { "-".into() } else { strategies },

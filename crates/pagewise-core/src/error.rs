@@ -96,6 +96,8 @@ pub enum Op {
     Mkdir,
     /// `symlink`
     Symlink,
+    /// `mknod`
+    Mknod,
     /// `link`
     Link,
     /// `linkat`
@@ -169,6 +171,7 @@ impl Op {
             Op::Fsync => "fsync",
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",
+            Op::Mknod => "mknod",
             Op::Link => "link",
             Op::Linkat => "linkat",
             Op::Rename => "rename",

@@ -254,6 +254,7 @@ impl Ctx<'_> {
                 continue;
             };
             if opts.preserve {
+                self.dir_xattrs(&d.src, &f);
                 let times = fs::FileTimes::new()
                     .set_accessed(d.meta.accessed().unwrap_or(SystemTime::now()))
                     .set_modified(d.meta.modified().unwrap_or(UNIX_EPOCH));
@@ -261,6 +262,27 @@ impl Ctx<'_> {
             }
             if opts.fsync {
                 let _ = f.sync_all();
+            }
+        }
+    }
+
+    /// With `preserve`: a directory's extended attributes (its ACLs, default ACLs included).
+    fn dir_xattrs(&self, src: &Path, dst: &fs::File) {
+        let Ok(s) = fs::File::open(src) else {
+            return; // it was read a moment ago; gone now: nothing to keep
+        };
+        match sys::xattrs(s.as_fd()) {
+            Ok(list) => self.put_xattrs(dst, &list),
+            Err(e) => self.tally.error(FileError::io(src, Op::Flistxattr, &e)),
+        }
+    }
+
+    /// Sets `list` on `dst`; a namespace the destination does not take is a notice.
+    fn put_xattrs(&self, dst: &fs::File, list: &[(std::ffi::CString, Vec<u8>)]) {
+        for (name, value) in list {
+            if let Err(e) = sys::set_xattr(dst.as_fd(), name, value) {
+                self.tally
+                    .notice(format!("some extended attributes could not be kept: {e}"));
             }
         }
     }

@@ -155,8 +155,8 @@ pub struct CopyReport {
     pub symlinks: u64,
     /// Hard links recreated as hard links.
     pub hardlinks: u64,
-    /// FIFOs, sockets and devices: not copied.
-    pub special_skipped: u64,
+    /// FIFOs, sockets and devices recreated (a node that could not be made is an error).
+    pub specials: u64,
     /// Logical bytes of the copied files.
     pub bytes: u64,
     /// Bytes actually moved (sparse holes excluded).
@@ -318,7 +318,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         dirs: planned.dirs.len() as u64,
         symlinks: planned.symlinks,
         hardlinks,
-        special_skipped: planned.special,
+        specials: planned.special,
         bytes: m.bytes,
         data_bytes: m.data_bytes,
         rate_bytes_per_s: verb::rate(m.data_bytes, elapsed),

@@ -24,6 +24,8 @@ pub(super) struct FileTask {
 
 /// A directory the copy made or entered: its mode and times are set last, after its contents.
 pub(super) struct DirTask {
+    /// The source directory (its extended attributes are copied with `preserve`).
+    pub src: PathBuf,
     pub dst: PathBuf,
     pub meta: fs::Metadata,
 }
@@ -35,7 +37,7 @@ pub(super) struct Planned {
     /// Hard links to make once their first name is copied: `(first name, other name)`.
     pub deferred_links: Vec<(PathBuf, PathBuf)>,
     pub symlinks: u64,
-    /// FIFOs, sockets and devices met in the trees (not copied).
+    /// FIFOs, sockets and devices recreated.
     pub special: u64,
     /// The top-level destinations of the sources that were not refused.
     pub copied_to: Vec<PathBuf>,
@@ -133,11 +135,49 @@ impl Planner<'_> {
         } else if ft.is_file() {
             self.file(src, dst, &meta)
         } else {
-            self.out.special += 1;
-            self.ctx
-                .tally
-                .notice("FIFOs, sockets and devices are not copied");
+            self.special(src, dst, &meta)
         }
+    }
+
+    /// Recreates a FIFO, socket or device node (never opened: it could block or be a
+    /// device), under a temporary name renamed over `dst`, as `cp -a` and `rsync --specials
+    /// --devices` do. With `preserve`: owner (root), mode and times.
+    fn special(&mut self, src: &Path, dst: &Path, meta: &fs::Metadata) {
+        let Some(kind) = sys::NodeKind::of_mode(meta.mode()) else {
+            return self.ctx.tally.error(FileError::other(
+                src,
+                Op::Copy,
+                "unknown file type: not copied",
+            ));
+        };
+        let tmp = self.ctx.temp_name(dst);
+        let r = sys::mknod(&tmp, kind, meta.mode() & 0o777, meta.rdev())
+            .and_then(|_| self.node_meta(&tmp, meta))
+            .and_then(|_| fs::rename(&tmp, dst));
+        if let Err(e) = r {
+            let _ = fs::remove_file(&tmp);
+            return self.ctx.tally.error(FileError::io(dst, Op::Mknod, &e));
+        }
+        self.out.special += 1;
+    }
+
+    /// With `preserve`: a special file's or symlink's owner (when root), mode (not for
+    /// symlinks, which have none of their own) and times, all without following or opening it.
+    fn node_meta(&self, path: &Path, meta: &fs::Metadata) -> io::Result<()> {
+        if !self.ctx.opts.preserve {
+            return Ok(());
+        }
+        if self.ctx.is_root {
+            std::os::unix::fs::lchown(path, Some(meta.uid()), Some(meta.gid()))?;
+        }
+        if !meta.file_type().is_symlink() {
+            fs::set_permissions(path, fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        }
+        sys::set_times_nofollow(
+            path,
+            (meta.atime(), meta.atime_nsec()),
+            (meta.mtime(), meta.mtime_nsec()),
+        )
     }
 
     /// Makes the destination directory (private until its mode is set at the end) and plans
@@ -183,6 +223,7 @@ impl Planner<'_> {
             }
         }
         self.out.dirs.push(DirTask {
+            src: src.to_path_buf(),
             dst: dst.to_path_buf(),
             meta,
         });
@@ -195,13 +236,12 @@ impl Planner<'_> {
             Err(e) => return self.ctx.tally.error(FileError::io(src, Op::Readlink, &e)),
         };
         let tmp = self.ctx.temp_name(dst);
-        let r = std::os::unix::fs::symlink(&target, &tmp).and_then(|_| fs::rename(&tmp, dst));
+        let r = std::os::unix::fs::symlink(&target, &tmp)
+            .and_then(|_| self.node_meta(&tmp, meta))
+            .and_then(|_| fs::rename(&tmp, dst));
         if let Err(e) = r {
             let _ = fs::remove_file(&tmp);
             return self.ctx.tally.error(FileError::io(dst, Op::Symlink, &e));
-        }
-        if self.ctx.opts.preserve && self.ctx.is_root {
-            let _ = std::os::unix::fs::lchown(dst, Some(meta.uid()), Some(meta.gid()));
         }
         self.out.symlinks += 1;
     }

@@ -1,7 +1,8 @@
 //! Files, directories and filesystems: stat(2), statx(2), fallocate(2), copy_file_range(2),
 //! syncfs(2), fstatfs(2), flock(2), here; openat(2), O_TMPFILE + linkat(2) and
 //! open_by_handle_at(2) in `fs/open.rs`; getdents64(2) in `fs/dir.rs`; SEEK_DATA, FIEMAP and
-//! BLKGETSIZE64 in `fs/extent.rs`; extended attributes in `fs/xattr.rs`.
+//! BLKGETSIZE64 in `fs/extent.rs`; extended attributes in `fs/xattr.rs`; special files
+//! (mknodat) and times without following symlinks (utimensat) in `fs/node.rs`.
 //!
 //! rustix has all of these but open_by_handle_at (own wrapper) and the two ioctls.
 
@@ -18,11 +19,13 @@ use super::cstring;
 
 mod dir;
 mod extent;
+mod node;
 mod open;
 mod xattr;
 
 pub use dir::*;
 pub use extent::*;
+pub use node::*;
 pub use open::*;
 pub use xattr::*;
 
