@@ -654,3 +654,90 @@ fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
     );
     assert!(leftovers(&dst).is_empty());
 }
+
+/// cp's forms for re-running: `-T` and `SRC/.` copy into the same place the second time
+/// (a plain second `copy SRC DST` lands in DST/SRC, as cp's does).
+#[test]
+fn no_target_directory_and_dot_land_in_the_same_place_again() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    write_file(&src.join("a"), 5000);
+    let dst = t.path().join("dst");
+    for _ in 0..2 {
+        let out = run(bin().args(["copy", "-aT"]).arg(&src).arg(&dst));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(same(&src.join("a"), &dst.join("a")));
+    assert!(!dst.join("src").exists(), "-T never copies into DST/SRC");
+    let out = run(bin().args(["copy", "-T"]).arg(&src).arg(&src).arg(&dst));
+    assert_eq!(out.status.code(), Some(1), "-T takes one source");
+    let into = t.path().join("into");
+    fs::create_dir(&into).unwrap();
+    write_file(&into.join("kept"), 10);
+    let out = run(bin().arg("copy").arg(src.join(".")).arg(&into));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        same(&src.join("a"), &into.join("a")),
+        "SRC/. copies the contents"
+    );
+    assert!(into.join("kept").exists() && !into.join("src").exists());
+}
+
+/// cp's dereference flags: -P (default) keeps symlinks, -H follows the named source only, -L
+/// follows all of them and stops at a symlink loop with an error instead of copying forever.
+#[test]
+fn dereference_flags_follow_as_cp_does() {
+    let t = tmp();
+    let real = t.path().join("real");
+    fs::create_dir(&real).unwrap();
+    write_file(&real.join("f"), 3000);
+    std::os::unix::fs::symlink("f", real.join("lf")).unwrap();
+    let top = t.path().join("top");
+    std::os::unix::fs::symlink(&real, &top).unwrap();
+    let kind = |p: &Path| fs::symlink_metadata(p).unwrap().file_type();
+    let out = run(bin().arg("copy").arg(&top).arg(t.path().join("p")));
+    assert!(out.status.success());
+    assert!(
+        kind(&t.path().join("p")).is_symlink(),
+        "-P: the link itself"
+    );
+    let out = run(bin().args(["copy", "-H"]).arg(&top).arg(t.path().join("h")));
+    assert!(out.status.success());
+    assert!(kind(&t.path().join("h")).is_dir());
+    assert!(
+        kind(&t.path().join("h/lf")).is_symlink(),
+        "-H: inner links kept"
+    );
+    let out = run(bin().args(["copy", "-L"]).arg(&top).arg(t.path().join("l")));
+    assert!(out.status.success());
+    assert!(
+        kind(&t.path().join("l/lf")).is_file(),
+        "-L: inner links followed"
+    );
+    assert!(same(&real.join("f"), &t.path().join("l/lf")));
+    std::os::unix::fs::symlink("..", real.join("up")).unwrap();
+    let (out, took) = {
+        let start = std::time::Instant::now();
+        let o = run(bin()
+            .args(["copy", "-L"])
+            .arg(&real)
+            .arg(t.path().join("loop")));
+        (o, start.elapsed())
+    };
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("symlink loop"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(took < Duration::from_secs(20));
+}

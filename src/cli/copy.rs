@@ -5,7 +5,7 @@ use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::copy::{self, CopyOptions, CopyReport, Strategy};
+use pagewise_core::copy::{self, CopyOptions, CopyReport, Dereference, Strategy};
 use pagewise_core::{sys, Error, Progress, Watch};
 use std::io::Write;
 use std::path::PathBuf;
@@ -16,6 +16,8 @@ pub const EXAMPLES: &str = "\
 Examples:
   pagewise copy big.img /backup/                  one file into a directory
   pagewise copy -p /srv/data /mnt/new/data        a tree, keeping mode/owner/times/xattrs
+  pagewise copy -aT /srv/data /mnt/new/data       cp -a; the same place when run again
+  pagewise copy -a /srv/data/. /mnt/new/data      the contents of data into an existing dir
   pagewise copy --verify --fsync db/ /backup/db   durable, and re-read from disk to compare
   pagewise copy --cache drop-behind a b           force a strategy
 
@@ -43,9 +45,25 @@ pub struct CopyArgs {
     /// How the page cache is kept clean
     #[arg(long, value_enum, default_value_t = CacheArg::Auto)]
     pub cache: CacheArg,
-    /// Keep mode, owner (when root), timestamps and extended attributes
+    /// Keep mode, owner (when root), timestamps, extended attributes and ACLs
     #[arg(short = 'p', long)]
     pub preserve: bool,
+    /// Archive, as cp -a: recursive, -p, special files recreated, symlinks not followed (-P)
+    #[arg(short = 'a', long)]
+    pub archive: bool,
+    /// Treat DEST as the copy itself, never as a directory to copy into: running the same
+    /// command again lands in the same place (also: SRC/. copies SRC's contents into DEST)
+    #[arg(short = 'T', long)]
+    pub no_target_directory: bool,
+    /// Follow every symlink in the sources, inside trees too (cp -L)
+    #[arg(short = 'L', long, overrides_with_all = ["dereference_command_line", "no_dereference"])]
+    pub dereference: bool,
+    /// Follow symlinks named as sources only (cp -H)
+    #[arg(short = 'H', overrides_with_all = ["dereference", "no_dereference"])]
+    pub dereference_command_line: bool,
+    /// Never follow symlinks: copy them as symlinks (cp -P; the default)
+    #[arg(short = 'P', long, overrides_with_all = ["dereference", "dereference_command_line"])]
+    pub no_dereference: bool,
     /// Do not fallocate destinations before writing
     #[arg(long)]
     pub no_preallocate: bool,
@@ -128,7 +146,15 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         sources: sources.to_vec(),
         dest: dest.clone(),
         strategy: a.cache.into(),
-        preserve: a.preserve,
+        preserve: a.preserve || a.archive,
+        dereference: if a.dereference {
+            Dereference::Always
+        } else if a.dereference_command_line {
+            Dereference::CommandLine
+        } else {
+            Dereference::Never
+        },
+        no_target_directory: a.no_target_directory,
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
         fsync: a.fsync,

@@ -69,6 +69,24 @@ pub struct CopyOptions {
     pub direct_min: u64,
     /// Write under hidden temporary names even where O_TMPFILE is available. Default: false.
     pub named_temp: bool,
+    /// Which symlinks among the sources are followed (cp's -P, -H, -L). Default:
+    /// [`Dereference::Never`], as `cp -r` and `cp -a`.
+    pub dereference: Dereference,
+    /// `dest` is the copy itself, never a directory to copy into (cp's -T): a second run of
+    /// the same command lands in the same place. Needs one source. Default: false.
+    pub no_target_directory: bool,
+}
+
+/// Which symlinks `copy` follows instead of copying them as symlinks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Dereference {
+    /// None: every symlink is copied as a symlink (cp -P, the default of cp -r / -a).
+    #[default]
+    Never,
+    /// Those named as sources (cp -H).
+    CommandLine,
+    /// All of them, inside trees too (cp -L); a symlink loop is an error, not an endless copy.
+    Always,
 }
 
 impl Default for CopyOptions {
@@ -86,6 +104,8 @@ impl Default for CopyOptions {
             chunk: 4 << 20,
             direct_min: 1 << 20,
             named_temp: false,
+            dereference: Dereference::Never,
+            no_target_directory: false,
         }
     }
 }
@@ -283,7 +303,7 @@ impl<'a> Ctx<'a> {
 pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport, Error> {
     options.validate()?;
     sys::raise_nofile_limit();
-    let targets = plan_targets(&options.sources, &options.dest)?;
+    let targets = plan_targets(&options.sources, &options.dest, options.no_target_directory)?;
     let umask = finish::umask();
     let ctx = Ctx::new(options, observer);
     let (planned, mut m) = ctx.run_parallel(&targets);

@@ -4,13 +4,14 @@
 //! interleaved across directories and in batches of small neighbours.
 
 use super::worker::{SMALL_BATCH, SMALL_BATCH_BYTES, SMALL_FILE};
-use super::Ctx;
+use super::{Ctx, Dereference};
 use crate::error::{FileError, Op};
 use crate::sys;
 use crossbeam_channel::Sender;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -57,6 +58,7 @@ pub(super) fn plan(
         pending_files: 0,
         links: HashMap::new(),
         dest_dirs: HashSet::new(),
+        src_dirs: Vec::new(),
         out: Planned {
             dirs: Vec::new(),
             deferred_links: Vec::new(),
@@ -65,8 +67,14 @@ pub(super) fn plan(
             copied_to: Vec::new(),
         },
     };
+    let follow_roots = ctx.opts.dereference != Dereference::Never;
     for (src, dst) in targets {
-        match fs::symlink_metadata(src) {
+        let meta = if follow_roots {
+            fs::metadata(src)
+        } else {
+            fs::symlink_metadata(src)
+        };
+        match meta {
             Ok(m) => match refuse_source(src, dst, &m) {
                 Some(why) => ctx.tally.error(FileError::other(src, Op::Copy, why)),
                 None => {
@@ -92,6 +100,9 @@ struct Planner<'a> {
     links: HashMap<(u64, u64), PathBuf>,
     /// (device, inode) of every destination directory made or entered.
     dest_dirs: HashSet<(u64, u64)>,
+    /// (device, inode) of the source directories being walked, outermost first: with
+    /// `Dereference::Always` a symlink back up one of them is a loop.
+    src_dirs: Vec<(u64, u64)>,
     out: Planned,
 }
 
@@ -206,6 +217,13 @@ impl Planner<'_> {
             Ok(r) => r,
             Err(e) => return self.ctx.tally.error(FileError::io(src, Op::Opendir, &e)),
         };
+        if self.src_dirs.contains(&id(&meta)) {
+            return self.ctx.tally.error(FileError::other(
+                src,
+                Op::Copy,
+                "symlink loop: this directory contains itself (-L)",
+            ));
+        }
         let mut names: Vec<_> = Vec::new();
         for ent in rd {
             match ent {
@@ -214,14 +232,25 @@ impl Planner<'_> {
             }
         }
         names.sort();
+        self.src_dirs.push(id(&meta));
+        let follow = self.ctx.opts.dereference == Dereference::Always;
         for n in names {
             let s = src.join(&n);
-            match fs::symlink_metadata(&s) {
+            let m = if follow {
+                fs::metadata(&s)
+            } else {
+                fs::symlink_metadata(&s)
+            };
+            match m {
                 Ok(m) => self.entry(&s, &dst.join(&n), m),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => self.ctx.tally.error(FileError::io(&s, Op::Lstat, &e)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !follow => {}
+                Err(e) => {
+                    let op = if follow { Op::Stat } else { Op::Lstat };
+                    self.ctx.tally.error(FileError::io(&s, op, &e))
+                }
             }
         }
+        self.src_dirs.pop();
         self.out.dirs.push(DirTask {
             src: src.to_path_buf(),
             dst: dst.to_path_buf(),
@@ -309,24 +338,35 @@ fn unit_from(
 pub fn plan_targets(
     sources: &[PathBuf],
     dest: &Path,
+    no_target_directory: bool,
 ) -> Result<Vec<(PathBuf, PathBuf)>, crate::Error> {
-    let dest_is_dir = dest.is_dir();
+    let invalid = |what, message| crate::Error::Invalid { what, message };
+    if no_target_directory && sources.len() > 1 {
+        return Err(invalid(
+            "destination",
+            format!(
+                "{}: -T/--no-target-directory takes one source",
+                dest.display()
+            ),
+        ));
+    }
+    let dest_is_dir = !no_target_directory && dest.is_dir();
     if sources.len() > 1 && !dest_is_dir {
-        return Err(crate::Error::Invalid {
-            what: "destination",
-            message: format!(
+        return Err(invalid(
+            "destination",
+            format!(
                 "{}: not a directory (copying several sources needs one)",
                 dest.display()
             ),
-        });
+        ));
     }
     let mut out = Vec::new();
     for s in sources {
-        let t = if dest_is_dir {
-            let name = s.file_name().ok_or_else(|| crate::Error::Invalid {
-                what: "source",
-                message: format!("{}: has no file name", s.display()),
-            })?;
+        // `SRC/.` names the directory's contents, as for cp: they go into DST itself.
+        let t = if dest_is_dir && !is_dot(s) {
+            let name = s
+                .file_name()
+                .ok_or_else(|| invalid("source", format!("{}: has no file name", s.display())))?;
             dest.join(name)
         } else {
             dest.to_path_buf()
@@ -334,6 +374,12 @@ pub fn plan_targets(
         out.push((s.clone(), t));
     }
     Ok(out)
+}
+
+/// True for a path whose last component is `.` as written (`src/.`, `.`).
+fn is_dot(p: &Path) -> bool {
+    let b = p.as_os_str().as_bytes();
+    b == b"." || b.ends_with(b"/.")
 }
 
 /// `(device, inode)` of what a metadata describes.
