@@ -741,3 +741,76 @@ fn dereference_flags_follow_as_cp_does() {
     );
     assert!(took < Duration::from_secs(20));
 }
+
+/// A copy killed (SIGKILL: no cleanup) at several moments is finished by the same command with
+/// -u: rsync's itemize then finds nothing to change and no temporary is left; a further -u run
+/// copies nothing.
+#[test]
+fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
+    if !require(
+        Command::new("rsync").arg("--version").output().is_ok(),
+        "rsync (apt package rsync)",
+    ) {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    for d in 0..20 {
+        let dir = src.join(format!("d{d:02}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..100 {
+            write_file(
+                &dir.join(format!("f{f:03}")),
+                1000 + (d * 100 + f) * 37 % 60_000,
+            );
+        }
+    }
+    let dst = t.path().join("dst");
+    for (round, delay_ms) in [60u64, 250].into_iter().enumerate() {
+        let mut child = bin()
+            .args(["copy", "-a", "-T", "--named-temp", "-j", "4"])
+            .arg(&src)
+            .arg(&dst)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let _ = child.kill(); // SIGKILL
+        let _ = child.wait();
+        let out = run(bin()
+            .args(["copy", "-a", "-u", "-T", "--json"])
+            .arg(&src)
+            .arg(&dst));
+        assert!(
+            out.status.success(),
+            "round {round}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let itemize = Command::new("rsync")
+            .args(["-naHAXc", "--itemize-changes", "--specials", "--devices"])
+            .arg(format!("{}/", src.display()))
+            .arg(format!("{}/", dst.display()))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&itemize.stdout),
+            "",
+            "round {round}"
+        );
+        let stray: Vec<_> = fs::read_dir(&dst)
+            .unwrap()
+            .flatten()
+            .flat_map(|d| leftovers(&d.path()))
+            .collect();
+        assert!(stray.is_empty(), "round {round}: {stray:?}");
+        let again = run(bin()
+            .args(["copy", "-a", "-u", "-T", "--json"])
+            .arg(&src)
+            .arg(&dst));
+        let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+        assert_eq!(v["files"], 0, "an up-to-date copy copies nothing: {v}");
+        assert_eq!(v["skipped"], 2000);
+        fs::remove_dir_all(&dst).unwrap();
+    }
+}

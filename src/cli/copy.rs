@@ -5,7 +5,7 @@ use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::copy::{self, CopyOptions, CopyReport, Dereference, Strategy};
+use pagewise_core::copy::{self, CopyOptions, CopyReport, Dereference, Existing, Strategy};
 use pagewise_core::{sys, Error, Progress, Watch};
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,6 +17,7 @@ Examples:
   pagewise copy big.img /backup/                  one file into a directory
   pagewise copy -p /srv/data /mnt/new/data        a tree, keeping mode/owner/times/xattrs
   pagewise copy -aT /srv/data /mnt/new/data       cp -a; the same place when run again
+  pagewise copy -auT /srv/data /mnt/new/data      finish an interrupted copy: only what differs
   pagewise copy -a /srv/data/. /mnt/new/data      the contents of data into an existing dir
   pagewise copy --verify --fsync db/ /backup/db   durable, and re-read from disk to compare
   pagewise copy --cache drop-behind a b           force a strategy
@@ -55,6 +56,13 @@ pub struct CopyArgs {
     /// command again lands in the same place (also: SRC/. copies SRC's contents into DEST)
     #[arg(short = 'T', long)]
     pub no_target_directory: bool,
+    /// Copy only what is missing or differs: a file whose size or modification time differs
+    /// (rsync's quick check), a symlink whose text differs; finishes an interrupted copy -a
+    #[arg(short = 'u', long, conflicts_with = "no_clobber")]
+    pub update: bool,
+    /// Never replace an existing destination file, symlink or special file
+    #[arg(short = 'n', long)]
+    pub no_clobber: bool,
     /// Follow every symlink in the sources, inside trees too (cp -L)
     #[arg(short = 'L', long, overrides_with_all = ["dereference_command_line", "no_dereference"])]
     pub dereference: bool,
@@ -106,6 +114,25 @@ impl From<CacheArg> for Strategy {
     }
 }
 
+/// The counts a summary names only when there are some: special files, entries left as
+/// they were, temporaries of earlier runs removed.
+fn extras(report: &CopyReport) -> String {
+    let mut s = String::new();
+    if report.specials > 0 {
+        s += &format!(", {} special files", report.specials);
+    }
+    if report.skipped > 0 {
+        s += &format!(", {} left as they were", report.skipped);
+    }
+    if report.stale_temporaries_removed > 0 {
+        s += &format!(
+            ", {} stale temporaries of earlier runs removed",
+            report.stale_temporaries_removed
+        );
+    }
+    s
+}
+
 /// `pagewise copy`.
 pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let opts = options(&a)?;
@@ -155,6 +182,13 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
             Dereference::Never
         },
         no_target_directory: a.no_target_directory,
+        existing: if a.update {
+            Existing::QuickCheck
+        } else if a.no_clobber {
+            Existing::Keep
+        } else {
+            Existing::Replace
+        },
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
         fsync: a.fsync,
@@ -215,11 +249,7 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
         report.dirs,
         report.symlinks,
         report.hardlinks,
-        if report.specials > 0 {
-            format!(", {} special files", report.specials)
-        } else {
-            String::new()
-        },
+        extras(report),
         o.elapsed_s,
         bytes(report.rate_bytes_per_s as u64),
         if strategies.is_empty() { "-".into() } else { strategies },

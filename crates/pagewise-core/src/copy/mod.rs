@@ -75,6 +75,22 @@ pub struct CopyOptions {
     /// `dest` is the copy itself, never a directory to copy into (cp's -T): a second run of
     /// the same command lands in the same place. Needs one source. Default: false.
     pub no_target_directory: bool,
+    /// What to do with a destination that exists already. Default: [`Existing::Replace`].
+    pub existing: Existing,
+}
+
+/// What `copy` does with a destination file, symlink or special file that exists already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Existing {
+    /// Copy over it (cp's default).
+    #[default]
+    Replace,
+    /// Leave it as it is (cp -n, --no-clobber).
+    Keep,
+    /// Leave it when it looks the same: a file of the same size and modification time
+    /// (rsync's quick check), a symlink with the same text, a special file of the same kind
+    /// and device (copy -u). With `preserve`, an interrupted copy is finished this way.
+    QuickCheck,
 }
 
 /// Which symlinks `copy` follows instead of copying them as symlinks.
@@ -106,6 +122,7 @@ impl Default for CopyOptions {
             named_temp: false,
             dereference: Dereference::Never,
             no_target_directory: false,
+            existing: Existing::Replace,
         }
     }
 }
@@ -177,6 +194,10 @@ pub struct CopyReport {
     pub hardlinks: u64,
     /// FIFOs, sockets and devices recreated (a node that could not be made is an error).
     pub specials: u64,
+    /// Files, symlinks and special files left as they were (`existing`: up to date, or kept).
+    pub skipped: u64,
+    /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
+    pub stale_temporaries_removed: u64,
     /// Logical bytes of the copied files.
     pub bytes: u64,
     /// Bytes actually moved (sparse holes excluded).
@@ -339,6 +360,8 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         symlinks: planned.symlinks,
         hardlinks,
         specials: planned.special,
+        skipped: planned.skipped,
+        stale_temporaries_removed: planned.stale_temps,
         bytes: m.bytes,
         data_bytes: m.data_bytes,
         rate_bytes_per_s: verb::rate(m.data_bytes, elapsed),

@@ -4,7 +4,7 @@
 //! interleaved across directories and in batches of small neighbours.
 
 use super::worker::{SMALL_BATCH, SMALL_BATCH_BYTES, SMALL_FILE};
-use super::{Ctx, Dereference};
+use super::{Ctx, Dereference, Existing};
 use crate::error::{FileError, Op};
 use crate::sys;
 use crossbeam_channel::Sender;
@@ -40,6 +40,10 @@ pub(super) struct Planned {
     pub symlinks: u64,
     /// FIFOs, sockets and devices recreated.
     pub special: u64,
+    /// Entries left as they were (see [`Existing`]).
+    pub skipped: u64,
+    /// Temporaries of earlier runs removed.
+    pub stale_temps: u64,
     /// The top-level destinations of the sources that were not refused.
     pub copied_to: Vec<PathBuf>,
 }
@@ -64,6 +68,8 @@ pub(super) fn plan(
             deferred_links: Vec::new(),
             symlinks: 0,
             special: 0,
+            skipped: 0,
+            stale_temps: 0,
             copied_to: Vec::new(),
         },
     };
@@ -161,6 +167,11 @@ impl Planner<'_> {
                 "unknown file type: not copied",
             ));
         };
+        if self.keep_existing(dst, |d| {
+            sys::NodeKind::of_mode(d.mode()) == Some(kind) && d.rdev() == meta.rdev()
+        }) {
+            return;
+        }
         let tmp = self.ctx.temp_name(dst);
         let r = sys::mknod(&tmp, kind, meta.mode() & 0o777, meta.rdev())
             .and_then(|_| self.node_meta(&tmp, meta))
@@ -170,6 +181,19 @@ impl Planner<'_> {
             return self.ctx.tally.error(FileError::io(dst, Op::Mknod, &e));
         }
         self.out.special += 1;
+    }
+
+    /// True (and counted as skipped) when `dst` exists and `existing` says to leave it: always
+    /// with [`Existing::Keep`], when `same` holds of its metadata with
+    /// [`Existing::QuickCheck`].
+    fn keep_existing(&mut self, dst: &Path, same: impl FnOnce(&fs::Metadata) -> bool) -> bool {
+        let keep = match self.ctx.opts.existing {
+            Existing::Replace => false,
+            Existing::Keep => fs::symlink_metadata(dst).is_ok(),
+            Existing::QuickCheck => fs::symlink_metadata(dst).is_ok_and(|d| same(&d)),
+        };
+        self.out.skipped += keep as u64;
+        keep
     }
 
     /// With `preserve`: a special file's or symlink's owner (when root), mode (not for
@@ -207,7 +231,9 @@ impl Planner<'_> {
             Ok(()) => {
                 let _ = fs::set_permissions(dst, fs::Permissions::from_mode(0o700));
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
+                self.out.stale_temps += remove_stale_temps(dst);
+            }
             Err(e) => return self.ctx.tally.error(FileError::io(dst, Op::Mkdir, &e)),
         }
         if let Ok(dm) = fs::metadata(dst) {
@@ -264,6 +290,11 @@ impl Planner<'_> {
             Ok(t) => t,
             Err(e) => return self.ctx.tally.error(FileError::io(src, Op::Readlink, &e)),
         };
+        if self.keep_existing(dst, |d| {
+            d.file_type().is_symlink() && fs::read_link(dst).is_ok_and(|t| t == target)
+        }) {
+            return;
+        }
         let tmp = self.ctx.temp_name(dst);
         let r = std::os::unix::fs::symlink(&target, &tmp)
             .and_then(|_| self.node_meta(&tmp, meta))
@@ -287,6 +318,11 @@ impl Planner<'_> {
                 return;
             }
             self.links.insert(key, dst.to_path_buf());
+        }
+        if self.keep_existing(dst, |d| {
+            d.file_type().is_file() && d.len() == meta.len() && same_mtime(d, meta)
+        }) {
+            return;
         }
         self.ctx.observer.planned(1, meta.len());
         let task = FileTask {
@@ -374,6 +410,42 @@ pub fn plan_targets(
         out.push((s.clone(), t));
     }
     Ok(out)
+}
+
+/// Same modification time, to the nanosecond.
+fn same_mtime(a: &fs::Metadata, b: &fs::Metadata) -> bool {
+    (a.mtime(), a.mtime_nsec()) == (b.mtime(), b.mtime_nsec())
+}
+
+/// Removes the hidden temporaries (`.NAME.pagewise-PID-N.tmp`) that copies killed before
+/// they could clean up (SIGKILL, power cut) left in `dir`: only those whose process is gone,
+/// so a copy running now into the same directory keeps its own. Returns how many went.
+fn remove_stale_temps(dir: &Path) -> u64 {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for ent in rd.flatten() {
+        let name = ent.file_name();
+        let Some(pid) = temp_owner(name.as_bytes()) else {
+            continue;
+        };
+        let gone = sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
+        if gone && fs::remove_file(ent.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.
+fn temp_owner(name: &[u8]) -> Option<u32> {
+    let rest = name.strip_prefix(b".")?.strip_suffix(b".tmp")?;
+    let at = rest.windows(10).rposition(|w| w == b".pagewise-")?;
+    let tail = std::str::from_utf8(&rest[at + 10..]).ok()?;
+    let (pid, seq) = tail.split_once('-')?;
+    seq.parse::<u64>().ok()?;
+    pid.parse().ok()
 }
 
 /// True for a path whose last component is `.` as written (`src/.`, `.`).
@@ -464,4 +536,20 @@ fn same_file(src: &Path, dst: &Path, m: &fs::Metadata) -> bool {
     // dst as named: neither the source nor what a symlink source points to. dst followed:
     // not the source itself (two symlinks to one file may replace each other).
     dst_named.as_ref().is_some_and(same) || dst_followed.as_ref().is_some_and(|d| id(d) == id(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_are_recognised_by_name_only() {
+        assert_eq!(temp_owner(b".data.db.pagewise-4242-7.tmp"), Some(4242));
+        assert_eq!(temp_owner(b".a.pagewise-b.pagewise-17-0.tmp"), Some(17));
+        assert_eq!(temp_owner(b"data.pagewise-17-0.tmp"), None);
+        assert_eq!(temp_owner(b".data.pagewise-17.tmp"), None);
+        assert_eq!(temp_owner(b".data.pagewise-x-1.tmp"), None);
+        assert!(is_dot(Path::new("src/.")) && is_dot(Path::new(".")));
+        assert!(!is_dot(Path::new("src/.x")) && !is_dot(Path::new("src")));
+    }
 }
