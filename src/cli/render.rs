@@ -291,8 +291,8 @@ mod tests {
             ),
             FileError::other(
                 std::path::Path::new("/data/c"),
-                pagewise_core::Op::Verify,
-                "differs",
+                pagewise_core::Op::VerifyContent,
+                "content differs from the source",
             ),
         ];
         let notes = ["cachestat missing: mincore used".to_string()];
@@ -301,7 +301,7 @@ mod tests {
             "pagewise evict: note: cachestat missing: mincore used\n\
              pagewise evict: /data/a\\x0ab: fadvise(DONTNEED) failed: Input/output error (os \
              error 5)\n\
-             pagewise evict: /data/c: verify (read from disk) failed: differs\n\
+             pagewise evict: /data/c: verify failed: content differs from the source\n\
              pagewise evict: ... and 3 more errors\n\
              pagewise evict: 5 file(s) failed\n"
         );

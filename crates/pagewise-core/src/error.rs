@@ -118,8 +118,10 @@ pub enum Op {
     Fsetxattr,
     /// `copy`
     Copy,
-    /// `verify (read from disk)`
+    /// `verify (read from disk)`: reading the copy back failed
     Verify,
+    /// `verify`: the copy read back differs from its source
+    VerifyContent,
     /// `open(O_TMPFILE) in DIR`: the unnamed temporary a copy is written to.
     OpenTmpfileIn(PathBuf),
     /// `open(O_CREAT|O_EXCL) of TEMP`: the named temporary a copy is written to.
@@ -183,6 +185,7 @@ impl Op {
             Op::Fsetxattr => "fsetxattr",
             Op::Copy => "copy",
             Op::Verify => "verify (read from disk)",
+            Op::VerifyContent => "verify",
             Op::OpenTmpfileIn(_) | Op::CreateExclusive(_) => return None,
         })
     }
@@ -285,19 +288,23 @@ pub enum Error {
     #[error("no such process: {0}")]
     NoSuchProcess(u32),
     /// The page-cache tracepoints cannot be used: `reason` says what is missing (root,
-    /// tracefs, perf_event_paranoid) and `needed_by` which verb needed them.
-    #[error("{reason}. pagewise {needed_by} needs the page-cache tracepoints (root, or CAP_SYS_ADMIN with tracefs){hint}")]
+    /// tracefs, perf_event_paranoid) and `needed_by` which verb needed them (none: the reason
+    /// alone is the message, as `record` says it).
+    #[error("{reason}{}{hint}", needed_by.map(|v| format!(". pagewise {v} needs the page-cache tracepoints (root, or CAP_SYS_ADMIN with tracefs)")).unwrap_or_default())]
     TracingUnavailable {
         /// What is missing, from the probe.
         reason: String,
-        /// The verb that needed tracing (`run`, `record`, `assist`).
-        needed_by: &'static str,
+        /// The verb that needed tracing (`run`, `assist`), when the message should say so.
+        needed_by: Option<&'static str>,
         /// What to do instead, when there is something (leading separator included).
         hint: &'static str,
     },
     /// Tracing started but then failed (a tracefs file could not be written or read).
     #[error("tracefs: {0}")]
     Tracefs(io::Error),
+    /// The tracefs instance's trace_pipe could not be opened.
+    #[error("trace_pipe: open failed: {0}")]
+    TracePipe(io::Error),
     /// Waiting for the command that was run or recorded failed.
     #[error("wait for the command: {0}")]
     Wait(io::Error),

@@ -178,8 +178,9 @@ pub fn evict_trace(
 ) -> Result<TraceCacheReport, crate::Error> {
     opts.validate()?;
     let trace = &opts.trace;
-    let (files, ranges, before) = open_traced(trace);
+    // The clock starts before the first measure, which the report's time includes.
     let tally = Tally::new();
+    let (files, ranges, before) = open_traced(trace);
     for e in &files.errors {
         tally.error(e.clone());
     }
@@ -207,8 +208,9 @@ pub fn load_trace(
 ) -> Result<TraceCacheReport, crate::Error> {
     opts.validate()?;
     let trace = &opts.trace;
-    let (files, ranges, before) = open_traced(trace);
+    // The clock starts before the first measure, which the report's time includes.
     let tally = Tally::new();
+    let (files, ranges, before) = open_traced(trace);
     let settings = Settings {
         order: Order::Disk,
         direct: false,

@@ -391,7 +391,7 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
     let inst = Instance::new(&EVENTS, opts.assist.buffer_kb).map_err(|e| {
         crate::Error::TracingUnavailable {
             reason: e.0,
-            needed_by: "assist",
+            needed_by: Some("assist"),
             hint: "",
         }
     })?;
@@ -407,7 +407,7 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
                 }
             }
         })
-        .map_err(crate::Error::Tracefs)?;
+        .map_err(crate::Error::TracePipe)?;
     let fail = crate::Error::Tracefs;
     inst.follow(&tids).map_err(fail)?;
     inst.enable().map_err(fail)?;

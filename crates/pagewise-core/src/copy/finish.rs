@@ -298,7 +298,7 @@ impl Ctx<'_> {
                     mismatches += 1;
                     self.tally.error(FileError::other(
                         dst,
-                        Op::Verify,
+                        Op::VerifyContent,
                         "content differs from the source",
                     ));
                 }

@@ -468,11 +468,10 @@ pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictRep
             .cmp(&a.stayed_bytes)
             .then(a.path.cmp(&b.path))
     });
+    let mut notices = ctx.meter.take_notices();
     if !opts.sync && m.totals.stayed_bytes > 0 {
-        ctx.tally
-            .notice("--no-sync: dirty pages were not written back and stay cached");
+        notices.push("--no-sync: dirty pages were not written back and stay cached".into());
     }
-    let notices = ctx.meter.take_notices();
     Ok(EvictReport {
         dry_run: opts.dry_run,
         page_size: sys::page_size(),

@@ -219,7 +219,7 @@ fn follow(opts: &RunOptions, footprint: Arc<Footprint>) -> Result<Follower, crat
     })
     .map_err(|e| crate::Error::TracingUnavailable {
         reason: e.0,
-        needed_by: "run",
+        needed_by: Some("run"),
         hint: NO_TRACING_HINT,
     })
 }

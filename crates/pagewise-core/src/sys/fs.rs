@@ -122,7 +122,7 @@ pub fn fstatat(dir: Option<BorrowedFd<'_>>, name: &CStr, follow: bool) -> io::Re
 
 /// Path variant of [`fstatat`] relative to the current directory.
 pub fn stat_path(path: &Path, follow: bool) -> io::Result<Stat> {
-    statat(CWD, path, follow)
+    statat(CWD, super::no_nul(path)?, follow)
 }
 
 /// [`fstatat`] for any path rustix takes: a `&CStr` as it is, a `&Path` through a stack

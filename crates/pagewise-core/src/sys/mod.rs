@@ -90,10 +90,21 @@ fn cvt_long(ret: libc::c_long) -> std::io::Result<libc::c_long> {
 
 /// A path as a C string, for the libc calls that need one prepared in advance (after fork(2)
 /// nothing may allocate).
+/// `path` itself when it has no NUL byte, else the error pagewise has always given for one
+/// (InvalidInput, "path contains a NUL byte", no errno) rather than the kernel's EINVAL.
+fn no_nul(path: &Path) -> std::io::Result<&Path> {
+    if path.as_os_str().as_bytes().contains(&0) {
+        return Err(nul_error());
+    }
+    Ok(path)
+}
+
+fn nul_error() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte")
+}
+
 fn cstring(path: &Path) -> std::io::Result<CString> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "path contains a NUL byte")
-    })
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| nul_error())
 }
 
 /// Test helpers shared by the families' tests.

@@ -108,7 +108,7 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     )
     .map_err(|e| crate::Error::TracingUnavailable {
         reason: e.0,
-        needed_by: "record",
+        needed_by: None,
         hint: "",
     })?;
     let source = follower.source;

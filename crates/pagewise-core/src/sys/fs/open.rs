@@ -67,7 +67,7 @@ fn open_at(
 
 /// [`openat`] relative to the current directory, taking a path.
 pub fn open_path(path: &Path, f: OpenFlags) -> io::Result<OwnedFd> {
-    open_at(CWD, path, f)
+    open_at(CWD, super::super::no_nul(path)?, f)
 }
 
 /// `/proc/self/fd/N`: a path naming the open file `fd` (to reopen it, link it, or read where
@@ -90,7 +90,7 @@ pub fn open_write(path: &Path, create: Option<u32>, direct: bool) -> io::Result<
         flags |= OFlags::DIRECT;
     }
     let mode = Mode::from_raw_mode(create.unwrap_or(0));
-    Ok(rustix::fs::open(path, flags, mode)?)
+    Ok(rustix::fs::open(super::super::no_nul(path)?, flags, mode)?)
 }
 
 /// `int open(const char *dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, mode_t mode)` —
@@ -101,7 +101,11 @@ pub fn open_write(path: &Path, create: Option<u32>, direct: bool) -> io::Result<
 /// EISDIR/EINVAL on old kernels) when the filesystem has no O_TMPFILE.
 pub fn open_tmpfile(dir: &Path, mode: u32) -> io::Result<OwnedFd> {
     let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
-    Ok(rustix::fs::open(dir, flags, Mode::from_raw_mode(mode))?)
+    Ok(rustix::fs::open(
+        super::super::no_nul(dir)?,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?)
 }
 
 /// 0: untried, 1: linkat(AT_EMPTY_PATH) works, 2: it does not (no CAP_DAC_READ_SEARCH).
@@ -146,6 +150,7 @@ pub fn link_fd(fd: BorrowedFd<'_>, to: &Path) -> io::Result<()> {
 /// EPERM); O_NONBLOCK, so a FIFO or device under the name never blocks the open.
 pub fn open_read_direct(path: &Path) -> io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::DIRECT | OFlags::NONBLOCK;
+    let path = super::super::no_nul(path)?;
     match rustix::fs::open(path, flags | OFlags::NOATIME, Mode::empty()) {
         Err(Errno::PERM) => Ok(rustix::fs::open(path, flags, Mode::empty())?),
         r => Ok(r?),
