@@ -814,3 +814,49 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
         fs::remove_dir_all(&dst).unwrap();
     }
 }
+
+/// --delete removes what the source no longer has (files and whole directories), only inside
+/// the directories the copy enters and only when asked; -n never replaces.
+#[test]
+fn delete_removes_what_the_source_lost_and_no_clobber_keeps() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("keep")).unwrap();
+    write_file(&src.join("a"), 100);
+    write_file(&src.join("keep/b"), 100);
+    let dst = t.path().join("dst");
+    assert!(run(bin().args(["copy", "-aT"]).arg(&src).arg(&dst))
+        .status
+        .success());
+    fs::create_dir_all(dst.join("old/deep")).unwrap();
+    write_file(&dst.join("old/deep/x"), 10);
+    write_file(&dst.join("keep/stale"), 10);
+    let out = run(bin().args(["copy", "-auT"]).arg(&src).arg(&dst));
+    assert!(out.status.success());
+    assert!(
+        dst.join("old/deep/x").exists(),
+        "nothing removed unless asked"
+    );
+    let out = run(bin()
+        .args(["copy", "-auT", "--delete", "--json"])
+        .arg(&src)
+        .arg(&dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["deleted"], 2, "{v}");
+    assert!(!dst.join("old").exists() && !dst.join("keep/stale").exists());
+    assert!(dst.join("a").exists() && dst.join("keep/b").exists());
+    fs::write(dst.join("a"), b"mine").unwrap();
+    assert!(run(bin().args(["copy", "-n", "-T"]).arg(&src).arg(&dst))
+        .status
+        .success());
+    assert_eq!(
+        fs::read(dst.join("a")).unwrap(),
+        b"mine",
+        "-n keeps what exists"
+    );
+}

@@ -63,6 +63,10 @@ pub struct CopyArgs {
     /// Never replace an existing destination file, symlink or special file
     #[arg(short = 'n', long)]
     pub no_clobber: bool,
+    /// Remove from destination directories what their source directories no longer have
+    /// (rsync --delete)
+    #[arg(long)]
+    pub delete: bool,
     /// Follow every symlink in the sources, inside trees too (cp -L)
     #[arg(short = 'L', long, overrides_with_all = ["dereference_command_line", "no_dereference"])]
     pub dereference: bool,
@@ -124,6 +128,9 @@ fn extras(report: &CopyReport) -> String {
     if report.skipped > 0 {
         s += &format!(", {} left as they were", report.skipped);
     }
+    if report.deleted > 0 {
+        s += &format!(", {} deleted", report.deleted);
+    }
     if report.stale_temporaries_removed > 0 {
         s += &format!(
             ", {} stale temporaries of earlier runs removed",
@@ -182,6 +189,7 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
             Dereference::Never
         },
         no_target_directory: a.no_target_directory,
+        delete: a.delete,
         existing: if a.update {
             Existing::QuickCheck
         } else if a.no_clobber {

@@ -98,6 +98,10 @@ pub enum Op {
     Symlink,
     /// `mknod`
     Mknod,
+    /// `unlink`
+    Unlink,
+    /// `rmdir` (of a whole tree)
+    Rmdir,
     /// `link`
     Link,
     /// `linkat`
@@ -174,6 +178,8 @@ impl Op {
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",
             Op::Mknod => "mknod",
+            Op::Unlink => "unlink",
+            Op::Rmdir => "rmdir",
             Op::Link => "link",
             Op::Linkat => "linkat",
             Op::Rename => "rename",

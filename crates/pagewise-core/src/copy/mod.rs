@@ -77,6 +77,9 @@ pub struct CopyOptions {
     pub no_target_directory: bool,
     /// What to do with a destination that exists already. Default: [`Existing::Replace`].
     pub existing: Existing,
+    /// Remove what a destination directory holds that its source directory does not (rsync
+    /// --delete; only inside directories this copy enters). Default: false.
+    pub delete: bool,
 }
 
 /// What `copy` does with a destination file, symlink or special file that exists already.
@@ -123,6 +126,7 @@ impl Default for CopyOptions {
             dereference: Dereference::Never,
             no_target_directory: false,
             existing: Existing::Replace,
+            delete: false,
         }
     }
 }
@@ -198,6 +202,8 @@ pub struct CopyReport {
     pub skipped: u64,
     /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
     pub stale_temporaries_removed: u64,
+    /// Entries removed from the destination because the source no longer has them (`delete`).
+    pub deleted: u64,
     /// Logical bytes of the copied files.
     pub bytes: u64,
     /// Bytes actually moved (sparse holes excluded).
@@ -362,6 +368,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         specials: planned.special,
         skipped: planned.skipped,
         stale_temporaries_removed: planned.stale_temps,
+        deleted: planned.deleted,
         bytes: m.bytes,
         data_bytes: m.data_bytes,
         rate_bytes_per_s: verb::rate(m.data_bytes, elapsed),

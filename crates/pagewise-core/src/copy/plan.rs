@@ -44,6 +44,8 @@ pub(super) struct Planned {
     pub skipped: u64,
     /// Temporaries of earlier runs removed.
     pub stale_temps: u64,
+    /// Entries of the destination the source no longer has, removed (`delete`).
+    pub deleted: u64,
     /// The top-level destinations of the sources that were not refused.
     pub copied_to: Vec<PathBuf>,
 }
@@ -70,6 +72,7 @@ pub(super) fn plan(
             special: 0,
             skipped: 0,
             stale_temps: 0,
+            deleted: 0,
             copied_to: Vec::new(),
         },
     };
@@ -183,6 +186,32 @@ impl Planner<'_> {
         self.out.special += 1;
     }
 
+    /// `--delete`: removes what `dst` holds that the source directory (its `names`) does not,
+    /// as rsync --delete does; a copy's own temporaries are left to their cleanup.
+    fn delete_extra(&mut self, dst: &Path, names: &[std::ffi::OsString]) {
+        let keep: HashSet<&std::ffi::OsStr> = names.iter().map(|n| n.as_os_str()).collect();
+        let Ok(rd) = fs::read_dir(dst) else {
+            return;
+        };
+        for ent in rd.flatten() {
+            let name = ent.file_name();
+            if keep.contains(name.as_os_str()) || temp_owner(name.as_bytes()).is_some() {
+                continue;
+            }
+            let path = ent.path();
+            let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+            let (r, op) = if is_dir {
+                (fs::remove_dir_all(&path), Op::Rmdir)
+            } else {
+                (fs::remove_file(&path), Op::Unlink)
+            };
+            match r {
+                Ok(()) => self.out.deleted += 1,
+                Err(e) => self.ctx.tally.error(FileError::io(&path, op, &e)),
+            }
+        }
+    }
+
     /// True (and counted as skipped) when `dst` exists and `existing` says to leave it: always
     /// with [`Existing::Keep`], when `same` holds of its metadata with
     /// [`Existing::QuickCheck`].
@@ -227,12 +256,14 @@ impl Planner<'_> {
                 "cannot copy a directory into itself (it is a destination of this copy)",
             ));
         }
+        let mut existed = false;
         match fs::create_dir(dst) {
             Ok(()) => {
                 let _ = fs::set_permissions(dst, fs::Permissions::from_mode(0o700));
             }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
                 self.out.stale_temps += remove_stale_temps(dst);
+                existed = true;
             }
             Err(e) => return self.ctx.tally.error(FileError::io(dst, Op::Mkdir, &e)),
         }
@@ -258,6 +289,9 @@ impl Planner<'_> {
             }
         }
         names.sort();
+        if existed && self.ctx.opts.delete {
+            self.delete_extra(dst, &names);
+        }
         self.src_dirs.push(id(&meta));
         let follow = self.ctx.opts.dereference == Dereference::Always;
         for n in names {
