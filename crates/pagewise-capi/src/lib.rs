@@ -5,7 +5,7 @@
 //! Thin over the library: each verb function turns its option struct into the verb's options
 //! (`pagewise_core::stat::StatOptions`, ...), calls the verb, and copies the report's totals
 //! into a report struct; file handles are `pagewise_core::dio::DirectFile`s. The only logic
-//! here is the boundary itself ([`ffi`]): versioned structs, errno and the per-thread message,
+//! here is the boundary itself (`src/ffi.rs`): versioned structs, errno and the per-thread message,
 //! and `catch_unwind` around every entry point.
 
 #![deny(missing_docs)]
