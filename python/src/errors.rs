@@ -16,7 +16,7 @@ pub fn os_error(
     errno: Option<i32>,
     message: &str,
     path: Option<&Path>,
-    syscall: &str,
+    syscall: Option<&str>,
 ) -> PyErr {
     let made = (|| -> PyResult<PyErr> {
         let m = py.import("pagewise._errors")?;
@@ -31,7 +31,7 @@ pub fn os_error(
 
 /// An `io::Error` on a path as the OSError subclass its errno names.
 pub fn io(py: Python<'_>, e: &std::io::Error, path: Option<&Path>, syscall: &str) -> PyErr {
-    os_error(py, e.raw_os_error(), &strerror(e), path, syscall)
+    os_error(py, e.raw_os_error(), &strerror(e), path, Some(syscall))
 }
 
 /// The OS's text without Rust's " (os error N)" suffix (errno is its own attribute).
@@ -49,7 +49,7 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::Invalid { .. } => PyValueError::new_err(e.to_string()),
         Error::Io { path, op, source } => io(py, source, Some(path), &op.to_string()),
         Error::Spawn { program, source } => io(py, source, Some(program), "execve"),
-        Error::NoSuchProcess(_) => os_error(py, Some(libc::ESRCH), &e.to_string(), None, "kill"),
+        Error::NoSuchProcess(_) => os_error(py, Some(libc::ESRCH), &e.to_string(), None, Some("kill")),
         Error::TracingUnavailable { .. } => {
             // Without the rights (not root) this is a permission problem, whatever the probe
             // met first; as root the kernel lacks the feature.
@@ -58,7 +58,9 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
             } else {
                 libc::EOPNOTSUPP
             };
-            os_error(py, Some(errno), &e.to_string(), None, "perf_event_open")
+            // No one system call: the probe tried perf events and tracefs, and the message
+            // says what each refused.
+            os_error(py, Some(errno), &e.to_string(), None, None)
         }
         Error::Tracefs(source) => io(py, source, None, "tracefs"),
         Error::Wait(source) => io(py, source, None, "waitpid"),
