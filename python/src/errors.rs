@@ -49,7 +49,9 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::Invalid { .. } => PyValueError::new_err(e.to_string()),
         Error::Io { path, op, source } => io(py, source, Some(path), &op.to_string()),
         Error::Spawn { program, source } => io(py, source, Some(program), "execve"),
-        Error::NoSuchProcess(_) => os_error(py, Some(libc::ESRCH), &e.to_string(), None, Some("kill")),
+        Error::NoSuchProcess(_) => {
+            os_error(py, Some(libc::ESRCH), &e.to_string(), None, Some("kill"))
+        }
         Error::TracingUnavailable { .. } => {
             // Without the rights (not root) this is a permission problem, whatever the probe
             // met first; as root the kernel lacks the feature.

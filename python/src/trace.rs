@@ -60,7 +60,18 @@ impl Trace {
             .inner
             .events
             .iter()
-            .map(|e| PyTuple::new(py, [e.ts_ns, e.file as u64, e.pid as u64, e.index, e.pages as u64]))
+            .map(|e| {
+                PyTuple::new(
+                    py,
+                    [
+                        e.ts_ns,
+                        e.file as u64,
+                        e.pid as u64,
+                        e.index,
+                        e.pages as u64,
+                    ],
+                )
+            })
             .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)
     }

@@ -397,7 +397,9 @@ pub fn record<'py>(
     opts.validate().map_err(|e| errors::to_py(py, e))?;
     let saved = sys::SignalActions::save(&sys::FORWARDED_SIGNALS);
     sys::interrupt_flag().store(false, Ordering::SeqCst);
-    let r = wait::run(py, None, |_| pagewise_core::trace::record(&opts, &SignalFlag));
+    let r = wait::run(py, None, |_| {
+        pagewise_core::trace::record(&opts, &SignalFlag)
+    });
     saved.restore();
     let r = r?.map_err(|e| errors::to_py(py, e))?;
     if sys::interrupt_flag().swap(false, Ordering::SeqCst) {

@@ -79,7 +79,9 @@ where
                 let _guard = SetOnDrop(&done);
                 verb(&control)
             })
-            .map_err(|e| PyRuntimeError::new_err(format!("pagewise: cannot start a thread: {e}")))?;
+            .map_err(|e| {
+                PyRuntimeError::new_err(format!("pagewise: cannot start a thread: {e}"))
+            })?;
         let mut last_progress = Instant::now();
         loop {
             if py.detach(|| done.wait(SLICE)) {
@@ -98,9 +100,9 @@ where
                 raised = Some(e);
             }
         }
-        worker
-            .join()
-            .map_err(|_| PyRuntimeError::new_err("pagewise: the verb panicked (a bug: please report it)"))
+        worker.join().map_err(|_| {
+            PyRuntimeError::new_err("pagewise: the verb panicked (a bug: please report it)")
+        })
     })?;
     if let Some(e) = raised {
         return Err(e);
