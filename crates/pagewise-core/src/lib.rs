@@ -8,6 +8,7 @@
 pub mod assist;
 pub mod chunks;
 pub mod copy;
+pub mod dio;
 pub mod error;
 pub mod evict;
 pub mod json;

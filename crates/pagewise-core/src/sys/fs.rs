@@ -1,7 +1,9 @@
 //! Files, directories and filesystems: stat(2), statx(2), fallocate(2), copy_file_range(2),
 //! syncfs(2), fstatfs(2), flock(2), here; openat(2), O_TMPFILE + linkat(2) and
-//! open_by_handle_at(2) in `fs/open.rs`; getdents64(2) in `fs/dir.rs`; SEEK_DATA, FIEMAP and
-//! BLKGETSIZE64 in `fs/extent.rs`; extended attributes in `fs/xattr.rs`.
+//! open_by_handle_at(2) in `fs/open.rs`; open(2) with every flag, fcntl(2) O_DIRECT,
+//! fdatasync(2), ftruncate(2) and the logical block size (for `crate::dio`) in
+//! `fs/direct.rs`; getdents64(2) in `fs/dir.rs`; SEEK_DATA, FIEMAP and BLKGETSIZE64 in
+//! `fs/extent.rs`; extended attributes in `fs/xattr.rs`.
 //!
 //! rustix has all of these but open_by_handle_at (own wrapper) and the two ioctls.
 
@@ -17,11 +19,13 @@ use rustix::io::Errno;
 use super::cstring;
 
 mod dir;
+mod direct;
 mod extent;
 mod open;
 mod xattr;
 
 pub use dir::*;
+pub use direct::*;
 pub use extent::*;
 pub use open::*;
 pub use xattr::*;

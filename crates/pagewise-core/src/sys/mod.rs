@@ -24,7 +24,7 @@
 //! lseek SEEK_DATA/SEEK_HOLE, fallocate, copy_file_range, xattrs, linkat, syncfs, fstatfs,
 //! flock, posix_fadvise, mmap/munmap/mlock/madvise, pread/preadv2/pwritev2, geteuid,
 //! getpgid/getpgrp, kill, getrlimit/setrlimit, prctl(PR_SET_CHILD_SUBREAPER), poll, eventfd,
-//! clock_gettime, mount, uname and the page size.
+//! clock_gettime, mount, uname, fcntl(F_GETFL/F_SETFL), fdatasync, ftruncate and the page size.
 //!
 //! Own wrappers, over `libc`, only where rustix 1.1 has no API for the call:
 //! - cachestat(2) (Linux 6.5): page-cache counters of a file range ([`cachestat`]).

@@ -1,0 +1,362 @@
+//! The requests of each policy on the descriptor, with their fallbacks; what the buffered
+//! policies keep (pages cached before a read) and drop (pages read, pages written once
+//! written back).
+
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+
+use super::{
+    align_down, page_cover, refused, Alignment, CachePolicy, DioError, BEHIND_WINDOW, KEEP_BLOCK,
+};
+use crate::sys::{self, Advice, RwFlags};
+
+/// The descriptor and what every request needs: the policy in force and its fallbacks,
+/// the alignment, the drop-behind windows. Kept apart from the bounce buffers so that a
+/// request can borrow both.
+pub(super) struct Io {
+    pub(super) fd: OwnedFd,
+    pub(super) path: PathBuf,
+    pub(super) policy: CachePolicy,
+    pub(super) notice: Option<String>,
+    /// A request of the current policy has succeeded: a refusal now is an error, not a reason
+    /// to fall back.
+    pub(super) proven: bool,
+    pub(super) align: Alignment,
+    /// On tmpfs/ramfs: said once in the notice (no policy keeps those pages out of memory).
+    pub(super) shmem: bool,
+    pub(super) behind: Behind,
+}
+
+impl Io {
+    pub(super) fn fail(&self, syscall: &'static str, source: io::Error) -> io::Error {
+        io::Error::new(
+            source.kind(),
+            DioError {
+                path: self.path.clone(),
+                syscall,
+                source,
+            },
+        )
+    }
+
+    /// Records a fallback in the notice and switches the descriptor to `to`.
+    pub(super) fn fall_back(&mut self, what: &str, why: &str) -> io::Result<()> {
+        let to = self.policy.next().expect("drop-behind is never refused");
+        let line = format!("{what} refused ({why}): falling back to {to}");
+        self.notice = Some(match self.notice.take() {
+            None => format!("{}: {line}", self.path.display()),
+            Some(n) => format!("{n}; then {line}"),
+        });
+        if self.policy == CachePolicy::Direct {
+            sys::set_direct(self.fd.as_fd(), false).map_err(|e| self.fail("fcntl(F_SETFL)", e))?;
+        }
+        self.become_buffered(to);
+        Ok(())
+    }
+
+    /// Makes `policy` (DontCache or DropBehind) the one in force: no kernel readahead (the
+    /// window reads ahead), page alignment, and a probe of RWF_DONTCACHE where it can be
+    /// made without reading a page.
+    pub(super) fn become_buffered(&mut self, policy: CachePolicy) {
+        let page = sys::page_size() as usize;
+        self.policy = policy;
+        self.proven = false;
+        self.align = Alignment {
+            memory: page,
+            offset: page,
+        };
+        let _ = sys::fadvise(self.fd.as_fd(), 0, 0, Advice::Random);
+        if policy == CachePolicy::DontCache {
+            // A read far beyond the end checks the flag, then returns 0 without any I/O.
+            // EBADF (a write-only descriptor): the first write will tell instead.
+            match sys::read_at(self.fd.as_fd(), &mut [0u8; 1], 1 << 62, RwFlags::DONTCACHE) {
+                Ok(_) => self.proven = true,
+                Err(e) if refused(&e) => {
+                    let why = e.to_string();
+                    self.policy = CachePolicy::DropBehind;
+                    let line = format!(
+                        "preadv2(RWF_DONTCACHE) refused ({why}): falling back to drop-behind"
+                    );
+                    self.notice = Some(match self.notice.take() {
+                        None => format!("{}: {line}", self.path.display()),
+                        Some(n) => format!("{n}; then {line}"),
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// One read of the current policy (short reads possible); falls back on a first refusal.
+    pub(super) fn read(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        loop {
+            let fd = self.fd.as_fd();
+            let (r, call) = match self.policy {
+                CachePolicy::Direct => (sys::pread(fd, buf, off), "pread(O_DIRECT)"),
+                CachePolicy::DontCache => (
+                    sys::read_at(fd, buf, off, RwFlags::DONTCACHE),
+                    "preadv2(RWF_DONTCACHE)",
+                ),
+                CachePolicy::DropBehind => (sys::pread(fd, buf, off), "pread"),
+            };
+            match r {
+                Ok(n) => {
+                    self.proven = true;
+                    return Ok(n);
+                }
+                Err(e) if !self.proven && refused(&e) && self.policy != CachePolicy::DropBehind => {
+                    self.fall_back(call, &e.to_string())?;
+                }
+                Err(e) => return Err(self.fail(call, e)),
+            }
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `off` or up to the end of the file. With O_DIRECT `buf` and
+    /// `off` must be aligned; a short read there means the end. With the buffered policies,
+    /// pages this read brought into the cache are dropped afterwards.
+    pub(super) fn read_full(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        let keep = if self.policy == CachePolicy::Direct {
+            None
+        } else {
+            Some(Precached::snapshot(self.fd.as_fd(), off, buf.len() as u64))
+        };
+        let mut got = 0;
+        while got < buf.len() {
+            let direct = self.policy == CachePolicy::Direct;
+            let n = self.read(&mut buf[got..], off + got as u64)?;
+            got += n;
+            if n == 0 || (direct && !got.is_multiple_of(self.align.offset)) {
+                break;
+            }
+        }
+        let keep = match (keep, self.policy) {
+            (Some(k), _) => Some(k),
+            // Fell back from O_DIRECT during this read: what it read buffered is ours.
+            (None, p) if p != CachePolicy::Direct => Some(Precached::none(off, got as u64)),
+            _ => None,
+        };
+        if let Some(k) = keep {
+            k.drop_rest(self.fd.as_fd(), off + got as u64);
+        }
+        Ok(got)
+    }
+
+    /// One write of the current policy (short writes possible); falls back on a first refusal.
+    pub(super) fn write(&mut self, buf: &[u8], off: u64) -> io::Result<usize> {
+        loop {
+            let fd = self.fd.as_fd();
+            let (r, call) = match self.policy {
+                CachePolicy::Direct => (
+                    sys::write_at(fd, buf, off, RwFlags::empty()),
+                    "pwrite(O_DIRECT)",
+                ),
+                CachePolicy::DontCache => (
+                    sys::write_at(fd, buf, off, RwFlags::DONTCACHE),
+                    "pwritev2(RWF_DONTCACHE)",
+                ),
+                CachePolicy::DropBehind => {
+                    (sys::write_at(fd, buf, off, RwFlags::empty()), "pwrite")
+                }
+            };
+            match r {
+                Ok(n) => {
+                    self.proven = true;
+                    if self.policy != CachePolicy::Direct {
+                        let fd = self.fd.as_fd();
+                        self.behind
+                            .wrote(fd, off, n as u64)
+                            .map_err(|e| self.fail("sync_file_range", e))?;
+                    }
+                    return Ok(n);
+                }
+                Err(e) if !self.proven && refused(&e) && self.policy != CachePolicy::DropBehind => {
+                    self.fall_back(call, &e.to_string())?;
+                }
+                Err(e) => return Err(self.fail(call, e)),
+            }
+        }
+    }
+
+    /// Writes all of `buf` at `off` (aligned with O_DIRECT).
+    pub(super) fn write_full(&mut self, buf: &[u8], off: u64) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.write(&buf[done..], off + done as u64)? {
+                0 => {
+                    return Err(self.fail(
+                        "pwrite",
+                        io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes"),
+                    ))
+                }
+                n => done += n,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the partial block at the file's end, `buf` at `off`, with its exact bytes: O_DIRECT
+    /// off for the moment, then the page written back and dropped.
+    pub(super) fn write_tail_buffered(&mut self, buf: &[u8], off: u64) -> io::Result<()> {
+        let fd = self.fd.as_fd();
+        sys::set_direct(fd, false).map_err(|e| self.fail("fcntl(F_SETFL)", e))?;
+        let mut done = 0;
+        let mut res = Ok(());
+        while done < buf.len() {
+            match sys::write_at(fd, &buf[done..], off + done as u64, RwFlags::empty()) {
+                Ok(0) => {
+                    res = Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes"));
+                    break;
+                }
+                Ok(n) => done += n,
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        let restored = sys::set_direct(fd, true);
+        res.map_err(|e| self.fail("pwrite", e))?;
+        restored.map_err(|e| self.fail("fcntl(F_SETFL)", e))?;
+        let (lo, hi) = page_cover(off, buf.len() as u64);
+        let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+        sys::sync_file_range(fd, lo, hi - lo, all).map_err(|e| self.fail("sync_file_range", e))?;
+        let _ = sys::fadvise(fd, lo, hi - lo, Advice::DontNeed);
+        Ok(())
+    }
+
+    /// Waits for the write-back of everything written with the buffered policies and drops it.
+    pub(super) fn finish_behind(&mut self) -> io::Result<()> {
+        let fd = self.fd.as_fd();
+        self.behind
+            .finish(fd)
+            .map_err(|e| self.fail("sync_file_range", e))
+    }
+}
+
+/// Pages of a buffered read's range that were cached before it: those stay, the rest is
+/// dropped once read.
+struct Precached {
+    lo: u64,
+    hi: u64,
+    /// The page ranges that had cached pages, in order; empty when none had.
+    kept: Vec<(u64, u64)>,
+}
+
+impl Precached {
+    fn none(off: u64, len: u64) -> Self {
+        let (lo, hi) = page_cover(off, len);
+        Precached {
+            lo,
+            hi,
+            kept: Vec::new(),
+        }
+    }
+
+    /// One cachestat for the range; only when something in it was cached, one per
+    /// [`KEEP_BLOCK`], and one per page of a block cached in part, so what is kept is exact to
+    /// the page. Where cachestat is missing (before Linux 6.5) nothing is known to be cached.
+    fn snapshot(fd: BorrowedFd<'_>, off: u64, len: u64) -> Self {
+        let mut p = Precached::none(off, len);
+        let cached = |a: u64, b: u64| sys::cachestat(fd, a, b - a).map_or(0, |c| c.cache);
+        if cached(p.lo, p.hi) == 0 {
+            return p;
+        }
+        let page = sys::page_size();
+        let mut keep = |a: u64, b: u64| match p.kept.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => p.kept.push((a, b)),
+        };
+        let mut b = p.lo;
+        while b < p.hi {
+            let e = (align_down(b, KEEP_BLOCK as usize) + KEEP_BLOCK).min(p.hi);
+            match cached(b, e) {
+                0 => {}
+                n if n == (e - b) / page => keep(b, e),
+                _ => {
+                    for q in (b..e).step_by(page as usize) {
+                        if cached(q, q + page) > 0 {
+                            keep(q, q + page);
+                        }
+                    }
+                }
+            }
+            b = e;
+        }
+        p
+    }
+
+    /// Drops the pages of `[lo, end)` (`end` widened to a page) outside the kept ranges.
+    fn drop_rest(&self, fd: BorrowedFd<'_>, end: u64) {
+        let end = page_cover(end, 0).1.min(self.hi);
+        let mut from = self.lo;
+        for &(a, b) in self.kept.iter().chain([(end, end)].iter()) {
+            let to = a.min(end);
+            if to > from {
+                let _ = sys::fadvise(fd, from, to - from, Advice::DontNeed);
+            }
+            from = from.max(b);
+            if from >= end {
+                break;
+            }
+        }
+    }
+}
+
+/// Written ranges of the buffered policies whose pages are still to be dropped: `pending`
+/// (written, write-back not started) and `started` (write-back started).
+#[derive(Default)]
+pub(super) struct Behind {
+    pending: Option<(u64, u64)>,
+    started: Option<(u64, u64)>,
+}
+
+impl Behind {
+    /// Notes `[off, off+len)` as written; a window full, or a write elsewhere, starts its
+    /// write-back and waits for and drops the window before.
+    fn wrote(&mut self, fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
+        let (a, b) = (off, off + len);
+        match self.pending {
+            Some((lo, hi)) if a <= hi && b >= lo => self.pending = Some((lo.min(a), hi.max(b))),
+            Some(_) => {
+                self.rotate(fd)?;
+                self.pending = Some((a, b));
+            }
+            None => self.pending = Some((a, b)),
+        }
+        if let Some((lo, hi)) = self.pending {
+            if hi - lo >= BEHIND_WINDOW {
+                self.rotate(fd)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn rotate(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        if let Some((lo, hi)) = self.pending.take() {
+            sys::sync_file_range(fd, lo, hi - lo, sys::SFR_WRITE)?;
+            if let Some(s) = self.started.replace((lo, hi)) {
+                Self::settle(fd, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the write-back of a range and drops its pages.
+    fn settle(fd: BorrowedFd<'_>, (lo, hi): (u64, u64)) -> io::Result<()> {
+        let (lo, hi) = page_cover(lo, hi - lo);
+        let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+        sys::sync_file_range(fd, lo, hi - lo, all)?;
+        let _ = sys::fadvise(fd, lo, hi - lo, Advice::DontNeed);
+        Ok(())
+    }
+
+    fn finish(&mut self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        let (s, p) = (self.started.take(), self.pending.take());
+        for r in [s, p].into_iter().flatten() {
+            Self::settle(fd, r)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,395 @@
+//! Against the kernel: contents byte for byte, file lengths, and what cachestat says is cached.
+
+use super::*;
+use std::io::Write;
+use std::os::fd::AsFd;
+
+const POLICIES: [CachePolicy; 3] = [
+    CachePolicy::Direct,
+    CachePolicy::DontCache,
+    CachePolicy::DropBehind,
+];
+
+/// A scratch directory on a disk filesystem (the temporary directory unless it is tmpfs, else
+/// next to the test binary).
+fn scratch() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    if !sys::is_shmem(std::fs::File::open(tmp.path()).unwrap().as_fd()) {
+        return tmp;
+    }
+    let exe = std::env::current_exe().unwrap();
+    tempfile::tempdir_in(exe.parent().unwrap()).unwrap()
+}
+
+/// Deterministic bytes (xorshift), so a failure reproduces.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// A file of `data`, written back and dropped from the cache.
+fn cold_file(path: &Path, data: &[u8]) {
+    let mut f = std::fs::File::create(path).unwrap();
+    f.write_all(data).unwrap();
+    f.sync_all().unwrap();
+    sys::fadvise(f.as_fd(), 0, 0, Advice::DontNeed).unwrap();
+    assert_eq!(cached(path), 0, "cold to start with");
+}
+
+/// Bytes of `path` in the page cache, per cachestat.
+fn cached(path: &Path) -> u64 {
+    let f = std::fs::File::open(path).unwrap();
+    sys::cachestat(f.as_fd(), 0, 0).unwrap().cache * sys::page_size()
+}
+
+fn open(path: &Path, mode: OpenMode, policy: CachePolicy) -> DirectFile {
+    let f = DirectFile::open(path, mode, policy).unwrap();
+    // ext4 on this machine has O_DIRECT and RWF_DONTCACHE (Linux 6.14+): no fallback.
+    assert_eq!(f.policy(), policy, "{:?}", f.notice());
+    assert_eq!(f.notice(), None);
+    f
+}
+
+fn rw() -> OpenMode {
+    OpenMode {
+        write: true,
+        ..OpenMode::read()
+    }
+}
+
+#[test]
+fn policies_and_modes_parse() {
+    for p in POLICIES {
+        assert_eq!(p.name().parse::<CachePolicy>().unwrap(), p);
+        assert_eq!(p.to_string(), p.name());
+        assert_eq!(
+            serde_json::to_value(p).unwrap(),
+            serde_json::json!(p.name())
+        );
+    }
+    assert!("cached".parse::<CachePolicy>().is_err());
+    let m = |s| OpenMode::from_fopen(s).unwrap();
+    assert_eq!(m("rb"), OpenMode::read());
+    assert_eq!(m("w"), OpenMode::write());
+    assert!(m("r+").read && m("r+").write && !m("r+").create);
+    assert!(m("ab").append && m("ab").create && !m("ab").read && !m("ab").truncate);
+    assert!(m("xb").exclusive && m("x+").read);
+    for bad in ["", "rw", "rt", "q", "r++"] {
+        assert!(OpenMode::from_fopen(bad).is_err(), "{bad}");
+    }
+    let none = OpenMode {
+        read: false,
+        ..OpenMode::read()
+    };
+    assert!(none.validate().is_err());
+    let trunc_ro = OpenMode {
+        truncate: true,
+        ..OpenMode::read()
+    };
+    assert!(trunc_ro.validate().is_err());
+}
+
+#[test]
+fn errors_name_the_path_and_the_call() {
+    let dir = scratch();
+    let missing = dir.path().join("missing");
+    match DirectFile::open(&missing, OpenMode::read(), CachePolicy::Direct).unwrap_err() {
+        Error::Io { path, op, source } => {
+            assert_eq!(path, missing);
+            assert_eq!(op, Op::OpenDirect);
+            assert_eq!(source.raw_os_error(), Some(libc::ENOENT));
+        }
+        e => panic!("{e}"),
+    }
+    let e = DirectFile::open(dir.path(), OpenMode::read(), CachePolicy::Direct).unwrap_err();
+    assert!(
+        matches!(&e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::EISDIR)),
+        "{e}"
+    );
+    let p = dir.path().join("w");
+    let mut f = open(&p, OpenMode::write(), CachePolicy::Direct);
+    let e = f.read_at(&mut [0u8; 4], 0).unwrap_err();
+    assert_eq!(errno(&e), Some(libc::EBADF));
+    let d = failure(&e).unwrap();
+    assert_eq!((d.path.as_path(), d.syscall), (p.as_path(), "pread"));
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "{}: pread failed: Bad file descriptor (os error 9)",
+            p.display()
+        )
+    );
+    let x = DirectFile::open(
+        &p,
+        OpenMode::from_fopen("x").unwrap(),
+        CachePolicy::DontCache,
+    );
+    assert!(
+        matches!(x, Err(Error::Io { source, .. }) if source.raw_os_error() == Some(libc::EEXIST))
+    );
+}
+
+#[test]
+fn alignment_comes_from_statx() {
+    let dir = scratch();
+    let p = dir.path().join("f");
+    std::fs::write(&p, b"x").unwrap();
+    let f = open(&p, OpenMode::read(), CachePolicy::Direct);
+    let (mem, off) = sys::dio_align(f.as_fd()).expect("ext4 reports STATX_DIOALIGN");
+    let a = f.alignment();
+    assert_eq!((a.memory, a.offset), (mem as usize, off as usize));
+    let b = f.aligned_buffer(1000);
+    assert_eq!(b.len(), a.offset.max(1000).div_ceil(a.offset) * a.offset);
+    assert_eq!(b.as_ptr() as usize % a.memory, 0);
+    let g = open(&p, OpenMode::read(), CachePolicy::DropBehind);
+    assert_eq!(g.alignment().offset, sys::page_size() as usize);
+}
+
+/// Reads of every shape (aligned or not, in the window, straight, past the end) and writes of
+/// every shape (inside the file, across its end, sparse, appending, from aligned buffers),
+/// checked against a model after each request and at the end; nothing stays cached.
+#[test]
+fn random_requests_round_trip_byte_for_byte() {
+    let dir = scratch();
+    for (i, policy) in POLICIES.into_iter().enumerate() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 + i as u64);
+        let p = dir.path().join(policy.name());
+        let mut model = rng.bytes((1 << 20) + 777);
+        cold_file(&p, &model);
+        let mut f = open(&p, rw(), policy);
+        let a = f.alignment().offset;
+        let sizes = [
+            1usize,
+            3,
+            511,
+            512,
+            4095,
+            4096,
+            4097,
+            65541,
+            300_000,
+            (5 << 20) + 1,
+        ];
+        let mut cursor = 0u64;
+        for step in 0..120 {
+            let len = sizes[rng.below(sizes.len() as u64) as usize];
+            let len = if len > (1 << 20) && rng.below(4) != 0 {
+                7000
+            } else {
+                len
+            };
+            let off = match rng.below(4) {
+                0 => cursor,
+                1 => align_down(rng.below(model.len() as u64 + 9000), a),
+                _ => rng.below(model.len() as u64 + 9000),
+            };
+            let aligned = rng.below(3) == 0;
+            if rng.below(2) == 0 {
+                let data = rng.bytes(len);
+                let n = if aligned {
+                    let mut b = f.aligned_buffer(len);
+                    b[..len].copy_from_slice(&data);
+                    f.write_at(&b[..len], off).unwrap()
+                } else {
+                    f.write_at(&data, off).unwrap()
+                };
+                assert_eq!(n, len);
+                let end = off as usize + len;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+            } else {
+                let mut b = f.aligned_buffer(len + 1);
+                let buf = if aligned {
+                    &mut b[..len]
+                } else {
+                    &mut b[1..len + 1]
+                };
+                let n = f.read_at(buf, off).unwrap();
+                let want = model.len().saturating_sub(off as usize).min(len);
+                assert_eq!(n, want, "{policy} step {step}: read {len} at {off}");
+                let from = (off as usize).min(model.len());
+                assert!(
+                    buf[..n] == model[from..from + n],
+                    "{policy} step {step}: read {len} at {off}"
+                );
+            }
+            cursor = off + len as u64;
+            assert_eq!(f.len().unwrap(), model.len() as u64, "{policy} step {step}");
+        }
+        f.close().unwrap();
+        let got = std::fs::read(&p).unwrap();
+        assert_eq!(got.len(), model.len(), "{policy}");
+        assert!(got == model, "{policy}: contents differ");
+        // std::fs::read just cached it: drop that, then check what our file left.
+        assert_eq!(
+            cached_after_dropping_reader(&p, &got),
+            0,
+            "{policy}: nothing of ours cached"
+        );
+    }
+}
+
+/// The check above reads the file through the cache; the pages this test cached are dropped
+/// again with a fresh descriptor (never through the file under test).
+fn cached_after_dropping_reader(p: &Path, _data: &[u8]) -> u64 {
+    let f = std::fs::File::open(p).unwrap();
+    sys::fadvise(f.as_fd(), 0, 0, Advice::DontNeed).unwrap();
+    cached(p)
+}
+
+#[test]
+fn cold_reads_leave_nothing_cached_and_keep_what_was() {
+    let dir = scratch();
+    let mut rng = Rng(7);
+    let data = rng.bytes((9 << 20) + 12345);
+    for policy in POLICIES {
+        let p = dir.path().join(format!("cold-{policy}"));
+        cold_file(&p, &data);
+        // Sequential reads of an unaligned size into an unaligned buffer, then one large read
+        // into an aligned buffer (straight to the file).
+        let mut f = open(&p, OpenMode::read(), policy);
+        let mut got = Vec::with_capacity(data.len());
+        let mut buf = vec![0u8; 100_001];
+        loop {
+            let n = f.read_at(&mut buf[1..], got.len() as u64).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[1..1 + n]);
+        }
+        assert!(got == data, "{policy}");
+        let mut big = f.aligned_buffer(data.len());
+        assert_eq!(f.read_at(&mut big, 0).unwrap(), data.len());
+        assert!(big[..data.len()] == data[..]);
+        assert_eq!(cached(&p), 0, "{policy}: read leaves no pages");
+        drop(f);
+
+        // Pages someone else had cached stay cached (the buffered policies drop only theirs).
+        let pre = 1 << 20;
+        let g = std::fs::File::open(&p).unwrap();
+        sys::fadvise(g.as_fd(), 0, 0, Advice::Random).unwrap(); // no readahead beyond
+        let mut head = vec![0u8; pre as usize];
+        assert_eq!(sys::pread(g.as_fd(), &mut head, 0).unwrap(), head.len());
+        assert_eq!(cached(&p), pre);
+        let mut f = open(&p, OpenMode::read(), policy);
+        let mut buf = vec![0u8; 3 << 20];
+        assert_eq!(f.read_at(&mut buf, 12345).unwrap(), buf.len());
+        assert!(buf[..] == data[12345..12345 + buf.len()]);
+        let first = sys::cachestat(g.as_fd(), 0, pre).unwrap().cache * sys::page_size();
+        assert_eq!(first, pre, "{policy}: pages cached before stay");
+        assert_eq!(cached(&p), pre, "{policy}: and nothing else");
+    }
+}
+
+/// Sequential writes of odd sizes: the file never holds more than what was written (no
+/// padding, not even before close), and ends exactly at the written length, uncached.
+#[test]
+fn sequential_writes_leave_exactly_the_written_length() {
+    let dir = scratch();
+    let mut rng = Rng(11);
+    for policy in POLICIES {
+        let p = dir.path().join(format!("seq-{policy}"));
+        let mut f = open(&p, OpenMode::write(), policy);
+        let mut all = Vec::new();
+        while all.len() < (9 << 20) + 3 {
+            let n = 1 + rng.below(200_000) as usize;
+            let piece = rng.bytes(n);
+            assert_eq!(f.write_at(&piece, all.len() as u64).unwrap(), piece.len());
+            all.extend_from_slice(&piece);
+            let on_disk = sys::stat_path(&p, true).unwrap().size;
+            assert!(
+                on_disk <= all.len() as u64,
+                "{policy}: {on_disk} > {}",
+                all.len()
+            );
+        }
+        // One more, of a few bytes, through sync: then on disk exactly.
+        f.write_at(b"end", all.len() as u64).unwrap();
+        all.extend_from_slice(b"end");
+        f.sync().unwrap();
+        assert_eq!(sys::stat_path(&p, true).unwrap().size, all.len() as u64);
+        assert_eq!(cached(&p), 0, "{policy}: synced pages dropped");
+        f.close().unwrap();
+        assert_eq!(sys::stat_path(&p, true).unwrap().size, all.len() as u64);
+        assert_eq!(cached(&p), 0, "{policy}: nothing cached after close");
+        assert!(std::fs::read(&p).unwrap() == all, "{policy}");
+
+        // Append mode writes at the end whatever the offset; set_len cuts.
+        let mut f = open(&p, OpenMode::from_fopen("a").unwrap(), policy);
+        f.write_at(b"+tail", 0).unwrap();
+        assert_eq!(f.len().unwrap(), all.len() as u64 + 5);
+        f.set_len(all.len() as u64 - 1000).unwrap();
+        f.close().unwrap();
+        let got = std::fs::read(&p).unwrap();
+        assert!(got[..] == all[..all.len() - 1000], "{policy}");
+        assert_eq!(cached_after_dropping_reader(&p, &got), 0);
+    }
+}
+
+/// An unmounted-on-drop tmpfs in a temporary directory.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount() -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "pagewise-dio-test"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting a tmpfs (tests run as root here)");
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+#[test]
+fn tmpfs_falls_back_and_says_so() {
+    let fs = Tmpfs::mount();
+    let p = fs.0.path().join("f");
+    let mut f =
+        DirectFile::open(&p, OpenMode::from_fopen("w+").unwrap(), CachePolicy::Direct).unwrap();
+    assert_eq!(f.policy(), CachePolicy::DropBehind);
+    let n = f.notice().unwrap().to_string();
+    assert!(!n.contains('\n'), "one line: {n}");
+    for part in [
+        p.to_str().unwrap(),
+        "O_DIRECT refused",
+        "RWF_DONTCACHE) refused",
+        "drop-behind",
+        "tmpfs keeps",
+    ] {
+        assert!(n.contains(part), "{part:?} in {n}");
+    }
+    let data = Rng(3).bytes(100_003);
+    f.write_at(&data, 5).unwrap();
+    let mut back = vec![0u8; data.len() + 10];
+    assert_eq!(f.read_at(&mut back, 0).unwrap(), data.len() + 5);
+    assert!(back[5..data.len() + 5] == data[..] && back[..5] == [0; 5]);
+    f.close().unwrap();
+    let f = DirectFile::open(&p, OpenMode::read(), CachePolicy::DropBehind).unwrap();
+    assert!(f.notice().unwrap().contains("tmpfs keeps"));
+    assert!(!f.notice().unwrap().contains("refused"));
+}
