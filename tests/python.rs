@@ -3,9 +3,9 @@
 //! pytest suite in python/tests against that installed wheel (and against this build's CLI,
 //! whose `--json` documents the reports' `to_dict()` must equal).
 //!
-//! Needs `python3` (>= 3.9, with venv) and PyPI for maturin and pytest. The wheel's Rust
-//! build goes to `<target>/python` and is reused by later runs. A skipped pytest test fails
-//! this test: nothing is skipped silently.
+//! Needs `python3` (>= 3.9, with venv) and PyPI for maturin, pytest and numpy (`readinto` a
+//! numpy array). The wheel's Rust build goes to `<target>/python` and is reused by later runs.
+//! A skipped pytest test fails this test: nothing is skipped silently.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -53,9 +53,9 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
     );
     let py = venv.join("bin/python");
     step(
-        "pip install maturin pytest",
+        "pip install maturin pytest numpy",
         Command::new(&py)
-            .args(["-m", "pip", "install", "-q", "maturin>=1.5,<2", "pytest"])
+            .args(["-m", "pip", "install", "-q", "maturin>=1.5,<2", "pytest", "numpy"])
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
     );
     let wheels = work.path().join("wheels");

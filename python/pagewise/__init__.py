@@ -25,6 +25,7 @@ finished is complete). Failures that stop a call raise :class:`pagewise.Error` (
 
 from __future__ import annotations
 
+import builtins
 import os
 from types import TracebackType
 from typing import (
@@ -41,6 +42,7 @@ from typing import (
 )
 
 from . import _pagewise
+from ._io import Alignment, DirectIO, aligned_buffer, open
 from ._errors import (
     Error,
     ExistsError,
@@ -78,6 +80,10 @@ from ._reports import (
 __version__: str = _pagewise.version()
 
 __all__ = [
+    "open",
+    "aligned_buffer",
+    "DirectIO",
+    "Alignment",
     "stat",
     "evict",
     "load",
@@ -546,7 +552,7 @@ class Trace:
 
     def save(self, path: PathArg) -> None:
         """Writes the trace file (what ``pagewise replay`` and ``--trace`` read)."""
-        with open(os.fsencode(path), "wb") as f:  # noqa: PTH123 - builtins.open, not ours
+        with builtins.open(os.fsencode(path), "wb") as f:
             f.write(self.to_bytes())
 
     def to_dict(self) -> Dict[str, Any]:

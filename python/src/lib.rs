@@ -7,6 +7,7 @@ mod buffer;
 mod convert;
 mod dropping;
 mod errors;
+mod file;
 mod trace;
 mod verbs;
 mod wait;
@@ -41,5 +42,6 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<trace::Trace>()?;
     m.add_class::<dropping::Dropping>()?;
     m.add_class::<buffer::AlignedAlloc>()?;
+    m.add_class::<file::DirectFile>()?;
     Ok(())
 }
