@@ -30,6 +30,9 @@ import os
 from types import TracebackType
 from typing import (
     Any,
+    Literal,
+    NamedTuple,
+    overload,
     Callable,
     Dict,
     Iterable,
@@ -208,6 +211,36 @@ def stat(
     return StatReport(_pagewise.stat(_paths(paths), walk, files, progress))
 
 
+@overload
+def evict(
+    paths: Paths,
+    *,
+    dry_run: bool = ...,
+    owned: bool = ...,
+    no_sync: bool = ...,
+    why: bool = ...,
+    range: RangeArg = ...,
+    include: Iterable[str] = ...,
+    exclude: Iterable[str] = ...,
+    follow: bool = ...,
+    one_file_system: bool = ...,
+    max_depth: Optional[int] = ...,
+    threads: Optional[int] = ...,
+    method: str = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> EvictReport: ...
+
+
+@overload
+def evict(
+    paths: None = ...,
+    *,
+    trace: Union["Trace", PathArg],
+    dry_run: bool = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> TraceCacheReport: ...
+
+
 def evict(
     paths: Optional[Paths] = None,
     *,
@@ -225,7 +258,7 @@ def evict(
     threads: Optional[int] = None,
     method: str = "auto",
     progress: Optional[ProgressCallback] = None,
-) -> Any:
+) -> Union[EvictReport, TraceCacheReport]:
     """Drop files and trees from the page cache, dirty pages written back first
     (``pagewise evict``); the report says what stayed and why.
 
@@ -293,6 +326,56 @@ class LoadHandle:
         return f"<pagewise.LoadHandle {state}: {self.locked_bytes} bytes in {self.report.total.locked_files} files>"
 
 
+@overload
+def load(
+    paths: Paths,
+    *,
+    lock: Literal[False] = ...,
+    batch: int = ...,
+    window: SizeArg = ...,
+    depth: Optional[int] = ...,
+    range: RangeArg = ...,
+    include: Iterable[str] = ...,
+    exclude: Iterable[str] = ...,
+    follow: bool = ...,
+    one_file_system: bool = ...,
+    max_depth: Optional[int] = ...,
+    threads: Optional[int] = ...,
+    method: str = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> LoadReport: ...
+
+
+@overload
+def load(
+    paths: Paths,
+    *,
+    lock: Literal[True],
+    batch: int = ...,
+    window: SizeArg = ...,
+    depth: Optional[int] = ...,
+    range: RangeArg = ...,
+    include: Iterable[str] = ...,
+    exclude: Iterable[str] = ...,
+    follow: bool = ...,
+    one_file_system: bool = ...,
+    max_depth: Optional[int] = ...,
+    threads: Optional[int] = ...,
+    method: str = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> LoadHandle: ...
+
+
+@overload
+def load(
+    paths: None = ...,
+    *,
+    trace: Union["Trace", PathArg],
+    depth: Optional[int] = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> TraceCacheReport: ...
+
+
 def load(
     paths: Optional[Paths] = None,
     *,
@@ -310,7 +393,7 @@ def load(
     threads: Optional[int] = None,
     method: str = "auto",
     progress: Optional[ProgressCallback] = None,
-) -> Any:
+) -> Union[LoadReport, "LoadHandle", TraceCacheReport]:
     """Bring files and trees into the page cache with deep parallel I/O (``pagewise load``).
 
     :param lock: keep the loaded pages locked in memory (``--lock``): returns a
@@ -390,6 +473,36 @@ def copy(
     return CopyReport(_pagewise.copy(_paths(sources), os.fsencode(dest), args, progress))
 
 
+@overload
+def replay(
+    trace: Union["Trace", PathArg],
+    *,
+    order: str = ...,
+    direct: bool = ...,
+    merge_gap: SizeArg = ...,
+    depth: Optional[int] = ...,
+    max_request: SizeArg = ...,
+    compare: Literal[False] = ...,
+    runs: int = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> ReplayReport: ...
+
+
+@overload
+def replay(
+    trace: Union["Trace", PathArg],
+    *,
+    order: str = ...,
+    direct: bool = ...,
+    merge_gap: SizeArg = ...,
+    depth: Optional[int] = ...,
+    max_request: SizeArg = ...,
+    compare: Literal[True],
+    runs: int = ...,
+    progress: Optional[ProgressCallback] = ...,
+) -> List[ReplayReport]: ...
+
+
 def replay(
     trace: Union["Trace", PathArg],
     *,
@@ -401,7 +514,7 @@ def replay(
     compare: bool = False,
     runs: int = 3,
     progress: Optional[ProgressCallback] = None,
-) -> Any:
+) -> Union[ReplayReport, List[ReplayReport]]:
     """Re-issue a recorded read set and time it (``pagewise replay``).
 
     :param trace: a :class:`Trace` or the path of a trace file.
@@ -422,7 +535,7 @@ def replay(
         "compare": compare,
         "runs": runs,
     }
-    raw = _pagewise.replay(_trace(trace)._t, args, progress)
+    raw: Any = _pagewise.replay(_trace(trace)._t, args, progress)
     if compare:
         return [ReplayReport(r) for r in raw]
     return ReplayReport(raw)
@@ -487,36 +600,19 @@ class TraceFile(PathView):
         return self._raw.get("path") is not None
 
 
-class TraceEvent(Tuple[int, int, int, int, int]):
-    """Pages added to the page cache: ``(ts_ns, file, pid, index, pages)`` — ``file`` indexes
-    :attr:`Trace.files`, ``index`` is the first page (offset / page size)."""
+class TraceEvent(NamedTuple):
+    """Pages added to the page cache (one event of the trace)."""
 
-    __slots__ = ()
-
-    @property
-    def ts_ns(self) -> int:
-        """ns since the recording started."""
-        return self[0]
-
-    @property
-    def file(self) -> int:
-        """Index into :attr:`Trace.files`."""
-        return self[1]
-
-    @property
-    def pid(self) -> int:
-        """The thread that caused it."""
-        return self[2]
-
-    @property
-    def index(self) -> int:
-        """First page (file offset / page size)."""
-        return self[3]
-
-    @property
-    def pages(self) -> int:
-        """Pages added together."""
-        return self[4]
+    ts_ns: int
+    """ns since the recording started."""
+    file: int
+    """Index into :attr:`Trace.files`."""
+    pid: int
+    """The thread that caused it."""
+    page: int
+    """First page added: the file offset / page size (``index`` in the trace's JSON)."""
+    pages: int
+    """Pages added together."""
 
 
 class Trace:
@@ -525,12 +621,14 @@ class Trace:
     ``evict(trace=...)`` or ``load(trace=...)``."""
 
     __slots__ = ("_t", "_files")
+    _t: _pagewise.Trace
+    _files: Optional[List[TraceFile]]
 
     def __init__(self) -> None:
         raise TypeError("use pagewise.Trace.open(path) or Trace.from_bytes(data)")
 
     @classmethod
-    def _wrap(cls, t: Any) -> "Trace":
+    def _wrap(cls, t: _pagewise.Trace) -> "Trace":
         self = object.__new__(cls)
         self._t = t
         self._files = None
@@ -569,7 +667,7 @@ class Trace:
     @property
     def pages(self) -> List[TraceEvent]:
         """The page-cache additions, in time order."""
-        return [TraceEvent(e) for e in self._t.events()]
+        return [TraceEvent(*e) for e in self._t.events()]
 
     events = pages
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
-from typing import Dict, Optional, Type, Union
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
 __all__ = [
     "Error",
@@ -52,7 +52,7 @@ class Error(OSError):
         call = f"{self.syscall} failed: " if self.syscall else ""
         return f"{where}{call}{self.strerror}"
 
-    def __reduce__(self):  # type: ignore[override]
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
         return (type(self), (self.errno, self.strerror, self.filename, self.syscall))
 
 

@@ -142,7 +142,7 @@ class DirectIO(io.RawIOBase):
         self._check_closed()
         return False
 
-    def readinto(self, b: Any) -> int:  # type: ignore[override]
+    def readinto(self, b: Any) -> int:
         """Reads up to ``len(b)`` bytes into ``b`` (any writable contiguous buffer) at the
         position; returns the count, 0 at the end of the file."""
         self._check_closed()
@@ -165,7 +165,7 @@ class DirectIO(io.RawIOBase):
         del out[got:]
         return bytes(out)
 
-    def write(self, b: Any) -> int:  # type: ignore[override]
+    def write(self, b: Any) -> int:
         """Writes all of ``b`` (any buffer) at the position (at the end in append mode);
         returns ``len(b)`` in bytes."""
         self._check_closed()

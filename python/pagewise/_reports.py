@@ -103,7 +103,7 @@ class View:
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}") from None
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._raw == self._raw  # type: ignore[attr-defined]
+        return isinstance(other, View) and type(other) is type(self) and other._raw == self._raw
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -266,13 +266,40 @@ class StatReport(Report):
     walk = _view(WalkSummary, "walk", "What the walk met besides the files measured.")
     files = _views(FileStat, "files", "Each file, sorted by path (``files=True``; else empty).")
 
-    size_bytes = property(lambda self: self.total.size_bytes, doc="``total.size_bytes``.")
-    bytes = property(lambda self: self.total.bytes, doc="``total.bytes``.")
-    cached_bytes = property(lambda self: self.total.cached_bytes, doc="``total.cached_bytes``.")
-    dirty_bytes = property(lambda self: self.total.dirty_bytes, doc="``total.dirty_bytes``.")
-    writeback_bytes = property(lambda self: self.total.writeback_bytes, doc="``total.writeback_bytes``.")
-    evicted_bytes = property(lambda self: self.total.evicted_bytes, doc="``total.evicted_bytes``.")
-    percent = property(lambda self: self.total.percent, doc="``total.percent``.")
+    @property
+    def size_bytes(self) -> int:
+        """``total.size_bytes``: the files' sizes."""
+        return self.total.size_bytes
+
+    @property
+    def bytes(self) -> int:
+        """``total.bytes``: the bytes measured."""
+        return self.total.bytes
+
+    @property
+    def cached_bytes(self) -> int:
+        """``total.cached_bytes``."""
+        return self.total.cached_bytes
+
+    @property
+    def dirty_bytes(self) -> Optional[int]:
+        """``total.dirty_bytes``."""
+        return self.total.dirty_bytes
+
+    @property
+    def writeback_bytes(self) -> Optional[int]:
+        """``total.writeback_bytes``."""
+        return self.total.writeback_bytes
+
+    @property
+    def evicted_bytes(self) -> Optional[int]:
+        """``total.evicted_bytes``."""
+        return self.total.evicted_bytes
+
+    @property
+    def percent(self) -> Optional[float]:
+        """``total.percent``."""
+        return self.total.percent
 
     def __iter__(self) -> Iterator[FileStat]:
         return iter(self.files)
@@ -321,10 +348,25 @@ class EvictReport(Report):
     residue = _views(EvictFile, "residue", "Files with pages left, and why.")
     walk = _view(WalkSummary, "walk", "What the walk met.")
 
-    dropped_bytes = property(lambda self: self.total.dropped_bytes, doc="``total.dropped_bytes``.")
-    stayed_bytes = property(lambda self: self.total.stayed_bytes, doc="``total.stayed_bytes``.")
-    cached_bytes_before = property(lambda self: self.total.cached_bytes_before, doc="``total.cached_bytes_before``.")
-    cached_bytes_after = property(lambda self: self.total.cached_bytes_after, doc="``total.cached_bytes_after``.")
+    @property
+    def dropped_bytes(self) -> int:
+        """``total.dropped_bytes``."""
+        return self.total.dropped_bytes
+
+    @property
+    def stayed_bytes(self) -> int:
+        """``total.stayed_bytes``."""
+        return self.total.stayed_bytes
+
+    @property
+    def cached_bytes_before(self) -> int:
+        """``total.cached_bytes_before``."""
+        return self.total.cached_bytes_before
+
+    @property
+    def cached_bytes_after(self) -> int:
+        """``total.cached_bytes_after``."""
+        return self.total.cached_bytes_after
 
 
 class LoadTotals(View):
@@ -351,9 +393,20 @@ class LoadReport(Report):
     rate_bytes_per_s = _float("rate_bytes_per_s", "Bytes newly brought in per second.")
     walk = _view(WalkSummary, "walk", "What the walk met.")
 
-    cached_bytes_before = property(lambda self: self.total.cached_bytes_before, doc="``total.cached_bytes_before``.")
-    cached_bytes_after = property(lambda self: self.total.cached_bytes_after, doc="``total.cached_bytes_after``.")
-    locked_bytes = property(lambda self: self.total.locked_bytes, doc="``total.locked_bytes``.")
+    @property
+    def cached_bytes_before(self) -> int:
+        """``total.cached_bytes_before``."""
+        return self.total.cached_bytes_before
+
+    @property
+    def cached_bytes_after(self) -> int:
+        """``total.cached_bytes_after``."""
+        return self.total.cached_bytes_after
+
+    @property
+    def locked_bytes(self) -> int:
+        """``total.locked_bytes``."""
+        return self.total.locked_bytes
 
 
 class CopyResidue(View):
