@@ -85,9 +85,9 @@ class DirectIO(io.RawIOBase):
         super().__init__()
         if not isinstance(mode, str):
             raise TypeError("mode must be a str such as 'rb' or 'wb'")
-        self._f = _pagewise.DirectFile(os.fsencode(path), mode, cache)
         self.name = path
         self.mode = mode
+        self._f = _pagewise.DirectFile(os.fsencode(path), mode, cache)
         self._readable = "r" in mode or "+" in mode
         self._writable = any(c in mode for c in "wax+")
         self._append = "a" in mode
@@ -225,7 +225,10 @@ class DirectIO(io.RawIOBase):
         error here means data written earlier may be missing."""
         if not self.closed:
             try:
-                self._f.close()
+                # (No _f when the open failed.)
+                f = getattr(self, "_f", None)
+                if f is not None:
+                    f.close()
             finally:
                 super().close()
 
@@ -234,7 +237,8 @@ class DirectIO(io.RawIOBase):
             raise ValueError("I/O operation on closed file")
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else self._f.policy
+        f = getattr(self, "_f", None)
+        state = "closed" if self.closed or f is None else f.policy
         return f"<pagewise.DirectIO name={self.name!r} mode={self.mode!r} {state}>"
 
 
