@@ -3,9 +3,11 @@
 //! pytest suite in python/tests against that installed wheel (and against this build's CLI,
 //! whose `--json` documents the reports' `to_dict()` must equal).
 //!
-//! Needs `python3` (>= 3.9, with venv) and PyPI for maturin, pytest and numpy (`readinto` a
-//! numpy array). The wheel's Rust build goes to `<target>/python` and is reused by later runs.
+//! Needs root, `python3` (>= 3.9, with venv; `PAGEWISE_PYTHON` names another) and PyPI for
+//! maturin, pytest and numpy (`readinto` a numpy array). The wheel's Rust build goes to `<target>/python` and is reused by later runs.
 //! A skipped pytest test fails this test: nothing is skipped silently.
+
+mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -41,12 +43,23 @@ fn step(what: &str, cmd: &mut Command) -> Output {
 
 #[test]
 fn python_package_passes_its_suite_installed_from_a_wheel() {
+    // Tracing (record, dropping) and tmpfs mounts (open's fallback) need root.
+    if !common::require_root("the Python suite (tracing, tmpfs mounts)") {
+        return;
+    }
+    let python = std::env::var("PAGEWISE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_venv = Command::new(&python)
+        .args(["-c", "import ensurepip, venv"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !common::require(has_venv, &format!("{python} with venv (apt: python3-venv)")) {
+        return;
+    }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let work = tempfile::tempdir().unwrap();
     // Readable by others: one test runs the installed package as nobody.
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let venv = work.path().join("venv");
-    let python = std::env::var("PAGEWISE_PYTHON").unwrap_or_else(|_| "python3".into());
     step(
         "python3 -m venv",
         Command::new(&python).args(["-m", "venv"]).arg(&venv),
