@@ -68,7 +68,8 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
     step(
         "pip install maturin pytest numpy",
         Command::new(&py)
-            .args(["-m", "pip", "install", "-q", "maturin>=1.5,<2", "pytest", "numpy"])
+            .args(["-m", "pip", "install", "-q"])
+            .args(["maturin>=1.5,<2", "pytest", "numpy"])
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
     );
     let wheels = work.path().join("wheels");
