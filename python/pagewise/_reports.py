@@ -96,7 +96,10 @@ class View:
         return copy.deepcopy(self._raw)
 
     def __getattr__(self, name: str) -> Any:
-        # Any key of the document not given a typed attribute above.
+        # Any key of the document not given a typed attribute above (never private names:
+        # copy and pickle probe for them before `_raw` is set).
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self._raw[name]
         except KeyError:

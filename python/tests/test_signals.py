@@ -16,7 +16,7 @@ from conftest import cold, write_file
 
 MIB = 1 << 20
 
-# 4 KiB O_DIRECT reads and writes, one at a time: ~16 MB/s here, so 64 MiB takes seconds.
+# 4 KiB O_DIRECT reads and writes, one at a time (~16 MB/s here): a copy that takes seconds.
 SLOW_COPY = "cache='direct', threads=1, depth=1, chunk=4096"
 
 
@@ -30,9 +30,23 @@ def start(code: str) -> subprocess.Popen:
     return p
 
 
-def test_sigint_cancels_a_copy_within_a_second_and_leaves_no_half_file(scratch: Path) -> None:
-    src = write_file(scratch / "src", 64 * MIB)
+def slow_copy_source(scratch: Path, seconds: float) -> Path:
+    """A file the slow copy takes about `seconds` over (measured here, at most 1 GiB)."""
+    probe = write_file(scratch / "probe", 8 * MIB)
+    cold(probe)
+    t = time.monotonic()
+    pagewise.copy(probe, scratch / "probe.copy", cache="direct", threads=1, depth=1, chunk=4096)
+    rate = 8 * MIB / max(time.monotonic() - t, 1e-3)
+    os.unlink(probe)
+    os.unlink(scratch / "probe.copy")
+    size = min(int(rate * seconds) // MIB + 1, 1024) * MIB
+    src = write_file(scratch / "src", size)
     cold(src)
+    return src
+
+
+def test_sigint_cancels_a_copy_within_a_second_and_leaves_no_half_file(scratch: Path) -> None:
+    src = slow_copy_source(scratch, 4.0)
     dst = scratch / "dst"
     p = start(
         "import pagewise, time\n"
@@ -81,8 +95,7 @@ def test_sigint_during_record_reaches_the_command_then_raises(scratch: Path) -> 
 
 
 def test_long_calls_release_the_gil(scratch: Path) -> None:
-    src = write_file(scratch / "src", 16 * MIB)
-    cold(src)
+    src = slow_copy_source(scratch, 1.0)
 
     def spin(seconds: float) -> int:
         n, end = 0, time.monotonic() + seconds
