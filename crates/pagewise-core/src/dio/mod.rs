@@ -763,9 +763,8 @@ impl DirectFile {
             // O_DIRECT was refused on the first request above.
             return self.io.write_full(&b[full..len], tail);
         }
-        let size = sys::fstat(self.io.fd.as_fd())
-            .map_err(|e| self.io.fail("fstat", e))?
-            .size;
+        // The stage is inactive by now: this is the size on disk (a block device's too).
+        let size = self.len()?;
         if size >= tail + a as u64 {
             // Inside the file: read the block, lay the new bytes over it, write it whole.
             let new = b[full..len].to_vec();

@@ -42,6 +42,17 @@ impl AlignedBuf {
             std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, layout }
     }
+    /// [`new`](Self::new) that returns None instead of aborting when `len` and `align` make no
+    /// valid layout (beyond `isize::MAX`) or the memory cannot be had: for callers in other
+    /// languages, where an abort would take their program down.
+    pub fn try_new(len: usize, align: usize) -> Option<Self> {
+        let align = align.max(1).checked_next_power_of_two()?;
+        let layout = std::alloc::Layout::from_size_align(len.max(1), align).ok()?;
+        // SAFETY: layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(p)?;
+        Some(AlignedBuf { ptr, layout })
+    }
     /// Length in bytes (at least 1: a zero length is rounded up).
     pub fn len(&self) -> usize {
         self.layout.size()
@@ -165,6 +176,13 @@ mod tests {
         // A non-power-of-two alignment is rounded up; a zero length is one byte.
         assert_eq!(AlignedBuf::new(1, 3000).align(), 4096);
         assert_eq!(AlignedBuf::new(0, 512).len(), 1);
+        let t = AlignedBuf::try_new(5000, 4096).unwrap();
+        assert_eq!(
+            (t.len(), t.align(), t.as_ptr() as usize % 4096),
+            (5000, 4096, 0)
+        );
+        assert!(AlignedBuf::try_new(usize::MAX - 100, 4096).is_none());
+        assert!(AlignedBuf::try_new(1, usize::MAX).is_none());
     }
 
     #[test]
