@@ -318,7 +318,10 @@ class LoadHandle:
         self.close()
 
     def __getattr__(self, name: str) -> Any:
-        # The report's attributes, on the handle too.
+        # The report's attributes, on the handle too (not private ones: `report` may not be
+        # set yet, as while copy or pickle build the object).
+        if name.startswith("_") or name == "report":
+            raise AttributeError(name)
         return getattr(self.report, name)
 
     def __repr__(self) -> str:
