@@ -45,8 +45,9 @@ impl Pending {
 
 /// What the follower's callback fills and the drop-behind empties.
 pub(super) struct Footprint {
-    /// pagewise's own process: its events are not the command's.
-    me: u32,
+    /// pagewise's own process when it follows a command (its events are not the command's);
+    /// None when the process follows itself (`Dropping`).
+    skip_pid: Option<u32>,
     page: u64,
     pending: Mutex<Pending>,
     /// Prefetched windows in their grace period, oldest first.
@@ -60,10 +61,11 @@ pub(super) struct Footprint {
 }
 
 impl Footprint {
-    /// An empty footprint, with an assistant when `assist` is given.
-    pub fn new(assist: Option<&AssistOptions>, page: u64) -> Footprint {
+    /// An empty footprint, with an assistant when `assist` is given; events of `skip_pid`
+    /// are not counted.
+    pub fn new(assist: Option<&AssistOptions>, page: u64, skip_pid: Option<u32>) -> Footprint {
         Footprint {
-            me: std::process::id(),
+            skip_pid,
             page,
             pending: Mutex::default(),
             delayed: Mutex::default(),
@@ -76,7 +78,7 @@ impl Footprint {
     /// One event of the command's: prefetches for it (with `--assist`), and the pages it
     /// added become pending.
     pub fn on_event(&self, e: RawEvent) {
-        if e.pid == self.me {
+        if Some(e.pid) == self.skip_pid {
             return;
         }
         if let Some(a) = &self.assistant {

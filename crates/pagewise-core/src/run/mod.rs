@@ -11,13 +11,20 @@
 //! ```text
 //! run(&RunOptions, &dyn Observer) -> Result<RunReport, Error>
 //! ```
+//!
+//! [`Dropping`] does the same for the calling process itself, between its `start` and
+//! `finish` (the Python binding's `with pagewise.dropping():`).
 
 mod drop_behind;
+mod dropping;
 mod footprint;
+
+pub use dropping::{Dropping, DroppingOptions, DroppingReport};
 
 use crate::assist::live::{AssistOptions, AssistReport};
 use crate::sys;
 use crate::trace::{self, command, Backend, Follower};
+use crate::verb::Tally;
 use crate::verb::{Observer, Outcome};
 use drop_behind::{Counts, DropBehind, Dropper};
 use footprint::Footprint;
@@ -138,54 +145,39 @@ const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps 
 /// ```
 pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crate::Error> {
     opts.validate()?;
-    sys::raise_nofile_limit();
-    let page = sys::page_size();
-    let footprint = Arc::new(Footprint::new(opts.assist.as_ref(), page));
-    let follower = follow(opts, footprint.clone())?;
-    let dropper = Arc::new(Dropper::new(opts.keep_written));
-    if let Some(n) = &follower.notice {
-        dropper.tally.notice(n.clone());
-    }
-    let limit_pages = (opts.max_cache / page).max(1);
-    let behind = DropBehind::start(footprint.clone(), dropper.clone(), limit_pages);
+    let session = Session::start(&opts.settings(), opts.assist.as_ref(), Whom::Command)?;
     // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command
     // brought in; those sent to pagewise alone are forwarded to the command as they are (the
     // terminal's reach it anyway), so it exits as it would have (130 for Ctrl-C).
     sys::supervise_signals();
     sys::become_subreaper();
     // Threads started before this (reader, drop-behind) are not followed by tracefs.
-    let ran = follower
+    let ran = session
+        .follower
         .arm()
         .map_err(crate::Error::Tracefs)
         .and_then(|()| run_command(&opts.command));
     let orphans = trace::orphans_left();
-    // Stop following (every event until now is handed to the callback), then stop the
-    // drop-behind thread and drop the rest.
-    let lost = follower.stop().unwrap_or(0);
-    behind.stop();
+    let ended = session.finish();
     let (status, elapsed) = ran?;
-    final_drop(&footprint, &dropper);
     if let Some(n) = trace::orphans_notice(
         orphans,
         "their pages are dropped only up to then; pagewise does not follow",
     ) {
-        dropper.tally.notice(n);
+        ended.tally.notice(n);
     }
-    dropper.tally.stop_requested(observer);
-    let assist = footprint.assistant.as_ref().map(|a| {
-        let mut ar = a.lock().unwrap().report();
+    ended.tally.stop_requested(observer);
+    let assist = ended.assist.map(|mut ar| {
         ar.outcome.elapsed_s = elapsed;
-        ar.lost_events = lost;
+        ar.lost_events = ended.lost;
         ar
     });
-    let dropper = Arc::into_inner(dropper).expect("the drop-behind thread has ended");
-    let mut outcome = dropper.tally.finish(Vec::new());
+    let mut outcome = ended.tally.finish(Vec::new());
     outcome.elapsed_s = elapsed;
-    let c: Counts = dropper.counts.into_inner().unwrap();
-    let files = footprint.files.lock().unwrap().len() as u64;
+    let c = ended.counts;
     Ok(RunReport {
         exit_code: command::exit_code(status),
-        added_bytes: footprint.added.load(std::sync::atomic::Ordering::Relaxed) * page,
+        added_bytes: ended.added_bytes,
         prefetched_bytes: assist.as_ref().map(|a| a.prefetched_bytes),
         dropped_bytes: c.dropped_bytes,
         left_bytes: c.left_bytes,
@@ -193,18 +185,127 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
         left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
         kept_written_bytes: c.kept_written_bytes,
         drops_while_running: c.drops_while_running,
-        files,
+        files: ended.files,
         files_unreachable: c.files_unreachable,
-        lost_events: lost,
+        lost_events: ended.lost,
         assist,
         outcome,
     })
 }
 
-/// Starts following the command's events into `footprint`, the assistant's too with
-/// `--assist`.
-fn follow(opts: &RunOptions, footprint: Arc<Footprint>) -> Result<Follower, crate::Error> {
-    let events: &[&str] = if opts.assist.is_some() {
+/// Whose page-cache additions a [`Session`] follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Whom {
+    /// A command started after [`Follower::arm`], and what it starts; pagewise's own process
+    /// is not (`run`).
+    Command,
+    /// The calling thread and the threads and processes it starts ([`Dropping`]).
+    Caller,
+}
+
+/// How a [`Session`] drops: the options `run` and [`Dropping`] share.
+#[derive(Debug, Clone, Copy)]
+struct Settings {
+    max_cache: u64,
+    keep_written: bool,
+    buffer_kb: u64,
+    backend: Backend,
+}
+
+impl RunOptions {
+    fn settings(&self) -> Settings {
+        Settings {
+            max_cache: self.max_cache,
+            keep_written: self.keep_written,
+            buffer_kb: self.buffer_kb,
+            backend: self.backend,
+        }
+    }
+}
+
+/// The machinery of `run` and [`Dropping`]: the follower filling the footprint, and the
+/// drop-behind thread emptying it.
+struct Session {
+    footprint: Arc<Footprint>,
+    follower: Follower,
+    dropper: Arc<Dropper>,
+    behind: DropBehind,
+}
+
+/// What a [`Session`] did, once it is finished.
+struct Ended {
+    counts: Counts,
+    added_bytes: u64,
+    files: u64,
+    lost: u64,
+    assist: Option<AssistReport>,
+    /// Errors and notices so far; the caller adds its own and finishes it.
+    tally: Tally,
+}
+
+impl Session {
+    /// Starts following `whom` into a footprint (the assistant's prefetches too, with
+    /// `assist`), and the drop-behind thread.
+    fn start(
+        settings: &Settings,
+        assist: Option<&AssistOptions>,
+        whom: Whom,
+    ) -> Result<Session, crate::Error> {
+        sys::raise_nofile_limit();
+        let page = sys::page_size();
+        let skip = (whom == Whom::Command).then(std::process::id);
+        let footprint = Arc::new(Footprint::new(assist, page, skip));
+        let follower = follow(settings, assist.is_some(), whom, footprint.clone())?;
+        let dropper = Arc::new(Dropper::new(settings.keep_written));
+        if let Some(n) = &follower.notice {
+            dropper.tally.notice(n.clone());
+        }
+        let limit_pages = (settings.max_cache / page).max(1);
+        let behind = DropBehind::start(footprint.clone(), dropper.clone(), limit_pages);
+        Ok(Session {
+            footprint,
+            follower,
+            dropper,
+            behind,
+        })
+    }
+
+    /// Stops following (every event until now is handed to the footprint), stops the
+    /// drop-behind thread and drops the rest.
+    fn finish(self) -> Ended {
+        let lost = self.follower.stop().unwrap_or(0);
+        self.behind.stop();
+        final_drop(&self.footprint, &self.dropper);
+        let assist = self.footprint.assistant.as_ref().map(|a| {
+            let mut ar = a.lock().unwrap().report();
+            ar.lost_events = lost;
+            ar
+        });
+        let dropper = Arc::into_inner(self.dropper).expect("the drop-behind thread has ended");
+        let files = self.footprint.files.lock().unwrap().len() as u64;
+        let added = self
+            .footprint
+            .added
+            .load(std::sync::atomic::Ordering::Relaxed);
+        Ended {
+            counts: dropper.counts.into_inner().unwrap(),
+            added_bytes: added * sys::page_size(),
+            files,
+            lost,
+            assist,
+            tally: dropper.tally,
+        }
+    }
+}
+
+/// Starts following `whom`'s events into `footprint`, the assistant's too with `--assist`.
+fn follow(
+    settings: &Settings,
+    assist: bool,
+    whom: Whom,
+    footprint: Arc<Footprint>,
+) -> Result<Follower, crate::Error> {
+    let events: &[&str] = if assist {
         &crate::assist::live::EVENTS
     } else {
         &[trace::ADD_EVENT]
@@ -213,13 +314,19 @@ fn follow(opts: &RunOptions, footprint: Arc<Footprint>) -> Result<Follower, crat
     // With --assist, prefetches need them at once. Perf events where the kernel allows them:
     // they follow the command from its fork without a PID list, whose changes cost an RCU
     // grace period each (~40 ms per run back to back).
-    let every = opts.assist.is_none().then_some(Duration::from_millis(2));
-    Follower::start(events, opts.buffer_kb, opts.backend, every, move |e| {
-        footprint.on_event(e)
-    })
-    .map_err(|e| crate::Error::TracingUnavailable {
+    let every = (!assist).then_some(Duration::from_millis(2));
+    let on_event = move |e| footprint.on_event(e);
+    let (buffer_kb, backend) = (settings.buffer_kb, settings.backend);
+    let started = match whom {
+        Whom::Command => Follower::start(events, buffer_kb, backend, every, on_event),
+        Whom::Caller => Follower::start_self(events, buffer_kb, backend, every, on_event),
+    };
+    started.map_err(|e| crate::Error::TracingUnavailable {
         reason: e.0,
-        needed_by: Some("run"),
+        needed_by: Some(match whom {
+            Whom::Command => "run",
+            Whom::Caller => "dropping",
+        }),
         hint: NO_TRACING_HINT,
     })
 }

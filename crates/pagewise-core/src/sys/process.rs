@@ -221,10 +221,55 @@ pub const FORWARDED_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGH
 /// command, then name it with [`forward_signals_to`]. Signals sent with kill(2) are forwarded
 /// to the command as they are; those the terminal sends (si_code SI_KERNEL) reach the whole
 /// foreground process group, the command included, and are not sent twice.
+///
+/// Installed again at every call (sigaction is idempotent): a host process that put its own
+/// handlers back after a command (the Python binding, with [`SignalActions`]) has them
+/// replaced again for the next one.
 pub fn supervise_signals() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
     let _ = interrupt_flag();
-    INSTALLED.get_or_init(|| install_handlers(&FORWARDED_SIGNALS));
+    install_handlers(&FORWARDED_SIGNALS);
+}
+
+/// The actions of some signals as they were when [`SignalActions::save`] read them, to put
+/// back with [`SignalActions::restore`]: a host process (the Python interpreter) keeps its
+/// own handlers around a `record` or `run`, which install pagewise's.
+pub struct SignalActions(Vec<(libc::c_int, libc::sigaction)>);
+
+impl SignalActions {
+    /// `int sigaction(int signum, NULL, struct sigaction *oldact)` —
+    /// <https://man7.org/linux/man-pages/man2/sigaction.2.html>; libc (see the list in `sys`).
+    ///
+    /// Reads the current action of each of `sigs`.
+    pub fn save(sigs: &[i32]) -> SignalActions {
+        let mut v = Vec::with_capacity(sigs.len());
+        for &sig in sigs {
+            // SAFETY: querying only (act is NULL), into a zeroed sigaction owned here.
+            let old = unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                    continue;
+                }
+                old
+            };
+            v.push((sig, old));
+        }
+        SignalActions(v)
+    }
+
+    /// `int sigaction(int signum, const struct sigaction *act, NULL)` — puts the saved actions
+    /// back.
+    pub fn restore(&self) {
+        for (sig, act) in &self.0 {
+            // SAFETY: act is an action the kernel handed out for this signal in save().
+            unsafe { libc::sigaction(*sig, act, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// `pid_t gettid(void)` — <https://man7.org/linux/man-pages/man2/gettid.2.html>, through
+/// rustix. The calling thread's id (the process id on the main thread).
+pub fn gettid() -> u32 {
+    rustix::thread::gettid().as_raw_nonzero().get() as u32
 }
 
 /// Stops forwarding (call once the child is reaped: its PID may be reused).

@@ -69,6 +69,36 @@ impl Follower {
     where
         F: FnMut(tracefs::RawEvent) + Send + 'static,
     {
+        Self::start_with(events, buffer_kb, backend, every, true, on_event)
+    }
+
+    /// [`Follower::start`] for a process that follows itself: the events of this thread and
+    /// of the threads and processes it starts later are all kept, pagewise's own reader
+    /// included (it reads no files). Used by `run::Dropping`.
+    pub fn start_self<F>(
+        events: &[&str],
+        buffer_kb: u64,
+        backend: Backend,
+        every: Option<std::time::Duration>,
+        on_event: F,
+    ) -> Result<Follower, TraceUnavailable>
+    where
+        F: FnMut(tracefs::RawEvent) + Send + 'static,
+    {
+        Self::start_with(events, buffer_kb, backend, every, false, on_event)
+    }
+
+    fn start_with<F>(
+        events: &[&str],
+        buffer_kb: u64,
+        backend: Backend,
+        every: Option<std::time::Duration>,
+        skip_own: bool,
+        on_event: F,
+    ) -> Result<Follower, TraceUnavailable>
+    where
+        F: FnMut(tracefs::RawEvent) + Send + 'static,
+    {
         let session = match backend {
             Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
             _ => perf::Session::start(events, buffer_kb, every.is_none()),
@@ -78,7 +108,9 @@ impl Follower {
             Err(why) if backend == Backend::Perf => Err(why),
             Ok(mut session) => {
                 let poll = every.unwrap_or(std::time::Duration::from_millis(50));
-                let reader = session.stream(poll, on_event).map_err(reader_err)?;
+                let reader = session
+                    .stream(poll, skip_own, on_event)
+                    .map_err(reader_err)?;
                 Ok(Follower {
                     tracer: Tracer::Perf(session, reader),
                     source: Source::Perf,
@@ -114,12 +146,14 @@ impl Follower {
         }
     }
 
-    /// Starts following this process: the tracefs instance follows our PID (and, through
-    /// event-fork, what we start from now on — threads started before are not followed) with
-    /// its events on; perf events count already. Call it right before starting the command.
+    /// Starts following the calling thread: the tracefs instance follows its thread id (and,
+    /// through event-fork, what it starts from now on — threads started before are not
+    /// followed) with its events on; perf events count already. Call it right before
+    /// starting the command, on the thread that starts it (the main thread in the CLI; a
+    /// binding's worker thread).
     pub fn arm(&self) -> std::io::Result<()> {
         if let Tracer::Tracefs(inst, _, _) = &self.tracer {
-            inst.follow(&[std::process::id()])?;
+            inst.follow(&[crate::sys::gettid()])?;
             inst.enable()?;
         }
         Ok(())

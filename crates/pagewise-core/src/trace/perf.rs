@@ -169,9 +169,12 @@ impl Session {
 
     /// Starts the thread that empties the rings into `on_event` (woken as set at start, and at
     /// least every `every`) until [`Session::stop`]; it returns the count of lost events.
+    /// With `skip_own`, samples of this process's threads are skipped (a command's recording);
+    /// without, they are kept (a process following itself, `run::Dropping`).
     pub fn stream<F>(
         &mut self,
         every: std::time::Duration,
+        skip_own: bool,
         mut on_event: F,
     ) -> std::io::Result<std::thread::JoinHandle<u64>>
     where
@@ -182,7 +185,8 @@ impl Session {
         let wake = self.wake.try_clone()?;
         let stop = self.stop.clone();
         let every_ms = every.as_millis().clamp(1, i32::MAX as u128) as i32;
-        let me = std::process::id();
+        // Process ids are never 0: skipping pid 0 skips nothing.
+        let me = if skip_own { std::process::id() } else { 0 };
         Ok(std::thread::spawn(move || {
             let mut lost = 0u64;
             loop {

@@ -1,0 +1,143 @@
+//! [`Dropping`]: `run` for the calling process itself. Between [`Dropping::start`] and
+//! [`Dropping::finish`], the pages the calling thread — and the threads and processes it
+//! starts meanwhile — bring into the page cache are followed by the same tracepoint, footprint
+//! and drop-behind as `run`, and dropped again at the end (or whenever more than `max_cache`
+//! of them are outstanding). What the Python binding's `with pagewise.dropping():` is.
+
+use super::{Session, Settings, Whom};
+use crate::trace::Backend;
+use crate::verb::{Observer, Outcome};
+use serde::Serialize;
+
+/// Options of [`Dropping::start`]: `run`'s, without a command.
+#[derive(Debug, Clone)]
+pub struct DroppingOptions {
+    /// Drop the pages whenever more than this many bytes of them are outstanding
+    /// (`u64::MAX`: only at [`Dropping::finish`]). Default: `u64::MAX`.
+    pub max_cache: u64,
+    /// Leave the pages of files written meanwhile alone. Default: false.
+    pub keep_written: bool,
+    /// Ring buffer per CPU, KiB. Default: 4096.
+    pub buffer_kb: u64,
+    /// How the events are followed. Default: [`Backend::Auto`].
+    pub backend: Backend,
+}
+
+impl Default for DroppingOptions {
+    fn default() -> Self {
+        DroppingOptions {
+            max_cache: u64::MAX,
+            keep_written: false,
+            buffer_kb: 4096,
+            backend: Backend::Auto,
+        }
+    }
+}
+
+/// What a [`Dropping`] did to the page cache, in bytes (the figures of `RunReport`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DroppingReport {
+    /// Bytes brought into the cache meanwhile (the kernel's events for the followed threads
+    /// and processes).
+    pub added_bytes: u64,
+    /// Bytes dropped again, as cachestat measured them before and after each drop.
+    pub dropped_bytes: u64,
+    /// Of those pages, bytes still cached after the final drop.
+    pub left_bytes: u64,
+    /// Of `left_bytes`, dirty or under writeback.
+    pub left_dirty_bytes: u64,
+    /// Of `left_bytes`, clean: mapped by a process, or busy.
+    pub left_mapped_or_busy_bytes: u64,
+    /// Bytes of written files left alone (`keep_written`).
+    pub kept_written_bytes: u64,
+    /// Drop-behind passes before the final one (`max_cache`).
+    pub drops_while_running: u64,
+    /// Files pages were added to.
+    pub files: u64,
+    /// Files that could not be opened to drop their pages (gone, or no handle support).
+    pub files_unreachable: u64,
+    /// Events the kernel lost (ring buffer overrun): their pages may stay cached.
+    pub lost_events: u64,
+    /// Errors, notices (fallbacks taken), the time between start and finish, and
+    /// `interrupted` when the observer was cancelled by the time of the finish.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Follows the calling thread's page-cache additions until [`Dropping::finish`] drops them.
+/// Dropped without `finish`, it finishes all the same (the report is lost).
+///
+/// Perf events follow the thread that called [`Dropping::start`] and what it starts later
+/// (threads and processes); threads that were already running are not followed. Needs the
+/// page-cache tracepoints, as `run` does ([`crate::Error::TracingUnavailable`] otherwise).
+///
+/// ```
+/// use pagewise_core::run::{Dropping, DroppingOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let f = dir.path().join("f");
+/// std::fs::write(&f, vec![1u8; 4 << 20]).unwrap();
+/// pagewise_core::evict::evict(&pagewise_core::evict::EvictOptions::new(vec![f.clone()]), &()).unwrap();
+/// let d = Dropping::start(&DroppingOptions::default()).unwrap(); // root here
+/// let data = std::fs::read(&f).unwrap(); // brings 4 MiB into the cache
+/// let report = d.finish(&());
+/// assert_eq!(data.len(), 4 << 20);
+/// assert!(report.added_bytes >= 4 << 20);
+/// assert!(report.left_bytes < report.added_bytes); // and dropped them again
+/// ```
+pub struct Dropping {
+    session: Option<Session>,
+}
+
+impl Dropping {
+    /// Starts following the calling thread (and what it starts from now on).
+    pub fn start(opts: &DroppingOptions) -> Result<Dropping, crate::Error> {
+        let settings = Settings {
+            max_cache: opts.max_cache,
+            keep_written: opts.keep_written,
+            buffer_kb: opts.buffer_kb,
+            backend: opts.backend,
+        };
+        let session = Session::start(&settings, None, Whom::Caller)?;
+        if let Err(e) = session.follower.arm() {
+            session.finish();
+            return Err(crate::Error::Tracefs(e));
+        }
+        Ok(Dropping {
+            session: Some(session),
+        })
+    }
+
+    /// Stops following and drops what was brought in since [`Dropping::start`] (dirty pages
+    /// are written back first, unless `keep_written`); the observer is asked once whether it
+    /// was cancelled, to set `interrupted`.
+    pub fn finish(mut self, observer: &dyn Observer) -> DroppingReport {
+        let ended = self
+            .session
+            .take()
+            .expect("a Dropping finishes once")
+            .finish();
+        ended.tally.stop_requested(observer);
+        let c = ended.counts;
+        DroppingReport {
+            added_bytes: ended.added_bytes,
+            dropped_bytes: c.dropped_bytes,
+            left_bytes: c.left_bytes,
+            left_dirty_bytes: c.left_dirty_bytes,
+            left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
+            kept_written_bytes: c.kept_written_bytes,
+            drops_while_running: c.drops_while_running,
+            files: ended.files,
+            files_unreachable: c.files_unreachable,
+            lost_events: ended.lost,
+            outcome: ended.tally.finish(Vec::new()),
+        }
+    }
+}
+
+impl Drop for Dropping {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.take() {
+            s.finish();
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! `pagewise._pagewise`: the Python binding's extension module. Thin: every function builds
+//! the library's options, runs the library call (without the GIL, cancellable by Ctrl-C) and
+//! returns its report as the CLI's JSON document; the `pagewise` package wraps those in typed
+//! report classes.
+
+mod buffer;
+mod convert;
+mod dropping;
+mod errors;
+mod file;
+mod trace;
+mod verbs;
+mod wait;
+
+use pyo3::prelude::*;
+
+/// The library's version.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// The kernel's page size, bytes.
+#[pyfunction]
+fn page_size() -> u64 {
+    pagewise_core::sys::page_size()
+}
+
+#[pymodule]
+fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(page_size, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::stat, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::evict, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::load, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::copy, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::evict_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::load_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::record, m)?)?;
+    m.add_class::<verbs::Locks>()?;
+    m.add_class::<trace::Trace>()?;
+    m.add_class::<dropping::Dropping>()?;
+    m.add_class::<buffer::AlignedAlloc>()?;
+    m.add_class::<file::DirectFile>()?;
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! The verbs: each builds the library's options from the Python arguments, runs the library
+//! call on a worker thread ([`wait::run`]) and returns its report as the CLI's `--json`
+//! document (a dict the Python layer wraps in a report class). No logic of their own.
+
+use crate::convert::{self, report};
+use crate::errors;
+use crate::trace::Trace;
+use crate::wait::{self, Control};
+use pagewise_core::copy::{CopyOptions, Strategy};
+use pagewise_core::evict::EvictOptions;
+use pagewise_core::load::{LoadOptions, LockSet};
+use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
+use pagewise_core::stat::{FileStat, StatOptions};
+use pagewise_core::trace::RecordOptions;
+use pagewise_core::trace_cache::{TraceEvictOptions, TraceLoadOptions};
+use pagewise_core::{sys, FileResult, Observer, WalkOptions, Watch};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+
+/// The walk and measuring options every cache verb takes, named like the CLI's flags (the
+/// Python layer passes them all, as a dict).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct WalkArgs<'py> {
+    include: Vec<String>,
+    exclude: Vec<String>,
+    follow: bool,
+    one_file_system: bool,
+    max_depth: Option<usize>,
+    threads: Option<usize>,
+    range: Bound<'py, PyAny>,
+    method: String,
+}
+
+impl WalkArgs<'_> {
+    fn walk(&self) -> WalkOptions {
+        WalkOptions {
+            follow: self.follow,
+            one_file_system: self.one_file_system,
+            max_depth: self.max_depth,
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+            threads: self
+                .threads
+                .unwrap_or_else(pagewise_core::walk::default_threads),
+            noatime: false,
+        }
+    }
+}
+
+/// An observer reporting progress to the [`Control`] and stopping when it is cancelled.
+fn watch(c: &Control) -> Watch<'_> {
+    Watch {
+        progress: Some(&c.progress),
+        on_file: None,
+        cancel: Some(&c.cancel),
+    }
+}
+
+/// `stat(roots, walk, files, progress)`: the report; with `files`, each file's line in a
+/// `files` list sorted by path, as `pagewise stat --json -l` adds it.
+#[pyfunction]
+#[pyo3(signature = (roots, walk, files, progress=None))]
+pub fn stat<'py>(
+    py: Python<'py>,
+    roots: Vec<Vec<u8>>,
+    walk: WalkArgs<'py>,
+    files: bool,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = StatOptions {
+        roots: convert::paths(roots),
+        walk: walk.walk(),
+        range: convert::range(Some(&walk.range))?,
+        method: convert::method(&walk.method)?,
+        map_cells: 0,
+        files,
+    };
+    let keep: Mutex<Vec<FileStat>> = Mutex::default();
+    let r = wait::run(py, progress.as_ref(), |c| {
+        let observer = Watch {
+            progress: Some(&c.progress),
+            on_file: Some(|r: FileResult| {
+                if let FileResult::Stat(f) = r {
+                    keep.lock().unwrap().push(f);
+                }
+            }),
+            cancel: Some(&c.cancel),
+        };
+        pagewise_core::stat::stat(&opts, &observer)
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    let mut v = convert::to_value(&r)?;
+    if files {
+        let mut list = keep.into_inner().unwrap();
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        v["files"] = convert::to_value(&list)?;
+    }
+    convert::to_py(py, &v)
+}
+
+/// `evict(roots, walk, dry_run, owned, no_sync, why, progress)`.
+#[pyfunction]
+#[pyo3(signature = (roots, walk, dry_run, owned, no_sync, why, progress=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn evict<'py>(
+    py: Python<'py>,
+    roots: Vec<Vec<u8>>,
+    walk: WalkArgs<'py>,
+    dry_run: bool,
+    owned: bool,
+    no_sync: bool,
+    why: bool,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = EvictOptions {
+        roots: convert::paths(roots),
+        walk: walk.walk(),
+        range: convert::range(Some(&walk.range))?,
+        method: convert::method(&walk.method)?,
+        sync: !no_sync,
+        owned,
+        dry_run,
+        why,
+        files: false,
+    };
+    let r = wait::run(py, progress.as_ref(), |c| {
+        pagewise_core::evict::evict(&opts, &watch(c))
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    report(py, &r)
+}
+
+/// The pages `load(lock=True)` keeps locked: released by [`Locks::release`] or when the
+/// object is collected.
+#[pyclass(module = "pagewise._pagewise", frozen)]
+pub struct Locks {
+    set: Mutex<Option<LockSet>>,
+}
+
+#[pymethods]
+impl Locks {
+    /// Unlocks and unmaps the pages (idempotent).
+    fn release(&self, py: Python<'_>) {
+        let set = self.set.lock().unwrap().take();
+        // munmap of many mappings can take a while: without the GIL.
+        py.detach(move || drop(set));
+    }
+    /// True while the pages are held.
+    #[getter]
+    fn held(&self) -> bool {
+        self.set.lock().unwrap().is_some()
+    }
+    /// Locked mappings held (one per file or range).
+    fn __len__(&self) -> usize {
+        self.set.lock().unwrap().as_ref().map_or(0, LockSet::len)
+    }
+}
+
+/// `load(roots, walk, lock, batch, window, depth, progress)`: `(report, locks)`, `locks`
+/// None without `lock`.
+#[pyfunction]
+#[pyo3(signature = (roots, walk, lock, batch, window, depth, progress=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn load<'py>(
+    py: Python<'py>,
+    roots: Vec<Vec<u8>>,
+    walk: WalkArgs<'py>,
+    lock: bool,
+    batch: usize,
+    window: Bound<'py, PyAny>,
+    depth: usize,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let opts = LoadOptions {
+        roots: convert::paths(roots),
+        walk: walk.walk(),
+        range: convert::range(Some(&walk.range))?,
+        method: convert::method(&walk.method)?,
+        lock,
+        batch_files: batch,
+        window: convert::size("window", &window)?,
+        depth,
+    };
+    let mut r = wait::run(py, progress.as_ref(), |c| {
+        pagewise_core::load::load(&opts, &watch(c))
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    let locks = std::mem::take(&mut r.locks);
+    let dict = report(py, &r)?;
+    let held = if lock {
+        Some(Locks {
+            set: Mutex::new(Some(locks)),
+        })
+    } else {
+        None
+    };
+    PyTuple::new(py, [dict, held.into_pyobject(py)?.into_any()])
+}
+
+/// `copy`'s options beside sources and destination, named like the CLI's flags.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct CopyArgs<'py> {
+    cache: String,
+    preserve: bool,
+    no_preallocate: bool,
+    named_temp: bool,
+    fsync: bool,
+    verify: bool,
+    threads: usize,
+    depth: usize,
+    chunk: Bound<'py, PyAny>,
+}
+
+/// `copy(sources, dest, args, progress)`.
+#[pyfunction]
+#[pyo3(signature = (sources, dest, args, progress=None))]
+pub fn copy<'py>(
+    py: Python<'py>,
+    sources: Vec<Vec<u8>>,
+    dest: Vec<u8>,
+    args: CopyArgs<'py>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let strategies = [
+        Strategy::Auto,
+        Strategy::Dontcache,
+        Strategy::Direct,
+        Strategy::DropBehind,
+        Strategy::Buffered,
+    ];
+    let strategy = strategies
+        .into_iter()
+        .find(|s| s.name() == args.cache)
+        .ok_or_else(|| {
+            let names: Vec<_> = strategies.iter().map(|s| s.name()).collect();
+            PyValueError::new_err(format!(
+                "cache: {:?} is not one of {}",
+                args.cache,
+                names.join(", ")
+            ))
+        })?;
+    let chunk = convert::size("chunk", &args.chunk)?;
+    let opts = CopyOptions {
+        sources: convert::paths(sources),
+        dest: convert::path(dest),
+        strategy,
+        preserve: args.preserve,
+        preallocate: !args.no_preallocate,
+        fsync: args.fsync,
+        verify: args.verify,
+        threads: args.threads,
+        depth: args.depth,
+        chunk: usize::try_from(chunk).map_err(|_| PyValueError::new_err("chunk: too large"))?,
+        named_temp: args.named_temp,
+        ..CopyOptions::default()
+    };
+    let r = wait::run(py, progress.as_ref(), |c| {
+        pagewise_core::copy::copy(&opts, &watch(c))
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    report(py, &r)
+}
+
+/// `replay`'s options beside the trace, named like the CLI's flags.
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct ReplayArgs<'py> {
+    order: String,
+    direct: bool,
+    merge_gap: Bound<'py, PyAny>,
+    depth: Option<usize>,
+    max_request: Bound<'py, PyAny>,
+    compare: bool,
+    runs: usize,
+}
+
+/// `replay(trace, args, progress)`: one report, or with `compare` a list (one per order).
+#[pyfunction]
+#[pyo3(signature = (trace, args, progress=None))]
+pub fn replay<'py>(
+    py: Python<'py>,
+    trace: &Trace,
+    args: ReplayArgs<'py>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let orders = [Order::Recorded, Order::File, Order::Disk];
+    let order = orders
+        .into_iter()
+        .find(|o| o.name() == args.order)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "order: {:?} is not one of 'recorded', 'file', 'disk'",
+                args.order
+            ))
+        })?;
+    let merge_gap = convert::size("merge_gap", &args.merge_gap)?;
+    let max_request = convert::size("max_request", &args.max_request)?;
+    let trace = trace.inner.as_ref().clone();
+    if args.compare {
+        let opts = CompareOptions {
+            trace,
+            direct: args.direct,
+            merge_gap,
+            max_request,
+            runs: args.runs,
+        };
+        let r = wait::run(py, progress.as_ref(), |c| {
+            pagewise_core::replay::compare(&opts, &watch(c))
+        })?
+        .map_err(|e| errors::to_py(py, e))?;
+        return report(py, &r);
+    }
+    let opts = ReplayOptions {
+        trace,
+        order,
+        direct: args.direct,
+        merge_gap,
+        depth: args.depth,
+        max_request,
+    };
+    let r = wait::run(py, progress.as_ref(), |c| {
+        pagewise_core::replay::replay(&opts, &watch(c))
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    report(py, &r)
+}
+
+/// `evict_trace(trace, dry_run, progress)`: `evict --trace`.
+#[pyfunction]
+#[pyo3(signature = (trace, dry_run, progress=None))]
+pub fn evict_trace<'py>(
+    py: Python<'py>,
+    trace: &Trace,
+    dry_run: bool,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = TraceEvictOptions {
+        trace: trace.inner.as_ref().clone(),
+        dry_run,
+    };
+    let r = wait::run(py, progress.as_ref(), |c| {
+        pagewise_core::trace_cache::evict_trace(&opts, &watch(c))
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    report(py, &r)
+}
+
+/// `load_trace(trace, depth, progress)`: `load --trace`.
+#[pyfunction]
+#[pyo3(signature = (trace, depth, progress=None))]
+pub fn load_trace<'py>(
+    py: Python<'py>,
+    trace: &Trace,
+    depth: usize,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let opts = TraceLoadOptions {
+        trace: trace.inner.as_ref().clone(),
+        depth,
+    };
+    let r = wait::run(py, progress.as_ref(), |c| {
+        pagewise_core::trace_cache::load_trace(&opts, &watch(c))
+    })?
+    .map_err(|e| errors::to_py(py, e))?;
+    report(py, &r)
+}
+
+/// `record(command, faults, buffer_kb, backend)`: `(report without its trace, Trace)`.
+///
+/// `record` makes this process survive SIGINT, SIGTERM, SIGHUP and SIGQUIT while the command
+/// runs, forwarding those sent to it alone to the command (the terminal's reach the command
+/// anyway), as the CLI does. Python's own handlers are put back when the command has ended;
+/// if one of those signals came meanwhile, `KeyboardInterrupt` is raised then.
+#[pyfunction]
+#[pyo3(signature = (command, faults, buffer_kb, backend))]
+pub fn record<'py>(
+    py: Python<'py>,
+    command: Vec<Vec<u8>>,
+    faults: bool,
+    buffer_kb: u64,
+    backend: &str,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let opts = RecordOptions {
+        command: command
+            .into_iter()
+            .map(|a| convert::path(a).into_os_string())
+            .collect(),
+        faults,
+        buffer_kb,
+        backend: convert::backend(backend)?,
+    };
+    opts.validate().map_err(|e| errors::to_py(py, e))?;
+    let saved = sys::SignalActions::save(&sys::FORWARDED_SIGNALS);
+    sys::interrupt_flag().store(false, Ordering::SeqCst);
+    let r = wait::run(py, None, |_| {
+        pagewise_core::trace::record(&opts, &SignalFlag)
+    });
+    saved.restore();
+    let r = r?.map_err(|e| errors::to_py(py, e))?;
+    if sys::interrupt_flag().swap(false, Ordering::SeqCst) {
+        return Err(PyKeyboardInterrupt::new_err(()));
+    }
+    let mut v = convert::to_value(&r)?;
+    if let Some(m) = v.as_object_mut() {
+        m.remove("trace");
+    }
+    let trace = Trace::new(r.trace);
+    PyTuple::new(
+        py,
+        [convert::to_py(py, &v)?, trace.into_pyobject(py)?.into_any()],
+    )
+}
+
+/// `record`'s observer: cancelled once one of the signals it survives was received (the
+/// report's `interrupted`), as the CLI's.
+struct SignalFlag;
+
+impl Observer for SignalFlag {
+    fn cancelled(&self) -> bool {
+        sys::interrupt_flag().load(Ordering::SeqCst)
+    }
+}
