@@ -432,7 +432,7 @@ class CopyReport(Report):
     dirs = _int("dirs", "Directories made or entered.")
     symlinks = _int("symlinks", "Symlinks copied.")
     hardlinks = _int("hardlinks", "Hard links recreated.")
-    special_skipped = _int("special_skipped", "FIFOs, sockets, devices: not copied.")
+    specials = _int("specials", "FIFOs, sockets and devices recreated (never opened).")
     bytes = _int("bytes", "Logical bytes of the copied files.")
     data_bytes = _int("data_bytes", "Bytes moved (holes excluded).")
     rate_bytes_per_s = _float("rate_bytes_per_s", "``data_bytes`` per second.")

@@ -357,8 +357,8 @@ typedef struct pagewise_copy_report {
     uint64_t symlinks;
     // Hard links recreated.
     uint64_t hardlinks;
-    // FIFOs, sockets and devices skipped.
-    uint64_t special_skipped;
+    // FIFOs, sockets and devices recreated.
+    uint64_t specials;
     // Logical bytes of the files copied.
     uint64_t bytes;
     // Bytes actually moved (holes excluded).

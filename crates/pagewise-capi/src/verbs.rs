@@ -318,8 +318,8 @@ pub struct pagewise_copy_report {
     pub symlinks: u64,
     /// Hard links recreated.
     pub hardlinks: u64,
-    /// FIFOs, sockets and devices skipped.
-    pub special_skipped: u64,
+    /// FIFOs, sockets and devices recreated.
+    pub specials: u64,
     /// Logical bytes of the files copied.
     pub bytes: u64,
     /// Bytes actually moved (holes excluded).
@@ -774,7 +774,7 @@ pub unsafe extern "C" fn pagewise_copy(
             dirs: r.dirs,
             symlinks: r.symlinks,
             hardlinks: r.hardlinks,
-            special_skipped: r.special_skipped,
+            specials: r.specials,
             bytes: r.bytes,
             data_bytes: r.data_bytes,
             direct_files: used(Strategy::Direct),
