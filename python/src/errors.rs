@@ -65,6 +65,7 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
             os_error(py, Some(errno), &e.to_string(), None, None)
         }
         Error::Tracefs(source) => io(py, source, None, "tracefs"),
+        Error::TracePipe(source) => io(py, source, None, "trace_pipe"),
         Error::Wait(source) => io(py, source, None, "waitpid"),
         Error::Trace(_) => trace_error(py, &e.to_string()),
     }
