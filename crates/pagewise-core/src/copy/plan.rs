@@ -186,16 +186,26 @@ impl Planner<'_> {
         self.out.special += 1;
     }
 
-    /// `--delete`: removes what `dst` holds that the source directory (its `names`) does not,
-    /// as rsync --delete does; a copy's own temporaries are left to their cleanup.
-    fn delete_extra(&mut self, dst: &Path, names: &[std::ffi::OsString]) {
+    /// A destination directory that existed before this run, read once: the hidden
+    /// temporaries that copies killed before they could clean up (SIGKILL, power cut) left in
+    /// it are removed — only those whose process is gone, so a copy running now into the same
+    /// directory keeps its own —, and with `--delete` what the source directory (its `names`)
+    /// no longer has, as rsync --delete does.
+    fn tidy_existing(&mut self, dst: &Path, names: &[std::ffi::OsString]) {
         let keep: HashSet<&std::ffi::OsStr> = names.iter().map(|n| n.as_os_str()).collect();
         let Ok(rd) = fs::read_dir(dst) else {
             return;
         };
         for ent in rd.flatten() {
             let name = ent.file_name();
-            if keep.contains(name.as_os_str()) || temp_owner(name.as_bytes()).is_some() {
+            if let Some(pid) = temp_owner(name.as_bytes()) {
+                let gone = sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
+                if gone && fs::remove_file(ent.path()).is_ok() {
+                    self.out.stale_temps += 1;
+                }
+                continue;
+            }
+            if !self.ctx.opts.delete || keep.contains(name.as_os_str()) {
                 continue;
             }
             let path = ent.path();
@@ -261,10 +271,7 @@ impl Planner<'_> {
             Ok(()) => {
                 let _ = fs::set_permissions(dst, fs::Permissions::from_mode(0o700));
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => {
-                self.out.stale_temps += remove_stale_temps(dst);
-                existed = true;
-            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => existed = true,
             Err(e) => return self.ctx.tally.error(FileError::io(dst, Op::Mkdir, &e)),
         }
         if let Ok(dm) = fs::metadata(dst) {
@@ -289,8 +296,8 @@ impl Planner<'_> {
             }
         }
         names.sort();
-        if existed && self.ctx.opts.delete {
-            self.delete_extra(dst, &names);
+        if existed {
+            self.tidy_existing(dst, &names);
         }
         self.src_dirs.push(id(&meta));
         let follow = self.ctx.opts.dereference == Dereference::Always;
@@ -449,27 +456,6 @@ pub fn plan_targets(
 /// Same modification time, to the nanosecond.
 fn same_mtime(a: &fs::Metadata, b: &fs::Metadata) -> bool {
     (a.mtime(), a.mtime_nsec()) == (b.mtime(), b.mtime_nsec())
-}
-
-/// Removes the hidden temporaries (`.NAME.pagewise-PID-N.tmp`) that copies killed before
-/// they could clean up (SIGKILL, power cut) left in `dir`: only those whose process is gone,
-/// so a copy running now into the same directory keeps its own. Returns how many went.
-fn remove_stale_temps(dir: &Path) -> u64 {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for ent in rd.flatten() {
-        let name = ent.file_name();
-        let Some(pid) = temp_owner(name.as_bytes()) else {
-            continue;
-        };
-        let gone = sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
-        if gone && fs::remove_file(ent.path()).is_ok() {
-            removed += 1;
-        }
-    }
-    removed
 }
 
 /// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.
