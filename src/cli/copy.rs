@@ -158,7 +158,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let opts = options(&a)?;
     let progress = Arc::new(Progress::default());
     let bar = ProgressLine::start("copy", progress.clone(), !(a.json || a.json_lines));
-    let (stream, list) = (a.json_lines, a.itemize_changes || a.dry_run);
+    let (stream, list) = (a.json_lines, (a.itemize_changes || a.dry_run) && !a.json);
     let on_file = |r: FileResult| {
         let FileResult::Copy(item) = r else { return };
         if stream {
@@ -218,7 +218,7 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         no_target_directory: a.no_target_directory,
         delete: a.delete,
         dry_run: a.dry_run,
-        items: a.json_lines || a.itemize_changes || a.dry_run,
+        items: a.json_lines || ((a.itemize_changes || a.dry_run) && !a.json),
         existing: if a.checksum {
             Existing::Checksum
         } else if a.update {
@@ -362,6 +362,8 @@ mod tests {
                 ..Residue::default()
             },
             verified_files: 10,
+            created: 14,
+            updated: 2,
             outcome: Outcome {
                 elapsed_s: 0.5,
                 ..Outcome::default()
@@ -382,7 +384,7 @@ mod tests {
             summary(&report(), false, false),
             "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
              via direct, drop-behind; cache left: source +1.0 MiB (2.5%), destination 512 KiB \
-             (1.2%)\n"
+             (1.2%)\nentries: 14 created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
         );
     }
 
@@ -392,7 +394,37 @@ mod tests {
             summary(&report(), true, true),
             "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
              via direct: 4 files, drop-behind: 6 files; cache left: source +1.0 MiB (2.5%), \
-             destination 512 KiB (1.2%); verified 10 files from disk, 0 mismatches\n"
+             destination 512 KiB (1.2%); verified 10 files from disk, 0 mismatches\nentries: 14 \
+             created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
+        );
+    }
+
+    #[test]
+    fn dry_run_says_what_would_change_and_items_are_escaped() {
+        let r = CopyReport {
+            created: 3,
+            updated: 1,
+            deleted: 2,
+            skipped: 7,
+            dry_run: true,
+            ..CopyReport::default()
+        };
+        assert_eq!(
+            summary(&r, false, false),
+            "dry run, nothing changed: would create 3, update 1, delete 2; 7 up to date; 0 failed\n"
+        );
+        let item = CopyItem {
+            path: PathBuf::from("/d/new\nline"),
+            kind: Some(EntryKind::Symlink),
+            action: Action::Created,
+            bytes: 0,
+            error: None,
+        };
+        let mut out = Vec::new();
+        write_item(&mut out, &item).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "created  symlink  /d/new\\x0aline\n"
         );
     }
 
@@ -403,7 +435,8 @@ mod tests {
         assert_eq!(
             summary(&r, false, false),
             "copied 0 files (0 B), 0 dirs, 0 symlinks, 0 hard links in 0.00 s, 0 B/s via -; cache \
-             left: source +0 B (0.0%), destination 0 B (0.0%)\n"
+             left: source +0 B (0.0%), destination 0 B (0.0%)\nentries: 0 created, 0 updated, 0 \
+             left as they were, 0 deleted, 0 failed\n"
         );
         let mut r = report();
         r.residue.source_unknown_files = 2;
@@ -411,7 +444,7 @@ mod tests {
             summary(&r, false, false),
             "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
              via direct, drop-behind; cache left: source +>=1.0 MiB (2.5%), destination 512 KiB \
-             (1.2%)\n"
+             (1.2%)\nentries: 14 created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
         );
     }
 }
