@@ -935,6 +935,20 @@ fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
     let got = String::from_utf8_lossy(&getcap(&dst.join("h1"))).into_owned();
     assert!(got.contains(&format!("security.capability={cap}")), "{got}");
     assert!(stray_temporaries(&dst).is_empty());
+    // Run again with -u: every entry, hard link included, is up to date and left alone.
+    let out = run(bin()
+        .args(["copy", "-a", "-u", "-T", "--json"])
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["created"].as_u64(), v["updated"].as_u64()),
+        (Some(0), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["skipped"], 12, "{v}");
+    assert_eq!(rsync_differences(&src, &dst), "");
 }
 
 /// --checksum finds a same-size, same-time file whose content differs (which -u leaves), and

@@ -181,8 +181,11 @@ struct Shared {
     /// Directories to plan, and how many are being planned now.
     jobs: Mutex<(Vec<DirJob>, usize)>,
     more: Condvar,
-    /// First destination name of each multiply-linked source file, by (device, inode).
-    links: Mutex<HashMap<(u64, u64), PathBuf>>,
+    /// First destination name of each multiply-linked source file, by (device, inode), and
+    /// that name's (device, inode) when it was left as it was (then a second name already
+    /// linked to it is up to date too).
+    #[allow(clippy::type_complexity)]
+    links: Mutex<HashMap<(u64, u64), (PathBuf, Option<(u64, u64)>)>>,
     /// (device, inode) of every destination directory made or entered.
     dest_dirs: Mutex<HashSet<(u64, u64)>>,
 }
@@ -549,26 +552,23 @@ impl<'a> Planner<'a> {
         };
         let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
         if self.ctx.opts.dry_run {
+            if e.dst_st.is_some() && !existed {
+                let err = io::Error::from_raw_os_error(libc::EEXIST);
+                self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+                return None;
+            }
             if !existed {
-                if e.dst_st.is_some() {
-                    self.ctx.item(&e.dst, EntryKind::File, Action::Deleted, 0);
-                }
                 self.ctx.done(&e.dst, EntryKind::Dir, false, 0);
             }
             return Some((existed.then(|| open(&e.dst).ok()).flatten(), existed));
         }
         if !existed {
             if e.dst_st.is_some() {
-                // A file or symlink where the directory goes: replaced, as cp -a does not
-                // (it fails) but rsync -a does; only when the copy replaces (not -n).
-                if self.ctx.opts.existing == Existing::Keep {
-                    self.ctx.skipped(&e.dst, EntryKind::Dir);
-                    return None;
-                }
-                if let Err(err) = fs::remove_file(&e.dst) {
-                    self.ctx.fail(FileError::io(&e.dst, Op::Unlink, &err));
-                    return None;
-                }
+                // A file or symlink where the directory goes: cp refuses to replace a
+                // non-directory by a directory, and so does this copy (nothing is removed).
+                let err = io::Error::from_raw_os_error(libc::EEXIST);
+                self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+                return None;
             }
             match fs::DirBuilder::new().mode(0o700).create(&e.dst) {
                 Ok(()) => self.ctx.done(&e.dst, EntryKind::Dir, false, 0),
@@ -618,12 +618,33 @@ impl<'a> Planner<'a> {
     /// Queues a regular file for the workers (or, for a second name of a file already
     /// queued, a hard link to make at the end).
     fn file(&mut self, e: Entry) {
+        let size = e.st.size;
+        // --checksum never leaves a file on its metadata alone: same-size files are compared.
+        let quick = self.ctx.opts.existing != Existing::Checksum;
+        let same = |d: &sys::Stat| quick && d.is_file() && d.size == size && d.mtime == e.st.mtime;
+        let keep = match self.ctx.opts.existing {
+            Existing::Replace => false,
+            Existing::Keep => e.dst_st.is_some(),
+            Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
+        };
         if e.st.nlink > 1 {
             let key = (e.st.dev, e.st.ino);
             let mut links = self.shared.links.lock().unwrap();
-            if let Some(first) = links.get(&key) {
-                let first = first.clone();
+            if let Some((first, kept)) = links.get(&key) {
+                let (first, kept) = (first.clone(), *kept);
                 drop(links);
+                // Already this file's second name when its first name was left as it was.
+                let linked = |d: &sys::Stat| kept == Some((d.dev, d.ino));
+                let keep_second = match self.ctx.opts.existing {
+                    Existing::Replace => false,
+                    Existing::Keep => e.dst_st.is_some(),
+                    Existing::QuickCheck | Existing::Checksum => {
+                        e.dst_st.as_ref().is_some_and(linked)
+                    }
+                };
+                if keep_second {
+                    return self.ctx.skipped(&e.dst, EntryKind::Hardlink);
+                }
                 if self.ctx.opts.dry_run {
                     self.ctx
                         .done(&e.dst, EntryKind::Hardlink, e.dst_st.is_some(), 0);
@@ -632,15 +653,13 @@ impl<'a> Planner<'a> {
                 }
                 return;
             }
-            links.insert(key, e.dst.clone());
+            let kept = keep
+                .then(|| e.dst_st.as_ref().map(|d| (d.dev, d.ino)))
+                .flatten();
+            links.insert(key, (e.dst.clone(), kept));
         }
-        let size = e.st.size;
-        // --checksum never leaves a file on its metadata alone: same-size files are compared.
-        let quick = self.ctx.opts.existing != Existing::Checksum;
-        if self.keep_existing(&e, |d| {
-            quick && d.is_file() && d.size == size && d.mtime == e.st.mtime
-        }) {
-            return;
+        if keep {
+            return self.ctx.skipped(&e.dst, EntryKind::File);
         }
         let compare = self.ctx.opts.existing == Existing::Checksum
             && e.dst_st
