@@ -209,11 +209,7 @@ impl Ctx<'_> {
         });
         let n = match n {
             Ok(n) => n,
-            Err(Some(e)) => {
-                return self
-                    .tally
-                    .error(FileError::io(&o.src, Op::ReadDontcache, &e))
-            }
+            Err(Some(e)) => return self.fail(FileError::io(&o.src, Op::ReadDontcache, &e)),
             Err(None) => return self.copy_data_and_finish(local, o),
         };
         self.observer.progress(0, n as u64);
