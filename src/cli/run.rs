@@ -183,6 +183,7 @@ mod tests {
                 files_unreachable: 1,
                 lost_events: 3,
                 outcome: Outcome::default(),
+                ..AssistReport::default()
             }),
             ..report()
         };

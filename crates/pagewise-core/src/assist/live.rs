@@ -10,7 +10,7 @@
 use super::predictor::{Access, Config, Detector, Predictor};
 use crate::sys::{self, Advice};
 use crate::trace::tracefs::{self, Instance, RawEvent};
-use crate::trace::Mounts;
+use crate::trace::{perf, Mounts, Source};
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -77,12 +77,52 @@ pub struct AssistReport {
     pub files: u64,
     /// Files that could not be opened by handle (gone, or a filesystem without handles).
     pub files_unreachable: u64,
+    /// Issue latency as a histogram: prefetches issued within `le_us` microseconds of their
+    /// fault (and above the previous bucket's bound); the last bucket (`le_us: null`) holds
+    /// the rest. Empty when nothing was prefetched.
+    pub issue_latency_us_histogram: Vec<LatencyBucket>,
     /// Events the kernel lost (ring buffer overrun).
     pub lost_events: u64,
+    /// How the faults were followed (`perf` or `tracefs`); null in a simulation.
+    pub source: Option<Source>,
     /// Elapsed time (for `run --assist`: the command's run time); `interrupted` when the
     /// observer stopped the assistant before the processes exited or the time was up.
     #[serde(flatten)]
     pub outcome: Outcome,
+}
+
+/// One bucket of [`AssistReport::issue_latency_us_histogram`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LatencyBucket {
+    /// Upper bound in microseconds (inclusive); null for the last bucket.
+    pub le_us: Option<u64>,
+    /// Prefetches in this bucket.
+    pub count: u64,
+}
+
+/// Upper bounds of the histogram's buckets, microseconds.
+const LATENCY_BOUNDS_US: [u64; 10] = [10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
+
+/// The histogram of a per-microsecond count vector (`lat[us]`; its last slot: above).
+fn histogram(lat: &[u64]) -> Vec<LatencyBucket> {
+    if lat.iter().all(|&n| n == 0) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut from = 0usize;
+    for &b in &LATENCY_BOUNDS_US {
+        let to = (b as usize + 1).min(lat.len());
+        out.push(LatencyBucket {
+            le_us: Some(b),
+            count: lat[from.min(to)..to].iter().sum(),
+        });
+        from = to;
+    }
+    out.push(LatencyBucket {
+        le_us: None,
+        count: lat[from.min(lat.len())..].iter().sum(),
+    });
+    out
 }
 
 /// A prefetched window and which of its pages were used (bit per page).
@@ -322,6 +362,7 @@ impl Assistant {
         r.issue_latency_us_p50 = pct(0.5);
         r.issue_latency_us_p90 = pct(0.9);
         r.issue_latency_us_p99 = pct(0.99);
+        r.issue_latency_us_histogram = histogram(&self.lat);
         r
     }
 }
@@ -388,6 +429,52 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
     opts.validate()?;
     let tids = threads_of_all(&opts.pids)?;
     sys::raise_nofile_limit();
+    let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
+    let tally = Tally::new();
+    let a2 = assistant.clone();
+    let on_event = move |e: RawEvent| {
+        a2.lock().unwrap().on_event(&e);
+    };
+    // Perf events opened on the target's threads, inherited by what they start: binary
+    // samples in a ring per CPU, the reader woken at every sample. A tracefs instance
+    // (set_event_pid, text) where the kernel refuses them.
+    let ptids: Vec<i32> = tids.iter().map(|&t| t as i32).collect();
+    let (lost, source) = match perf::Session::start_on(&EVENTS, opts.assist.buffer_kb, true, &ptids)
+    {
+        Ok(mut session) => {
+            let reader = session
+                .stream(Duration::from_millis(50), true, on_event)
+                .map_err(crate::Error::TracePipe)?;
+            wait_for(&opts.pids, opts.duration, &tally, observer);
+            session.stop();
+            (reader.join().unwrap_or(0), Source::Perf)
+        }
+        Err(why) => {
+            tally.notice(format!(
+                "perf events unavailable ({why}): following through tracefs"
+            ));
+            (
+                watch_tracefs(opts, &tids, &tally, observer, on_event)?,
+                Source::Tracefs,
+            )
+        }
+    };
+    let mut r = assistant.lock().unwrap().report();
+    r.lost_events = lost;
+    r.source = Some(source);
+    r.outcome = tally.finish(Vec::new());
+    Ok(r)
+}
+
+/// [`watch`] through a tracefs instance following `tids` with `set_event_pid`: the events
+/// the kernel lost.
+fn watch_tracefs(
+    opts: &WatchOptions,
+    tids: &[u32],
+    tally: &Tally,
+    observer: &dyn Observer,
+    mut on_event: impl FnMut(RawEvent) + Send + 'static,
+) -> Result<u64, crate::Error> {
     let inst = Instance::new(&EVENTS, opts.assist.buffer_kb).map_err(|e| {
         crate::Error::TracingUnavailable {
             reason: e.0,
@@ -395,30 +482,24 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
             hint: "",
         }
     })?;
-    let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
     let stop = Arc::new(AtomicBool::new(false));
-    let a2 = assistant.clone();
     let me = std::process::id();
     let reader = inst
         .reader(stop.clone(), tracefs::Wake::OnEvent, move |line| {
             if let Some(e) = tracefs::parse_line(line) {
                 if e.pid != me {
-                    a2.lock().unwrap().on_event(&e);
+                    on_event(e);
                 }
             }
         })
         .map_err(crate::Error::TracePipe)?;
     let fail = crate::Error::Tracefs;
-    inst.follow(&tids).map_err(fail)?;
+    inst.follow(tids).map_err(fail)?;
     inst.enable().map_err(fail)?;
-    let tally = Tally::new();
-    wait_for(&opts.pids, opts.duration, &tally, observer);
+    wait_for(&opts.pids, opts.duration, tally, observer);
     let _ = inst.disable();
     tracefs::Instance::stop_reader(&stop, reader);
-    let mut r = assistant.lock().unwrap().report();
-    r.lost_events = inst.lost();
-    r.outcome = tally.finish(Vec::new());
-    Ok(r)
+    Ok(inst.lost())
 }
 
 /// The threads of every process.
@@ -456,5 +537,53 @@ fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_inclusive_and_the_last_takes_the_rest() {
+        let mut lat = vec![0u64; 100_001];
+        lat[0] = 1;
+        lat[10] = 2;
+        lat[11] = 3;
+        lat[10_000] = 4;
+        lat[10_001] = 5;
+        lat[100_000] = 6;
+        let h = histogram(&lat);
+        assert_eq!(h.len(), LATENCY_BOUNDS_US.len() + 1);
+        assert_eq!(
+            h[0],
+            LatencyBucket {
+                le_us: Some(10),
+                count: 3
+            }
+        );
+        assert_eq!(
+            h[1],
+            LatencyBucket {
+                le_us: Some(20),
+                count: 3
+            }
+        );
+        assert_eq!(
+            h[9],
+            LatencyBucket {
+                le_us: Some(10_000),
+                count: 4
+            }
+        );
+        assert_eq!(
+            h[10],
+            LatencyBucket {
+                le_us: None,
+                count: 11
+            }
+        );
+        assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), 21);
+        assert!(histogram(&vec![0; 100]).is_empty());
     }
 }

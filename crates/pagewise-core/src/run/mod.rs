@@ -273,12 +273,14 @@ impl Session {
     /// Stops following (every event until now is handed to the footprint), stops the
     /// drop-behind thread and drops the rest.
     fn finish(self) -> Ended {
+        let source = self.follower.source;
         let lost = self.follower.stop().unwrap_or(0);
         self.behind.stop();
         final_drop(&self.footprint, &self.dropper);
         let assist = self.footprint.assistant.as_ref().map(|a| {
             let mut ar = a.lock().unwrap().report();
             ar.lost_events = lost;
+            ar.source = Some(source);
             ar
         });
         let dropper = Arc::into_inner(self.dropper).expect("the drop-behind thread has ended");

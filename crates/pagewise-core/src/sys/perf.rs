@@ -214,9 +214,22 @@ pub fn perf_tracepoint_open(
     inherit: bool,
     wakeup_bytes: Option<u32>,
 ) -> io::Result<OwnedFd> {
+    perf_tracepoint_open_for(id, 0, cpu, inherit, wakeup_bytes)
+}
+
+/// [`perf_tracepoint_open`] for thread `tid` (0: the calling thread) instead of the caller:
+/// with `inherit`, the threads and processes `tid` starts from now on are counted too
+/// (`assist -p`). Needs CAP_PERFMON (or CAP_SYS_ADMIN) for another user's thread.
+pub fn perf_tracepoint_open_for(
+    id: u64,
+    tid: i32,
+    cpu: i32,
+    inherit: bool,
+    wakeup_bytes: Option<u32>,
+) -> io::Result<OwnedFd> {
     perf_event_open(
         &PerfEventAttr::tracepoint(id, inherit, wakeup_bytes),
-        0,
+        tid,
         cpu,
     )
 }

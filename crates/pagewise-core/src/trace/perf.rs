@@ -101,6 +101,18 @@ impl Session {
         buffer_kb: u64,
         wake_each: bool,
     ) -> Result<Session, TraceUnavailable> {
+        Self::start_on(events, buffer_kb, wake_each, &[0])
+    }
+
+    /// [`Session::start`] for the threads `tids` (0: the calling thread) instead of the
+    /// caller: on every CPU one event per thread and tracepoint, inherited by what they start
+    /// from now on, all writing into one ring per CPU (`assist -p`).
+    pub fn start_on(
+        events: &[&str],
+        buffer_kb: u64,
+        wake_each: bool,
+        tids: &[i32],
+    ) -> Result<Session, TraceUnavailable> {
         let mut layouts = HashMap::new();
         let mut ids = Vec::new();
         for ev in events {
@@ -119,7 +131,7 @@ impl Session {
             stop: Arc::default(),
         };
         for cpu in sys::online_cpus() {
-            s.open_cpu(cpu, &ids, pages, wakeup)?;
+            s.open_cpu(cpu, tids, &ids, pages, wakeup)?;
         }
         if s.rings.is_empty() {
             return Err(TraceUnavailable("no CPU accepted a perf event".into()));
@@ -127,24 +139,28 @@ impl Session {
         Ok(s)
     }
 
-    /// Opens one event per tracepoint on `cpu`: the first with a ring of `pages`, the others
-    /// writing into it. A CPU gone offline since they were listed is skipped.
+    /// Opens one event per thread and tracepoint on `cpu`: the first with a ring of `pages`,
+    /// the others writing into it. A CPU gone offline since they were listed is skipped, and
+    /// so is a thread that exited since (its process's other threads are followed).
     fn open_cpu(
         &mut self,
         cpu: i32,
+        tids: &[i32],
         ids: &[u64],
         pages: usize,
         wakeup: Option<u32>,
     ) -> Result<(), TraceUnavailable> {
         let mut first: Option<OwnedFd> = None;
-        for &id in ids {
-            let fd = match sys::perf_tracepoint_open(id, cpu, true, wakeup) {
+        for (&tid, &id) in tids.iter().flat_map(|t| ids.iter().map(move |i| (t, i))) {
+            let fd = match sys::perf_tracepoint_open_for(id, tid, cpu, true, wakeup) {
                 Ok(fd) => fd,
                 // A CPU that went offline since we listed them.
                 Err(e) if e.raw_os_error() == Some(libc::ENODEV) => break,
+                // A thread that exited since.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != 0 => continue,
                 Err(e) => {
                     return Err(TraceUnavailable(format!(
-                        "perf_event_open(tracepoint {id}, cpu {cpu}) failed: {e}"
+                        "perf_event_open(tracepoint {id}, thread {tid}, cpu {cpu}) failed: {e}"
                     )))
                 }
             };
