@@ -178,3 +178,54 @@ fn v1_refuses_a_partial_reclaim_and_errors_name_the_path() {
         "{err}"
     );
 }
+
+#[test]
+fn stat_by_cgroup_names_the_group_that_read_the_pages() {
+    let Some(cg) = ChildCgroup::new() else { return };
+    let t = tmp();
+    let theirs = t.path().join("theirs");
+    let ours = t.path().join("ours");
+    write_file(&theirs, 2 << 20);
+    write_file(&ours, 1 << 20);
+    sync_and_evict(&theirs);
+    sync_and_evict(&ours);
+    cg.read_in(&theirs);
+    // Our own reads are charged to our own group.
+    fs::read(&ours).unwrap();
+    let own = cgroup::own_memory_cgroup().unwrap();
+    let name = |dir: &Path| cgroup::cgroup_name(dir, &cgroup::memory_mounts());
+    let out = run(bin()
+        .args(["stat", "--by-cgroup", "-l", "--json"])
+        .arg(&theirs)
+        .arg(&ours));
+    assert!(out.status.success());
+    let v = json(&out);
+    let per_file = |p: &Path| {
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == p.to_str().unwrap())
+            .unwrap()
+            .clone()
+    };
+    let f = per_file(&theirs);
+    assert_eq!(f["cgroups"][0]["cgroup"], name(&cg.dir));
+    assert_eq!(f["cgroups"][0]["bytes"], cached(&theirs) * 4096);
+    assert_eq!(f["cgroups"].as_array().unwrap().len(), 1);
+    let f = per_file(&ours);
+    assert_eq!(f["cgroups"][0]["cgroup"], name(&own));
+    assert_eq!(f["cgroups"][0]["bytes"], cached(&ours) * 4096);
+    assert_eq!(v["cached_bytes"], (cached(&theirs) + cached(&ours)) * 4096);
+    // Not root: said before any work.
+    if require(on_path("setpriv"), "setpriv (util-linux) is missing") {
+        let out = run(as_nobody().args(["stat", "--by-cgroup"]).arg(&ours));
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("known only to root"));
+    }
+}
+
+fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}

@@ -30,6 +30,8 @@ pub enum FileResult {
     Stat(crate::stat::FileStat),
     /// A file `evict` advised out, measured before and after.
     Evict(crate::evict::EvictFile),
+    /// A file's cached pages per cgroup (`stat --by-cgroup`).
+    Charge(crate::cgroup::charge::FileCharge),
 }
 
 /// What a caller sees while a verb runs. Every method has a default that does nothing, so an

@@ -8,6 +8,7 @@
 //!
 //! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
 
+pub mod charge;
 pub mod reclaim;
 
 use crate::error::{FileError, Op};
