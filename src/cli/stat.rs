@@ -278,16 +278,16 @@ fn write_charges(
         if list {
             String::new()
         } else {
-            r.files.to_string()
+            r.total.files.to_string()
         },
-        bytes(r.cached_bytes),
+        bytes(r.total.cached_bytes),
     ]);
     w.write_all(render::table(&rows).as_bytes())?;
-    if r.unresolved_bytes > 0 {
+    if r.total.unresolved_bytes > 0 {
         writeln!(
             w,
             "{} cached when looked at could not be attributed (evicted meanwhile)",
-            bytes(r.unresolved_bytes)
+            bytes(r.total.unresolved_bytes)
         )?;
     }
     Ok(())
@@ -540,10 +540,12 @@ mod tests {
             cgroups: vec![c("/app", 8192), c("/db", 4096)],
         };
         let r = ChargeReport {
-            files: 1,
-            size: 16384,
-            cached_bytes: 12288,
-            unresolved_bytes: 4096,
+            total: pagewise_core::cgroup::charge::ChargeTotals {
+                files: 1,
+                size: 16384,
+                cached_bytes: 12288,
+                unresolved_bytes: 4096,
+            },
             cgroups: f.cgroups.clone(),
             walk: WalkSummary::default(),
             outcome: Outcome::default(),

@@ -69,9 +69,9 @@ pub struct FileCharge {
     pub cgroups: Vec<Charge>,
 }
 
-/// What `stat --by-cgroup` found.
-#[derive(Debug, Clone, Serialize)]
-pub struct ChargeReport {
+/// Sums over all files of a `stat --by-cgroup`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChargeTotals {
     /// Files looked at.
     pub files: u64,
     /// Their sizes.
@@ -80,6 +80,13 @@ pub struct ChargeReport {
     pub cached_bytes: u64,
     /// Cached bytes whose frame could not be found.
     pub unresolved_bytes: u64,
+}
+
+/// What `stat --by-cgroup` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChargeReport {
+    /// Sums over all files.
+    pub total: ChargeTotals,
     /// Per cgroup, most bytes first.
     pub cgroups: Vec<Charge>,
     /// What the walk met.
@@ -223,10 +230,12 @@ pub fn charged(
     )?;
     let (groups, files, size, cached_bytes, unresolved_bytes) = total.into_inner().unwrap();
     Ok(ChargeReport {
-        files,
-        size,
-        cached_bytes,
-        unresolved_bytes,
+        total: ChargeTotals {
+            files,
+            size,
+            cached_bytes,
+            unresolved_bytes,
+        },
         cgroups: sorted(groups, &names),
         walk: summary,
         outcome: tally.finish(Vec::new()),
