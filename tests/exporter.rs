@@ -365,3 +365,22 @@ fn once_prints_checkable_metrics_and_bad_configs_fail() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("listen on {addr} failed")));
 }
+
+#[test]
+fn contrib_rules_config_and_rule_tests_pass_promtool() {
+    if !require(
+        on_path("promtool"),
+        "promtool (Debian's prometheus package) is not installed",
+    ) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/prometheus");
+    for args in [
+        ["check", "rules", "pagewise.rules.yml"],
+        ["check", "config", "prometheus.yml"],
+        ["test", "rules", "pagewise.rules.test.yml"],
+    ] {
+        let out = run(Command::new("promtool").args(args).current_dir(&dir));
+        assert!(out.status.success(), "promtool {args:?}");
+    }
+}
