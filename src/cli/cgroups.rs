@@ -191,10 +191,10 @@ mod tests {
         );
         assert_eq!(
             got,
-            "CGROUP        FILE    DIRTY  WRITEBACK  MAPPED  ACTIVE  INACTIVE  REFAULTS\n\
-             /          1.0 MiB  4.0 KiB        0 B     0 B     0 B       0 B         7\n\
-             \x20 /a       8.0 KiB  4.0 KiB        0 B     0 B     0 B       0 B         -\n\
-             \x20   /a/b   4.0 KiB  4.0 KiB        0 B     0 B     0 B       0 B         -\n"
+            "CGROUP       FILE    DIRTY  WRITEBACK  MAPPED  ACTIVE  INACTIVE  REFAULTS\n\
+             /         1.0 MiB  4.0 KiB        0 B     0 B     0 B       0 B         7\n\
+             \x20 /a      8.0 KiB  4.0 KiB        0 B     0 B     0 B       0 B         -\n\
+             \x20   /a/b  4.0 KiB  4.0 KiB        0 B     0 B     0 B       0 B         -\n"
         );
     }
 

@@ -215,10 +215,10 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
         }
         return Ok(ExitCode::Success);
     }
+    let exp = Exporter::new(opts)?;
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
     let server = tiny_http::Server::http(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;
-    let exp = Exporter::new(opts)?;
     let _refresher = exp.start();
     eprintln!(
         "pagewise exporter: serving http://{}/metrics",

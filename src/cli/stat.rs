@@ -246,43 +246,60 @@ fn write_charges(
     files: &[FileCharge],
     list: bool,
 ) -> std::io::Result<()> {
-    let mut rows: Vec<Vec<String>> = Vec::new();
+    // Rows of (name, count or "", cached, cgroup): per file and cgroup with -l (the file's
+    // name on its first row only), else per cgroup.
+    let mut rows: Vec<[String; 4]> = Vec::new();
     if list {
-        rows.push(vec!["PATH".into(), "CGROUP".into(), "CACHED".into()]);
         for f in files {
             let name = render::path_text(&f.path);
             if f.cgroups.is_empty() {
-                rows.push(vec![name.clone(), "-".into(), bytes(0)]);
+                rows.push([name.clone(), String::new(), bytes(0), "-".into()]);
             }
             for (i, c) in f.cgroups.iter().enumerate() {
                 let shown = if i == 0 { name.clone() } else { String::new() };
-                rows.push(vec![
-                    shown,
-                    render::escape_bytes(c.cgroup.as_bytes()),
-                    bytes(c.bytes),
-                ]);
+                let cg = render::escape_bytes(c.cgroup.as_bytes());
+                rows.push([shown, String::new(), bytes(c.bytes), cg]);
             }
         }
     } else {
-        rows.push(vec!["CGROUP".into(), "FILES".into(), "CACHED".into()]);
         for c in &r.cgroups {
-            rows.push(vec![
-                render::escape_bytes(c.cgroup.as_bytes()),
-                c.files.to_string(),
-                bytes(c.bytes),
-            ]);
+            let cg = render::escape_bytes(c.cgroup.as_bytes());
+            rows.push([cg, c.files.to_string(), bytes(c.bytes), String::new()]);
         }
     }
-    rows.push(vec![
+    let total_files = if list {
+        String::new()
+    } else {
+        r.total.files.to_string()
+    };
+    rows.push([
         "TOTAL".into(),
-        if list {
-            String::new()
-        } else {
-            r.total.files.to_string()
-        },
+        total_files,
         bytes(r.total.cached_bytes),
+        String::new(),
     ]);
-    w.write_all(render::table(&rows).as_bytes())?;
+    let mut table: Vec<Vec<String>> = vec![if list {
+        vec!["PATH".into(), "CACHED".into()]
+    } else {
+        vec!["CGROUP".into(), "FILES".into(), "CACHED".into()]
+    }];
+    for [name, files, cached, _] in &rows {
+        table.push(if list {
+            vec![name.clone(), cached.clone()]
+        } else {
+            vec![name.clone(), files.clone(), cached.clone()]
+        });
+    }
+    let text = render::table(&table);
+    if list {
+        // The cgroup last, left-aligned (the table right-aligns every column but the first).
+        let cgroups = std::iter::once("CGROUP").chain(rows.iter().map(|r| r[3].as_str()));
+        for (line, cg) in text.lines().zip(cgroups) {
+            writeln!(w, "{}", format!("{line}  {cg}").trim_end())?;
+        }
+    } else {
+        w.write_all(text.as_bytes())?;
+    }
     if r.total.unresolved_bytes > 0 {
         writeln!(
             w,
@@ -566,9 +583,9 @@ mod tests {
                 .take(3)
                 .collect::<Vec<_>>(),
             [
-                "PATH   CGROUP    CACHED",
-                "/d/a   /app     8.0 KiB",
-                "       /db      4.0 KiB"
+                "PATH     CACHED  CGROUP",
+                "/d/a    8.0 KiB  /app",
+                "        4.0 KiB  /db"
             ]
         );
     }

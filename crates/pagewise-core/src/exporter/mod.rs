@@ -488,38 +488,44 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// Validates the options and takes the first snapshot (blocking), so the first scrape has
-    /// figures.
+    /// Validates the options. Nothing is measured yet: scrapes serve an empty snapshot (no
+    /// path or cgroup series, `pagewise_refreshes_total` 0) until the refresh thread
+    /// ([`Exporter::start`]) has finished its first walk, so even the first scrape of a slow
+    /// tree does not wait for it.
     pub fn new(options: ExporterOptions) -> Result<Arc<Exporter>, crate::Error> {
         options.validate()?;
-        let first = collect(&options);
-        let health = Health::default();
-        health.refreshes.store(1, Ordering::Relaxed);
-        health.refresh_errors.store(first.errors, Ordering::Relaxed);
+        let empty = Snapshot {
+            taken_at: Instant::now(),
+            taken_at_wall: SystemTime::now(),
+            duration_s: 0.0,
+            paths: Vec::new(),
+            hierarchy: None,
+            cgroups: Vec::new(),
+            machine: MachineSnapshot::read(),
+            errors: 0,
+        };
         Ok(Arc::new(Exporter {
             options,
-            latest: Mutex::new(Arc::new(first)),
-            health,
+            latest: Mutex::new(Arc::new(empty)),
+            health: Health::default(),
             stop: AtomicBool::new(false),
             wake: (Mutex::new(()), Condvar::new()),
         }))
     }
 
-    /// Starts the background refresh thread (every `interval`, measured from the end of the
-    /// previous refresh, so a slow tree never piles refreshes up).
+    /// Starts the background refresh thread: a refresh at once, then one every `interval`
+    /// measured from the end of the previous one, so a slow tree never piles refreshes up.
     pub fn start(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
         let me = Arc::clone(self);
         std::thread::Builder::new()
             .name("pagewise-refresh".into())
             .spawn(move || loop {
-                {
-                    let g = me.wake.0.lock().unwrap();
-                    let _ = me.wake.1.wait_timeout(g, me.options.interval).unwrap();
-                }
                 if me.stop.load(Ordering::Relaxed) {
                     return;
                 }
                 me.refresh();
+                let g = me.wake.0.lock().unwrap();
+                let _ = me.wake.1.wait_timeout(g, me.options.interval).unwrap();
             })
             .expect("spawn the refresh thread")
     }
@@ -642,6 +648,27 @@ mod tests {
         assert!(om.ends_with("# EOF\n"));
         assert!(om.contains("# TYPE pagewise_scrapes counter\n"));
         assert!(om.contains("\npagewise_scrapes_total 0\n"));
+    }
+
+    #[test]
+    fn scrapes_before_the_first_refresh_serve_an_empty_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        let exp = Exporter::new(ExporterOptions {
+            paths: vec![dir.path().into()],
+            cgroups: false,
+            ..ExporterOptions::default()
+        })
+        .unwrap();
+        let first = exp.scrape(Format::Prometheus);
+        assert!(!first.contains("pagewise_path_"), "{first}");
+        assert!(first.contains("\npagewise_refreshes_total 0\n"));
+        exp.refresh();
+        let second = exp.scrape(Format::Prometheus);
+        assert!(second.contains("pagewise_path_files{path="), "{second}");
+        assert!(second.contains("\npagewise_refreshes_total 1\n"));
+        assert!(second.contains("\npagewise_scrapes_total 2\n"));
+        exp.stop();
     }
 
     #[test]
