@@ -351,6 +351,27 @@ fn once_prints_checkable_metrics_and_bad_configs_fail() {
     if on_path("promtool") {
         promtool_check(&text);
     }
+    // A configured path that is missing: metrics still written, the path marked, exit 2.
+    let missing = t.path().join("missing");
+    let out = run(bin()
+        .args(["exporter", "--once", "--no-cgroups", "--path"])
+        .arg(&f)
+        .arg("--path")
+        .arg(&missing));
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let m = |p: &Path, v: u8| format!("pagewise_path_measured{{path=\"{}\"}} {v}", p.display());
+    assert!(text.lines().any(|l| l == m(&missing, 0)), "{text}");
+    assert!(text.lines().any(|l| l == m(&f, 1)), "{text}");
+    assert!(
+        text.contains("\npagewise_refresh_snapshot_errors 1\n"),
+        "{text}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("pagewise exporter: {}", missing.display())),
+        "{err}"
+    );
     let conf = t.path().join("c.conf");
     fs::write(&conf, "path /x\nfrobnicate 1\n").unwrap();
     let out = run(bin().args(["exporter", "--once", "--config"]).arg(&conf));

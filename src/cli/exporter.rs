@@ -37,7 +37,9 @@ Config file (--config): one setting a line, '#' comments; command-line flags add
   cgroup-depth 2
   no-cgroups
 
-Exit codes: 0 success, 1 fatal error (bad configuration, address in use, textfile not written).";
+Exit codes: 0 success, 1 fatal error (bad configuration, address in use, textfile not written),
+2 (--once, --textfile) some files, paths or cgroups could not be measured (metrics written;
+errors on stderr).";
 
 #[derive(Args, Debug, Default)]
 pub struct ExporterArgs {
@@ -213,13 +215,14 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(text.as_bytes());
         }
-        return Ok(ExitCode::Success);
+        log_problems(&snap);
+        return Ok(ExitCode::from_errors(snap.errors));
     }
     let exp = Exporter::new(opts)?;
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
     let server = tiny_http::Server::http(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;
-    let _refresher = exp.start();
+    let _refresher = exp.start(log_problems);
     eprintln!(
         "pagewise exporter: serving http://{}/metrics",
         server
@@ -231,6 +234,18 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
         let _ = respond(&exp, req);
     }
     Ok(ExitCode::Success)
+}
+
+/// A snapshot's errors on stderr (`pagewise exporter: PATH: OP failed: ...`), with how many
+/// more there were.
+fn log_problems(snap: &exporter::Snapshot) {
+    for p in &snap.problems {
+        eprintln!("pagewise exporter: {p}");
+    }
+    let more = snap.errors.saturating_sub(snap.problems.len() as u64);
+    if more > 0 {
+        eprintln!("pagewise exporter: ... and {more} more errors in this refresh");
+    }
 }
 
 const INDEX: &str = "<html><head><title>pagewise exporter</title></head><body>\

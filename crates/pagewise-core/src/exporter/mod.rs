@@ -151,6 +151,17 @@ pub struct Snapshot {
     pub machine: MachineSnapshot,
     /// Per-file and per-cgroup errors of this refresh, and paths or trees that failed.
     pub errors: u64,
+    /// The first [`MAX_PROBLEMS`] of them, worded (`path: op failed: message`).
+    pub problems: Vec<String>,
+}
+
+/// Errors a snapshot keeps worded.
+pub const MAX_PROBLEMS: usize = 20;
+
+fn note(problems: &mut Vec<String>, text: String) {
+    if problems.len() < MAX_PROBLEMS {
+        problems.push(text);
+    }
 }
 
 fn cmp_cached(a: &FileStat, b: &FileStat) -> std::cmp::Ordering {
@@ -165,6 +176,7 @@ fn cmp_cached(a: &FileStat, b: &FileStat) -> std::cmp::Ordering {
 pub fn collect(options: &ExporterOptions) -> Snapshot {
     let start = Instant::now();
     let mut errors = 0;
+    let mut problems = Vec::new();
     let mut paths = Vec::with_capacity(options.paths.len());
     for p in &options.paths {
         let top_n = options.top;
@@ -195,9 +207,12 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
         };
         match stat::stat(&opts, &observer) {
             Ok(r) => {
-                errors += r.outcome.error_count;
                 let failed = r.roots.is_empty();
-                errors += failed as u64;
+                // A root that failed is one error of the walk already.
+                errors += r.outcome.error_count.max(failed as u64);
+                for e in &r.outcome.errors {
+                    note(&mut problems, e.to_string());
+                }
                 let mut top = keep.into_inner().unwrap();
                 top.sort_by(cmp_cached);
                 top.truncate(top_n);
@@ -208,8 +223,9 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
                     failed,
                 });
             }
-            Err(_) => {
+            Err(e) => {
                 errors += 1;
+                note(&mut problems, format!("{}: {e}", p.display()));
                 paths.push(PathSnapshot {
                     path: p.clone(),
                     totals: Totals::default(),
@@ -227,11 +243,17 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
         match cgroup::cgroups(&o, &()) {
             Ok(r) => {
                 errors += r.outcome.error_count;
+                for e in &r.outcome.errors {
+                    note(&mut problems, e.to_string());
+                }
                 (Some(r.hierarchy), r.groups)
             }
-            Err(_) => {
+            Err(e) => {
                 // No memory hierarchy mounted is not an error when none was asked for.
-                errors += options.cgroup_root.is_some() as u64;
+                if options.cgroup_root.is_some() {
+                    errors += 1;
+                    note(&mut problems, format!("cgroups: {e}"));
+                }
                 (None, Vec::new())
             }
         }
@@ -247,6 +269,7 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
         cgroups,
         machine: MachineSnapshot::read(),
         errors,
+        problems,
     }
 }
 
@@ -311,6 +334,17 @@ pub fn render(snap: &Snapshot, health: &Health, now: Instant, format: Format) ->
             |p| Some(p.totals.unknown_files),
         ),
     ];
+    if !snap.paths.is_empty() {
+        let name = "pagewise_path_measured";
+        w.family(name, Kind::Gauge, "1 when the configured path could be walked in the snapshot, 0 when it could not (missing, unreadable).");
+        for p in &snap.paths {
+            w.sample(
+                name,
+                &[("path", &path_text(&p.path))],
+                (!p.failed) as u8 as f64,
+            );
+        }
+    }
     for (name, help, f) in per_path {
         if snap.paths.iter().all(|p| p.failed || f(p).is_none()) {
             continue;
@@ -503,6 +537,7 @@ impl Exporter {
             cgroups: Vec::new(),
             machine: MachineSnapshot::read(),
             errors: 0,
+            problems: Vec::new(),
         };
         Ok(Arc::new(Exporter {
             options,
@@ -515,7 +550,11 @@ impl Exporter {
 
     /// Starts the background refresh thread: a refresh at once, then one every `interval`
     /// measured from the end of the previous one, so a slow tree never piles refreshes up.
-    pub fn start(self: &Arc<Self>) -> std::thread::JoinHandle<()> {
+    /// `on_refresh` sees each new snapshot (the CLI logs its problems).
+    pub fn start(
+        self: &Arc<Self>,
+        on_refresh: impl Fn(&Snapshot) + Send + 'static,
+    ) -> std::thread::JoinHandle<()> {
         let me = Arc::clone(self);
         std::thread::Builder::new()
             .name("pagewise-refresh".into())
@@ -523,21 +562,22 @@ impl Exporter {
                 if me.stop.load(Ordering::Relaxed) {
                     return;
                 }
-                me.refresh();
+                on_refresh(&me.refresh());
                 let g = me.wake.0.lock().unwrap();
                 let _ = me.wake.1.wait_timeout(g, me.options.interval).unwrap();
             })
             .expect("spawn the refresh thread")
     }
 
-    /// Takes a snapshot now (blocking) and makes it the latest.
-    pub fn refresh(&self) {
-        let s = collect(&self.options);
+    /// Takes a snapshot now (blocking), makes it the latest and returns it.
+    pub fn refresh(&self) -> Arc<Snapshot> {
+        let s = Arc::new(collect(&self.options));
         self.health.refreshes.fetch_add(1, Ordering::Relaxed);
         self.health
             .refresh_errors
             .fetch_add(s.errors, Ordering::Relaxed);
-        *self.latest.lock().unwrap() = Arc::new(s);
+        *self.latest.lock().unwrap() = s.clone();
+        s
     }
 
     /// The latest snapshot.
@@ -616,6 +656,7 @@ mod tests {
                 "workingset_refault_anon 1\nworkingset_refault_file 42\n",
             ),
             errors: 0,
+            problems: Vec::new(),
         }
     }
 
@@ -631,6 +672,7 @@ mod tests {
         );
         for line in [
             "pagewise_path_cached_bytes{path=\"/data\"} 4096",
+            "pagewise_path_measured{path=\"/data\"} 1",
             "pagewise_path_size_bytes{path=\"/data\"} 8192",
             "pagewise_path_recently_evicted_bytes{path=\"/data\"} 4096",
             "pagewise_file_cached_bytes{path=\"/data\",file=\"/data/a\\\"b\"} 4096",
