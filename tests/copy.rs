@@ -745,39 +745,88 @@ fn dereference_flags_follow_as_cp_does() {
 /// A copy killed (SIGKILL: no cleanup) at several moments is finished by the same command with
 /// -u: rsync's itemize then finds nothing to change and no temporary is left; a further -u run
 /// copies nothing.
-#[test]
-fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
-    if !require(
+/// rsync's own comparison of two trees: every difference it would transfer or change,
+/// content compared by checksum, hard links, ACLs, xattrs, devices and specials included.
+fn rsync_differences(src: &Path, dst: &Path) -> String {
+    let itemize = Command::new("rsync")
+        .args(["-naHAXc", "--itemize-changes", "--specials", "--devices"])
+        .arg(format!("{}/", src.display()))
+        .arg(format!("{}/", dst.display()))
+        .output()
+        .unwrap();
+    assert!(itemize.status.success(), "rsync: {itemize:?}");
+    String::from_utf8_lossy(&itemize.stdout).into_owned()
+}
+
+fn have_rsync() -> bool {
+    require(
         Command::new("rsync").arg("--version").output().is_ok(),
         "rsync (apt package rsync)",
-    ) {
+    )
+}
+
+/// Temporaries (`.NAME.pagewise-PID-N.tmp`) anywhere below `dir`.
+fn stray_temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = leftovers(dir);
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        if e.file_type().unwrap().is_dir() {
+            out.extend(stray_temporaries(&e.path()));
+        }
+    }
+    out
+}
+
+/// SIGKILL at random moments of a 20,000-file copy (named temporaries twice, O_TMPFILE once),
+/// then the same command with -u: rsync finds nothing to change, no temporary
+/// is left, and a further -u run copies nothing.
+#[test]
+fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
+    if !have_rsync() {
         return;
     }
     let t = tmp();
     let src = t.path().join("src");
-    for d in 0..20 {
-        let dir = src.join(format!("d{d:02}"));
+    for d in 0..100 {
+        let dir = src.join(format!("d{d:03}"));
         fs::create_dir_all(&dir).unwrap();
-        for f in 0..100 {
+        for f in 0..200 {
             write_file(
                 &dir.join(format!("f{f:03}")),
-                1000 + (d * 100 + f) * 37 % 60_000,
+                500 + (d * 200 + f) * 37 % 3_000,
             );
         }
     }
     let dst = t.path().join("dst");
-    for (round, delay_ms) in [60u64, 250].into_iter().enumerate() {
+    // How long an uninterrupted copy takes here: the kills fall inside it.
+    let start = std::time::Instant::now();
+    let out = run(bin().args(["copy", "-a", "-T"]).arg(&src).arg(&dst));
+    let full = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::remove_dir_all(&dst).unwrap();
+    // A fixed seed: the moments differ between rounds, and a failure can be replayed.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    for round in 0..3 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let at = full.mul_f64(0.05 + (seed % 900) as f64 / 1000.0);
+        let temp_flag = if round % 2 == 0 { "--named-temp" } else { "-v" };
         let mut child = bin()
-            .args(["copy", "-a", "-T", "--named-temp", "-j", "4"])
+            .args(["copy", "-a", "-T", temp_flag])
             .arg(&src)
             .arg(&dst)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(delay_ms));
+        std::thread::sleep(at);
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
+        eprintln!("round {round}: killed after {at:?} of {full:?} ({temp_flag})");
         let out = run(bin()
             .args(["copy", "-a", "-u", "-T", "--json"])
             .arg(&src)
@@ -787,22 +836,8 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
             "round {round}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let itemize = Command::new("rsync")
-            .args(["-naHAXc", "--itemize-changes", "--specials", "--devices"])
-            .arg(format!("{}/", src.display()))
-            .arg(format!("{}/", dst.display()))
-            .output()
-            .unwrap();
-        assert_eq!(
-            String::from_utf8_lossy(&itemize.stdout),
-            "",
-            "round {round}"
-        );
-        let stray: Vec<_> = fs::read_dir(&dst)
-            .unwrap()
-            .flatten()
-            .flat_map(|d| leftovers(&d.path()))
-            .collect();
+        assert_eq!(rsync_differences(&src, &dst), "", "round {round}");
+        let stray = stray_temporaries(&dst);
         assert!(stray.is_empty(), "round {round}: {stray:?}");
         let again = run(bin()
             .args(["copy", "-a", "-u", "-T", "--json"])
@@ -810,9 +845,253 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
             .arg(&dst));
         let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
         assert_eq!(v["files"], 0, "an up-to-date copy copies nothing: {v}");
-        assert_eq!(v["skipped"], 2000);
+        assert_eq!(v["skipped"], 20_000);
+        assert_eq!(v["created"], 0);
+        assert_eq!(v["updated"], 0);
         fs::remove_dir_all(&dst).unwrap();
     }
+}
+
+/// Every file type in one tree — regular, empty, sparse, hard links, symlinks (one
+/// dangling), FIFO, socket, character device, names with a newline and with invalid UTF-8,
+/// an xattr, an ACL, a default ACL, a file capability —: after `copy -a`, rsync finds nothing
+/// to change, and the kernel shows the sparse file sparse and the capability in place.
+#[test]
+fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
+    if !require_root("mknod of a character device, security.capability")
+        || !have_rsync()
+        || !require(
+            Command::new("setfacl").arg("--version").output().is_ok(),
+            "setfacl (apt package acl)",
+        )
+    {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    let sub = src.join("sub");
+    fs::create_dir_all(&sub).unwrap();
+    write_file(&src.join("data"), 10_000);
+    write_file(&src.join("empty"), 0);
+    {
+        let f = File::create(src.join("sparse")).unwrap();
+        f.set_len(8 << 20).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(&[7u8; 4096], 4 << 20).unwrap();
+    }
+    write_file(&src.join("h1"), 5000);
+    fs::hard_link(src.join("h1"), sub.join("h2")).unwrap();
+    std::os::unix::fs::symlink("data", src.join("lnk")).unwrap();
+    std::os::unix::fs::symlink("nowhere", sub.join("dangling")).unwrap();
+    sys::mknod(&src.join("fifo"), sys::NodeKind::Fifo, 0o640, 0).unwrap();
+    sys::mknod(&src.join("sock"), sys::NodeKind::Socket, 0o600, 0).unwrap();
+    let dev = libc::makedev(1, 3);
+    sys::mknod(&sub.join("chr"), sys::NodeKind::CharDevice, 0o600, dev).unwrap();
+    write_file(&src.join("new\nline"), 300);
+    write_file(&src.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), 301);
+    let attr = |args: &[&str], p: &Path| {
+        let st = Command::new(args[0])
+            .args(&args[1..])
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success(), "{args:?} {}", p.display());
+    };
+    attr(
+        &["setfattr", "-n", "user.origin", "-v", "test"],
+        &src.join("data"),
+    );
+    attr(&["setfacl", "-m", "u:65534:r"], &src.join("data"));
+    attr(&["setfacl", "-d", "-m", "u:65534:rx"], &sub);
+    // cap_net_raw+ep as the kernel stores it (VFS_CAP_REVISION_2, effective).
+    let cap = "0x0100000200200000000000000000000000000000";
+    attr(
+        &["setfattr", "-n", "security.capability", "-v", cap],
+        &src.join("h1"),
+    );
+    let dst = t.path().join("dst");
+    let out = run(bin().args(["copy", "-a", "--json"]).arg(&src).arg(&dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(rsync_differences(&src, &dst), "", "rsync finds differences");
+    let sparse = fs::metadata(dst.join("sparse")).unwrap();
+    assert_eq!(sparse.len(), 8 << 20);
+    assert!(sparse.blocks() * 512 < 1 << 20, "the copy stays sparse");
+    assert_eq!(
+        fs::metadata(dst.join("h1")).unwrap().ino(),
+        fs::metadata(dst.join("sub/h2")).unwrap().ino()
+    );
+    let getcap = |p: &Path| {
+        Command::new("getfattr")
+            .args(["-e", "hex", "-n", "security.capability"])
+            .arg(p)
+            .output()
+            .unwrap()
+            .stdout
+    };
+    let got = String::from_utf8_lossy(&getcap(&dst.join("h1"))).into_owned();
+    assert!(got.contains(&format!("security.capability={cap}")), "{got}");
+    assert!(stray_temporaries(&dst).is_empty());
+    // Run again with -u: every entry, hard link included, is up to date and left alone.
+    let out = run(bin()
+        .args(["copy", "-a", "-u", "-T", "--json"])
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["created"].as_u64(), v["updated"].as_u64()),
+        (Some(0), Some(0)),
+        "{v}"
+    );
+    assert_eq!(v["skipped"], 12, "{v}");
+    assert_eq!(rsync_differences(&src, &dst), "");
+}
+
+/// --checksum finds a same-size, same-time file whose content differs (which -u leaves), and
+/// reads both sides without caching them; --dry-run lists what would change and changes
+/// nothing; --json-lines streams one line per entry, then the summary.
+#[test]
+fn checksum_dry_run_and_json_lines() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    write_file(&src.join("a"), 3 << 20);
+    write_file(&src.join("d/b"), 5000);
+    write_file(&src.join("gone-soon"), 10);
+    let dst = t.path().join("dst");
+    assert!(run(bin().args(["copy", "-aT"]).arg(&src).arg(&dst))
+        .status
+        .success());
+    // Same size and mtime, other bytes: -u's quick check cannot see it.
+    let mut bytes = fs::read(dst.join("a")).unwrap();
+    bytes[1 << 20] ^= 0xff;
+    fs::write(dst.join("a"), &bytes).unwrap();
+    let mtime = fs::metadata(src.join("a")).unwrap().modified().unwrap();
+    File::options()
+        .write(true)
+        .open(dst.join("a"))
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    fs::remove_file(src.join("gone-soon")).unwrap();
+    write_file(&src.join("new"), 100);
+    let out = run(bin().args(["copy", "-auT", "--json"]).arg(&src).arg(&dst));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["created"], 1, "only the new file: {v}");
+    assert!(!same(&src.join("a"), &dst.join("a")));
+
+    // Dry run: the list, and nothing touched.
+    let before = tree_listing(&dst);
+    let out = run(bin()
+        .args(["copy", "-aT", "--checksum", "--delete", "--dry-run"])
+        .arg(&src)
+        .arg(&dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = String::from_utf8_lossy(&out.stdout).into_owned();
+    let a = format!("updated  file     {}\n", dst.join("a").display());
+    let gone = format!("deleted  file     {}\n", dst.join("gone-soon").display());
+    assert!(list.contains(&a) && list.contains(&gone), "{list}");
+    assert_eq!(
+        list.lines().count(),
+        2,
+        "only what changes is listed: {list}"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dry run, nothing changed"));
+    assert_eq!(tree_listing(&dst), before, "a dry run changes nothing");
+    assert!(!same(&src.join("a"), &dst.join("a")));
+
+    // --checksum for real, both sides cold before: they stay cold.
+    for p in [
+        src.join("a"),
+        dst.join("a"),
+        src.join("d/b"),
+        dst.join("d/b"),
+    ] {
+        evict(&p);
+    }
+    let out = run(bin()
+        .args(["copy", "-aT", "--checksum", "--delete", "--json-lines"])
+        .arg(&src)
+        .arg(&dst));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for p in [
+        src.join("a"),
+        dst.join("a"),
+        src.join("d/b"),
+        dst.join("d/b"),
+    ] {
+        assert_eq!(cached(&p), 0, "{} read without caching", p.display());
+    }
+    assert!(same(&src.join("a"), &dst.join("a")));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let action = |path: &Path| {
+        lines
+            .iter()
+            .find(|l| l["type"] == "entry" && l["path"] == path.to_str().unwrap())
+            .map(|l| l["action"].as_str().unwrap().to_string())
+    };
+    assert_eq!(action(&dst.join("a")).as_deref(), Some("updated"));
+    assert_eq!(action(&dst.join("d/b")).as_deref(), Some("skipped"));
+    assert_eq!(action(&dst.join("gone-soon")).as_deref(), Some("deleted"));
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "summary");
+    assert_eq!(
+        (last["updated"].as_u64(), last["deleted"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(rsync_differences(&src, &dst), "");
+}
+
+/// `ls -lR`-like listing with times to the nanosecond, to see that nothing changed.
+fn tree_listing(dir: &Path) -> String {
+    let out = Command::new("find")
+        .arg(dir)
+        .args(["-printf", "%p %s %T@ %m %y\n"])
+        .output()
+        .unwrap();
+    let mut lines: Vec<_> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+/// Destination errors say what could not be done to the path the user gave, in words, with
+/// the syscall after it.
+#[test]
+fn destination_errors_are_plain_words() {
+    let t = tmp();
+    let f = t.path().join("f");
+    write_file(&f, 10);
+    let out = run(bin().arg("copy").arg(&f).arg("/nonexistent/dir/x"));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot create '/nonexistent/dir/x': No such file or directory (open(O_TMPFILE) in /nonexistent/dir)"),
+        "{err}"
+    );
+    let out = run(bin().arg("copy").arg(t.path()).arg("/nonexistent/dir/y"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot create '/nonexistent/dir/y': No such file or directory (mkdir)"),
+        "{err}"
+    );
 }
 
 /// --delete removes what the source no longer has (files and whole directories), only inside

@@ -247,6 +247,28 @@ fn every_verb_json_matches_the_schema() {
         .join("copy")
         .join(std::ffi::OsStr::from_bytes(b"odd\xffname"))
         .exists());
+    // Per entry, as a copy goes (-u over the copy just made: every entry skipped), and a
+    // dry run's document.
+    let out = run(bin()
+        .args(["copy", "-u", "--json-lines"])
+        .arg(&d)
+        .arg(t.path().join("copy")));
+    let ls = lines(&out);
+    assert!(ls.len() > 1);
+    for l in &ls[..ls.len() - 1] {
+        match l["type"].as_str() {
+            Some("entry") => valid("copy_line_entry", l),
+            Some("error") => valid("line_error", l),
+            other => panic!("unexpected line type {other:?}"),
+        }
+    }
+    valid("copy_line_summary", ls.last().unwrap());
+    let out = run(bin()
+        .args(["copy", "--dry-run", "--json"])
+        .arg(&d)
+        .arg(t.path().join("copy-dry")));
+    valid("copy", &doc(&out));
+    assert!(!t.path().join("copy-dry").exists());
     // A copy that fails for one file: its error carries the name's bytes.
     let out = run(bin()
         .args(["copy", "--json"])

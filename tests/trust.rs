@@ -1580,7 +1580,7 @@ fn o_tmpfile_errors_name_each_destination_file() {
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     for i in 1..=3 {
-        let want = format!("{}/f{i}:", dst.display());
+        let want = format!("'{}/f{i}'", dst.display());
         assert!(
             err.lines().any(|l| l.contains(&want)),
             "an error names {want}: {err}"

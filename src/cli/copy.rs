@@ -5,8 +5,10 @@ use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::copy::{self, CopyOptions, CopyReport, Dereference, Existing, Strategy};
-use pagewise_core::{sys, Error, Progress, Watch};
+use pagewise_core::copy::{
+    self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, Strategy,
+};
+use pagewise_core::{sys, Error, FileResult, Progress, Watch};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,6 +20,9 @@ Examples:
   pagewise copy -p /srv/data /mnt/new/data        a tree, keeping mode/owner/times/xattrs
   pagewise copy -aT /srv/data /mnt/new/data       cp -a; the same place when run again
   pagewise copy -auT /srv/data /mnt/new/data      finish an interrupted copy: only what differs
+  pagewise copy -aT --checksum /srv/data /mnt/x   compare content, not size and time (rsync -c)
+  pagewise copy -auT --delete --dry-run SRC DST   list what would be created, updated, deleted
+  pagewise copy -aT --json-lines SRC DST > log    one JSON line per entry, then the summary
   pagewise copy -a /srv/data/. /mnt/new/data      the contents of data into an existing dir
   pagewise copy --verify --fsync db/ /backup/db   durable, and re-read from disk to compare
   pagewise copy --cache drop-behind a b           force a strategy
@@ -63,6 +68,16 @@ pub struct CopyArgs {
     /// Never replace an existing destination file, symlink or special file
     #[arg(short = 'n', long)]
     pub no_clobber: bool,
+    /// Copy a file only when its content differs (rsync -c): files of the same size are
+    /// compared byte for byte, both read without caching them; implies -u for the rest
+    #[arg(short = 'c', long, conflicts_with = "no_clobber")]
+    pub checksum: bool,
+    /// Change nothing: list what would be created, updated and deleted, then the counts
+    #[arg(long)]
+    pub dry_run: bool,
+    /// List every change on stdout as it is made: ACTION KIND PATH (rsync -i)
+    #[arg(short = 'i', long)]
+    pub itemize_changes: bool,
     /// Remove from destination directories what their source directories no longer have
     /// (rsync --delete)
     #[arg(long)]
@@ -102,8 +117,12 @@ pub struct CopyArgs {
     #[arg(short = 'v', long)]
     pub verbose: bool,
     /// One JSON document on stdout (schema: docs/json.md)
-    #[arg(short = 'J', long)]
+    #[arg(short = 'J', long, conflicts_with = "json_lines")]
     pub json: bool,
+    /// One JSON line per entry on stdout as it is done (created, updated, skipped, deleted,
+    /// failed), then one per error and a summary line
+    #[arg(long)]
+    pub json_lines: bool,
 }
 
 impl From<CacheArg> for Strategy {
@@ -125,12 +144,6 @@ fn extras(report: &CopyReport) -> String {
     if report.specials > 0 {
         s += &format!(", {} special files", report.specials);
     }
-    if report.skipped > 0 {
-        s += &format!(", {} left as they were", report.skipped);
-    }
-    if report.deleted > 0 {
-        s += &format!(", {} deleted", report.deleted);
-    }
     if report.stale_temporaries_removed > 0 {
         s += &format!(
             ", {} stale temporaries of earlier runs removed",
@@ -144,23 +157,37 @@ fn extras(report: &CopyReport) -> String {
 pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let opts = options(&a)?;
     let progress = Arc::new(Progress::default());
-    let bar = ProgressLine::start("copy", progress.clone(), !a.json);
+    let bar = ProgressLine::start("copy", progress.clone(), !(a.json || a.json_lines));
+    let (stream, list) = (a.json_lines, (a.itemize_changes || a.dry_run) && !a.json);
+    let on_file = |r: FileResult| {
+        let FileResult::Copy(item) = r else { return };
+        if stream {
+            render::print_json_line("entry", &item);
+        } else if list && item.action != Action::Skipped {
+            let mut out = std::io::stdout().lock();
+            let _ = write_item(&mut out, &item);
+        }
+    };
     // SIGINT/SIGTERM set this flag instead of killing pagewise: the copy stops between chunks
     // and removes what it had not finished.
-    let observer: Watch = Watch {
+    let observer = Watch {
         progress: Some(&progress),
-        on_file: None,
+        on_file: Some(on_file),
         cancel: Some(sys::interrupt_flag()),
     };
     let report = copy::copy(&opts, &observer)?;
     bar.finish();
     // 128 + the signal that stopped it: 130 for SIGINT, 143 for SIGTERM.
     let code = ExitCode::from_cancellable(&report.outcome, sys::last_signal());
+    let o = &report.outcome;
+    if stream {
+        render::print_stream_end(&o.errors, &report);
+        return Ok(code);
+    }
     if a.json {
         render::print_json(&report);
         return Ok(code);
     }
-    let o = &report.outcome;
     render::report_problems("copy", &o.errors, o.error_count, &o.notices);
     let view = View {
         verbose: a.verbose,
@@ -190,7 +217,11 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         },
         no_target_directory: a.no_target_directory,
         delete: a.delete,
-        existing: if a.update {
+        dry_run: a.dry_run,
+        items: a.json_lines || ((a.itemize_changes || a.dry_run) && !a.json),
+        existing: if a.checksum {
+            Existing::Checksum
+        } else if a.update {
             Existing::QuickCheck
         } else if a.no_clobber {
             Existing::Keep
@@ -225,10 +256,38 @@ struct View {
     verify: bool,
 }
 
-/// Writes the one summary line: what was copied, how fast, by which strategies, and what the
-/// copy left in the page cache.
+/// One entry of `-i` / `--dry-run`: `ACTION  KIND  PATH`, the path escaped.
+fn write_item(w: &mut dyn Write, item: &CopyItem) -> std::io::Result<()> {
+    let action = match item.action {
+        Action::Created => "created",
+        Action::Updated => "updated",
+        Action::Skipped => "skipped",
+        Action::Deleted => "deleted",
+        Action::Failed => "failed",
+    };
+    let kind = match item.kind {
+        Some(EntryKind::File) => "file",
+        Some(EntryKind::Dir) => "dir",
+        Some(EntryKind::Symlink) => "symlink",
+        Some(EntryKind::Hardlink) => "hardlink",
+        Some(EntryKind::Special) => "special",
+        None => "-",
+    };
+    writeln!(w, "{action:<8} {kind:<8} {}", render::path_text(&item.path))
+}
+
+/// Writes the summary: what was copied, how fast, by which strategies, and what the copy left
+/// in the page cache; then the entries created, updated, left, deleted and failed (what a dry
+/// run would do, saying nothing was changed).
 fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io::Result<()> {
     let o = &report.outcome;
+    if report.dry_run {
+        return writeln!(
+            w,
+            "dry run, nothing changed: would create {}, update {}, delete {}; {} up to date; {} failed",
+            report.created, report.updated, report.deleted, report.skipped, o.error_count
+        );
+    }
     let r = &report.residue;
     let strategies = report
         .strategies
@@ -270,6 +329,11 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
         } else {
             String::new()
         }
+    )?;
+    writeln!(
+        w,
+        "entries: {} created, {} updated, {} left as they were, {} deleted, {} failed",
+        report.created, report.updated, report.skipped, report.deleted, o.error_count
     )
 }
 
@@ -298,6 +362,8 @@ mod tests {
                 ..Residue::default()
             },
             verified_files: 10,
+            created: 14,
+            updated: 2,
             outcome: Outcome {
                 elapsed_s: 0.5,
                 ..Outcome::default()
@@ -318,7 +384,7 @@ mod tests {
             summary(&report(), false, false),
             "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
              via direct, drop-behind; cache left: source +1.0 MiB (2.5%), destination 512 KiB \
-             (1.2%)\n"
+             (1.2%)\nentries: 14 created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
         );
     }
 
@@ -328,7 +394,37 @@ mod tests {
             summary(&report(), true, true),
             "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
              via direct: 4 files, drop-behind: 6 files; cache left: source +1.0 MiB (2.5%), \
-             destination 512 KiB (1.2%); verified 10 files from disk, 0 mismatches\n"
+             destination 512 KiB (1.2%); verified 10 files from disk, 0 mismatches\nentries: 14 \
+             created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
+        );
+    }
+
+    #[test]
+    fn dry_run_says_what_would_change_and_items_are_escaped() {
+        let r = CopyReport {
+            created: 3,
+            updated: 1,
+            deleted: 2,
+            skipped: 7,
+            dry_run: true,
+            ..CopyReport::default()
+        };
+        assert_eq!(
+            summary(&r, false, false),
+            "dry run, nothing changed: would create 3, update 1, delete 2; 7 up to date; 0 failed\n"
+        );
+        let item = CopyItem {
+            path: PathBuf::from("/d/new\nline"),
+            kind: Some(EntryKind::Symlink),
+            action: Action::Created,
+            bytes: 0,
+            error: None,
+        };
+        let mut out = Vec::new();
+        write_item(&mut out, &item).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "created  symlink  /d/new\\x0aline\n"
         );
     }
 
@@ -339,7 +435,8 @@ mod tests {
         assert_eq!(
             summary(&r, false, false),
             "copied 0 files (0 B), 0 dirs, 0 symlinks, 0 hard links in 0.00 s, 0 B/s via -; cache \
-             left: source +0 B (0.0%), destination 0 B (0.0%)\n"
+             left: source +0 B (0.0%), destination 0 B (0.0%)\nentries: 0 created, 0 updated, 0 \
+             left as they were, 0 deleted, 0 failed\n"
         );
         let mut r = report();
         r.residue.source_unknown_files = 2;
@@ -347,7 +444,7 @@ mod tests {
             summary(&r, false, false),
             "copied 10 files (40.0 MiB), 3 dirs, 2 symlinks, 1 hard links in 0.50 s, 80.0 MiB/s \
              via direct, drop-behind; cache left: source +>=1.0 MiB (2.5%), destination 512 KiB \
-             (1.2%)\n"
+             (1.2%)\nentries: 14 created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
         );
     }
 }

@@ -155,9 +155,18 @@ pub fn write_problems(
     Ok(())
 }
 
-/// A per-file error as a line: `path: op failed: message`, the path escaped.
+/// A per-file error as a line, the path escaped: `cannot create 'PATH': MESSAGE (SYSCALL)` for
+/// a step that writes to a destination, else `PATH: SYSCALL failed: MESSAGE`.
 pub fn error_text(e: &FileError) -> String {
-    format!("{}: {} failed: {}", path_text(&e.path), e.op, e.message)
+    match e.op.plain_words() {
+        Some(words) => format!(
+            "{words} '{}': {} ({})",
+            path_text(&e.path),
+            e.plain_message(),
+            e.op
+        ),
+        None => format!("{}: {} failed: {}", path_text(&e.path), e.op, e.message),
+    }
 }
 
 /// Writes a JSON value (one document) to stdout.

@@ -203,6 +203,35 @@ impl Op {
     }
 }
 
+impl Op {
+    /// What a failure of this step on a destination means in plain words (`cannot create`),
+    /// for the steps that write to a destination: those errors read as
+    /// `cannot create 'PATH': MESSAGE (SYSCALL)`, as cp's do. None for the others.
+    pub fn plain_words(&self) -> Option<&'static str> {
+        Some(match self {
+            Op::OpenTmpfileIn(_)
+            | Op::CreateExclusive(_)
+            | Op::Mkdir
+            | Op::Symlink
+            | Op::Mknod
+            | Op::Link
+            | Op::Linkat
+            | Op::Rename => "cannot create",
+            Op::Unlink | Op::Rmdir => "cannot remove",
+            Op::Pwrite
+            | Op::PwriteDirect
+            | Op::Pwritev2
+            | Op::Pwritev2Dontcache
+            | Op::Ftruncate
+            | Op::Fsync => "cannot write",
+            Op::Chmod | Op::Fchmod | Op::Fchown | Op::Futimens | Op::Fsetxattr => {
+                "cannot set the owner, mode, times or attributes of"
+            }
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -250,6 +279,16 @@ impl FileError {
             op,
             message: message.into(),
             errno: None,
+        }
+    }
+}
+
+impl FileError {
+    /// The message without std's ` (os error N)` suffix (errno is a field of its own).
+    pub fn plain_message(&self) -> &str {
+        match self.message.rfind(" (os error ") {
+            Some(at) if self.message.ends_with(')') => &self.message[..at],
+            _ => &self.message,
         }
     }
 }

@@ -30,6 +30,9 @@ pub enum FileResult {
     Stat(crate::stat::FileStat),
     /// A file `evict` advised out, measured before and after.
     Evict(crate::evict::EvictFile),
+    /// One entry `copy` created, updated, left, deleted or failed on
+    /// (with `CopyOptions::items`).
+    Copy(crate::copy::CopyItem),
     /// A file's cached pages per cgroup (`stat --by-cgroup`).
     Charge(crate::cgroup::charge::FileCharge),
 }

@@ -4,18 +4,18 @@
 //! fsync of directories, verification from disk and the measure of the destination's cache.
 
 use super::engine::{read_direct, read_full, refused, ChunkHashes};
-use super::plan::DirTask;
+use super::plan::{DirTask, FileTask};
 use super::worker::{Digest, Local, Open};
-use super::{Ctx, Strategy};
+use super::{Ctx, EntryKind, Strategy};
 use crate::chunks::pieces;
 use crate::error::{FileError, Op};
-use crate::stat::{self, StatOptions};
 use crate::sys::{self, Advice, AlignedBuf};
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,8 +27,9 @@ pub(super) struct Settle {
 /// Files a worker gathers before it waits for their write-back and drops them.
 const SETTLE_BATCH: usize = 256;
 
-/// One writeback wait for a batch of files, then drop their pages.
-pub(super) fn settle(batch: &mut Vec<Settle>) {
+/// One writeback wait for a batch of files, then drop their pages; what stays cached of
+/// them is measured (see [`DestResidue`]).
+pub(super) fn settle(batch: &mut Vec<Settle>, cached: &DestResidue) {
     for s in batch.iter() {
         let _ = sys::sync_file_range(s.fd.as_fd(), 0, 0, sys::SFR_WRITE);
     }
@@ -40,6 +41,47 @@ pub(super) fn settle(batch: &mut Vec<Settle>) {
             sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER,
         );
         let _ = sys::fadvise(s.fd.as_fd(), 0, 0, Advice::DontNeed);
+        cached.measure(s.fd);
+    }
+}
+
+/// The destination pages a copy leaves cached, measured on the files it wrote (not on the
+/// files of the destination it left alone). A file with pages still cached right after its
+/// drop is measured again when the copy ends: RWF_DONTCACHE pages are dropped by the kernel
+/// itself when their write-back completes, and a DONTNEED racing with that drop skips them,
+/// so the first measure can show pages that are gone a moment later.
+#[derive(Default)]
+pub(super) struct DestResidue {
+    pages: AtomicU64,
+    later: Mutex<Vec<OwnedFd>>,
+}
+
+/// Files held open for the measure at the end; beyond, the first measure counts.
+const RESIDUE_RECHECK: usize = 4096;
+
+impl DestResidue {
+    /// Measures one written file now, or keeps it for the end if pages are still cached.
+    pub(super) fn measure(&self, fd: OwnedFd) {
+        let Ok(c) = sys::cachestat(fd.as_fd(), 0, 0) else {
+            return;
+        };
+        if c.cache > 0 {
+            let mut later = self.later.lock().unwrap();
+            if later.len() < RESIDUE_RECHECK {
+                return later.push(fd);
+            }
+        }
+        self.pages.fetch_add(c.cache, Ordering::Relaxed);
+    }
+
+    /// Pages of the written files cached now.
+    pub(super) fn pages(&self) -> u64 {
+        let later: u64 = std::mem::take(&mut *self.later.lock().unwrap())
+            .iter()
+            .filter_map(|fd| sys::cachestat(fd.as_fd(), 0, 0).ok())
+            .map(|c| c.cache)
+            .sum();
+        self.pages.load(Ordering::Relaxed) + later
     }
 }
 
@@ -58,7 +100,7 @@ const SETTLE_FILES: usize = 2048;
 const SETTLE_BYTES: u64 = 64 << 20;
 
 impl BatchSettle {
-    fn add(&self, f: fs::File, bytes: u64) {
+    fn add(&self, f: fs::File, bytes: u64, cached: &DestResidue) {
         let batch = {
             let mut p = self.pending.lock().unwrap();
             p.0.push(f);
@@ -69,22 +111,22 @@ impl BatchSettle {
             p.1 = 0;
             std::mem::take(&mut p.0)
         };
-        Self::write_back(batch);
+        Self::write_back(batch, cached);
     }
 
     /// Writes back and drops what is pending (at the end of the run).
-    pub(super) fn flush(&self) {
+    pub(super) fn flush(&self, cached: &DestResidue) {
         let batch = std::mem::take(&mut self.pending.lock().unwrap().0);
-        Self::write_back(batch);
+        Self::write_back(batch, cached);
     }
 
-    fn write_back(batch: Vec<fs::File>) {
+    fn write_back(batch: Vec<fs::File>, cached: &DestResidue) {
         let Some(first) = batch.first() else { return };
         let _ = sys::syncfs(first.as_fd());
         // Per file: whatever syncfs did not cover (another filesystem, pages dirtied since)
         // is written and waited for, then the pages are dropped.
         let mut s: Vec<Settle> = batch.into_iter().map(|f| Settle { fd: f.into() }).collect();
-        settle(&mut s);
+        settle(&mut s, cached);
     }
 }
 
@@ -103,21 +145,26 @@ impl Ctx<'_> {
         match self.make_final(&mut o, strat) {
             Ok(true) => {}
             Ok(false) => return,
-            Err(e) => return self.tally.error(e),
+            Err(e) => return self.fail(e),
         }
         let data = self.account(local, &o, strat);
         self.observer.progress(1, 0);
+        self.done(&o.dst, EntryKind::File, o.existed, o.st.size);
         if let Some(d) = digest {
             local.digests.push((o.dst, o.extents, d));
         }
         let fd = o.df;
+        let cached = &self.dest_residue;
         if batched {
-            self.batch_settle.add(fd, data);
+            self.batch_settle.add(fd, data, cached);
         } else if strat != Strategy::Buffered {
             local.settle.push(Settle { fd: fd.into() });
             if local.settle.len() >= SETTLE_BATCH {
-                settle(&mut local.settle);
+                settle(&mut local.settle, cached);
             }
+        } else {
+            // Buffered leaves its pages, as cp does: they are what the copy left.
+            cached.measure(fd.into());
         }
     }
 
@@ -222,10 +269,13 @@ impl Ctx<'_> {
             if !first.exists() {
                 continue; // the first copy failed and was reported
             }
-            let _ = fs::remove_file(other);
+            let existed = fs::remove_file(other).is_ok();
             match fs::hard_link(first, other) {
-                Ok(()) => made += 1,
-                Err(e) => self.tally.error(FileError::io(other, Op::Link, &e)),
+                Ok(()) => {
+                    made += 1;
+                    self.done(other, EntryKind::Hardlink, existed, 0);
+                }
+                Err(e) => self.fail(FileError::io(other, Op::Link, &e)),
             }
         }
         made
@@ -237,15 +287,15 @@ impl Ctx<'_> {
         let opts = self.opts;
         for d in dirs {
             let mode = if opts.preserve {
-                d.meta.mode() & 0o7777
+                d.meta.mode & 0o7777
             } else {
-                d.meta.mode() & 0o777 & !umask
+                d.meta.mode & 0o777 & !umask
             };
             if let Err(e) = fs::set_permissions(&d.dst, fs::Permissions::from_mode(mode)) {
-                self.tally.error(FileError::io(&d.dst, Op::Chmod, &e));
+                self.fail(FileError::io(&d.dst, Op::Chmod, &e));
             }
             if opts.preserve && self.is_root {
-                let _ = std::os::unix::fs::chown(&d.dst, Some(d.meta.uid()), Some(d.meta.gid()));
+                let _ = std::os::unix::fs::chown(&d.dst, Some(d.meta.uid), Some(d.meta.gid));
             }
             if !(opts.preserve || opts.fsync) {
                 continue;
@@ -256,8 +306,8 @@ impl Ctx<'_> {
             if opts.preserve {
                 self.dir_xattrs(&d.src, &f);
                 let times = fs::FileTimes::new()
-                    .set_accessed(d.meta.accessed().unwrap_or(SystemTime::now()))
-                    .set_modified(d.meta.modified().unwrap_or(UNIX_EPOCH));
+                    .set_accessed(epoch_time(d.meta.atime))
+                    .set_modified(epoch_time(d.meta.mtime));
                 let _ = f.set_times(times);
             }
             if opts.fsync {
@@ -273,7 +323,7 @@ impl Ctx<'_> {
         };
         match sys::xattrs(s.as_fd()) {
             Ok(list) => self.put_xattrs(dst, &list),
-            Err(e) => self.tally.error(FileError::io(src, Op::Flistxattr, &e)),
+            Err(e) => self.fail(FileError::io(src, Op::Flistxattr, &e)),
         }
     }
 
@@ -296,13 +346,13 @@ impl Ctx<'_> {
                 Ok(got) if got == *want => verified += 1,
                 Ok(_) => {
                     mismatches += 1;
-                    self.tally.error(FileError::other(
+                    self.fail(FileError::other(
                         dst,
                         Op::VerifyContent,
                         "content differs from the source",
                     ));
                 }
-                Err(e) => self.tally.error(FileError::io(dst, Op::Verify, &e)),
+                Err(e) => self.fail(FileError::io(dst, Op::Verify, &e)),
             }
         }
         (verified, mismatches)
@@ -318,18 +368,6 @@ pub(super) fn fsync_parents(targets: &[(PathBuf, PathBuf)]) {
             }
         }
     }
-}
-
-/// Bytes of `roots` (what this copy wrote; a refused source's destination is not ours to
-/// measure) cached now, as the kernel shows it. None when nothing exists or stat failed.
-pub(super) fn dest_cached(roots: Vec<PathBuf>) -> Option<u64> {
-    let roots: Vec<PathBuf> = roots.into_iter().filter(|p| p.exists()).collect();
-    if roots.is_empty() {
-        return None;
-    }
-    stat::stat(&StatOptions::new(roots), &())
-        .ok()
-        .map(|r| r.total.cached_bytes)
 }
 
 /// The process's umask, read from /proc (no syscall that changes it); 022 if unknown.
@@ -355,33 +393,115 @@ fn epoch_time((sec, nsec): (i64, i64)) -> SystemTime {
     base + std::time::Duration::from_nanos(nsec as u64)
 }
 
-/// Reads a whole file from disk, not from the cache (O_DIRECT where supported, else buffered
-/// followed by DONTNEED of what the read brought in), returning the chunk digest used by copy.
-fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
-    let hashes = ChunkHashes::default();
-    let direct = sys::open_read_direct(path).ok();
-    let buffered = fs::File::open(path)?;
-    let (align, off_align) = direct
-        .as_ref()
-        .and_then(|d| sys::dio_align(d.as_fd()))
-        .map_or((4096, 4096), |(m, o)| (m as usize, o as u64));
-    let mut buf = AlignedBuf::new(chunk, align.max(4096));
-    let pread = |b: &mut [u8], o| sys::pread(buffered.as_fd(), b, o);
-    for (off, len) in pieces(extents, chunk as u64) {
-        let n = match &direct {
-            Some(d) => match read_direct(d.as_fd(), &mut buf, off, len, off_align.max(512)) {
+/// A file read from disk, not from the cache, leaving the cache as it was: O_DIRECT where
+/// the filesystem takes it, else buffered reads whose pages are dropped after (see
+/// [`read_uncached`]).
+struct DiskReader {
+    direct: Option<OwnedFd>,
+    buffered: fs::File,
+    buf: AlignedBuf,
+    off_align: u64,
+}
+
+impl DiskReader {
+    fn open(path: &Path, chunk: usize) -> io::Result<Self> {
+        let direct = sys::open_read_direct(path).ok();
+        let buffered = fs::File::open(path)?;
+        let (align, off_align) = direct
+            .as_ref()
+            .and_then(|d| sys::dio_align(d.as_fd()))
+            .map_or((4096, 4096), |(m, o)| (m as usize, o as u64));
+        Ok(DiskReader {
+            direct,
+            buffered,
+            buf: AlignedBuf::new(chunk, align.max(4096)),
+            off_align: off_align.max(512),
+        })
+    }
+
+    /// Reads `[off, off+len)` (`len` at most the chunk): the bytes read (fewer at the end).
+    fn read(&mut self, off: u64, len: u64) -> io::Result<&[u8]> {
+        let fd = self.buffered.as_fd();
+        let pread = |b: &mut [u8], o| sys::pread(fd, b, o);
+        let n = match &self.direct {
+            Some(d) => match read_direct(d.as_fd(), &mut self.buf, off, len, self.off_align) {
                 Ok(n) => n,
-                Err(e) if refused(&e) => read_full(&mut buf, off, len as usize, pread)?,
+                Err(e) if refused(&e) => read_full(&mut self.buf, off, len as usize, pread)?,
                 Err(e) => return Err(e),
             },
-            None => read_uncached(buffered.as_fd(), &mut buf, off, len)?,
+            None => read_uncached(fd, &mut self.buf, off, len)?,
         };
-        if n == 0 {
+        Ok(&self.buf[..n])
+    }
+}
+
+/// Reads a whole file from disk, not from the cache, returning the chunk digest used by copy.
+fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
+    let hashes = ChunkHashes::default();
+    let mut r = DiskReader::open(path, chunk)?;
+    for (off, len) in pieces(extents, chunk as u64) {
+        let data = r.read(off, len)?;
+        if data.is_empty() {
             break;
         }
-        hashes.add(off, &buf[..n]);
+        hashes.add(off, data);
     }
     Ok(hashes.digest())
+}
+
+/// Whether two files hold the same bytes (--checksum): both read from disk side by side in
+/// chunks, leaving the cache as it was; the first difference stops the compare. Sizes are
+/// compared first.
+fn same_bytes(a: &Path, b: &Path, chunk: usize) -> io::Result<bool> {
+    let size = fs::metadata(a)?.len();
+    if fs::metadata(b)?.len() != size {
+        return Ok(false);
+    }
+    let (mut ra, mut rb) = (DiskReader::open(a, chunk)?, DiskReader::open(b, chunk)?);
+    let mut off = 0;
+    while off < size {
+        let len = (size - off).min(chunk as u64);
+        let x = ra.read(off, len)?;
+        if x.is_empty() || x != rb.read(off, len)? {
+            return Ok(false);
+        }
+        off += x.len() as u64;
+    }
+    Ok(true)
+}
+
+impl Ctx<'_> {
+    /// --checksum: whether `t`'s destination has its source's content (read without caching
+    /// either). A read failure counts as different: the copy then runs and reports it.
+    pub(super) fn same_content(&self, t: &FileTask) -> bool {
+        same_bytes(&t.src, &t.dst, self.opts.chunk).unwrap_or(false)
+    }
+
+    /// A worker's check of a `compare` task: true when the destination has the same content,
+    /// then left (counted as skipped) with, under `preserve`, its metadata brought up to date
+    /// as rsync does for a file whose content matches.
+    pub(super) fn unchanged(&self, t: &FileTask) -> bool {
+        if self.stopped() || !self.same_content(t) {
+            return false;
+        }
+        if self.opts.preserve {
+            let flags = sys::OpenFlags {
+                noatime: true,
+                ..Default::default()
+            };
+            let meta = sys::open_path(&t.src, flags).and_then(|sf| {
+                let st = sys::fstat(sf.as_fd())?;
+                let df = fs::File::open(&t.dst)?;
+                self.apply_meta(&sf, &df, &st).map_err(|(_, e)| e)
+            });
+            if let Err(e) = meta {
+                self.fail(FileError::io(&t.dst, Op::Futimens, &e));
+                return true;
+            }
+        }
+        self.skipped(&t.dst, EntryKind::File);
+        true
+    }
 }
 
 /// Reads `[off, off+len)` of `fd` from disk without O_DIRECT: cached pages are written back

@@ -26,13 +26,13 @@ mod worker;
 pub use engine::Strategy;
 pub use plan::plan_targets;
 
-use crate::error::Error;
+use crate::error::{Error, FileError};
 use crate::sys;
-use crate::verb::{self, Observer, Outcome, Tally};
+use crate::verb::{self, FileResult, Observer, Outcome, Tally};
 use plan::FileTask;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use worker::Local;
@@ -80,6 +80,12 @@ pub struct CopyOptions {
     /// Remove what a destination directory holds that its source directory does not (rsync
     /// --delete; only inside directories this copy enters). Default: false.
     pub delete: bool,
+    /// Change nothing: plan the copy, decide per entry, and report what would be created,
+    /// updated, left or deleted (with [`CopyOptions::items`], per entry). Default: false.
+    pub dry_run: bool,
+    /// Report every entry's outcome to the observer as a [`CopyItem`]
+    /// ([`FileResult::Copy`](crate::verb::FileResult::Copy)). Default: false.
+    pub items: bool,
 }
 
 /// What `copy` does with a destination file, symlink or special file that exists already.
@@ -94,6 +100,74 @@ pub enum Existing {
     /// (rsync's quick check), a symlink with the same text, a special file of the same kind
     /// and device (copy -u). With `preserve`, an interrupted copy is finished this way.
     QuickCheck,
+    /// Leave a file when its content is the same (rsync --checksum): a file of another size
+    /// is copied, one of the same size is compared byte for byte, both read without caching
+    /// (O_DIRECT, or dropped after the read); symlinks and special files as with `QuickCheck`.
+    Checksum,
+}
+
+/// What one entry of the destination is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A second name of a file copied (a hard link).
+    Hardlink,
+    /// A FIFO, socket or device node.
+    Special,
+}
+
+impl EntryKind {
+    /// The kind of what `st` describes (a regular file is a `File`).
+    pub(crate) fn of(st: &sys::Stat) -> EntryKind {
+        if st.is_dir() {
+            EntryKind::Dir
+        } else if st.is_symlink() {
+            EntryKind::Symlink
+        } else if st.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Special
+        }
+    }
+}
+
+/// What `copy` did with one entry (or would do, in a dry run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// It did not exist at the destination and was made.
+    Created,
+    /// It existed and was replaced.
+    Updated,
+    /// It existed and was left as it was (up to date, or `-n`).
+    Skipped,
+    /// The source no longer has it (`delete`): removed.
+    Deleted,
+    /// It could not be copied (the error is in `error` and in the report's errors).
+    Failed,
+}
+
+/// One entry's outcome, streamed to the observer when [`CopyOptions::items`] is set.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyItem {
+    /// The destination path (for a failure: the path the error names).
+    #[serde(flatten, serialize_with = "crate::json::path")]
+    pub path: PathBuf,
+    /// What it is (null for a failure, where it may not be known).
+    pub kind: Option<EntryKind>,
+    /// What happened to it.
+    pub action: Action,
+    /// Logical bytes of a file created or updated (0 otherwise).
+    pub bytes: u64,
+    /// The error, for `failed`: `op failed: message`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Which symlinks `copy` follows instead of copying them as symlinks.
@@ -127,6 +201,8 @@ impl Default for CopyOptions {
             no_target_directory: false,
             existing: Existing::Replace,
             delete: false,
+            dry_run: false,
+            items: false,
         }
     }
 }
@@ -198,6 +274,11 @@ pub struct CopyReport {
     pub hardlinks: u64,
     /// FIFOs, sockets and devices recreated (a node that could not be made is an error).
     pub specials: u64,
+    /// Entries (files, directories, symlinks, hard links, special files) that did not exist
+    /// at the destination and were made.
+    pub created: u64,
+    /// Entries that existed at the destination and were replaced.
+    pub updated: u64,
     /// Files, symlinks and special files left as they were (`existing`: up to date, or kept).
     pub skipped: u64,
     /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
@@ -218,14 +299,31 @@ pub struct CopyReport {
     pub verified_files: u64,
     /// Files re-read from disk and found different (each also an error).
     pub verify_mismatches: u64,
+    /// Nothing was changed: the figures say what a copy would do.
+    pub dry_run: bool,
     /// Errors, notices, the copy's time (verification not included) and whether it was
     /// interrupted (then files not finished were removed; finished files are complete).
     #[serde(flatten)]
     pub outcome: Outcome,
 }
 
+/// Entries counted by the planner threads and the workers.
+#[derive(Default)]
+struct Counts {
+    symlinks: AtomicU64,
+    specials: AtomicU64,
+    created: AtomicU64,
+    updated: AtomicU64,
+    skipped: AtomicU64,
+    stale_temps: AtomicU64,
+    deleted: AtomicU64,
+}
+
 /// What the workers and the planner share for one run.
 struct Ctx<'a> {
+    counts: Counts,
+    /// What the written files leave in the page cache.
+    dest_residue: finish::DestResidue,
     opts: &'a CopyOptions,
     observer: &'a dyn Observer,
     /// Errors, notices, the clock and a stop once asked for.
@@ -251,6 +349,8 @@ struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     fn new(opts: &'a CopyOptions, observer: &'a dyn Observer) -> Self {
         Ctx {
+            counts: Counts::default(),
+            dest_residue: finish::DestResidue::default(),
             opts,
             observer,
             tally: Tally::new(),
@@ -270,6 +370,50 @@ impl<'a> Ctx<'a> {
     /// Whether to stop (the observer asked, now or before).
     fn stopped(&self) -> bool {
         self.tally.stop_requested(self.observer)
+    }
+
+    /// One entry's outcome to the observer, when per-entry results were asked for.
+    fn item(&self, path: &Path, kind: EntryKind, action: Action, bytes: u64) {
+        if self.opts.items {
+            self.observer.file(FileResult::Copy(CopyItem {
+                path: path.to_path_buf(),
+                kind: Some(kind),
+                action,
+                bytes,
+                error: None,
+            }));
+        }
+    }
+
+    /// An entry made (`existed`: replacing what was there), counted and reported.
+    fn done(&self, path: &Path, kind: EntryKind, existed: bool, bytes: u64) {
+        let (count, action) = if existed {
+            (&self.counts.updated, Action::Updated)
+        } else {
+            (&self.counts.created, Action::Created)
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        self.item(path, kind, action, bytes);
+    }
+
+    /// An entry left as it was, counted and reported.
+    fn skipped(&self, path: &Path, kind: EntryKind) {
+        self.counts.skipped.fetch_add(1, Ordering::Relaxed);
+        self.item(path, kind, Action::Skipped, 0);
+    }
+
+    /// A per-file failure: counted in the outcome and reported as a `failed` entry.
+    fn fail(&self, e: FileError) {
+        if self.opts.items {
+            self.observer.file(FileResult::Copy(CopyItem {
+                path: e.path.clone(),
+                kind: None,
+                action: Action::Failed,
+                bytes: 0,
+                error: Some(format!("{} failed: {}", e.op, e.message)),
+            }));
+        }
+        self.tally.error(e);
     }
 
     /// The parallel pass: the planner on this thread, `threads` workers beside it. Returns
@@ -300,7 +444,7 @@ impl<'a> Ctx<'a> {
         for t in retry {
             self.copy_file(&mut local, t);
         }
-        finish::settle(&mut local.settle);
+        finish::settle(&mut local.settle, &self.dest_residue);
         worker::merge(m, local);
     }
 }
@@ -335,10 +479,12 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     let ctx = Ctx::new(options, observer);
     let (planned, mut m) = ctx.run_parallel(&targets);
     ctx.retry_no_space(&mut m);
-    ctx.batch_settle.flush();
+    ctx.batch_settle.flush(&ctx.dest_residue);
     let hardlinks = ctx.link_hard(&planned.deferred_links);
-    ctx.finish_dirs(&planned.dirs, umask);
-    if options.fsync {
+    if !options.dry_run {
+        ctx.finish_dirs(&planned.dirs, umask);
+    }
+    if options.fsync && !options.dry_run {
         finish::fsync_parents(&targets);
     }
     let interrupted = ctx.stopped();
@@ -349,9 +495,10 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     } else {
         (0, 0)
     };
-    if let Some(b) = finish::dest_cached(planned.copied_to) {
-        m.residue.dest_cached_bytes = b;
-    }
+    // Measured per written file after its write-back and drop (see finish::settle): what
+    // this copy wrote, not files of the destination it left alone.
+    m.residue.dest_cached_bytes =
+        (ctx.dest_residue.pages() * sys::page_size()).min(m.residue.dest_bytes);
     let extra = interrupted
         .then(|| {
             "interrupted: files not finished were removed; finished files are complete".to_string()
@@ -360,15 +507,18 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         .collect();
     let mut outcome = ctx.tally.finish(extra);
     outcome.elapsed_s = elapsed;
+    let c = &ctx.counts;
     Ok(CopyReport {
         files: m.files,
         dirs: planned.dirs.len() as u64,
-        symlinks: planned.symlinks,
+        symlinks: c.symlinks.load(Ordering::Relaxed),
         hardlinks,
-        specials: planned.special,
-        skipped: planned.skipped,
-        stale_temporaries_removed: planned.stale_temps,
-        deleted: planned.deleted,
+        specials: c.specials.load(Ordering::Relaxed),
+        created: c.created.load(Ordering::Relaxed),
+        updated: c.updated.load(Ordering::Relaxed),
+        skipped: c.skipped.load(Ordering::Relaxed),
+        stale_temporaries_removed: c.stale_temps.load(Ordering::Relaxed),
+        deleted: c.deleted.load(Ordering::Relaxed),
         bytes: m.bytes,
         data_bytes: m.data_bytes,
         rate_bytes_per_s: verb::rate(m.data_bytes, elapsed),
@@ -376,6 +526,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         residue: m.residue,
         verified_files,
         verify_mismatches,
+        dry_run: options.dry_run,
         outcome,
     })
 }

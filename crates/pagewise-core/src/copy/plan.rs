@@ -2,18 +2,28 @@
 //! same file, a directory into itself, a FIFO or device), walks the rest, creates directories
 //! and symlinks itself, and feeds regular files to the workers through a bounded channel,
 //! interleaved across directories and in batches of small neighbours.
+//!
+//! Directories are planned in parallel: each is one job on a shared LIFO stack (depth first
+//! keeps it small), taken by one of a few planner threads, which read it with getdents64 and
+//! stat its entries relative to its descriptor (fstatat: no path resolution per entry). A
+//! destination directory that existed is read once too, and only names it holds are stat'ed:
+//! an up-to-date 100k-file tree is checked with one fstatat per entry and side.
 
 use super::worker::{SMALL_BATCH, SMALL_BATCH_BYTES, SMALL_FILE};
-use super::{Ctx, Dereference, Existing};
+use super::{Action, Ctx, Dereference, EntryKind, Existing};
 use crate::error::{FileError, Op};
 use crate::sys;
 use crossbeam_channel::Sender;
 use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::io;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
 
 /// A regular file to copy.
 pub(super) struct FileTask {
@@ -21,6 +31,11 @@ pub(super) struct FileTask {
     pub dst: PathBuf,
     /// Size when the planner saw it.
     pub size: u64,
+    /// The destination existed: the copy updates it rather than creating it.
+    pub existed: bool,
+    /// `--checksum` and a destination of the same size: the worker compares content first and
+    /// leaves the file when it is equal.
+    pub compare: bool,
 }
 
 /// A directory the copy made or entered: its mode and times are set last, after its contents.
@@ -28,98 +43,242 @@ pub(super) struct DirTask {
     /// The source directory (its extended attributes are copied with `preserve`).
     pub src: PathBuf,
     pub dst: PathBuf,
-    pub meta: fs::Metadata,
+    pub meta: sys::Stat,
+    /// 0 for a source named by the caller, 1 for its subdirectories, ...
+    pub depth: usize,
 }
 
 /// What the planner leaves for the end of the run.
 pub(super) struct Planned {
-    /// Directories, deepest first (children are pushed before their parents).
+    /// Directories, deepest first.
     pub dirs: Vec<DirTask>,
     /// Hard links to make once their first name is copied: `(first name, other name)`.
     pub deferred_links: Vec<(PathBuf, PathBuf)>,
-    pub symlinks: u64,
-    /// FIFOs, sockets and devices recreated.
-    pub special: u64,
-    /// Entries left as they were (see [`Existing`]).
-    pub skipped: u64,
-    /// Temporaries of earlier runs removed.
-    pub stale_temps: u64,
-    /// Entries of the destination the source no longer has, removed (`delete`).
-    pub deleted: u64,
-    /// The top-level destinations of the sources that were not refused.
-    pub copied_to: Vec<PathBuf>,
 }
 
-/// Plans every target `(source, destination)` on this thread, sending files to the workers
-/// through `tx`; returns when all are sent (dropping `tx` ends the workers' loops).
+/// Plans every target `(source, destination)`: the top level on this thread, directories on
+/// planner threads; files are sent to the workers through `tx` (dropping the last sender ends
+/// the workers' loops). Returns when everything is planned.
 pub(super) fn plan(
     ctx: &Ctx<'_>,
     targets: &[(PathBuf, PathBuf)],
     tx: Sender<Vec<FileTask>>,
 ) -> Planned {
-    let mut planner = Planner {
-        ctx,
-        tx,
-        pending: Vec::new(),
-        pending_files: 0,
-        links: HashMap::new(),
-        dest_dirs: HashSet::new(),
-        src_dirs: Vec::new(),
-        out: Planned {
-            dirs: Vec::new(),
-            deferred_links: Vec::new(),
-            symlinks: 0,
-            special: 0,
-            skipped: 0,
-            stale_temps: 0,
-            deleted: 0,
-            copied_to: Vec::new(),
-        },
-    };
+    let shared = Shared::default();
+    let mut top = Planner::new(ctx, &shared, tx.clone());
     let follow_roots = ctx.opts.dereference != Dereference::Never;
     for (src, dst) in targets {
-        let meta = if follow_roots {
-            fs::metadata(src)
-        } else {
-            fs::symlink_metadata(src)
-        };
-        match meta {
-            Ok(m) => match refuse_source(src, dst, &m) {
-                Some(why) => ctx.tally.error(FileError::other(src, Op::Copy, why)),
+        match sys::stat_path(src, follow_roots) {
+            Ok(st) => match refuse_source(src, dst, &st) {
+                Some(why) => ctx.fail(FileError::other(src, Op::Copy, why)),
                 None => {
-                    planner.out.copied_to.push(dst.clone());
-                    planner.entry(src, dst, m)
+                    // The destination as named (a symlink is replaced, not followed), except
+                    // a directory to enter, which may be reached through one.
+                    let dst_st = sys::stat_path(dst, false).ok().map(|d| {
+                        if d.is_symlink() && st.is_dir() {
+                            sys::stat_path(dst, true).unwrap_or(d)
+                        } else {
+                            d
+                        }
+                    });
+                    let root = Entry {
+                        src: src.clone(),
+                        dst: dst.clone(),
+                        st,
+                        dst_st,
+                        depth: 0,
+                    };
+                    if let Some(job) = top.entry(root, None) {
+                        shared.push(vec![job]);
+                    }
                 }
             },
-            Err(e) => ctx.tally.error(FileError::io(src, Op::Lstat, &e)),
+            Err(e) => {
+                let op = if follow_roots { Op::Stat } else { Op::Lstat };
+                ctx.fail(FileError::io(src, op, &e))
+            }
         }
     }
-    planner.flush();
-    planner.out
+    top.flush();
+    let threads = planner_threads(ctx.opts.threads);
+    let mut parts = vec![top.into_parts()];
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (shared, tx) = (&shared, tx.clone());
+                s.spawn(move || {
+                    let mut p = Planner::new(ctx, shared, tx);
+                    p.run_jobs();
+                    p.into_parts()
+                })
+            })
+            .collect();
+        drop(tx);
+        parts.extend(handles.into_iter().filter_map(|h| h.join().ok()));
+    });
+    let mut out = Planned {
+        dirs: Vec::new(),
+        deferred_links: Vec::new(),
+    };
+    for (dirs, links) in parts {
+        out.dirs.extend(dirs);
+        out.deferred_links.extend(links);
+    }
+    // Deepest first: a directory's times are set after everything inside it.
+    out.dirs.sort_by_key(|d| std::cmp::Reverse(d.depth));
+    out
 }
 
-/// The planner's state while it walks.
+/// Planner threads: directories are planned in parallel up to the cores (2 here: an
+/// up-to-date 100k-file tree checked in about half the time of one thread), never more than
+/// the copy's own threads.
+fn planner_threads(copy_threads: usize) -> usize {
+    crate::walk::default_threads()
+        .clamp(1, 4)
+        .min(copy_threads.max(1))
+}
+
+/// One source entry to plan, with what its destination is now.
+struct Entry {
+    src: PathBuf,
+    dst: PathBuf,
+    st: sys::Stat,
+    /// The destination's metadata (not followed), None when it does not exist.
+    dst_st: Option<sys::Stat>,
+    /// 0 for a source named by the caller, 1 for its entries, ...
+    depth: usize,
+}
+
+/// A directory waiting to be planned.
+struct DirJob {
+    entry: Entry,
+    /// The source directories above it, for `-L`'s loop check.
+    up: Option<Arc<Chain>>,
+}
+
+/// A source directory and those above it (`(device, inode)`), innermost first.
+struct Chain {
+    id: (u64, u64),
+    up: Option<Arc<Chain>>,
+}
+
+impl Chain {
+    fn contains(chain: &Option<Arc<Chain>>, id: (u64, u64)) -> bool {
+        let mut at = chain.as_deref();
+        while let Some(c) = at {
+            if c.id == id {
+                return true;
+            }
+            at = c.up.as_deref();
+        }
+        false
+    }
+}
+
+/// What the planner threads share.
+#[derive(Default)]
+struct Shared {
+    /// Directories to plan, and how many are being planned now.
+    jobs: Mutex<(Vec<DirJob>, usize)>,
+    more: Condvar,
+    /// First destination name of each multiply-linked source file, by (device, inode), and
+    /// that name's (device, inode) when it was left as it was (then a second name already
+    /// linked to it is up to date too).
+    #[allow(clippy::type_complexity)]
+    links: Mutex<HashMap<(u64, u64), (PathBuf, Option<(u64, u64)>)>>,
+    /// (device, inode) of every destination directory made or entered.
+    dest_dirs: Mutex<HashSet<(u64, u64)>>,
+}
+
+impl Shared {
+    /// Queues directories; the last of `jobs` is planned first.
+    fn push(&self, jobs: Vec<DirJob>) {
+        if jobs.is_empty() {
+            return;
+        }
+        self.jobs.lock().unwrap().0.extend(jobs);
+        self.more.notify_all();
+    }
+
+    /// Marks one job done (taken with [`Shared::take`]).
+    fn done(&self) {
+        let mut j = self.jobs.lock().unwrap();
+        j.1 -= 1;
+        if j.1 == 0 && j.0.is_empty() {
+            self.more.notify_all();
+        }
+    }
+}
+
+/// One planner thread's state while it walks.
 struct Planner<'a> {
     ctx: &'a Ctx<'a>,
+    shared: &'a Shared,
     tx: Sender<Vec<FileTask>>,
     /// Files waiting to be sent, grouped by destination directory (see [`Planner::flush`]).
     pending: Vec<Vec<FileTask>>,
     pending_files: usize,
-    /// First destination name of each multiply-linked source file, by (device, inode).
-    links: HashMap<(u64, u64), PathBuf>,
-    /// (device, inode) of every destination directory made or entered.
-    dest_dirs: HashSet<(u64, u64)>,
-    /// (device, inode) of the source directories being walked, outermost first: with
-    /// `Dereference::Always` a symlink back up one of them is a loop.
-    src_dirs: Vec<(u64, u64)>,
-    out: Planned,
+    dirs: Vec<DirTask>,
+    deferred_links: Vec<(PathBuf, PathBuf)>,
 }
 
 /// Directories (and files) the planner gathers before handing files out interleaved.
 const INTERLEAVE_DIRS: usize = 32;
 const INTERLEAVE_FILES: usize = 8192;
 
-impl Planner<'_> {
+impl<'a> Planner<'a> {
+    fn new(ctx: &'a Ctx<'a>, shared: &'a Shared, tx: Sender<Vec<FileTask>>) -> Self {
+        Planner {
+            ctx,
+            shared,
+            tx,
+            pending: Vec::new(),
+            pending_files: 0,
+            dirs: Vec::new(),
+            deferred_links: Vec::new(),
+        }
+    }
+
+    /// What this thread leaves for the end of the run.
+    #[allow(clippy::type_complexity)]
+    fn into_parts(mut self) -> (Vec<DirTask>, Vec<(PathBuf, PathBuf)>) {
+        self.flush();
+        (self.dirs, self.deferred_links)
+    }
+
+    /// Plans directories from the shared stack until none is left and none is being planned
+    /// (another thread's directory may still add some), or the copy is stopped.
+    fn run_jobs(&mut self) {
+        loop {
+            let job = {
+                let mut j = self.shared.jobs.lock().unwrap();
+                loop {
+                    if self.ctx.stopped() {
+                        self.shared.more.notify_all();
+                        return;
+                    }
+                    if let Some(job) = j.0.pop() {
+                        j.1 += 1;
+                        break job;
+                    }
+                    if j.1 == 0 {
+                        return;
+                    }
+                    if self.pending_files > 0 {
+                        // Nothing to plan for now: the workers get what is gathered first.
+                        drop(j);
+                        self.flush();
+                        j = self.shared.jobs.lock().unwrap();
+                        continue;
+                    }
+                    j = self.shared.more.wait(j).unwrap();
+                }
+            };
+            self.dir(job);
+            self.shared.done();
+        }
+    }
+
     /// Sends the gathered files round-robin across their directories: workers then create and
     /// rename in different directories at once instead of queueing on one directory's lock
     /// (measured: 16 workers renaming into one directory spent most of their time spinning
@@ -142,235 +301,387 @@ impl Planner<'_> {
         self.pending_files = 0;
     }
 
-    /// Plans one source entry (recursively for a directory).
-    fn entry(&mut self, src: &Path, dst: &Path, meta: fs::Metadata) {
+    /// Plans one source entry; a directory comes back as a job to queue.
+    fn entry(&mut self, e: Entry, up: Option<Arc<Chain>>) -> Option<DirJob> {
         if self.ctx.stopped() {
-            return;
+            return None;
         }
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            self.dir(src, dst, meta)
-        } else if ft.is_symlink() {
-            self.symlink(src, dst, &meta)
-        } else if ft.is_file() {
-            self.file(src, dst, &meta)
+        if e.st.is_dir() {
+            return Some(DirJob { entry: e, up });
+        }
+        if e.st.is_symlink() {
+            self.symlink(&e)
+        } else if e.st.is_file() {
+            self.file(e)
         } else {
-            self.special(src, dst, &meta)
+            self.special(&e)
         }
+        None
     }
 
     /// Recreates a FIFO, socket or device node (never opened: it could block or be a
     /// device), under a temporary name renamed over `dst`, as `cp -a` and `rsync --specials
     /// --devices` do. With `preserve`: owner (root), mode and times.
-    fn special(&mut self, src: &Path, dst: &Path, meta: &fs::Metadata) {
-        let Some(kind) = sys::NodeKind::of_mode(meta.mode()) else {
-            return self.ctx.tally.error(FileError::other(
-                src,
+    fn special(&mut self, e: &Entry) {
+        let Some(kind) = sys::NodeKind::of_mode(e.st.mode) else {
+            return self.ctx.fail(FileError::other(
+                &e.src,
                 Op::Copy,
                 "unknown file type: not copied",
             ));
         };
-        if self.keep_existing(dst, |d| {
-            sys::NodeKind::of_mode(d.mode()) == Some(kind) && d.rdev() == meta.rdev()
+        if self.keep_existing(e, |d| {
+            sys::NodeKind::of_mode(d.mode) == Some(kind) && d.rdev == e.st.rdev
         }) {
             return;
         }
-        let tmp = self.ctx.temp_name(dst);
-        let r = sys::mknod(&tmp, kind, meta.mode() & 0o777, meta.rdev())
-            .and_then(|_| self.node_meta(&tmp, meta))
-            .and_then(|_| fs::rename(&tmp, dst));
-        if let Err(e) = r {
-            let _ = fs::remove_file(&tmp);
-            return self.ctx.tally.error(FileError::io(dst, Op::Mknod, &e));
+        if !self.ctx.opts.dry_run {
+            let tmp = self.ctx.temp_name(&e.dst);
+            let r = sys::mknod(&tmp, kind, e.st.mode & 0o777, e.st.rdev)
+                .and_then(|_| self.node_meta(&tmp, &e.st))
+                .and_then(|_| fs::rename(&tmp, &e.dst));
+            if let Err(err) = r {
+                let _ = fs::remove_file(&tmp);
+                return self.ctx.fail(FileError::io(&e.dst, Op::Mknod, &err));
+            }
         }
-        self.out.special += 1;
+        self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
+        self.ctx
+            .done(&e.dst, EntryKind::Special, e.dst_st.is_some(), 0);
     }
 
-    /// A destination directory that existed before this run, read once: the hidden
-    /// temporaries that copies killed before they could clean up (SIGKILL, power cut) left in
-    /// it are removed — only those whose process is gone, so a copy running now into the same
-    /// directory keeps its own —, and with `--delete` what the source directory (its `names`)
-    /// no longer has, as rsync --delete does.
-    fn tidy_existing(&mut self, dst: &Path, names: &[std::ffi::OsString]) {
-        let keep: HashSet<&std::ffi::OsStr> = names.iter().map(|n| n.as_os_str()).collect();
-        let Ok(rd) = fs::read_dir(dst) else {
-            return;
-        };
-        for ent in rd.flatten() {
-            let name = ent.file_name();
-            if let Some(pid) = temp_owner(name.as_bytes()) {
+    /// A destination directory that existed before this run (`names`: what it holds): the
+    /// hidden temporaries that copies killed before they could clean up (SIGKILL, power cut)
+    /// left in it are removed — only those whose process is gone, so a copy running now into
+    /// the same directory keeps its own —, and with `--delete` what the source directory
+    /// (`keep`) no longer has, as rsync --delete does.
+    fn tidy_existing(&mut self, dst: &Path, names: &[CString], keep: &HashSet<&CStr>) {
+        let dry = self.ctx.opts.dry_run;
+        for name in names {
+            let path = dst.join(sys::name_os(name));
+            if let Some(pid) = temp_owner(name.to_bytes()) {
                 let gone = sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
-                if gone && fs::remove_file(ent.path()).is_ok() {
-                    self.out.stale_temps += 1;
+                if gone && (dry || fs::remove_file(&path).is_ok()) {
+                    self.ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
                 }
                 continue;
             }
-            if !self.ctx.opts.delete || keep.contains(name.as_os_str()) {
+            if !self.ctx.opts.delete || keep.contains(name.as_c_str()) {
                 continue;
             }
-            let path = ent.path();
             let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-            let (r, op) = if is_dir {
-                (fs::remove_dir_all(&path), Op::Rmdir)
-            } else {
-                (fs::remove_file(&path), Op::Unlink)
+            let (r, op) = match (dry, is_dir) {
+                (true, _) => (Ok(()), Op::Unlink),
+                (false, true) => (fs::remove_dir_all(&path), Op::Rmdir),
+                (false, false) => (fs::remove_file(&path), Op::Unlink),
             };
             match r {
-                Ok(()) => self.out.deleted += 1,
-                Err(e) => self.ctx.tally.error(FileError::io(&path, op, &e)),
+                Ok(()) => {
+                    self.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                    let kind = if is_dir {
+                        EntryKind::Dir
+                    } else {
+                        EntryKind::File
+                    };
+                    self.ctx.item(&path, kind, Action::Deleted, 0);
+                }
+                Err(err) => self.ctx.fail(FileError::io(&path, op, &err)),
             }
         }
     }
 
-    /// True (and counted as skipped) when `dst` exists and `existing` says to leave it: always
-    /// with [`Existing::Keep`], when `same` holds of its metadata with
-    /// [`Existing::QuickCheck`].
-    fn keep_existing(&mut self, dst: &Path, same: impl FnOnce(&fs::Metadata) -> bool) -> bool {
+    /// True (and counted as skipped) when the destination exists and `existing` says to leave
+    /// it: always with [`Existing::Keep`], when `same` holds of its metadata with
+    /// [`Existing::QuickCheck`] and [`Existing::Checksum`].
+    fn keep_existing(&mut self, e: &Entry, same: impl FnOnce(&sys::Stat) -> bool) -> bool {
         let keep = match self.ctx.opts.existing {
             Existing::Replace => false,
-            Existing::Keep => fs::symlink_metadata(dst).is_ok(),
-            Existing::QuickCheck => fs::symlink_metadata(dst).is_ok_and(|d| same(&d)),
+            Existing::Keep => e.dst_st.is_some(),
+            Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
         };
-        self.out.skipped += keep as u64;
+        if keep {
+            self.ctx.skipped(&e.dst, EntryKind::of(&e.st));
+        }
         keep
     }
 
     /// With `preserve`: a special file's or symlink's owner (when root), mode (not for
     /// symlinks, which have none of their own) and times, all without following or opening it.
-    fn node_meta(&self, path: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    fn node_meta(&self, path: &Path, st: &sys::Stat) -> io::Result<()> {
         if !self.ctx.opts.preserve {
             return Ok(());
         }
         if self.ctx.is_root {
-            std::os::unix::fs::lchown(path, Some(meta.uid()), Some(meta.gid()))?;
+            std::os::unix::fs::lchown(path, Some(st.uid), Some(st.gid))?;
         }
-        if !meta.file_type().is_symlink() {
-            fs::set_permissions(path, fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        if !st.is_symlink() {
+            fs::set_permissions(path, fs::Permissions::from_mode(st.mode & 0o7777))?;
         }
-        sys::set_times_nofollow(
-            path,
-            (meta.atime(), meta.atime_nsec()),
-            (meta.mtime(), meta.mtime_nsec()),
-        )
+        sys::set_times_nofollow(path, st.atime, st.mtime)
     }
 
-    /// Makes the destination directory (private until its mode is set at the end) and plans
-    /// the entries, sorted by name.
-    fn dir(&mut self, src: &Path, dst: &Path, meta: fs::Metadata) {
-        if self.dest_dirs.contains(&id(&meta)) {
+    /// Plans a directory: makes its destination (private until its mode is set at the end),
+    /// reads both sides once, tidies the destination, then plans the entries sorted by name;
+    /// subdirectories are queued for any planner thread.
+    fn dir(&mut self, job: DirJob) {
+        let DirJob { entry: e, up } = job;
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let nofollow =
+            !(follow || (e.depth == 0 && self.ctx.opts.dereference != Dereference::Never));
+        let dir_flags = sys::OpenFlags {
+            directory: true,
+            nofollow,
+            ..Default::default()
+        };
+        let src_fd = match sys::open_path(&e.src, dir_flags) {
+            Ok(fd) => fd,
+            Err(err) => return self.ctx.fail(FileError::io(&e.src, Op::Opendir, &err)),
+        };
+        // The directory opened, which is the one planned unless it was replaced meanwhile.
+        let st = sys::fstat(src_fd.as_fd()).unwrap_or(e.st);
+        if self
+            .shared
+            .dest_dirs
+            .lock()
+            .unwrap()
+            .contains(&(st.dev, st.ino))
+        {
             // A directory this copy made, met again as a source (a bind mount of the
             // destination inside the source): copying it would never end.
-            return self.ctx.tally.error(FileError::other(
-                src,
+            return self.ctx.fail(FileError::other(
+                &e.src,
                 Op::Copy,
                 "cannot copy a directory into itself (it is a destination of this copy)",
             ));
         }
-        let mut existed = false;
-        match fs::create_dir(dst) {
-            Ok(()) => {
-                let _ = fs::set_permissions(dst, fs::Permissions::from_mode(0o700));
-            }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dst.is_dir() => existed = true,
-            Err(e) => return self.ctx.tally.error(FileError::io(dst, Op::Mkdir, &e)),
-        }
-        if let Ok(dm) = fs::metadata(dst) {
-            self.dest_dirs.insert(id(&dm));
-        }
-        let rd = match fs::read_dir(src) {
-            Ok(r) => r,
-            Err(e) => return self.ctx.tally.error(FileError::io(src, Op::Opendir, &e)),
-        };
-        if self.src_dirs.contains(&id(&meta)) {
-            return self.ctx.tally.error(FileError::other(
-                src,
+        if Chain::contains(&up, (st.dev, st.ino)) {
+            return self.ctx.fail(FileError::other(
+                &e.src,
                 Op::Copy,
                 "symlink loop: this directory contains itself (-L)",
             ));
         }
-        let mut names: Vec<_> = Vec::new();
-        for ent in rd {
+        let Some((dst_fd, existed)) = self.make_dir(&e) else {
+            return;
+        };
+        if let Some(fd) = &dst_fd {
+            if let Ok(d) = sys::fstat(fd.as_fd()) {
+                self.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
+            }
+        }
+        let mut names: Vec<CString> = Vec::new();
+        for ent in sys::DirReader::new(src_fd.as_fd()) {
             match ent {
-                Ok(e) => names.push(e.file_name()),
-                Err(e) => self.ctx.tally.error(FileError::io(src, Op::Readdir, &e)),
+                Ok(d) => names.push(d.name),
+                Err(err) => self.ctx.fail(FileError::io(&e.src, Op::Readdir, &err)),
             }
         }
         names.sort();
-        if existed {
-            self.tidy_existing(dst, &names);
+        let mut there: HashSet<CString> = HashSet::new();
+        if let (Some(fd), true) = (&dst_fd, existed) {
+            let mut dst_names: Vec<CString> = sys::DirReader::new(fd.as_fd())
+                .filter_map(Result::ok)
+                .map(|d| d.name)
+                .collect();
+            dst_names.sort();
+            let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
+            self.tidy_existing(&e.dst, &dst_names, &keep);
+            there = dst_names.into_iter().collect();
         }
-        self.src_dirs.push(id(&meta));
-        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let up = Some(Arc::new(Chain {
+            id: (st.dev, st.ino),
+            up,
+        }));
+        let mut subdirs = Vec::new();
         for n in names {
-            let s = src.join(&n);
-            let m = if follow {
-                fs::metadata(&s)
-            } else {
-                fs::symlink_metadata(&s)
-            };
-            match m {
-                Ok(m) => self.entry(&s, &dst.join(&n), m),
-                Err(e) if e.kind() == io::ErrorKind::NotFound && !follow => {}
-                Err(e) => {
+            let src = e.src.join(sys::name_os(&n));
+            let st = match sys::fstatat(Some(src_fd.as_fd()), &n, follow) {
+                Ok(s) => s,
+                Err(err) if err.kind() == io::ErrorKind::NotFound && !follow => continue,
+                Err(err) => {
                     let op = if follow { Op::Stat } else { Op::Lstat };
-                    self.ctx.tally.error(FileError::io(&s, op, &e))
+                    self.ctx.fail(FileError::io(&src, op, &err));
+                    continue;
                 }
-            }
+            };
+            let dst_st = match &dst_fd {
+                Some(fd) if there.contains(&n) => {
+                    sys::fstatat(Some(fd.as_fd()), &n, false).ok().map(|d| {
+                        if d.is_symlink() && st.is_dir() {
+                            sys::fstatat(Some(fd.as_fd()), &n, true).unwrap_or(d)
+                        } else {
+                            d
+                        }
+                    })
+                }
+                _ => None,
+            };
+            let child = Entry {
+                dst: e.dst.join(sys::name_os(&n)),
+                src,
+                st,
+                dst_st,
+                depth: e.depth + 1,
+            };
+            subdirs.extend(self.entry(child, up.clone()));
         }
-        self.src_dirs.pop();
-        self.out.dirs.push(DirTask {
-            src: src.to_path_buf(),
-            dst: dst.to_path_buf(),
-            meta,
+        subdirs.reverse();
+        self.shared.push(subdirs);
+        if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
+            self.flush();
+        }
+        self.dirs.push(DirTask {
+            src: e.src,
+            dst: e.dst,
+            meta: st,
+            depth: e.depth,
         });
     }
 
-    /// Copies a symlink as its text, under a temporary name renamed over `dst`.
-    fn symlink(&mut self, src: &Path, dst: &Path, meta: &fs::Metadata) {
-        let target = match fs::read_link(src) {
-            Ok(t) => t,
-            Err(e) => return self.ctx.tally.error(FileError::io(src, Op::Readlink, &e)),
+    /// Makes (or enters) the destination directory: its descriptor (None in a dry run where
+    /// it does not exist yet) and whether it existed. None: failed (reported).
+    fn make_dir(&mut self, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
+        let open = |p: &Path| {
+            sys::open_path(
+                p,
+                sys::OpenFlags {
+                    directory: true,
+                    ..Default::default()
+                },
+            )
         };
-        if self.keep_existing(dst, |d| {
-            d.file_type().is_symlink() && fs::read_link(dst).is_ok_and(|t| t == target)
+        let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
+        if self.ctx.opts.dry_run {
+            if e.dst_st.is_some() && !existed {
+                let err = io::Error::from_raw_os_error(libc::EEXIST);
+                self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+                return None;
+            }
+            if !existed {
+                self.ctx.done(&e.dst, EntryKind::Dir, false, 0);
+            }
+            return Some((existed.then(|| open(&e.dst).ok()).flatten(), existed));
+        }
+        if !existed {
+            if e.dst_st.is_some() {
+                // A file or symlink where the directory goes: cp refuses to replace a
+                // non-directory by a directory, and so does this copy (nothing is removed).
+                let err = io::Error::from_raw_os_error(libc::EEXIST);
+                self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+                return None;
+            }
+            match fs::DirBuilder::new().mode(0o700).create(&e.dst) {
+                Ok(()) => self.ctx.done(&e.dst, EntryKind::Dir, false, 0),
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists && e.dst.is_dir() => {}
+                Err(err) => {
+                    self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+                    return None;
+                }
+            }
+        }
+        match open(&e.dst) {
+            Ok(fd) => Some((Some(fd), existed)),
+            Err(err) => {
+                self.ctx
+                    .fail(FileError::io(&e.dst, Op::OpenDirectory, &err));
+                None
+            }
+        }
+    }
+
+    /// Copies a symlink as its text, under a temporary name renamed over `dst`.
+    fn symlink(&mut self, e: &Entry) {
+        let target = match fs::read_link(&e.src) {
+            Ok(t) => t,
+            Err(err) => return self.ctx.fail(FileError::io(&e.src, Op::Readlink, &err)),
+        };
+        if self.keep_existing(e, |d| {
+            d.is_symlink() && fs::read_link(&e.dst).is_ok_and(|t| t == target)
         }) {
             return;
         }
-        let tmp = self.ctx.temp_name(dst);
-        let r = std::os::unix::fs::symlink(&target, &tmp)
-            .and_then(|_| self.node_meta(&tmp, meta))
-            .and_then(|_| fs::rename(&tmp, dst));
-        if let Err(e) = r {
-            let _ = fs::remove_file(&tmp);
-            return self.ctx.tally.error(FileError::io(dst, Op::Symlink, &e));
+        if !self.ctx.opts.dry_run {
+            let tmp = self.ctx.temp_name(&e.dst);
+            let r = std::os::unix::fs::symlink(&target, &tmp)
+                .and_then(|_| self.node_meta(&tmp, &e.st))
+                .and_then(|_| fs::rename(&tmp, &e.dst));
+            if let Err(err) = r {
+                let _ = fs::remove_file(&tmp);
+                return self.ctx.fail(FileError::io(&e.dst, Op::Symlink, &err));
+            }
         }
-        self.out.symlinks += 1;
+        self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
+        self.ctx
+            .done(&e.dst, EntryKind::Symlink, e.dst_st.is_some(), 0);
     }
 
     /// Queues a regular file for the workers (or, for a second name of a file already
     /// queued, a hard link to make at the end).
-    fn file(&mut self, src: &Path, dst: &Path, meta: &fs::Metadata) {
-        if meta.nlink() > 1 {
-            let key = id(meta);
-            if let Some(first) = self.links.get(&key) {
-                self.out
-                    .deferred_links
-                    .push((first.clone(), dst.to_path_buf()));
+    fn file(&mut self, e: Entry) {
+        let size = e.st.size;
+        // --checksum never leaves a file on its metadata alone: same-size files are compared.
+        let quick = self.ctx.opts.existing != Existing::Checksum;
+        let same = |d: &sys::Stat| quick && d.is_file() && d.size == size && d.mtime == e.st.mtime;
+        let keep = match self.ctx.opts.existing {
+            Existing::Replace => false,
+            Existing::Keep => e.dst_st.is_some(),
+            Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
+        };
+        if e.st.nlink > 1 {
+            let key = (e.st.dev, e.st.ino);
+            let mut links = self.shared.links.lock().unwrap();
+            if let Some((first, kept)) = links.get(&key) {
+                let (first, kept) = (first.clone(), *kept);
+                drop(links);
+                // Already this file's second name when its first name was left as it was.
+                let linked = |d: &sys::Stat| kept == Some((d.dev, d.ino));
+                let keep_second = match self.ctx.opts.existing {
+                    Existing::Replace => false,
+                    Existing::Keep => e.dst_st.is_some(),
+                    Existing::QuickCheck | Existing::Checksum => {
+                        e.dst_st.as_ref().is_some_and(linked)
+                    }
+                };
+                if keep_second {
+                    return self.ctx.skipped(&e.dst, EntryKind::Hardlink);
+                }
+                if self.ctx.opts.dry_run {
+                    self.ctx
+                        .done(&e.dst, EntryKind::Hardlink, e.dst_st.is_some(), 0);
+                } else {
+                    self.deferred_links.push((first, e.dst));
+                }
                 return;
             }
-            self.links.insert(key, dst.to_path_buf());
+            let kept = keep
+                .then(|| e.dst_st.as_ref().map(|d| (d.dev, d.ino)))
+                .flatten();
+            links.insert(key, (e.dst.clone(), kept));
         }
-        if self.keep_existing(dst, |d| {
-            d.file_type().is_file() && d.len() == meta.len() && same_mtime(d, meta)
-        }) {
-            return;
+        if keep {
+            return self.ctx.skipped(&e.dst, EntryKind::File);
         }
-        self.ctx.observer.planned(1, meta.len());
+        let compare = self.ctx.opts.existing == Existing::Checksum
+            && e.dst_st
+                .as_ref()
+                .is_some_and(|d| d.is_file() && d.size == size);
         let task = FileTask {
-            src: src.to_path_buf(),
-            dst: dst.to_path_buf(),
-            size: meta.len(),
+            src: e.src,
+            dst: e.dst,
+            size,
+            existed: e.dst_st.is_some(),
+            compare,
         };
+        if self.ctx.opts.dry_run {
+            // What a run would do, content compared here when --checksum asks.
+            if compare && self.ctx.same_content(&task) {
+                return self.ctx.skipped(&task.dst, EntryKind::File);
+            }
+            return self
+                .ctx
+                .done(&task.dst, EntryKind::File, task.existed, task.size);
+        }
+        self.ctx.observer.planned(1, size);
         match self.pending.last_mut() {
             Some(g)
                 if g.last()
@@ -381,9 +692,6 @@ impl Planner<'_> {
             _ => self.pending.push(vec![task]),
         }
         self.pending_files += 1;
-        if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
-            self.flush();
-        }
     }
 }
 
@@ -453,11 +761,6 @@ pub fn plan_targets(
     Ok(out)
 }
 
-/// Same modification time, to the nanosecond.
-fn same_mtime(a: &fs::Metadata, b: &fs::Metadata) -> bool {
-    (a.mtime(), a.mtime_nsec()) == (b.mtime(), b.mtime_nsec())
-}
-
 /// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.
 fn temp_owner(name: &[u8]) -> Option<u32> {
     let rest = name.strip_prefix(b".")?.strip_suffix(b".tmp")?;
@@ -489,15 +792,14 @@ fn id(m: &fs::Metadata) -> (u64, u64) {
 ///   directory, compared by device and inode, so a bind mount or a symlink of the source
 ///   directory is caught as well as a path below it.
 /// - A FIFO, socket or device named as a source: there is nothing to copy from it.
-fn refuse_source(src: &Path, dst: &Path, m: &fs::Metadata) -> Option<String> {
-    let ft = m.file_type();
-    if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
+fn refuse_source(src: &Path, dst: &Path, m: &sys::Stat) -> Option<String> {
+    if !(m.is_dir() || m.is_file() || m.is_symlink()) {
         return Some(format!(
             "is a {}: only regular files, directories and symlinks are copied",
-            sys::Stat::kind_of(m.mode())
+            m.kind()
         ));
     }
-    if ft.is_dir() {
+    if m.is_dir() {
         return into_itself(dst, m)
             .then(|| format!("cannot copy a directory into itself ({})", dst.display()));
     }
@@ -508,8 +810,8 @@ fn refuse_source(src: &Path, dst: &Path, m: &fs::Metadata) -> Option<String> {
 /// Whether `dst` or one of its existing ancestors is the directory `m` describes: the deepest
 /// existing ancestor of `dst`, then each of its parents by ".." (a bind mount keeps the device
 /// and inode, a path does not).
-fn into_itself(dst: &Path, m: &fs::Metadata) -> bool {
-    let me = id(m);
+fn into_itself(dst: &Path, m: &sys::Stat) -> bool {
+    let me = (m.dev, m.ino);
     let mut p = dst.to_path_buf();
     for _ in 0..4096 {
         if let Ok(dm) = fs::metadata(&p) {
@@ -532,12 +834,12 @@ fn into_itself(dst: &Path, m: &fs::Metadata) -> bool {
 
 /// Whether copying the file or symlink `src` (metadata `m`) to `dst` would replace the data
 /// it is to copy.
-fn same_file(src: &Path, dst: &Path, m: &fs::Metadata) -> bool {
+fn same_file(src: &Path, dst: &Path, m: &sys::Stat) -> bool {
+    let me = (m.dev, m.ino);
     let followed = fs::metadata(src).ok();
     // A symlink is copied as its text, which then resolves from dst's directory: what the
     // copy will point to, were it in place (`dd/l -> data` copied to `data` names `data`).
     let copied_target = m
-        .file_type()
         .is_symlink()
         .then(|| fs::read_link(src).ok())
         .flatten()
@@ -547,7 +849,7 @@ fn same_file(src: &Path, dst: &Path, m: &fs::Metadata) -> bool {
         })
         .and_then(|t| fs::metadata(t).ok());
     let same = |d: &fs::Metadata| {
-        id(d) == id(m)
+        id(d) == me
             || followed.as_ref().is_some_and(|f| id(f) == id(d))
             || copied_target.as_ref().is_some_and(|f| id(f) == id(d))
     };
@@ -555,7 +857,7 @@ fn same_file(src: &Path, dst: &Path, m: &fs::Metadata) -> bool {
     let dst_followed = fs::metadata(dst).ok();
     // dst as named: neither the source nor what a symlink source points to. dst followed:
     // not the source itself (two symlinks to one file may replace each other).
-    dst_named.as_ref().is_some_and(same) || dst_followed.as_ref().is_some_and(|d| id(d) == id(m))
+    dst_named.as_ref().is_some_and(same) || dst_followed.as_ref().is_some_and(|d| id(d) == me)
 }
 
 #[cfg(test)]

@@ -78,6 +78,8 @@ pub(super) struct Open {
     pub src_cached: Option<u64>,
     pub df: fs::File,
     pub temp: Temp,
+    /// The destination existed before (the copy updates it).
+    pub existed: bool,
 }
 
 /// One worker thread: copies the units it receives until the planner is done, then settles
@@ -89,7 +91,9 @@ pub(super) fn work(
 ) {
     let mut local = Local::default();
     let mut worker = None;
-    for unit in rx.iter() {
+    for mut unit in rx.iter() {
+        // --checksum: files whose destination has the same content are left as they are.
+        unit.retain(|t| !(t.compare && ctx.unchanged(t)));
         let (small, mut one_by_one): (Vec<_>, Vec<_>) =
             unit.into_iter().partition(|t| ctx.is_small(t));
         match (small.len() >= 2)
@@ -103,7 +107,7 @@ pub(super) fn work(
             ctx.copy_file(&mut local, t);
         }
     }
-    settle(&mut local.settle);
+    settle(&mut local.settle, &ctx.dest_residue);
     merge(&mut merged.lock().unwrap(), local);
 }
 
@@ -205,18 +209,14 @@ impl Ctx<'_> {
         });
         let n = match n {
             Ok(n) => n,
-            Err(Some(e)) => {
-                return self
-                    .tally
-                    .error(FileError::io(&o.src, Op::ReadDontcache, &e))
-            }
+            Err(Some(e)) => return self.fail(FileError::io(&o.src, Op::ReadDontcache, &e)),
             Err(None) => return self.copy_data_and_finish(local, o),
         };
         self.observer.progress(0, n as u64);
         if let Err(e) = engine::write_full(&data[..n], 0, |b, off| {
             sys::pwritev2(o.df.as_fd(), b, off, 0)
         }) {
-            return self.tally.error(FileError::io(&o.dst, Op::Pwritev2, &e));
+            return self.fail(FileError::io(&o.dst, Op::Pwritev2, &e));
         }
         let digest = self
             .opts
@@ -259,7 +259,9 @@ impl Ctx<'_> {
         if self.stopped() {
             return None;
         }
-        let FileTask { src, dst, .. } = task;
+        let FileTask {
+            src, dst, existed, ..
+        } = task;
         let (sf, st, extents) = self.open_source(&src)?;
         let sparse = st.allocated < st.size;
         let src_cached = sys::cachestat(sf.as_fd(), 0, 0).ok().map(|c| c.cache);
@@ -274,7 +276,7 @@ impl Ctx<'_> {
         let (df, temp) = match self.create_temp(&dst, create_mode) {
             Ok(t) => t,
             Err(e) => {
-                self.tally.error(e);
+                self.fail(e);
                 return None;
             }
         };
@@ -291,6 +293,7 @@ impl Ctx<'_> {
             src_cached,
             df: df.into(),
             temp,
+            existed,
         })
     }
 
@@ -309,21 +312,21 @@ impl Ctx<'_> {
                     .notice("some source files vanished during the copy and were skipped");
                 return None;
             }
-            Err(e) => return self.fail(FileError::io(src, Op::Open, &e)),
+            Err(e) => return self.fail_none(FileError::io(src, Op::Open, &e)),
         };
         let st = match sys::fstat(sf.as_fd()) {
             Ok(s) => s,
-            Err(e) => return self.fail(FileError::io(src, Op::Fstat, &e)),
+            Err(e) => return self.fail_none(FileError::io(src, Op::Fstat, &e)),
         };
         if !st.is_file() {
             let why = format!("is a {} now, not a regular file", st.kind());
-            return self.fail(FileError::other(src, Op::Open, why));
+            return self.fail_none(FileError::other(src, Op::Open, why));
         }
         let size = st.size;
         let extents = if st.allocated < size {
             match sys::data_extents(sf.as_fd(), 0, size) {
                 Ok(e) => e,
-                Err(e) => return self.fail(FileError::io(src, Op::LseekData, &e)),
+                Err(e) => return self.fail_none(FileError::io(src, Op::LseekData, &e)),
             }
         } else if size > 0 {
             vec![(0, size)]
@@ -344,7 +347,7 @@ impl Ctx<'_> {
                 // one after the other (cp copies them one by one): give back what was
                 // allocated and write without; a write that really does not fit fails.
                 if let Err(e) = df.try_clone().and_then(|d| fs::File::from(d).set_len(0)) {
-                    return self.fail(FileError::io(dst, Op::Ftruncate, &e));
+                    return self.fail_none(FileError::io(dst, Op::Ftruncate, &e));
                 }
             }
             // EOPNOTSUPP and friends: write without preallocation.
@@ -353,8 +356,8 @@ impl Ctx<'_> {
     }
 
     /// Reports `e` for the file at hand and gives it up.
-    fn fail<T>(&self, e: FileError) -> Option<T> {
-        self.tally.error(e);
+    fn fail_none<T>(&self, e: FileError) -> Option<T> {
+        self.fail(e);
         None
     }
 
@@ -421,7 +424,7 @@ impl Ctx<'_> {
                 Moved::Interrupted => return None,
             }
         }
-        self.fail(FileError::other(
+        self.fail_none(FileError::other(
             &o.dst,
             Op::Copy,
             "no strategy could write this file",
@@ -440,11 +443,13 @@ impl Ctx<'_> {
                 src: o.src.clone(),
                 dst: o.dst.clone(),
                 size: o.st.size,
+                existed: o.existed,
+                compare: false,
             });
             return None;
         }
         let path = if f.on_dest { &o.dst } else { &o.src };
-        self.fail(FileError::io(path, f.op, &f.err))
+        self.fail_none(FileError::io(path, f.op, &f.err))
     }
 
     /// One attempt at the data with `strat` (`src` and `tmp` name the files for O_DIRECT's

@@ -56,6 +56,8 @@ pub struct Stat {
     pub atime: (i64, i64),
     /// Last modification, seconds and nanoseconds since the epoch.
     pub mtime: (i64, i64),
+    /// Device number of a character or block device (`st_rdev`); 0 for other files.
+    pub rdev: u64,
 }
 
 impl Stat {
@@ -73,6 +75,7 @@ impl Stat {
             allocated: (s.st_blocks as u64) * 512,
             atime: (s.st_atime as i64, s.st_atime_nsec as i64),
             mtime: (s.st_mtime as i64, s.st_mtime_nsec as i64),
+            rdev: s.st_rdev as u64,
         }
     }
     /// A regular file (`S_IFREG`).
