@@ -64,6 +64,8 @@ fn main() {
         Command::Replay(a) => cli::replay::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Assist(a) => cli::assist::run(a),
+        Command::Cgroups(a) => cli::cgroups::run(a),
+        Command::Exporter(a) => cli::exporter::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -348,3 +348,41 @@ fn every_verb_json_matches_the_schema() {
     assert!(out.status.success());
     valid("assist", &doc(&out));
 }
+
+#[test]
+fn cgroup_verbs_json_matches_the_schema() {
+    let out = run(bin().args(["cgroups", "--json", "--self"]));
+    assert!(out.status.success());
+    let v = doc(&out);
+    valid("cgroups", &v);
+    assert!(!v["groups"].as_array().unwrap().is_empty());
+    let out = run(bin().args(["cgroups", "--json", "/no/such/cgroup"]));
+    assert_eq!(out.status.code(), Some(1));
+    valid("fatal_error", &doc(&out));
+    // A dry run measures the group and changes nothing.
+    let out = run(bin()
+        .args(["evict", "--json", "--dry-run", "--cgroup"])
+        .arg(pagewise_core::cgroup::own_memory_cgroup().unwrap()));
+    assert!(out.status.success());
+    valid("evict_cgroup", &doc(&out));
+    if !require_root("stat --by-cgroup") {
+        return;
+    }
+    let t = tmp();
+    let d = t.path().join("tree");
+    fs::create_dir_all(&d).unwrap();
+    write_file(&d.join("a"), 100_000);
+    write_file(&d.join(std::ffi::OsStr::from_bytes(b"odd\xffname")), 3000);
+    let out = run(bin().args(["stat", "--by-cgroup", "--json"]).arg(&d));
+    valid("stat_by_cgroup", &doc(&out));
+    let out = run(bin().args(["stat", "--by-cgroup", "--json", "-l"]).arg(&d));
+    let v = doc(&out);
+    valid("stat_by_cgroup", &v);
+    assert_eq!(v["files"].as_array().unwrap().len(), 2);
+    let out = run(bin().args(["stat", "--by-cgroup", "--json-lines"]).arg(&d));
+    let ls = lines(&out);
+    for l in &ls[..ls.len() - 1] {
+        valid("stat_by_cgroup_line_file", l);
+    }
+    valid("stat_by_cgroup_line_summary", ls.last().unwrap());
+}

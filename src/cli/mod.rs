@@ -10,9 +10,11 @@
 
 pub mod args;
 pub mod assist;
+pub mod cgroups;
 pub mod copy;
 pub mod evict;
 pub mod exit;
+pub mod exporter;
 pub mod load;
 pub mod output;
 pub mod progress;
@@ -78,6 +80,13 @@ pub enum Command {
     /// readahead), or simulate the predictor on a recorded trace
     #[command(after_help = assist::EXAMPLES)]
     Assist(assist::AssistArgs),
+    /// Show the cgroup tree with each group's file cache (memory.stat; cgroup v1 and v2)
+    #[command(after_help = cgroups::EXAMPLES)]
+    Cgroups(cgroups::CgroupsArgs),
+    /// Serve page-cache metrics to Prometheus (per path, per cgroup, machine totals), or
+    /// write them for node_exporter's textfile collector
+    #[command(after_help = exporter::EXAMPLES)]
+    Exporter(exporter::ExporterArgs),
     /// Print shell completions for SHELL to stdout
     Completions {
         #[arg(value_enum)]

@@ -4,6 +4,7 @@ use super::args::{OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
+use pagewise_core::cgroup::charge::{self, ChargeOptions, ChargeReport, FileCharge};
 use pagewise_core::stat::{self, FileStat, StatOptions, StatReport, Totals};
 use pagewise_core::{FileResult, Watch};
 use std::cmp::Ordering;
@@ -19,6 +20,7 @@ Examples:
   pagewise stat --map big.db          per-page residency bar, 60 cells (--map=120: wider)
   pagewise stat --range 0-64M big.img only the first 64 MiB (SIZE becomes IN RANGE)
   find /data -name '*.db' -print0 | pagewise stat --from - -0 --json
+  pagewise stat --by-cgroup /var/lib/mysql   which cgroups' pages these are (root; -l per file)
 
 Map cells: ' ' nothing cached, '.' some (even one page), 'o' 34% or more, 'O' all, '?' unknown.
 'unknown': cachestat(2) refused the file (not yours, not writable) and mincore(2) would call it
@@ -68,6 +70,10 @@ pub struct StatArgs {
         value_parser = clap::value_parser!(u16).range(1..)
     )]
     pub map: Option<u16>,
+    /// Which memory cgroup the cached pages are charged to (their frames through
+    /// /proc/self/pagemap, then /proc/kpagecgroup; root only). With -l, per file
+    #[arg(long, conflicts_with_all = ["map", "sort", "only_cached", "range"])]
+    pub by_cgroup: bool,
 }
 
 fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
@@ -94,6 +100,9 @@ fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
 
 /// `pagewise stat`.
 pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
+    if a.by_cgroup {
+        return by_cgroup(a);
+    }
     let roots = a.walk.roots()?;
     let list = a.files || a.top.is_some() || a.only_cached || a.map.is_some() || a.sort.is_some();
     let key = a.sort.unwrap_or(if a.top.is_some() {
@@ -177,6 +186,128 @@ pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
         );
     }
     Ok(code)
+}
+
+/// `pagewise stat --by-cgroup`.
+fn by_cgroup(a: StatArgs) -> Result<ExitCode, CliError> {
+    let opts = ChargeOptions {
+        roots: a.walk.roots()?,
+        walk: a.walk.walk_options(pagewise_core::walk::default_threads()),
+        files: a.files || a.top.is_some() || a.out.json_lines,
+    };
+    let keep: Mutex<Vec<FileCharge>> = Mutex::new(Vec::new());
+    let stream = a.out.json_lines;
+    let on_file = |r: FileResult| {
+        let FileResult::Charge(f) = r else { return };
+        if stream {
+            render::print_json_line("file", &f);
+        } else {
+            keep.lock().unwrap().push(f);
+        }
+    };
+    let observer = Watch {
+        progress: None,
+        on_file: Some(on_file),
+        cancel: None,
+    };
+    let report = charge::charged(&opts, &observer)?;
+    let mut files = keep.into_inner().unwrap();
+    files.sort_by(|x, y| {
+        y.cached_bytes
+            .cmp(&x.cached_bytes)
+            .then_with(|| x.path.cmp(&y.path))
+    });
+    if let Some(n) = a.top {
+        files.truncate(n);
+    }
+    let code = ExitCode::from_outcome(&report.outcome);
+    if stream {
+        render::print_stream_end(&report.outcome.errors, &report);
+        return Ok(code);
+    }
+    if a.out.json {
+        let mut v = serde_json::to_value(&report)?;
+        if opts.files {
+            v["files"] = serde_json::to_value(&files)?;
+        }
+        render::print_json(&v);
+        return Ok(code);
+    }
+    let o = &report.outcome;
+    render::report_problems("stat", &o.errors, o.error_count, &o.notices);
+    let _ = write_charges(&mut std::io::stdout().lock(), &report, &files, opts.files);
+    Ok(code)
+}
+
+/// Per cgroup (or per file and cgroup with -l), then the total.
+fn write_charges(
+    w: &mut dyn Write,
+    r: &ChargeReport,
+    files: &[FileCharge],
+    list: bool,
+) -> std::io::Result<()> {
+    // Rows of (name, count or "", cached, cgroup): per file and cgroup with -l (the file's
+    // name on its first row only), else per cgroup.
+    let mut rows: Vec<[String; 4]> = Vec::new();
+    if list {
+        for f in files {
+            let name = render::path_text(&f.path);
+            if f.cgroups.is_empty() {
+                rows.push([name.clone(), String::new(), bytes(0), "-".into()]);
+            }
+            for (i, c) in f.cgroups.iter().enumerate() {
+                let shown = if i == 0 { name.clone() } else { String::new() };
+                let cg = render::escape_bytes(c.cgroup.as_bytes());
+                rows.push([shown, String::new(), bytes(c.bytes), cg]);
+            }
+        }
+    } else {
+        for c in &r.cgroups {
+            let cg = render::escape_bytes(c.cgroup.as_bytes());
+            rows.push([cg, c.files.to_string(), bytes(c.bytes), String::new()]);
+        }
+    }
+    let total_files = if list {
+        String::new()
+    } else {
+        r.total.files.to_string()
+    };
+    rows.push([
+        "TOTAL".into(),
+        total_files,
+        bytes(r.total.cached_bytes),
+        String::new(),
+    ]);
+    let mut table: Vec<Vec<String>> = vec![if list {
+        vec!["PATH".into(), "CACHED".into()]
+    } else {
+        vec!["CGROUP".into(), "FILES".into(), "CACHED".into()]
+    }];
+    for [name, files, cached, _] in &rows {
+        table.push(if list {
+            vec![name.clone(), cached.clone()]
+        } else {
+            vec![name.clone(), files.clone(), cached.clone()]
+        });
+    }
+    let text = render::table(&table);
+    if list {
+        // The cgroup last, left-aligned (the table right-aligns every column but the first).
+        let cgroups = std::iter::once("CGROUP").chain(rows.iter().map(|r| r[3].as_str()));
+        for (line, cg) in text.lines().zip(cgroups) {
+            writeln!(w, "{}", format!("{line}  {cg}").trim_end())?;
+        }
+    } else {
+        w.write_all(text.as_bytes())?;
+    }
+    if r.total.unresolved_bytes > 0 {
+        writeln!(
+            w,
+            "{} cached when looked at could not be attributed (evicted meanwhile)",
+            bytes(r.total.unresolved_bytes)
+        )?;
+    }
+    Ok(())
 }
 
 /// How the table is laid out.
@@ -407,6 +538,56 @@ mod tests {
         assert!(lines[3].starts_with("TOTAL"));
         assert_eq!(lines[4], render::MAP_LEGEND);
         assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn by_cgroup_tables() {
+        use pagewise_core::cgroup::charge::Charge;
+        let c = |n: &str, b: u64| Charge {
+            cgroup: n.into(),
+            inode: 1,
+            bytes: b,
+            files: 1,
+        };
+        let f = FileCharge {
+            path: PathBuf::from("/d/a"),
+            size: 16384,
+            cached_bytes: 12288,
+            unresolved_bytes: 0,
+            cgroups: vec![c("/app", 8192), c("/db", 4096)],
+        };
+        let r = ChargeReport {
+            total: pagewise_core::cgroup::charge::ChargeTotals {
+                files: 1,
+                size: 16384,
+                cached_bytes: 12288,
+                unresolved_bytes: 4096,
+            },
+            cgroups: f.cgroups.clone(),
+            walk: WalkSummary::default(),
+            outcome: Outcome::default(),
+        };
+        let mut out = Vec::new();
+        write_charges(&mut out, &r, &[], false).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "CGROUP  FILES    CACHED\n/app        1   8.0 KiB\n/db         1   4.0 KiB\n\
+             TOTAL       1  12.0 KiB\n4.0 KiB cached when looked at could not be attributed (evicted meanwhile)\n"
+        );
+        let mut out = Vec::new();
+        write_charges(&mut out, &r, &[f], true).unwrap();
+        assert_eq!(
+            String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .take(3)
+                .collect::<Vec<_>>(),
+            [
+                "PATH     CACHED  CGROUP",
+                "/d/a    8.0 KiB  /app",
+                "        4.0 KiB  /db"
+            ]
+        );
     }
 
     #[test]

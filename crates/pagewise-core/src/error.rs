@@ -126,6 +126,10 @@ pub enum Op {
     Verify,
     /// `verify`: the copy read back differs from its source
     VerifyContent,
+    /// `read`: of a kernel interface file (`memory.stat`, `/proc/kpagecgroup`)
+    Read,
+    /// `write`: to a kernel interface file (`memory.reclaim`, `memory.force_empty`)
+    Write,
     /// `open(O_TMPFILE) in DIR`: the unnamed temporary a copy is written to.
     OpenTmpfileIn(PathBuf),
     /// `open(O_CREAT|O_EXCL) of TEMP`: the named temporary a copy is written to.
@@ -192,6 +196,8 @@ impl Op {
             Op::Copy => "copy",
             Op::Verify => "verify (read from disk)",
             Op::VerifyContent => "verify",
+            Op::Read => "read",
+            Op::Write => "write",
             Op::OpenTmpfileIn(_) | Op::CreateExclusive(_) => return None,
         })
     }

@@ -6,11 +6,13 @@
 #![deny(missing_docs)]
 
 pub mod assist;
+pub mod cgroup;
 pub mod chunks;
 pub mod copy;
 pub mod dio;
 pub mod error;
 pub mod evict;
+pub mod exporter;
 pub mod json;
 pub mod load;
 pub mod names;

@@ -33,6 +33,8 @@ pub enum FileResult {
     /// One entry `copy` created, updated, left, deleted or failed on
     /// (with `CopyOptions::items`).
     Copy(crate::copy::CopyItem),
+    /// A file's cached pages per cgroup (`stat --by-cgroup`).
+    Charge(crate::cgroup::charge::FileCharge),
 }
 
 /// What a caller sees while a verb runs. Every method has a default that does nothing, so an

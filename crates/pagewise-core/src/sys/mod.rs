@@ -16,7 +16,8 @@
 //! - `uring`: batched reads through io_uring (the `io-uring` crate);
 //! - `perf`: tracepoints through perf_event_open, with a `#[repr(C)]` attribute struct;
 //! - `process`: signals, limits, child processes, clocks;
-//! - `probe`: what the running kernel supports, and since which version.
+//! - `probe`: what the running kernel supports, and since which version;
+//! - `kpage`: which memory cgroup cached pages are charged to (pagemap + kpagecgroup).
 //!
 //! # rustix, and what it lacks
 //! The calls go through [`rustix`] (raw system calls, typed flags, `&CStr` paths without
@@ -55,6 +56,7 @@ use std::path::Path;
 mod cache;
 mod fs;
 mod io;
+mod kpage;
 mod perf;
 mod probe;
 mod process;
@@ -63,6 +65,7 @@ mod uring;
 pub use cache::*;
 pub use fs::*;
 pub use io::*;
+pub use kpage::*;
 pub use perf::*;
 pub use probe::*;
 pub use process::*;

@@ -1,0 +1,542 @@
+//! cgroups and their file cache: `memory.stat` of cgroup v2 and of cgroup v1's memory
+//! controller, the cgroup tree (the `cgroups` verb), and reclaim of a cgroup's file cache
+//! ([`reclaim`], `evict --cgroup`).
+//!
+//! Both hierarchies report the same [`FileCache`] figures, hierarchical (a group includes its
+//! descendants): v2's `memory.stat` is hierarchical itself; v1's `total_*` lines are (v1's plain
+//! lines count the group alone). A group is v2 when it has `cgroup.controllers`, else v1.
+//!
+//! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
+
+pub mod charge;
+pub mod reclaim;
+
+use crate::error::{FileError, Op};
+use crate::verb::{Observer, Outcome, Tally};
+use serde::Serialize;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Which cgroup hierarchy a group belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Hierarchy {
+    /// cgroup v1's memory controller (`/sys/fs/cgroup/memory/...`).
+    V1,
+    /// The unified hierarchy (cgroup v2) with the memory controller enabled.
+    V2,
+}
+
+impl Hierarchy {
+    /// The hierarchy of the group at `dir`: v2 when it has `cgroup.controllers`.
+    pub fn of(dir: &Path) -> Hierarchy {
+        if dir.join("cgroup.controllers").exists() {
+            Hierarchy::V2
+        } else {
+            Hierarchy::V1
+        }
+    }
+}
+
+/// A cgroup's file cache, from its `memory.stat`, in bytes (hierarchical: descendants
+/// included).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct FileCache {
+    /// File-backed pages charged to the group, shmem/tmpfs included (v2 `file`, v1 `cache`).
+    pub file_bytes: u64,
+    /// Dirty file pages (v2 `file_dirty`, v1 `dirty`).
+    pub dirty_bytes: u64,
+    /// File pages under writeback (v2 `file_writeback`, v1 `writeback`).
+    pub writeback_bytes: u64,
+    /// File pages mapped into processes (v2 `file_mapped`, v1 `mapped_file`).
+    pub mapped_bytes: u64,
+    /// File pages on the active LRU list (`active_file`).
+    pub active_bytes: u64,
+    /// File pages on the inactive LRU list, the first to be reclaimed (`inactive_file`).
+    pub inactive_bytes: u64,
+    /// Of `file_bytes`, shmem and tmpfs pages (`shmem`): they cannot be dropped, only swapped.
+    pub shmem_bytes: u64,
+    /// Refaults of file pages: evicted pages read again soon after (`workingset_refault_file`;
+    /// a count of pages, not bytes). Null when the kernel does not report it (v1 before 5.9).
+    pub workingset_refaults: Option<u64>,
+}
+
+impl FileCache {
+    /// Parses `memory.stat` text of hierarchy `h`. Unknown lines are ignored; missing ones are 0.
+    ///
+    /// ```
+    /// use pagewise_core::cgroup::{FileCache, Hierarchy};
+    /// let v2 = "anon 4096\nfile 81920\nfile_dirty 8192\nfile_writeback 0\nfile_mapped 4096\n\
+    ///           shmem 0\nactive_file 40960\ninactive_file 40960\nworkingset_refault_file 3\n";
+    /// let c = FileCache::parse(v2, Hierarchy::V2);
+    /// assert_eq!((c.file_bytes, c.dirty_bytes, c.workingset_refaults), (81920, 8192, Some(3)));
+    /// ```
+    pub fn parse(text: &str, h: Hierarchy) -> FileCache {
+        let mut c = FileCache::default();
+        // v1: the `total_*` lines are hierarchical (as v2's are); take them when present.
+        let v1_total = h == Hierarchy::V1 && text.lines().any(|l| l.starts_with("total_cache "));
+        for line in text.lines() {
+            let Some((key, value)) = line.split_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.trim().parse::<u64>() else {
+                continue;
+            };
+            let key = match h {
+                Hierarchy::V1 if v1_total => match key.strip_prefix("total_") {
+                    Some(k) => k,
+                    None => continue,
+                },
+                _ => key,
+            };
+            let slot = match (h, key) {
+                (Hierarchy::V2, "file") | (Hierarchy::V1, "cache") => &mut c.file_bytes,
+                (Hierarchy::V2, "file_dirty") | (Hierarchy::V1, "dirty") => &mut c.dirty_bytes,
+                (Hierarchy::V2, "file_writeback") | (Hierarchy::V1, "writeback") => {
+                    &mut c.writeback_bytes
+                }
+                (Hierarchy::V2, "file_mapped") | (Hierarchy::V1, "mapped_file") => {
+                    &mut c.mapped_bytes
+                }
+                (_, "active_file") => &mut c.active_bytes,
+                (_, "inactive_file") => &mut c.inactive_bytes,
+                (_, "shmem") => &mut c.shmem_bytes,
+                // `workingset_refault` before 5.9 counted file refaults only.
+                (_, "workingset_refault_file") => {
+                    c.workingset_refaults = Some(v);
+                    continue;
+                }
+                (_, "workingset_refault") => {
+                    c.workingset_refaults.get_or_insert(v);
+                    continue;
+                }
+                _ => continue,
+            };
+            *slot = v;
+        }
+        c
+    }
+
+    /// Reads and parses `DIR/memory.stat`.
+    pub fn read(dir: &Path) -> Result<FileCache, FileError> {
+        let p = dir.join("memory.stat");
+        let text = std::fs::read_to_string(&p).map_err(|e| FileError::io(&p, Op::Read, &e))?;
+        Ok(FileCache::parse(&text, Hierarchy::of(dir)))
+    }
+}
+
+/// A mounted cgroup hierarchy that has the memory controller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryMount {
+    /// v1 or v2.
+    pub hierarchy: Hierarchy,
+    /// Where it is mounted (`/sys/fs/cgroup/memory`, `/sys/fs/cgroup`).
+    pub mount_point: PathBuf,
+    /// The cgroup the mount shows at its top (`/` unless mounted inside a cgroup namespace
+    /// from outside it).
+    pub mount_root: String,
+}
+
+/// The memory hierarchies in `mountinfo` text (`/proc/self/mountinfo`): v1 mounts whose
+/// options name `memory`, and v2 mounts whose root lists `memory` in `cgroup.controllers`
+/// (`controllers` reads that file; injected for tests).
+pub fn parse_memory_mounts(
+    mountinfo: &str,
+    controllers: &dyn Fn(&Path) -> Option<String>,
+) -> Vec<MemoryMount> {
+    let mut v = Vec::new();
+    for line in mountinfo.lines() {
+        // id parent maj:min root mount-point options [optional...] - fstype source super-options
+        let Some((pre, post)) = line.split_once(" - ") else {
+            continue;
+        };
+        let f: Vec<&str> = pre.split(' ').collect();
+        let g: Vec<&str> = post.split(' ').collect();
+        if f.len() < 5 || g.is_empty() {
+            continue;
+        }
+        let mount_point = PathBuf::from(unescape_mountinfo(f[4]));
+        let mount_root = unescape_mountinfo(f[3]);
+        let hierarchy = match g[0] {
+            "cgroup"
+                if g.get(2)
+                    .is_some_and(|o| o.split(',').any(|o| o == "memory")) =>
+            {
+                Hierarchy::V1
+            }
+            "cgroup2"
+                if controllers(&mount_point)
+                    .is_some_and(|c| c.split_whitespace().any(|c| c == "memory")) =>
+            {
+                Hierarchy::V2
+            }
+            _ => continue,
+        };
+        v.push(MemoryMount {
+            hierarchy,
+            mount_point,
+            mount_root,
+        });
+    }
+    v
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The memory hierarchies mounted here: v1's memory controller first (where memory is
+/// accounted on a hybrid layout), then v2 when its root has the memory controller.
+pub fn memory_mounts() -> Vec<MemoryMount> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut v = parse_memory_mounts(&text, &|p| {
+        std::fs::read_to_string(p.join("cgroup.controllers")).ok()
+    });
+    v.sort_by_key(|m| m.hierarchy != Hierarchy::V1);
+    v
+}
+
+/// The memory cgroup of a process from its `/proc/PID/cgroup` text: the v1 line whose
+/// controllers include `memory`, else the v2 line (`0::/path`). Returns (hierarchy, path).
+pub fn parse_proc_cgroup(text: &str) -> Option<(Hierarchy, String)> {
+    let mut v2 = None;
+    for line in text.lines() {
+        let mut it = line.splitn(3, ':');
+        let (Some(id), Some(ctrl), Some(path)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
+        if ctrl.split(',').any(|c| c == "memory") {
+            return Some((Hierarchy::V1, path.to_string()));
+        }
+        if id == "0" && ctrl.is_empty() {
+            v2 = Some((Hierarchy::V2, path.to_string()));
+        }
+    }
+    v2
+}
+
+/// The directory of the calling process's own memory cgroup (`/proc/self/cgroup` joined to
+/// its hierarchy's mount point).
+pub fn own_memory_cgroup() -> Result<PathBuf, crate::Error> {
+    let p = Path::new("/proc/self/cgroup");
+    let text = std::fs::read_to_string(p).map_err(|e| crate::Error::Io {
+        path: p.into(),
+        op: Op::Read,
+        source: e,
+    })?;
+    let mounts = memory_mounts();
+    let invalid = |message: String| crate::Error::Invalid {
+        what: "cgroup",
+        message,
+    };
+    let (h, path) = parse_proc_cgroup(&text)
+        .filter(|(h, _)| mounts.iter().any(|m| m.hierarchy == *h))
+        .or_else(|| {
+            // Memory on v2 only: the 0:: line, when the v2 mount has memory.
+            let v2 = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+            mounts
+                .iter()
+                .any(|m| m.hierarchy == Hierarchy::V2)
+                .then(|| (Hierarchy::V2, v2.to_string()))
+        })
+        .ok_or_else(|| invalid("no memory cgroup hierarchy is mounted (neither v1's memory controller nor v2 with memory)".into()))?;
+    let m = mounts.iter().find(|m| m.hierarchy == h).unwrap();
+    let rel = path
+        .strip_prefix(m.mount_root.trim_end_matches('/'))
+        .unwrap_or(&path);
+    Ok(m.mount_point.join(rel.trim_start_matches('/')))
+}
+
+/// Resolves what a user gave as a cgroup: a directory with `memory.stat` as is; else a cgroup
+/// path (`/system.slice/x`) under the memory hierarchy's mount point.
+pub fn resolve(given: &Path) -> Result<PathBuf, crate::Error> {
+    if given.join("memory.stat").exists() {
+        return Ok(given.to_path_buf());
+    }
+    for m in memory_mounts() {
+        let p = m
+            .mount_point
+            .join(given.to_string_lossy().trim_start_matches('/'));
+        if p.join("memory.stat").exists() {
+            return Ok(p);
+        }
+    }
+    Err(crate::Error::Io {
+        path: given.join("memory.stat"),
+        op: Op::Open,
+        source: io::Error::from_raw_os_error(libc::ENOENT),
+    })
+}
+
+/// The cgroup path of a group directory (`/process_api/x`): relative to the memory mount it
+/// is under, `/` for the mount itself.
+pub fn cgroup_name(dir: &Path, mounts: &[MemoryMount]) -> String {
+    let best = mounts
+        .iter()
+        .filter(|m| dir.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len());
+    match best {
+        Some(m) => {
+            let rel = dir.strip_prefix(&m.mount_point).unwrap_or(dir);
+            format!("/{}", rel.to_string_lossy())
+        }
+        None => dir.to_string_lossy().into_owned(),
+    }
+}
+
+/// Options of `cgroups`.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupsOptions {
+    /// The group whose tree to list: a directory of a cgroup filesystem, or a cgroup path
+    /// under the memory hierarchy (default: the whole memory hierarchy, v1's memory controller
+    /// first, else v2).
+    pub root: Option<PathBuf>,
+    /// Levels below the root to list (default: all; 0 = the root alone).
+    pub max_depth: Option<usize>,
+}
+
+impl CgroupsOptions {
+    /// Checks the options (nothing to check beyond what [`cgroups`] resolves).
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        Ok(())
+    }
+    /// The group directory the tree starts at.
+    pub fn root_dir(&self) -> Result<PathBuf, crate::Error> {
+        match &self.root {
+            Some(r) => resolve(r),
+            None => memory_mounts()
+                .into_iter()
+                .next()
+                .map(|m| m.mount_point)
+                .ok_or_else(|| crate::Error::Invalid {
+                    what: "cgroup",
+                    message: "no memory cgroup hierarchy is mounted (neither v1's memory controller nor v2 with memory)".into(),
+                }),
+        }
+    }
+}
+
+/// One cgroup's line of a `cgroups` report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupStat {
+    #[serde(flatten, serialize_with = "crate::json::path")]
+    /// The group's directory.
+    pub path: PathBuf,
+    /// Its cgroup path (`/process_api/x`; `/` for the hierarchy's root).
+    pub cgroup: String,
+    /// Levels below the listed root (0 for the root).
+    pub depth: usize,
+    #[serde(flatten)]
+    /// Its file cache (descendants included).
+    pub cache: FileCache,
+}
+
+/// What `cgroups` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupsReport {
+    /// The hierarchy listed.
+    pub hierarchy: Hierarchy,
+    /// The groups, parents before their children (directory order within a parent).
+    pub groups: Vec<CgroupStat>,
+    /// Errors, notices, elapsed time.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// Lists the cgroup tree under `options.root` with each group's file cache.
+///
+/// A group that disappears while it is listed is left out; one whose `memory.stat` cannot be
+/// read is a counted error. v2 groups without the memory controller enabled (no
+/// `memory.stat`, the v2 root among them) are left out with a notice.
+pub fn cgroups(
+    options: &CgroupsOptions,
+    observer: &dyn Observer,
+) -> Result<CgroupsReport, crate::Error> {
+    options.validate()?;
+    let root = options.root_dir()?;
+    let hierarchy = Hierarchy::of(&root);
+    let mounts = memory_mounts();
+    let tally = Tally::new();
+    let mut groups = Vec::new();
+    let mut stack = vec![(root, 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        if tally.stop_requested(observer) {
+            break;
+        }
+        match FileCache::read(&dir) {
+            Ok(cache) => {
+                observer.progress(1, cache.file_bytes);
+                groups.push(CgroupStat {
+                    cgroup: cgroup_name(&dir, &mounts),
+                    path: dir.clone(),
+                    depth,
+                    cache,
+                });
+            }
+            Err(e) if e.errno == Some(libc::ENOENT) => {
+                if dir.exists() {
+                    tally.notice(
+                        "v2 groups without the memory controller (no memory.stat) are left out",
+                    );
+                }
+            }
+            Err(e) => tally.error(e),
+        }
+        if options.max_depth.is_some_and(|m| depth >= m) {
+            continue;
+        }
+        let mut children: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect(),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => {
+                tally.error(FileError::io(&dir, Op::Readdir, &e));
+                continue;
+            }
+        };
+        children.sort();
+        // Popped in name order.
+        stack.extend(children.into_iter().rev().map(|c| (c, depth + 1)));
+    }
+    Ok(CgroupsReport {
+        hierarchy,
+        groups,
+        outcome: tally.finish(Vec::new()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = "cache 45510656\nrss 132079616\nshmem 0\nmapped_file 1208320\n\
+dirty 24760320\nwriteback 0\nworkingset_refault_file 5062\ninactive_file 24739840\n\
+active_file 20770816\ntotal_cache 55510656\ntotal_shmem 4096\ntotal_mapped_file 1208320\n\
+total_dirty 24760320\ntotal_writeback 8192\ntotal_workingset_refault_file 6000\n\
+total_inactive_file 34739840\ntotal_active_file 20770816\n";
+
+    #[test]
+    fn v1_takes_the_hierarchical_total_lines() {
+        let c = FileCache::parse(V1, Hierarchy::V1);
+        assert_eq!(
+            c,
+            FileCache {
+                file_bytes: 55510656,
+                dirty_bytes: 24760320,
+                writeback_bytes: 8192,
+                mapped_bytes: 1208320,
+                active_bytes: 20770816,
+                inactive_bytes: 34739840,
+                shmem_bytes: 4096,
+                workingset_refaults: Some(6000),
+            }
+        );
+    }
+
+    #[test]
+    fn v1_without_totals_and_old_refault_name() {
+        let c = FileCache::parse(
+            "cache 8192\ndirty 4096\nworkingset_refault 7\n",
+            Hierarchy::V1,
+        );
+        assert_eq!(c.file_bytes, 8192);
+        assert_eq!(c.dirty_bytes, 4096);
+        assert_eq!(c.workingset_refaults, Some(7));
+        assert_eq!(
+            FileCache::parse("cache 1\n", Hierarchy::V1).workingset_refaults,
+            None
+        );
+    }
+
+    #[test]
+    fn v2_memory_stat() {
+        // As a 6.x kernel writes it (abridged).
+        let text = "anon 1052672\nfile 2654208\nkernel 389120\nshmem 0\nfile_mapped 1187840\n\
+file_dirty 4096\nfile_writeback 0\nanon_thp 0\ninactive_anon 1040384\nactive_anon 12288\n\
+inactive_file 1449984\nactive_file 1204224\nworkingset_refault_anon 0\n\
+workingset_refault_file 12\nworkingset_activate_file 2\n";
+        let c = FileCache::parse(text, Hierarchy::V2);
+        assert_eq!(c.file_bytes, 2654208);
+        assert_eq!(c.mapped_bytes, 1187840);
+        assert_eq!(c.dirty_bytes, 4096);
+        assert_eq!(c.active_bytes, 1204224);
+        assert_eq!(c.inactive_bytes, 1449984);
+        assert_eq!(c.workingset_refaults, Some(12));
+    }
+
+    #[test]
+    fn proc_cgroup_prefers_v1_memory_then_v2() {
+        let hybrid = "9:name=systemd:/\n4:memory:/process_api/abc\n0::/\n";
+        assert_eq!(
+            parse_proc_cgroup(hybrid),
+            Some((Hierarchy::V1, "/process_api/abc".into()))
+        );
+        let unified = "0::/user.slice/session-1.scope\n";
+        assert_eq!(
+            parse_proc_cgroup(unified),
+            Some((Hierarchy::V2, "/user.slice/session-1.scope".into()))
+        );
+        assert_eq!(parse_proc_cgroup("3:cpu,memory:/a\n").unwrap().1, "/a");
+    }
+
+    #[test]
+    fn mountinfo_finds_v1_memory_and_v2_with_memory() {
+        let mi = "\
+30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory\n\
+31 25 0:27 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+32 25 0:28 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+33 25 0:29 /ns /mnt/cg\\040two rw - cgroup2 cgroup2 rw\n";
+        let m = parse_memory_mounts(mi, &|p| {
+            Some(
+                if p.ends_with("unified") {
+                    "hugetlb"
+                } else {
+                    "cpu memory io"
+                }
+                .into(),
+            )
+        });
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].hierarchy, Hierarchy::V1);
+        assert_eq!(m[0].mount_point, Path::new("/sys/fs/cgroup/memory"));
+        assert_eq!(m[1].hierarchy, Hierarchy::V2);
+        assert_eq!(m[1].mount_point, Path::new("/mnt/cg two"));
+        assert_eq!(m[1].mount_root, "/ns");
+    }
+
+    #[test]
+    fn names_are_relative_to_their_mount() {
+        let mounts = vec![MemoryMount {
+            hierarchy: Hierarchy::V1,
+            mount_point: "/sys/fs/cgroup/memory".into(),
+            mount_root: "/".into(),
+        }];
+        assert_eq!(
+            cgroup_name(Path::new("/sys/fs/cgroup/memory"), &mounts),
+            "/"
+        );
+        assert_eq!(
+            cgroup_name(Path::new("/sys/fs/cgroup/memory/a/b"), &mounts),
+            "/a/b"
+        );
+    }
+}

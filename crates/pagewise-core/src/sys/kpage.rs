@@ -1,0 +1,145 @@
+//! Which memory cgroup a file's cached pages are charged to: `/proc/self/pagemap` of a mapping
+//! of the file gives each resident page's frame (PFN), `/proc/kpagecgroup` the inode of the
+//! memory cgroup each frame is charged to.
+//!
+//! - pagemap(5) — <https://www.kernel.org/doc/html/latest/admin-guide/mm/pagemap.html>: one
+//!   u64 per virtual page; bit 63 "present", bits 0-54 the PFN (zeroed without
+//!   CAP_SYS_ADMIN since Linux 4.2).
+//! - `/proc/kpagecgroup` (Linux 4.3, CONFIG_MEMCG): one u64 per PFN, the inode of the memory
+//!   cgroup the page is charged to (the cgroup directory's st_ino; 0 when none). Root only.
+//!
+//! Only pages already in the page cache are looked at: mincore(2) finds them, and
+//! `madvise(MADV_POPULATE_READ)` maps just those runs into the mapping's page tables (minor
+//! faults, no I/O). A page evicted between the two would be read in again by the populate and
+//! charged to the caller's cgroup; the window is microseconds and the figure says so.
+
+use super::cache::Mapping;
+use super::cvt;
+use std::fs::File;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::FileExt;
+
+/// Pages looked at per mapping window: 64 MiB of file, a 128 KiB pagemap read.
+const WINDOW_PAGES: u64 = 16384;
+
+/// The kernel files read by [`page_cgroups`], opened once.
+pub struct KpageFiles {
+    pagemap: File,
+    kpagecgroup: File,
+}
+
+impl KpageFiles {
+    /// Opens `/proc/self/pagemap` and `/proc/kpagecgroup` (root only).
+    pub fn open() -> Result<KpageFiles, (&'static str, io::Error)> {
+        let pagemap = File::open("/proc/self/pagemap").map_err(|e| ("/proc/self/pagemap", e))?;
+        let kpagecgroup = File::open("/proc/kpagecgroup").map_err(|e| ("/proc/kpagecgroup", e))?;
+        Ok(KpageFiles {
+            pagemap,
+            kpagecgroup,
+        })
+    }
+}
+
+/// For each cached page of `[0, len)` of `fd`, calls `each(memcg_inode)` with the inode of the
+/// memory cgroup its frame is charged to (0: charged to none). Returns the cached pages whose
+/// frame could not be found (evicted meanwhile, or not mappable).
+///
+/// Fails with `PermissionDenied` when pagemap hides frame numbers (no CAP_SYS_ADMIN).
+pub fn page_cgroups(
+    fd: BorrowedFd<'_>,
+    len: u64,
+    files: &KpageFiles,
+    each: &mut dyn FnMut(u64),
+) -> io::Result<u64> {
+    let page = super::page_size();
+    let mut unresolved = 0;
+    let mut vec: Vec<u8> = Vec::new();
+    let mut entries: Vec<u8> = Vec::new();
+    let mut off = 0u64;
+    while off < len {
+        let win = (len - off).min(WINDOW_PAGES * page);
+        let map = Mapping::new(fd, off, win)?;
+        let pages = win.div_ceil(page) as usize;
+        vec.clear();
+        vec.resize(pages, 0);
+        // SAFETY: map spans `win` bytes of a live mapping and vec has one byte per page.
+        cvt(unsafe { libc::mincore(map.addr, map.len, vec.as_mut_ptr()) })?;
+        // Map the runs of cached pages (no I/O: they are in the cache).
+        let mut i = 0;
+        while i < pages {
+            if vec[i] & 1 == 0 {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < pages && vec[i] & 1 == 1 {
+                i += 1;
+            }
+            let run_len = ((i - start) as u64 * page).min(win - start as u64 * page);
+            // SAFETY: the range lies inside the live mapping; populating maps pages that
+            // nothing here dereferences.
+            let _ = rustix::io::retry_on_intr(|| unsafe {
+                rustix::mm::madvise(
+                    (map.addr as *mut u8).add(start * page as usize).cast(),
+                    run_len as usize,
+                    rustix::mm::Advice::LinuxPopulateRead,
+                )
+            });
+        }
+        entries.clear();
+        entries.resize(pages * 8, 0);
+        files
+            .pagemap
+            .read_exact_at(&mut entries, map.addr as u64 / page * 8)?;
+        for (p, e) in entries.chunks_exact(8).enumerate() {
+            if vec[p] & 1 == 0 {
+                continue;
+            }
+            let e = u64::from_le_bytes(e.try_into().unwrap());
+            let present = e >> 63 & 1 == 1;
+            let pfn = e & ((1 << 55) - 1);
+            if !present {
+                unresolved += 1;
+                continue;
+            }
+            if pfn == 0 {
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
+            }
+            let mut ino = [0u8; 8];
+            files.kpagecgroup.read_exact_at(&mut ino, pfn * 8)?;
+            each(u64::from_le_bytes(ino));
+        }
+        off += win;
+    }
+    Ok(unresolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{cold_file, scratch_dir};
+    use super::*;
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn cached_pages_are_charged_to_a_memory_cgroup_directory() {
+        let Ok(files) = KpageFiles::open() else {
+            return; // not root, or no CONFIG_MEMCG: the CLI tests say so
+        };
+        let dir = scratch_dir();
+        let f = cold_file(dir.path(), "f", 8);
+        let mut buf = [0u8; 4096];
+        f.read_exact_at(&mut buf, 0).unwrap();
+        f.read_exact_at(&mut buf, 4 * 4096).unwrap();
+        let cached = super::super::cachestat(f.as_fd(), 0, 0).unwrap().cache;
+        let mut inodes = Vec::new();
+        let unresolved =
+            page_cgroups(f.as_fd(), 8 * 4096, &files, &mut |i| inodes.push(i)).unwrap();
+        assert_eq!(inodes.len() as u64 + unresolved, cached);
+        // Our own memory cgroup, whose directory has that inode.
+        let own = crate::cgroup::own_memory_cgroup().unwrap();
+        let ino = std::fs::metadata(own).unwrap().ino();
+        assert!(inodes.iter().all(|&i| i == ino), "{inodes:?} vs {ino}");
+    }
+}

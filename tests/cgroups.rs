@@ -1,0 +1,234 @@
+//! End-to-end tests of `cgroups` and `evict --cgroup` on this machine's memory hierarchy (v1's
+//! memory controller on a hybrid layout, or v2 with memory): a child cgroup made beneath the
+//! test's own cgroup, a child process moved into it that reads a file, and every assertion on
+//! what the kernel reports (the group's memory.stat, cachestat of the file).
+//!
+//! Safety: groups are made only beneath this process's own memory cgroup and removed by a Drop
+//! guard, also when a test fails; only processes the test starts are moved into them.
+
+mod common;
+use common::*;
+use pagewise_core::cgroup::{self, Hierarchy};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A child cgroup beneath our own memory cgroup, removed on drop.
+struct ChildCgroup {
+    dir: PathBuf,
+}
+
+impl ChildCgroup {
+    fn new() -> Option<ChildCgroup> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let own = match cgroup::own_memory_cgroup() {
+            Ok(o) => o,
+            Err(e) => {
+                require(false, &format!("no memory cgroup: {e}"));
+                return None;
+            }
+        };
+        if !require_root("making a cgroup") {
+            return None;
+        }
+        let dir = own.join(format!(
+            "pagewise-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Some(ChildCgroup { dir })
+    }
+
+    /// Runs `cksum FILE` moved into this group (the shell moves itself, then execs): its reads
+    /// are charged here.
+    fn read_in(&self, file: &Path) {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$1/cgroup.procs\" && exec cksum \"$2\"")
+            .arg("sh")
+            .arg(&self.dir)
+            .arg(file)
+            .stdout(Stdio::piped())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+
+    /// The kernel's figure: file cache charged to the group (v2 `file`, v1 `total_cache`).
+    fn file_bytes(&self) -> u64 {
+        let text = fs::read_to_string(self.dir.join("memory.stat")).unwrap();
+        let key = match Hierarchy::of(&self.dir) {
+            Hierarchy::V2 => "file",
+            Hierarchy::V1 => "total_cache",
+        };
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for ChildCgroup {
+    fn drop(&mut self) {
+        // Its processes have exited; charged pages move to the parent on rmdir.
+        if let Err(e) = fs::remove_dir(&self.dir) {
+            eprintln!("warning: rmdir {}: {e}", self.dir.display());
+        }
+    }
+}
+
+fn json(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
+}
+
+#[test]
+fn cgroups_shows_a_child_groups_reads_and_evict_cgroup_drops_them() {
+    let Some(cg) = ChildCgroup::new() else { return };
+    let t = tmp();
+    let f = t.path().join("f");
+    write_file(&f, 8 << 20);
+    sync_and_evict(&f);
+    assert_eq!(cached(&f), 0);
+    cg.read_in(&f);
+    let pages = cached(&f);
+    assert_eq!(pages, 2048, "the child read the whole file");
+    let charged = cg.file_bytes();
+    assert!(charged >= 8 << 20, "memory.stat shows the reads: {charged}");
+
+    // `cgroups PATH` reports what memory.stat says (no process left in the group: stable).
+    let out = run(bin().args(["cgroups", "--json"]).arg(&cg.dir));
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["groups"][0]["file_bytes"], cg.file_bytes());
+    assert_eq!(v["groups"][0]["depth"], 0);
+    // From our own group, the child is one level down, by its cgroup name.
+    let name = cg.dir.file_name().unwrap().to_str().unwrap().to_string();
+    let out = run(bin().args(["cgroups", "--self", "--json", "-d", "1"]));
+    assert!(out.status.success());
+    let v = json(&out);
+    let child = v["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["cgroup"].as_str().unwrap().ends_with(&format!("/{name}")))
+        .expect("the child group is listed");
+    assert_eq!(child["depth"], 1);
+    assert!(child["file_bytes"].as_u64().unwrap() >= 8 << 20);
+    // The table names it too, and --top 1 of the child alone is the child.
+    let out = run(bin().args(["cgroups", "--top", "1"]).arg(&cg.dir));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&name));
+
+    // evict --cgroup: the kernel shows the group's file cache and the file's pages gone.
+    let out = run(bin().args(["evict", "--json", "--cgroup"]).arg(&cg.dir));
+    assert!(out.status.success());
+    let v = json(&out);
+    assert!(v["before"]["file_bytes"].as_u64().unwrap() >= 8 << 20);
+    let after = cg.file_bytes();
+    assert!(after < 256 << 10, "memory.stat after evict: {after}");
+    assert_eq!(v["after"]["file_bytes"], after);
+    assert_eq!(cached(&f), 0, "cachestat: the file's pages are gone");
+    assert_eq!(
+        v["method"],
+        match Hierarchy::of(&cg.dir) {
+            Hierarchy::V1 => "memory.force_empty",
+            Hierarchy::V2 => "memory.reclaim swappiness=0",
+        }
+    );
+}
+
+#[test]
+fn evict_cgroup_table_and_dry_run() {
+    let Some(cg) = ChildCgroup::new() else { return };
+    let t = tmp();
+    let f = t.path().join("g");
+    write_file(&f, 1 << 20);
+    sync_and_evict(&f);
+    cg.read_in(&f);
+    let before = cg.file_bytes();
+    let out = run(bin().args(["evict", "--dry-run", "--cgroup"]).arg(&cg.dir));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("would reclaim"), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("before")), "{text}");
+    assert_eq!(cg.file_bytes(), before, "a dry run reclaims nothing");
+    assert_eq!(cached(&f), 256);
+    let out = run(bin().args(["evict", "--cgroup"]).arg(&cg.dir));
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("dropped"));
+    assert_eq!(cached(&f), 0);
+}
+
+#[test]
+fn v1_refuses_a_partial_reclaim_and_errors_name_the_path() {
+    let Some(cg) = ChildCgroup::new() else { return };
+    if Hierarchy::of(&cg.dir) == Hierarchy::V1 {
+        let out = run(bin()
+            .args(["evict", "--bytes", "1M", "--cgroup"])
+            .arg(&cg.dir));
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("v1 has no partial reclaim"), "{err}");
+    }
+    let out = run(bin().args(["cgroups", "/no/such/cgroup"]));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/no/such/cgroup/memory.stat: open failed"),
+        "{err}"
+    );
+}
+
+#[test]
+fn stat_by_cgroup_names_the_group_that_read_the_pages() {
+    let Some(cg) = ChildCgroup::new() else { return };
+    let t = tmp();
+    let theirs = t.path().join("theirs");
+    let ours = t.path().join("ours");
+    write_file(&theirs, 2 << 20);
+    write_file(&ours, 1 << 20);
+    sync_and_evict(&theirs);
+    sync_and_evict(&ours);
+    cg.read_in(&theirs);
+    // Our own reads are charged to our own group.
+    fs::read(&ours).unwrap();
+    let own = cgroup::own_memory_cgroup().unwrap();
+    let name = |dir: &Path| cgroup::cgroup_name(dir, &cgroup::memory_mounts());
+    let out = run(bin()
+        .args(["stat", "--by-cgroup", "-l", "--json"])
+        .arg(&theirs)
+        .arg(&ours));
+    assert!(out.status.success());
+    let v = json(&out);
+    let per_file = |p: &Path| {
+        v["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == p.to_str().unwrap())
+            .unwrap()
+            .clone()
+    };
+    let f = per_file(&theirs);
+    assert_eq!(f["cgroups"][0]["cgroup"], name(&cg.dir));
+    assert_eq!(f["cgroups"][0]["bytes"], cached(&theirs) * 4096);
+    assert_eq!(f["cgroups"].as_array().unwrap().len(), 1);
+    let f = per_file(&ours);
+    assert_eq!(f["cgroups"][0]["cgroup"], name(&own));
+    assert_eq!(f["cgroups"][0]["bytes"], cached(&ours) * 4096);
+    assert_eq!(
+        v["total"]["cached_bytes"],
+        (cached(&theirs) + cached(&ours)) * 4096
+    );
+    // Not root: said before any work.
+    if require(on_path("setpriv"), "setpriv (util-linux) is missing") {
+        let out = run(as_nobody().args(["stat", "--by-cgroup"]).arg(&ours));
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("known only to root"));
+    }
+}
+
+fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}
