@@ -335,19 +335,37 @@ impl<'a> Planner<'a> {
         }) {
             return;
         }
+        let (mode, rdev) = (e.st.mode & 0o777, e.st.rdev);
+        self.place(e, EntryKind::Special, Op::Mknod, |tmp| {
+            sys::mknod(tmp, kind, mode, rdev)
+        });
+    }
+
+    /// Makes a symlink or special file under a temporary name with `make`, gives it its
+    /// metadata and renames it over the destination (nothing in a dry run); counts it.
+    fn place(
+        &mut self,
+        e: &Entry,
+        kind: EntryKind,
+        op: Op,
+        make: impl FnOnce(&Path) -> io::Result<()>,
+    ) {
         if !self.ctx.opts.dry_run {
             let tmp = self.ctx.temp_name(&e.dst);
-            let r = sys::mknod(&tmp, kind, e.st.mode & 0o777, e.st.rdev)
+            let r = make(&tmp)
                 .and_then(|_| self.node_meta(&tmp, &e.st))
                 .and_then(|_| fs::rename(&tmp, &e.dst));
             if let Err(err) = r {
                 let _ = fs::remove_file(&tmp);
-                return self.ctx.fail(FileError::io(&e.dst, Op::Mknod, &err));
+                return self.ctx.fail(FileError::io(&e.dst, op, &err));
             }
         }
-        self.ctx.counts.specials.fetch_add(1, Ordering::Relaxed);
-        self.ctx
-            .done(&e.dst, EntryKind::Special, e.dst_st.is_some(), 0);
+        let count = match kind {
+            EntryKind::Symlink => &self.ctx.counts.symlinks,
+            _ => &self.ctx.counts.specials,
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        self.ctx.done(&e.dst, kind, e.dst_st.is_some(), 0);
     }
 
     /// A destination directory that existed before this run (`names`: what it holds): the
@@ -600,19 +618,9 @@ impl<'a> Planner<'a> {
         }) {
             return;
         }
-        if !self.ctx.opts.dry_run {
-            let tmp = self.ctx.temp_name(&e.dst);
-            let r = std::os::unix::fs::symlink(&target, &tmp)
-                .and_then(|_| self.node_meta(&tmp, &e.st))
-                .and_then(|_| fs::rename(&tmp, &e.dst));
-            if let Err(err) = r {
-                let _ = fs::remove_file(&tmp);
-                return self.ctx.fail(FileError::io(&e.dst, Op::Symlink, &err));
-            }
-        }
-        self.ctx.counts.symlinks.fetch_add(1, Ordering::Relaxed);
-        self.ctx
-            .done(&e.dst, EntryKind::Symlink, e.dst_st.is_some(), 0);
+        self.place(e, EntryKind::Symlink, Op::Symlink, |tmp| {
+            std::os::unix::fs::symlink(&target, tmp)
+        });
     }
 
     /// Queues a regular file for the workers (or, for a second name of a file already
