@@ -112,6 +112,16 @@ fn assisted_reader_takes_one_major_fault_per_chunk() {
     assert!(v["prefetches_range"].as_u64().unwrap() >= 3, "{v}");
     assert!(v["faults"].as_u64().unwrap() >= 32 + 3, "{v}");
     assert_eq!(v["files_unreachable"].as_u64(), Some(0), "{v}");
+    // Followed through perf events on the target's threads (root here), with a histogram
+    // that counts every prefetch.
+    assert_eq!(v["source"], "perf", "{v}");
+    let hist: u64 = v["issue_latency_us_histogram"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(hist, v["prefetches"].as_u64().unwrap(), "{v}");
     // The prefetched chunks are in the cache (cachestat), chunk by chunk.
     let f = std::fs::File::open(&data).unwrap();
     use std::os::fd::AsFd;
