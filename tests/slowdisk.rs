@@ -63,7 +63,9 @@ fn disk_order_beats_recorded_order_on_an_emulated_7200_rpm_disk() {
     write_file(&f, 32 << 20);
     sync_and_evict(&f);
     assert!(disk.cmd("slow").status().unwrap().success());
-    let pages: Vec<String> = (0..240u64).map(|i| ((i * 97 % 240) * 8).to_string()).collect();
+    let pages: Vec<String> = (0..240u64)
+        .map(|i| ((i * 97 % 240) * 8).to_string())
+        .collect();
     let trace = t.path().join("scattered.trace");
     let mut rec = Command::new(env!("CARGO_BIN_EXE_pagewise"));
     rec.arg("record").arg("-o").arg(&trace).arg("--");
@@ -86,6 +88,12 @@ fn disk_order_beats_recorded_order_on_an_emulated_7200_rpm_disk() {
     eprintln!("recorded {recorded:.3} s, disk {by_disk:.3} s");
     // Each recorded read seeks (~1 ms + 4.2 ms half a revolution): > 1 s for 240; sorted, the
     // head reads on across 32 KiB gaps (0.27 ms each).
-    assert!(recorded > 0.5, "recorded order took {recorded} s: no delays?");
-    assert!(by_disk * 2.0 < recorded, "disk {by_disk} s vs recorded {recorded} s");
+    assert!(
+        recorded > 0.5,
+        "recorded order took {recorded} s: no delays?"
+    );
+    assert!(
+        by_disk * 2.0 < recorded,
+        "disk {by_disk} s vs recorded {recorded} s"
+    );
 }

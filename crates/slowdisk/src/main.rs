@@ -151,7 +151,12 @@ impl Filesystem for SlowDisk {
 /// One worker: takes the next request, asks the model for its delay (the head moves under
 /// the lock, in service order), does the I/O on the backing file, sleeps out the rest of the
 /// delay, replies.
-fn worker(rx: Arc<Mutex<Receiver<Job>>>, disk: Arc<Mutex<Disk>>, image: Arc<File>, fast: Option<PathBuf>) {
+fn worker(
+    rx: Arc<Mutex<Receiver<Job>>>,
+    disk: Arc<Mutex<Disk>>,
+    image: Arc<File>,
+    fast: Option<PathBuf>,
+) {
     loop {
         let job = match rx.lock().unwrap().recv() {
             Ok(j) => j,
@@ -259,7 +264,10 @@ fn main() {
         });
     if file.metadata().map(|m| m.len()).unwrap_or(0) < size {
         file.set_len(size).unwrap_or_else(|e| {
-            eprintln!("pagewise-slowdisk: {}: ftruncate failed: {e}", image.display());
+            eprintln!(
+                "pagewise-slowdisk: {}: ftruncate failed: {e}",
+                image.display()
+            );
             std::process::exit(1)
         });
     }
@@ -287,7 +295,10 @@ fn main() {
         MountOption::NoDev,
     ];
     if let Err(e) = fuser::mount2(fs, &mountdir, &opts) {
-        eprintln!("pagewise-slowdisk: {}: mount failed: {e}", mountdir.display());
+        eprintln!(
+            "pagewise-slowdisk: {}: mount failed: {e}",
+            mountdir.display()
+        );
         std::process::exit(1);
     }
 }

@@ -194,7 +194,8 @@ mod tests {
     fn backward_request_seeks_and_waits_half_a_revolution() {
         let h = Hdd::default();
         let d = h.delay(8192, 0, 4096);
-        let want = h.min_seek + (h.full_stroke - h.min_seek) * (8192.0f64 / 500e9).sqrt()
+        let want = h.min_seek
+            + (h.full_stroke - h.min_seek) * (8192.0f64 / 500e9).sqrt()
             + 30.0 / 7200.0
             + 4096.0 / 120e6;
         assert!(close(d, want), "{d} vs {want}");
