@@ -74,6 +74,17 @@ impl SlowDisk {
 }
 
 impl Filesystem for SlowDisk {
+    fn init(&mut self, _req: &Request<'_>, config: &mut fuser::KernelConfig) -> Result<(), i32> {
+        // Without FUSE_ASYNC_DIO the kernel sends one direct-I/O request at a time per
+        // caller, and the loop device's queue reaches the daemon serialised: the cloud
+        // profile measured 1.04x for depth 32 vs depth 1 before this.
+        let _ = config.add_capabilities(fuser::consts::FUSE_ASYNC_DIO);
+        let _ = config.set_max_background(256);
+        let _ = config.set_congestion_threshold(192);
+        let _ = config.set_max_write(1 << 20);
+        Ok(())
+    }
+
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         if parent == ROOT && name == NAME {
             reply.entry(&TTL, &self.attr(IMG), 0);
