@@ -582,16 +582,7 @@ fn without_preserve_mode_is_the_sources_less_umask_and_no_set_id_bits() {
 /// -naHAXc --itemize-changes --specials --devices then finds nothing to change.
 #[test]
 fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
-    if !require_root("mknod of a character device")
-        || !require(
-            Command::new("rsync").arg("--version").output().is_ok(),
-            "rsync (apt package rsync)",
-        )
-        || !require(
-            Command::new("setfacl").arg("--version").output().is_ok(),
-            "setfacl (apt package acl)",
-        )
-    {
+    if !can_compare_with_rsync("mknod of a character device") {
         return;
     }
     let t = tmp();
@@ -609,18 +600,8 @@ fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
     for p in ["lnk", "dangling", "fifo", "sock", "chr"] {
         sys::set_times_nofollow(&src.join(p), (1_500_000_000, 0), (1_600_000_000, 123)).unwrap();
     }
-    let x = Command::new("setfattr")
-        .args(["-n", "user.origin", "-v", "test"])
-        .arg(&sub)
-        .status()
-        .unwrap();
-    assert!(x.success());
-    let a = Command::new("setfacl")
-        .args(["-d", "-m", "u:65534:rx"])
-        .arg(&sub)
-        .status()
-        .unwrap();
-    assert!(a.success());
+    tool(&["setfattr", "-n", "user.origin", "-v", "test"], &sub);
+    tool(&["setfacl", "-d", "-m", "u:65534:rx"], &sub);
     let dst = t.path().join("dst");
     let out = run(bin().args(["copy", "-p", "--json"]).arg(&src).arg(&dst));
     assert!(
@@ -758,6 +739,26 @@ fn rsync_differences(src: &Path, dst: &Path) -> String {
     String::from_utf8_lossy(&itemize.stdout).into_owned()
 }
 
+/// Root (devices, capabilities: `why`), rsync to compare trees and setfacl to make ACLs.
+fn can_compare_with_rsync(why: &str) -> bool {
+    require_root(why)
+        && have_rsync()
+        && require(
+            Command::new("setfacl").arg("--version").output().is_ok(),
+            "setfacl (apt package acl)",
+        )
+}
+
+/// Runs `args` (a tool and its options) on `p`; it must succeed.
+fn tool(args: &[&str], p: &Path) {
+    let st = Command::new(args[0])
+        .args(&args[1..])
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{args:?} {}", p.display());
+}
+
 fn have_rsync() -> bool {
     require(
         Command::new("rsync").arg("--version").output().is_ok(),
@@ -858,13 +859,7 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
 /// to change, and the kernel shows the sparse file sparse and the capability in place.
 #[test]
 fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
-    if !require_root("mknod of a character device, security.capability")
-        || !have_rsync()
-        || !require(
-            Command::new("setfacl").arg("--version").output().is_ok(),
-            "setfacl (apt package acl)",
-        )
-    {
+    if !can_compare_with_rsync("mknod of a character device, security.capability") {
         return;
     }
     let t = tmp();
@@ -889,23 +884,15 @@ fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
     sys::mknod(&sub.join("chr"), sys::NodeKind::CharDevice, 0o600, dev).unwrap();
     write_file(&src.join("new\nline"), 300);
     write_file(&src.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), 301);
-    let attr = |args: &[&str], p: &Path| {
-        let st = Command::new(args[0])
-            .args(&args[1..])
-            .arg(p)
-            .status()
-            .unwrap();
-        assert!(st.success(), "{args:?} {}", p.display());
-    };
-    attr(
+    tool(
         &["setfattr", "-n", "user.origin", "-v", "test"],
         &src.join("data"),
     );
-    attr(&["setfacl", "-m", "u:65534:r"], &src.join("data"));
-    attr(&["setfacl", "-d", "-m", "u:65534:rx"], &sub);
+    tool(&["setfacl", "-m", "u:65534:r"], &src.join("data"));
+    tool(&["setfacl", "-d", "-m", "u:65534:rx"], &sub);
     // cap_net_raw+ep as the kernel stores it (VFS_CAP_REVISION_2, effective).
     let cap = "0x0100000200200000000000000000000000000000";
-    attr(
+    tool(
         &["setfattr", "-n", "security.capability", "-v", cap],
         &src.join("h1"),
     );

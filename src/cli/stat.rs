@@ -156,16 +156,7 @@ pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
         files.truncate(n);
     }
     let code = ExitCode::from_outcome(&report.outcome);
-    if stream {
-        render::print_stream_end(&report.outcome.errors, &report);
-        return Ok(code);
-    }
-    if a.out.json {
-        let mut v = serde_json::to_value(&report)?;
-        if list {
-            v["files"] = serde_json::to_value(&files)?;
-        }
-        render::print_json(&v);
+    if machine_output(stream, a.out.json, &report, &report.outcome, &files, list)? {
         return Ok(code);
     }
     let o = &report.outcome;
@@ -186,6 +177,31 @@ pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
         );
     }
     Ok(code)
+}
+
+/// The report as `--json-lines` (its end: the files were streamed) or `--json` (with the
+/// kept `files` when they were listed); false when neither was asked for.
+fn machine_output<R: serde::Serialize, F: serde::Serialize>(
+    stream: bool,
+    json: bool,
+    report: &R,
+    outcome: &pagewise_core::Outcome,
+    files: &[F],
+    list: bool,
+) -> Result<bool, CliError> {
+    if stream {
+        render::print_stream_end(&outcome.errors, report);
+        return Ok(true);
+    }
+    if json {
+        let mut v = serde_json::to_value(report)?;
+        if list {
+            v["files"] = serde_json::to_value(files)?;
+        }
+        render::print_json(&v);
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 /// `pagewise stat --by-cgroup`.
@@ -221,16 +237,14 @@ fn by_cgroup(a: StatArgs) -> Result<ExitCode, CliError> {
         files.truncate(n);
     }
     let code = ExitCode::from_outcome(&report.outcome);
-    if stream {
-        render::print_stream_end(&report.outcome.errors, &report);
-        return Ok(code);
-    }
-    if a.out.json {
-        let mut v = serde_json::to_value(&report)?;
-        if opts.files {
-            v["files"] = serde_json::to_value(&files)?;
-        }
-        render::print_json(&v);
+    if machine_output(
+        stream,
+        a.out.json,
+        &report,
+        &report.outcome,
+        &files,
+        opts.files,
+    )? {
         return Ok(code);
     }
     let o = &report.outcome;

@@ -412,15 +412,22 @@ impl<'a> Planner<'a> {
     /// it: always with [`Existing::Keep`], when `same` holds of its metadata with
     /// [`Existing::QuickCheck`] and [`Existing::Checksum`].
     fn keep_existing(&mut self, e: &Entry, same: impl FnOnce(&sys::Stat) -> bool) -> bool {
-        let keep = match self.ctx.opts.existing {
-            Existing::Replace => false,
-            Existing::Keep => e.dst_st.is_some(),
-            Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
-        };
+        let keep = self.keeps(e, same);
         if keep {
             self.ctx.skipped(&e.dst, EntryKind::of(&e.st));
         }
         keep
+    }
+
+    /// Whether `existing` leaves `e`'s destination as it is: never with
+    /// [`Existing::Replace`], whenever it exists with [`Existing::Keep`], when `same` holds of
+    /// its metadata with [`Existing::QuickCheck`] and [`Existing::Checksum`].
+    fn keeps(&self, e: &Entry, same: impl FnOnce(&sys::Stat) -> bool) -> bool {
+        match self.ctx.opts.existing {
+            Existing::Replace => false,
+            Existing::Keep => e.dst_st.is_some(),
+            Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
+        }
     }
 
     /// With `preserve`: a special file's or symlink's owner (when root), mode (not for
@@ -630,11 +637,7 @@ impl<'a> Planner<'a> {
         // --checksum never leaves a file on its metadata alone: same-size files are compared.
         let quick = self.ctx.opts.existing != Existing::Checksum;
         let same = |d: &sys::Stat| quick && d.is_file() && d.size == size && d.mtime == e.st.mtime;
-        let keep = match self.ctx.opts.existing {
-            Existing::Replace => false,
-            Existing::Keep => e.dst_st.is_some(),
-            Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
-        };
+        let keep = self.keeps(&e, same);
         if e.st.nlink > 1 {
             let key = (e.st.dev, e.st.ino);
             let mut links = self.shared.links.lock().unwrap();
@@ -643,13 +646,7 @@ impl<'a> Planner<'a> {
                 drop(links);
                 // Already this file's second name when its first name was left as it was.
                 let linked = |d: &sys::Stat| kept == Some((d.dev, d.ino));
-                let keep_second = match self.ctx.opts.existing {
-                    Existing::Replace => false,
-                    Existing::Keep => e.dst_st.is_some(),
-                    Existing::QuickCheck | Existing::Checksum => {
-                        e.dst_st.as_ref().is_some_and(linked)
-                    }
-                };
+                let keep_second = self.keeps(&e, linked);
                 if keep_second {
                     return self.ctx.skipped(&e.dst, EntryKind::Hardlink);
                 }
