@@ -184,6 +184,9 @@ const LARGE_FILE: u64 = 64 << 20;
 
 struct Ctx<'a> {
     opts: &'a LoadOptions,
+    /// Files a worker queues before it reads them: `batch_files`, less under a small
+    /// RLIMIT_NOFILE (each queued file is open).
+    batch_files: usize,
     meter: Meter,
     tally: Tally,
     observer: &'a dyn Observer,
@@ -255,7 +258,7 @@ impl Batched for Ctx<'_> {
             len,
             span,
         });
-        if local.queued.len() >= self.opts.batch_files {
+        if local.queued.len() >= self.batch_files {
             self.drain(local);
         }
     }
@@ -406,9 +409,10 @@ fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
 pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport, crate::Error> {
     options.validate()?;
     let opts = options;
-    sys::raise_nofile_limit();
+    let per_worker = sys::fd_budget() / 2 / opts.walk.threads.max(1);
     let ctx = Ctx {
         opts,
+        batch_files: opts.batch_files.min(per_worker).max(1),
         meter: Meter::new(opts.method),
         tally: Tally::new(),
         observer,

@@ -24,8 +24,33 @@ pub(super) struct Settle {
     fd: OwnedFd,
 }
 
-/// Files a worker gathers before it waits for their write-back and drops them.
+/// Files a worker gathers before it waits for their write-back and drops them (at most).
 const SETTLE_BATCH: usize = 256;
+
+/// How many files each holder of open descriptors may keep, from the run's descriptor
+/// budget ([`sys::fd_budget`]): half for the workers (their small-file batches, source and
+/// destination, and their settle lists), a quarter each for the shared batched write-back
+/// and the files kept for the residue's second measure. With the usual limits these are the
+/// constants; under a limit of 1024 and 16 workers they shrink instead of failing with EMFILE.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FdBudget {
+    pub small_batch: usize,
+    pub settle: usize,
+    pub shared_settle: usize,
+    pub recheck: usize,
+}
+
+impl FdBudget {
+    pub fn new(budget: usize, workers: usize) -> FdBudget {
+        let per_worker = budget / 2 / workers.max(1);
+        FdBudget {
+            small_batch: (per_worker / 4).clamp(1, super::worker::SMALL_BATCH),
+            settle: (per_worker / 2).clamp(1, SETTLE_BATCH),
+            shared_settle: (budget / 4).clamp(1, SETTLE_FILES),
+            recheck: (budget / 4).min(RESIDUE_RECHECK),
+        }
+    }
+}
 
 /// One writeback wait for a batch of files, then drop their pages; what stays cached of
 /// them is measured (see [`DestResidue`]).
@@ -50,16 +75,25 @@ pub(super) fn settle(batch: &mut Vec<Settle>, cached: &DestResidue) {
 /// drop is measured again when the copy ends: RWF_DONTCACHE pages are dropped by the kernel
 /// itself when their write-back completes, and a DONTNEED racing with that drop skips them,
 /// so the first measure can show pages that are gone a moment later.
-#[derive(Default)]
 pub(super) struct DestResidue {
     pages: AtomicU64,
     later: Mutex<Vec<OwnedFd>>,
+    /// Files kept open for the second measure (see [`FdBudget`]).
+    keep: usize,
 }
 
 /// Files held open for the measure at the end; beyond, the first measure counts.
 const RESIDUE_RECHECK: usize = 4096;
 
 impl DestResidue {
+    pub(super) fn new(keep: usize) -> DestResidue {
+        DestResidue {
+            pages: AtomicU64::new(0),
+            later: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
     /// Measures one written file now, or keeps it for the end if pages are still cached.
     pub(super) fn measure(&self, fd: OwnedFd) {
         let Ok(c) = sys::cachestat(fd.as_fd(), 0, 0) else {
@@ -67,7 +101,7 @@ impl DestResidue {
         };
         if c.cache > 0 {
             let mut later = self.later.lock().unwrap();
-            if later.len() < RESIDUE_RECHECK {
+            if later.len() < self.keep {
                 return later.push(fd);
             }
         }
@@ -90,9 +124,10 @@ impl DestResidue {
 /// files' blocks go out as one request — 100k files took ~12k write requests instead of
 /// ~100k), then each file is waited on and dropped. syncfs also starts write-back of other
 /// dirty data of that filesystem, which the kernel would write within seconds anyway.
-#[derive(Default)]
 pub(super) struct BatchSettle {
     pending: Mutex<(Vec<fs::File>, u64)>,
+    /// Files gathered at most (see [`FdBudget`]).
+    files: usize,
 }
 
 /// Files and dirty bytes that trigger a batch write-back.
@@ -100,12 +135,19 @@ const SETTLE_FILES: usize = 2048;
 const SETTLE_BYTES: u64 = 64 << 20;
 
 impl BatchSettle {
+    pub(super) fn new(files: usize) -> BatchSettle {
+        BatchSettle {
+            pending: Mutex::new((Vec::new(), 0)),
+            files,
+        }
+    }
+
     fn add(&self, f: fs::File, bytes: u64, cached: &DestResidue) {
         let batch = {
             let mut p = self.pending.lock().unwrap();
             p.0.push(f);
             p.1 += bytes;
-            if p.0.len() < SETTLE_FILES && p.1 < SETTLE_BYTES {
+            if p.0.len() < self.files && p.1 < SETTLE_BYTES {
                 return;
             }
             p.1 = 0;
@@ -159,7 +201,7 @@ impl Ctx<'_> {
             self.batch_settle.add(fd, data, cached);
         } else if strat != Strategy::Buffered {
             local.settle.push(Settle { fd: fd.into() });
-            if local.settle.len() >= SETTLE_BATCH {
+            if local.settle.len() >= self.fds.settle {
                 settle(&mut local.settle, cached);
             }
         } else {

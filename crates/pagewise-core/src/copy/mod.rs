@@ -336,6 +336,8 @@ struct Ctx<'a> {
     /// io_uring or RWF_DONTCACHE reads are refused: small files go one by one.
     no_small_path: AtomicBool,
     batch_settle: finish::BatchSettle,
+    /// Open files each holder may keep.
+    fds: finish::FdBudget,
     /// Filesystems (st_dev of the destination dir) where a strategy was refused.
     refused: Mutex<HashSet<(u64, Strategy)>>,
     /// Files whose destination ran out of space while others were written beside them: they
@@ -348,9 +350,10 @@ struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     fn new(opts: &'a CopyOptions, observer: &'a dyn Observer) -> Self {
+        let fds = finish::FdBudget::new(sys::fd_budget(), opts.threads);
         Ctx {
             counts: Counts::default(),
-            dest_residue: finish::DestResidue::default(),
+            dest_residue: finish::DestResidue::new(fds.recheck),
             opts,
             observer,
             tally: Tally::new(),
@@ -360,7 +363,8 @@ impl<'a> Ctx<'a> {
             no_small_path: AtomicBool::new(
                 opts.strategy != Strategy::Auto || !sys::probe_io_uring(),
             ),
-            batch_settle: finish::BatchSettle::default(),
+            batch_settle: finish::BatchSettle::new(fds.shared_settle),
+            fds,
             refused: Mutex::new(HashSet::new()),
             no_space: Mutex::new(Vec::new()),
             final_pass: AtomicBool::new(false),
@@ -473,7 +477,6 @@ impl<'a> Ctx<'a> {
 /// ```
 pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport, Error> {
     options.validate()?;
-    sys::raise_nofile_limit();
     let targets = plan_targets(&options.sources, &options.dest, options.no_target_directory)?;
     let umask = finish::umask();
     let ctx = Ctx::new(options, observer);

@@ -9,7 +9,7 @@
 //! destination directory that existed is read once too, and only names it holds are stat'ed:
 //! an up-to-date 100k-file tree is checked with one fstatat per entry and side.
 
-use super::worker::{SMALL_BATCH, SMALL_BATCH_BYTES, SMALL_FILE};
+use super::worker::{SMALL_BATCH_BYTES, SMALL_FILE};
 use super::{Action, Ctx, Dereference, EntryKind, Existing};
 use crate::error::{FileError, Op};
 use crate::sys;
@@ -294,7 +294,7 @@ impl<'a> Planner<'a> {
                 let Some(first) = g.next() else {
                     return false;
                 };
-                let _ = self.tx.send(unit_from(first, g));
+                let _ = self.tx.send(unit_from(first, g, self.ctx.fds.small_batch));
                 true
             });
         }
@@ -706,11 +706,12 @@ impl<'a> Planner<'a> {
 fn unit_from(
     first: FileTask,
     rest: &mut std::iter::Peekable<std::vec::IntoIter<FileTask>>,
+    max_files: usize,
 ) -> Vec<FileTask> {
     let mut unit = vec![first];
     if unit[0].size <= SMALL_FILE {
         let mut bytes = unit[0].size;
-        while unit.len() < SMALL_BATCH && bytes < SMALL_BATCH_BYTES {
+        while unit.len() < max_files && bytes < SMALL_BATCH_BYTES {
             match rest.next_if(|t| t.size <= SMALL_FILE) {
                 Some(t) => {
                     bytes += t.size;

@@ -192,6 +192,9 @@ const MAX_RESIDUE: usize = 10_000;
 
 struct Ctx<'a> {
     opts: &'a EvictOptions,
+    /// Dirty files a worker holds open before it waits for them (at most
+    /// [`WRITEBACK_BATCH`]; less under a small RLIMIT_NOFILE).
+    writeback_batch: usize,
     meter: Meter,
     tally: Tally,
     observer: &'a dyn Observer,
@@ -244,7 +247,7 @@ impl Batched for Ctx<'_> {
                 before,
                 dev_ino,
             });
-            if local.pending.len() >= WRITEBACK_BATCH {
+            if local.pending.len() >= self.writeback_batch {
                 self.drain(local);
             }
             return;
@@ -438,9 +441,10 @@ impl Ctx<'_> {
 pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictReport, crate::Error> {
     options.validate()?;
     let opts = options;
-    sys::raise_nofile_limit();
+    let per_worker = sys::fd_budget() / 2 / opts.walk.threads.max(1);
     let ctx = Ctx {
         opts,
+        writeback_batch: per_worker.clamp(1, WRITEBACK_BATCH),
         meter: Meter::new(opts.method),
         tally: Tally::new(),
         observer,

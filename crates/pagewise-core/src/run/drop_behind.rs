@@ -34,6 +34,10 @@ pub(super) struct Counts {
 /// Drops pending ranges of the command's files, opened by handle.
 pub(super) struct Dropper {
     keep_written: bool,
+    /// Files kept open (at most [`MAX_OPEN`]) and dropped together (at most [`BATCH_FILES`]),
+    /// less under a small RLIMIT_NOFILE.
+    max_open: usize,
+    batch_files: usize,
     /// Open files, bounded (a tree of 100k files must not run into RLIMIT_NOFILE).
     fds: Mutex<HashMap<FileKey, Arc<OwnedFd>>>,
     /// Files that could not be opened (gone, or no handle support).
@@ -52,8 +56,11 @@ const WRITE_AND_WAIT: u32 = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAI
 impl Dropper {
     /// With `keep_written`, the pages of files the command wrote stay.
     pub fn new(keep_written: bool) -> Dropper {
+        let budget = sys::fd_budget();
         Dropper {
             keep_written,
+            max_open: (budget / 4).clamp(1, MAX_OPEN),
+            batch_files: (budget / 4).clamp(1, BATCH_FILES),
             fds: Mutex::default(),
             unreachable: Mutex::default(),
             mounts: Mounts::default(),
@@ -76,7 +83,7 @@ impl Dropper {
             Ok(fd) => {
                 let fd = Arc::new(fd);
                 let mut fds = self.fds.lock().unwrap();
-                if fds.len() < MAX_OPEN {
+                if fds.len() < self.max_open {
                     fds.insert(key, fd.clone());
                 }
                 Some(fd)
@@ -106,7 +113,7 @@ impl Dropper {
             .map(|(key, ranges)| (key, merge(ranges)))
             .collect();
         let (mut dropped, mut kept) = (0, 0);
-        for batch in work.chunks(BATCH_FILES) {
+        for batch in work.chunks(self.batch_files) {
             let fds: Vec<Option<Arc<OwnedFd>>> = batch.iter().map(|(k, _)| self.fd(*k)).collect();
             let (d, k) = self.drop_batch(batch, &fds, &mut stayed);
             dropped += d;

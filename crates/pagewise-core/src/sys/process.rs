@@ -78,6 +78,15 @@ pub fn raise_nofile_limit() -> u64 {
     soft
 }
 
+/// Descriptors a verb may hold open at once: RLIMIT_NOFILE (raised to its hard limit first,
+/// see [`raise_nofile_limit`]) less a reserve of 64 for what every run opens anyway. Verbs
+/// that keep files open in batches size the batches from it, so a tree of 100k files fits a
+/// limit of 1024 as well as one of 1M.
+pub fn fd_budget() -> usize {
+    let soft = raise_nofile_limit().min(1 << 20) as usize;
+    soft.saturating_sub(64).max(64)
+}
+
 /// `int getrlimit(RLIMIT_MEMLOCK, struct rlimit *rlim)` —
 /// <https://man7.org/linux/man-pages/man2/getrlimit.2.html>, through rustix.
 ///
