@@ -16,7 +16,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A destination file waiting for its batch's writeback wait and drop.
@@ -28,12 +28,17 @@ pub(super) struct Settle {
 const SETTLE_BATCH: usize = 256;
 
 /// How many files each holder of open descriptors may keep, from the run's descriptor
-/// budget ([`sys::fd_budget`]): half for the workers (their small-file batches, source and
-/// destination, and their settle lists), a quarter each for the shared batched write-back
-/// and the files kept for the residue's second measure. With the usual limits these are the
-/// constants; under a limit of 1024 and 16 workers they shrink instead of failing with EMFILE.
+/// budget ([`sys::fd_budget`]) less four per worker (its io_uring, the directories it
+/// works in): half for the workers' small-file batches (source and destination) and settle
+/// lists, an eighth for the shared batched write-back (up to three batches open: see
+/// [`BatchSettle::add`]) and another for the files kept for the residue's second measure;
+/// the rest is slack for the planners' directories. With the usual
+/// limits these are the constants; under a limit of 1024 and 16 workers they shrink instead
+/// of failing with EMFILE.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct FdBudget {
+    /// Workers: the copy's threads, fewer when the budget cannot keep each a few files.
+    pub workers: usize,
     pub small_batch: usize,
     pub settle: usize,
     pub shared_settle: usize,
@@ -42,13 +47,43 @@ pub(super) struct FdBudget {
 
 impl FdBudget {
     pub fn new(budget: usize, workers: usize) -> FdBudget {
-        let per_worker = budget / 2 / workers.max(1);
+        let workers = workers.min(budget / 16).max(1);
+        let usable = budget.saturating_sub(4 * workers).max(16);
+        let per_worker = usable / 2 / workers;
         FdBudget {
+            workers,
             small_batch: (per_worker / 4).clamp(1, super::worker::SMALL_BATCH),
-            settle: (per_worker / 2).clamp(1, SETTLE_BATCH),
-            shared_settle: (budget / 4).clamp(1, SETTLE_FILES),
-            recheck: (budget / 4).min(RESIDUE_RECHECK),
+            settle: (per_worker / 4).clamp(1, SETTLE_BATCH),
+            shared_settle: (usable / 24).clamp(1, SETTLE_FILES),
+            recheck: (usable / 8).min(RESIDUE_RECHECK),
         }
+    }
+
+    /// Descriptors held at most by all of them.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.workers * (4 + 2 * self.small_batch + self.settle)
+            + 3 * self.shared_settle
+            + self.recheck
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_fits_the_limit_and_keeps_the_constants_when_there_is_room() {
+        for (limit, workers) in [(128, 16), (1024, 16), (1024, 1), (4096, 64), (256, 2)] {
+            let b = FdBudget::new(limit - 64, workers);
+            assert!(b.held() <= limit - 64, "{limit} {workers}: {b:?}");
+        }
+        let roomy = FdBudget::new(1 << 20, 16);
+        assert_eq!(roomy.workers, 16);
+        assert_eq!(roomy.small_batch, super::super::worker::SMALL_BATCH);
+        assert_eq!(roomy.settle, SETTLE_BATCH);
+        assert_eq!(roomy.shared_settle, SETTLE_FILES);
+        assert_eq!(roomy.recheck, RESIDUE_RECHECK);
     }
 }
 
@@ -125,9 +160,20 @@ impl DestResidue {
 /// ~100k), then each file is waited on and dropped. syncfs also starts write-back of other
 /// dirty data of that filesystem, which the kernel would write within seconds anyway.
 pub(super) struct BatchSettle {
-    pending: Mutex<(Vec<fs::File>, u64)>,
-    /// Files gathered at most (see [`FdBudget`]).
+    pending: Mutex<Gathered>,
+    /// Signalled when a write-back ends.
+    written: Condvar,
+    /// Files per batch (see [`FdBudget`]).
     files: usize,
+}
+
+/// Files gathered for the next batch, their dirty bytes, and whether a batch is being
+/// written back now.
+#[derive(Default)]
+struct Gathered {
+    files: Vec<fs::File>,
+    bytes: u64,
+    writing: bool,
 }
 
 /// Files and dirty bytes that trigger a batch write-back.
@@ -137,28 +183,38 @@ const SETTLE_BYTES: u64 = 64 << 20;
 impl BatchSettle {
     pub(super) fn new(files: usize) -> BatchSettle {
         BatchSettle {
-            pending: Mutex::new((Vec::new(), 0)),
+            pending: Mutex::default(),
+            written: Condvar::new(),
             files,
         }
     }
 
+    /// Adds a written file. One batch is written back at a time: while it is, files gather
+    /// for the next, and a worker that would make the next batch twice as large waits (so
+    /// at most three batches of files are open: a bound the [`FdBudget`] relies on).
     fn add(&self, f: fs::File, bytes: u64, cached: &DestResidue) {
         let batch = {
             let mut p = self.pending.lock().unwrap();
-            p.0.push(f);
-            p.1 += bytes;
-            if p.0.len() < self.files && p.1 < SETTLE_BYTES {
+            while p.writing && p.files.len() >= 2 * self.files {
+                p = self.written.wait(p).unwrap();
+            }
+            p.files.push(f);
+            p.bytes += bytes;
+            if p.writing || (p.files.len() < self.files && p.bytes < SETTLE_BYTES) {
                 return;
             }
-            p.1 = 0;
-            std::mem::take(&mut p.0)
+            p.bytes = 0;
+            p.writing = true;
+            std::mem::take(&mut p.files)
         };
         Self::write_back(batch, cached);
+        self.pending.lock().unwrap().writing = false;
+        self.written.notify_all();
     }
 
     /// Writes back and drops what is pending (at the end of the run).
     pub(super) fn flush(&self, cached: &DestResidue) {
-        let batch = std::mem::take(&mut self.pending.lock().unwrap().0);
+        let batch = std::mem::take(&mut self.pending.lock().unwrap().files);
         Self::write_back(batch, cached);
     }
 

@@ -426,7 +426,7 @@ impl<'a> Ctx<'a> {
         let (tx, rx) = crossbeam_channel::bounded::<Vec<FileTask>>(1024);
         let merged = Mutex::new(Local::default());
         let planned = std::thread::scope(|s| {
-            for _ in 0..self.opts.threads.max(1) {
+            for _ in 0..self.fds.workers {
                 let rx = rx.clone();
                 let merged = &merged;
                 s.spawn(move || worker::work(self, rx, merged));
