@@ -235,3 +235,52 @@ fn without_a_command_is_a_usage_error() {
     let out = run(Command::new(env!("CARGO_BIN_EXE_pagewise")).arg("run"));
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// A command that keeps 3,000 scattered pages of a file mapped while it runs: drop-behind
+/// cannot drop mapped pages, so it parks them instead of retrying them in every pass (which
+/// once took the CPU fio needed), and drops them after the command's exit: nothing is left.
+#[test]
+fn mapped_pages_are_parked_and_dropped_at_exit() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("mapped");
+    cold_file(&data, 256 << 20);
+    let report = t.path().join("r.json");
+    let script = "import mmap, os, random, sys, time\n\
+                  f = open(sys.argv[1], 'rb')\n\
+                  m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
+                  m.madvise(mmap.MADV_RANDOM)\n\
+                  random.seed(7)\n\
+                  s = sum(m[random.randrange(0, 65536) * 4096] for _ in range(3000))\n\
+                  time.sleep(1.5)\n";
+    let mut cmd = Command::new("bash");
+    cmd.env("TIMEFORMAT", "%U %S")
+        .arg("-c")
+        .arg("time \"$@\" 2>/dev/null")
+        .arg("bash")
+        .arg(bin().get_program())
+        .args(["run", "--max-cache", "1M", "--report"])
+        .arg(&report)
+        .args(["--", "python3", "-c", script])
+        .arg(&data);
+    let out = run(&mut cmd);
+    assert!(out.status.success());
+    let times = String::from_utf8_lossy(&out.stderr);
+    let cpu: f64 = times
+        .split_whitespace()
+        .rev()
+        .take(2)
+        .map(|x| x.parse::<f64>().unwrap())
+        .sum();
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    eprintln!("cpu {cpu} s; {v}");
+    assert_eq!(cached(&data), 0, "dropped after the command's exit");
+    assert_eq!(v["left_bytes"], 0);
+    assert!(v["added_bytes"].as_u64().unwrap() >= 3000 * 4096 * 9 / 10);
+    assert!(
+        cpu < 0.8,
+        "pagewise run used {cpu} s of CPU for a command holding 3,000 mapped pages 1.5 s"
+    );
+}

@@ -202,7 +202,7 @@ pub fn write_assist_summary(
 ) -> std::io::Result<()> {
     writeln!(
         w,
-        "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us; {} files{}{}",
+        "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us (reads queued by p50 {} us, p99 {} us); {} files{}{}",
         r.faults,
         r.misses,
         r.faults_on_prefetched,
@@ -215,6 +215,8 @@ pub fn write_assist_summary(
         r.issue_latency_us_p50,
         r.issue_latency_us_p90,
         r.issue_latency_us_p99,
+        r.submit_latency_us_p50,
+        r.submit_latency_us_p99,
         r.files,
         if r.files_unreachable > 0 {
             format!(" ({} unreachable)", r.files_unreachable)
@@ -342,7 +344,8 @@ mod tests {
             text(|w| write_assist_summary(w, &assist_report())),
             "pagewise assist: 5000 faults (1200 misses, 800 on prefetched pages); 64 prefetches \
              (40 range, 20 sequential, 4 stride) of 200 MiB, ~3.0 MiB wasted; fault-to-prefetch \
-             latency p50 18 us, p90 55.5 us, p99 210.125 us; 7 files\n"
+             latency p50 18 us, p90 55.5 us, p99 210.125 us (reads queued by p50 0 us, p99 0 us); 7 \
+             files\n"
         );
     }
 
@@ -357,7 +360,8 @@ mod tests {
             text(|w| write_assist_summary(w, &r)),
             "pagewise assist: 5000 faults (1200 misses, 800 on prefetched pages); 64 prefetches \
              (40 range, 20 sequential, 4 stride) of 200 MiB, ~3.0 MiB wasted; fault-to-prefetch \
-             latency p50 18 us, p90 55.5 us, p99 210.125 us; 7 files (2 unreachable); WARNING: 9 \
+             latency p50 18 us, p90 55.5 us, p99 210.125 us (reads queued by p50 0 us, p99 0 us); 7 \
+             files (2 unreachable); WARNING: 9 \
              events lost (raise --buffer-kb)\n"
         );
     }

@@ -195,7 +195,8 @@ mod tests {
              12 files, 3.46 s\n\
              pagewise assist: 100 faults (40 misses, 25 on prefetched pages); 9 prefetches (5 \
              range, 3 sequential, 1 stride) of 8.0 MiB, ~1.0 MiB wasted; fault-to-prefetch \
-             latency p50 12.5 us, p90 40 us, p99 95.25 us; 4 files (1 unreachable); WARNING: 3 \
+             latency p50 12.5 us, p90 40 us, p99 95.25 us (reads queued by p50 0 us, p99 0 us); 4 \
+             files (1 unreachable); WARNING: 3 \
              events lost (raise --buffer-kb)\n"
         );
     }

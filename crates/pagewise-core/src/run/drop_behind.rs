@@ -273,7 +273,7 @@ fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 /// The drop-behind thread: drops whenever the outstanding footprint passes the limit.
 pub(super) struct DropBehind {
     stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<()>,
+    thread: std::thread::JoinHandle<Pending>,
 }
 
 impl DropBehind {
@@ -282,36 +282,111 @@ impl DropBehind {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::spawn(move || {
+            let mut retries = Retries::default();
             while !stop2.load(Ordering::Acquire) {
-                let pause = pass(&footprint, &dropper, limit_pages);
+                let pause = pass(&footprint, &dropper, limit_pages, &mut retries);
                 if !pause.is_zero() {
                     std::thread::sleep(pause);
                 }
             }
+            retries.take()
         });
         DropBehind { stop, thread }
     }
 
-    /// Stops the thread after its current pass.
-    pub fn stop(self) {
+    /// Stops the thread after its current pass; returns the ranges it was still retrying
+    /// (or had parked), for the final drop.
+    pub fn stop(self) -> Pending {
         self.stop.store(true, Ordering::Release);
-        let _ = self.thread.join();
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// How long a range that stays cached is tried again (every pass) before it is parked.
+const RETRY_FOR: Duration = Duration::from_millis(100);
+/// Parked ranges are tried again this often while the command runs.
+const PARKED_RETRY: Duration = Duration::from_secs(1);
+
+/// Ranges whose pages stayed cached after a drop. Pages still under read I/O drop a moment
+/// later, so a range is tried again in every pass for [`RETRY_FOR`]; pages the command has
+/// mapped (an mmap it keeps: fio's whole file, a database's) cannot be dropped while they
+/// are mapped, so after that the range is parked: tried once a second, and in the final
+/// drop (after the command's exit, when its mappings are gone). Parked pages are not counted
+/// against `--max-cache`: counting what cannot be dropped would make every pass retry all of
+/// it (measured: fio mmap randread under `run --assist` spent its CPU on ever-growing passes
+/// over pages it had mapped).
+#[derive(Default)]
+struct Retries {
+    /// Ranges that stayed, by when they first stayed, oldest first.
+    retrying: std::collections::VecDeque<(std::time::Instant, Pending)>,
+    parked: Pending,
+    parked_at: Option<std::time::Instant>,
+}
+
+impl Retries {
+    fn pages(&self) -> u64 {
+        self.retrying.iter().map(|(_, p)| p.pages).sum()
+    }
+
+    /// Ranges that stayed in a drop (now).
+    fn stayed(&mut self, p: Pending) {
+        if p.pages > 0 {
+            self.retrying.push_back((std::time::Instant::now(), p));
+        }
+    }
+
+    /// Everything still retried or parked.
+    fn take(&mut self) -> Pending {
+        let mut all = std::mem::take(&mut self.parked);
+        for (_, p) in self.retrying.drain(..) {
+            all.extend(p);
+        }
+        all
+    }
+
+    /// One retry of every range that stayed; what stays longer than [`RETRY_FOR`] parks.
+    fn retry(&mut self, dropper: &Dropper) {
+        if self.parked_at.is_some_and(|t| t.elapsed() >= PARKED_RETRY) {
+            let parked = std::mem::take(&mut self.parked);
+            self.parked_at = None;
+            self.stayed(dropper.drop_pending(parked));
+        }
+        for _ in 0..self.retrying.len() {
+            let (since, work) = self.retrying.pop_front().unwrap();
+            let stayed = dropper.drop_pending(work);
+            if stayed.pages == 0 {
+                continue;
+            }
+            if since.elapsed() < RETRY_FOR {
+                self.retrying.push_back((since, stayed));
+            } else {
+                self.parked.extend(stayed);
+                self.parked_at.get_or_insert_with(std::time::Instant::now);
+            }
+        }
     }
 }
 
 /// One look at the footprint, and a drop when it is over the limit; returns how long to wait
 /// before the next.
-fn pass(footprint: &Footprint, dropper: &Dropper, limit_pages: u64) -> Duration {
+fn pass(
+    footprint: &Footprint,
+    dropper: &Dropper,
+    limit_pages: u64,
+    retries: &mut Retries,
+) -> Duration {
     footprint.promote_prefetches();
-    if footprint.pending_pages() <= limit_pages {
-        return Duration::from_millis(5);
+    retries.retry(dropper);
+    let droppable = footprint.pending_pages();
+    // Windows prefetched for the command count against the limit from the moment they are
+    // issued, but are dropped only after their grace time (see `Footprint`).
+    if droppable == 0 || droppable + footprint.prefetch_pages() + retries.pages() <= limit_pages {
+        return Duration::from_millis(if retries.pages() > 0 { 1 } else { 5 });
     }
     let stayed = dropper.drop_pending(footprint.take_pending());
     dropper.counts.lock().unwrap().drops_while_running += 1;
-    // Pages still in flight: retry them with the next pass.
-    let retry = stayed.pages > 0;
-    footprint.requeue(stayed);
-    if retry {
+    retries.stayed(stayed);
+    if retries.pages() > 0 {
         Duration::from_millis(1)
     } else {
         Duration::ZERO

@@ -50,8 +50,9 @@ pub(super) struct Footprint {
     skip_pid: Option<u32>,
     page: u64,
     pending: Mutex<Pending>,
-    /// Prefetched windows in their grace period, oldest first.
+    /// Prefetched windows in their grace period, oldest first, and their pages.
     delayed: Mutex<VecDeque<Prefetched>>,
+    delayed_pages: AtomicU64,
     /// Files the command (or `--assist`) added pages to: only counted for the report.
     pub files: Mutex<HashSet<FileKey>>,
     /// Pages the command added.
@@ -69,6 +70,7 @@ impl Footprint {
             page,
             pending: Mutex::default(),
             delayed: Mutex::default(),
+            delayed_pages: AtomicU64::new(0),
             files: Mutex::default(),
             added: AtomicU64::new(0),
             assistant: assist.map(|a| Mutex::new(Assistant::new(a))),
@@ -90,6 +92,7 @@ impl Footprint {
                 for (key, start, n) in windows {
                     files.insert(key);
                     d.push_back((now, key, (start, n)));
+                    self.delayed_pages.fetch_add(n, Ordering::Relaxed);
                 }
             }
         }
@@ -109,6 +112,7 @@ impl Footprint {
         let mut p = self.pending.lock().unwrap();
         while d.front().is_some_and(|x| x.0.elapsed() >= PREFETCH_GRACE) {
             let (_, key, r) = d.pop_front().unwrap();
+            self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
             p.add(key, r);
         }
     }
@@ -116,6 +120,11 @@ impl Footprint {
     /// Pages pending.
     pub fn pending_pages(&self) -> u64 {
         self.pending.lock().unwrap().pages
+    }
+
+    /// Pages of the prefetched windows still in their grace period.
+    pub fn prefetch_pages(&self) -> u64 {
+        self.delayed_pages.load(Ordering::Relaxed)
     }
 
     /// Everything pending, taken.
@@ -130,6 +139,7 @@ impl Footprint {
         for (_, key, r) in std::mem::take(&mut *self.delayed.lock().unwrap()) {
             last.add(key, r);
         }
+        self.delayed_pages.store(0, Ordering::Relaxed);
         last
     }
 

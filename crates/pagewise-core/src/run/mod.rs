@@ -275,7 +275,7 @@ impl Session {
     fn finish(self) -> Ended {
         let source = self.follower.source;
         let lost = self.follower.stop().unwrap_or(0);
-        self.behind.stop();
+        self.footprint.requeue(self.behind.stop());
         final_drop(&self.footprint, &self.dropper);
         let assist = self.footprint.assistant.as_ref().map(|a| {
             let mut ar = a.lock().unwrap().report();
