@@ -30,7 +30,8 @@ Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, bad tr
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "simulate"])))]
 pub struct AssistArgs {
-    /// Processes to assist (all their threads, and children they start from now on)
+    /// Processes to assist: all their threads, the processes they started before (fio's jobs),
+    /// and children they start from now on
     #[arg(short = 'p', long = "pid", value_name = "PID", num_args = 1..)]
     pub pid: Vec<u32>,
     /// Replay the faults of a trace (`record --faults`) through the predictor instead

@@ -511,7 +511,8 @@ pub fn threads_of(pid: u32) -> std::io::Result<Vec<u32>> {
 /// Options of [`watch`] (`pagewise assist -p PID...`).
 #[derive(Debug, Clone, Default)]
 pub struct WatchOptions {
-    /// The processes to assist: all their threads, and children they start from now on.
+    /// The processes to assist: all their threads, their descendants running now, and
+    /// children they start from now on.
     /// Default: none, which [`WatchOptions::validate`] refuses.
     pub pids: Vec<u32>,
     /// Stop after this long even if the processes still run. Default: None (until they all
@@ -554,8 +555,12 @@ impl WatchOptions {
 /// ```
 pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistReport, crate::Error> {
     opts.validate()?;
-    let tids = threads_of_all(&opts.pids)?;
-    sys::raise_nofile_limit();
+    let mut tids = threads_of_all(&opts.pids)?;
+    // Processes they started before now (fio's jobs, make's compilers): followed too. New
+    // ones are covered by inherit; these must be named. One that exits meanwhile is skipped.
+    for pid in descendants(&opts.pids) {
+        tids.extend(threads_of(pid).unwrap_or_default());
+    }
     let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
     let tally = Tally::new();
     let a2 = assistant.clone();
@@ -629,6 +634,39 @@ fn watch_tracefs(
     Ok(inst.lost())
 }
 
+/// The processes descending from `pids` now (children, their children, ...), from the parent
+/// process ids in /proc/PID/stat.
+pub fn descendants(pids: &[u32]) -> Vec<u32> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo: Vec<u32> = pids.to_vec();
+    while let Some(p) = todo.pop() {
+        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
+            if !out.contains(&c) && !pids.contains(&c) {
+                out.push(c);
+                todo.push(c);
+            }
+        }
+    }
+    out
+}
+
 /// The threads of every process.
 fn threads_of_all(pids: &[u32]) -> Result<Vec<u32>, crate::Error> {
     let mut tids = Vec::new();
@@ -670,6 +708,37 @@ fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descendants_are_found_through_every_generation() {
+        // sh -> sh -> sleep: both generations below the first are found.
+        let mut top = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'sleep 5 & wait' & wait"])
+            .spawn()
+            .unwrap();
+        let me = top.id();
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = descendants(&[me]);
+            if found.len() >= 2 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let comms: Vec<String> = found
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+            .map(|c| c.trim().to_string())
+            .collect();
+        // Ends exactly the processes this test started, by PID.
+        let _ = std::process::Command::new("kill")
+            .args(found.iter().map(|p| p.to_string()))
+            .status();
+        let _ = top.kill();
+        let _ = top.wait();
+        assert!(comms.contains(&"sleep".to_string()), "{found:?} {comms:?}");
+        assert!(!found.contains(&me));
+    }
 
     #[test]
     fn histogram_buckets_are_inclusive_and_the_last_takes_the_rest() {
