@@ -36,6 +36,24 @@ impl Drop for SlowDisk {
     }
 }
 
+/// /sys/block/DEV/queue of the block device mounted at `mnt`.
+fn queue_of(mnt: &Path) -> PathBuf {
+    let out = run(Command::new("findmnt")
+        .args(["-n", "-o", "SOURCE", "--mountpoint"])
+        .arg(mnt));
+    assert!(out.status.success());
+    let dev = String::from_utf8(out.stdout).unwrap();
+    let name = Path::new(dev.trim()).file_name().unwrap().to_owned();
+    Path::new("/sys/block").join(name).join("queue")
+}
+
+fn sysfs(q: &Path, name: &str) -> String {
+    std::fs::read_to_string(q.join(name))
+        .unwrap_or_else(|e| panic!("{}/{name}: {e}", q.display()))
+        .trim()
+        .to_owned()
+}
+
 #[test]
 fn disk_order_beats_recorded_order_on_an_emulated_7200_rpm_disk() {
     if !require_root("the emulated disk (losetup, mount) and tracing")
@@ -55,6 +73,13 @@ fn disk_order_beats_recorded_order_on_an_emulated_7200_rpm_disk() {
     };
     let up = run(disk.cmd("up").args(["--profile", "hdd", "--size", "128M"]));
     assert!(up.status.success());
+    // The loop device says what it stands for, as the kernel reports it: a rotational disk
+    // with a SATA disk's 128 KiB read-ahead (not the 2 x max_sectors_kb this kernel gives a
+    // loop device), so cold starts on it read what they would on such a disk.
+    let q = queue_of(&mnt);
+    assert_eq!(sysfs(&q, "rotational"), "1");
+    assert_eq!(sysfs(&q, "read_ahead_kb"), "128");
+    assert!(sysfs(&q, "scheduler").contains("[mq-deadline]"), "{q:?}");
 
     // A 32 MiB file, written with the delays off, then read back page by page in a scattered
     // order: 240 pages, 32 KiB apart (within a track when sorted), shuffled.

@@ -4,7 +4,7 @@
 //! the tracepoints above it behave as on real hardware.
 //!
 //! ```text
-//! pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] MOUNTDIR
+//! pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] [--log PATH] MOUNTDIR
 //! ```
 //!
 //! - BACKING: a (sparse) file on a real filesystem holding the image's bytes; created and
@@ -15,6 +15,9 @@
 //!   arrival order; the cloud profile's queue depth), each sleeping until its delay has passed
 //!   since it started serving, then replying.
 //! - While the file `--fast-flag` exists, delays are skipped (for filling the disk quickly).
+//! - `--log PATH`: one line per request served, `start_s kind offset len delay_s` (start =
+//!   seconds since the daemon started, kind R or W), to see what the disk was asked and in
+//!   which order (written while the fast flag is absent only).
 //! - Runs in the foreground until the mount is unmounted (or it is killed).
 use fuser::{
     FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyData, ReplyEmpty, ReplyEntry,
@@ -167,6 +170,7 @@ fn worker(
     disk: Arc<Mutex<Disk>>,
     image: Arc<File>,
     fast: Option<PathBuf>,
+    log: Option<Arc<Mutex<(Instant, std::io::BufWriter<File>)>>>,
 ) {
     loop {
         let job = match rx.lock().unwrap().recv() {
@@ -182,6 +186,19 @@ fn worker(
         let delay = if fast.as_ref().is_some_and(|p| p.exists()) {
             Duration::ZERO
         } else {
+            if let Some(log) = &log {
+                use std::io::Write;
+                let mut l = log.lock().unwrap();
+                let t0 = l.0;
+                let kind = if matches!(job, Job::Read(..)) { 'R' } else { 'W' };
+                let _ = writeln!(
+                    l.1,
+                    "{:.6} {kind} {offset} {len} {:.6}",
+                    (started - t0).as_secs_f64(),
+                    delay.as_secs_f64()
+                );
+                let _ = l.1.flush();
+            }
             delay
         };
         match job {
@@ -230,16 +247,35 @@ fn sleep_until(t: Instant) {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] MOUNTDIR"
+        "usage: pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] [--log PATH] MOUNTDIR"
     );
     std::process::exit(2);
 }
 
+/// Closes every descriptor above stderr the daemon inherited: it outlives the script that
+/// started it, and must not hold that script's locks or pipes (e.g. a benchmark's
+/// `flock /tmp/lock bench/slowdisk up ...` would otherwise stay locked until `down`).
+fn close_inherited() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // The directory's own descriptor is among them, already closed: EBADF, harmless.
+        unsafe { libc::close(fd) };
+    }
+}
+
 fn main() {
+    close_inherited();
     let mut image = None;
     let mut size: Option<u64> = None;
     let mut profile = Profile::named("hdd").unwrap();
     let mut fast = None;
+    let mut log_path = None;
     let mut mountdir = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
@@ -255,6 +291,7 @@ fn main() {
                 })
             }
             Some("--fast-flag") => fast = Some(PathBuf::from(val())),
+            Some("--log") => log_path = Some(PathBuf::from(val())),
             Some("-h" | "--help") => usage(),
             _ if mountdir.is_none() => mountdir = Some(PathBuf::from(a)),
             _ => usage(),
@@ -288,9 +325,26 @@ fn main() {
     let rx = Arc::new(Mutex::new(rx));
     let disk = Arc::new(Mutex::new(Disk::new(profile)));
     let file = Arc::new(file);
+    let log = log_path.map(|p| {
+        let f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .unwrap_or_else(|e| {
+                eprintln!("pagewise-slowdisk: {}: open failed: {e}", p.display());
+                std::process::exit(1)
+            });
+        Arc::new(Mutex::new((Instant::now(), std::io::BufWriter::new(f))))
+    });
     for _ in 0..depth {
-        let (rx, disk, file, fast) = (rx.clone(), disk.clone(), file.clone(), fast.clone());
-        thread::spawn(move || worker(rx, disk, file, fast));
+        let (rx, disk, file, fast, log) = (
+            rx.clone(),
+            disk.clone(),
+            file.clone(),
+            fast.clone(),
+            log.clone(),
+        );
+        thread::spawn(move || worker(rx, disk, file, fast, log));
     }
     let fs = SlowDisk {
         size,
