@@ -13,10 +13,11 @@
 //!   every request the loop device sends reaches the model.
 //! - Requests are served by `depth` worker threads (1 for hdd: one request at a time, in
 //!   arrival order; the cloud profile's queue depth), each sleeping until its delay has passed
-//!   since it started serving, then replying.
+//!   since it started serving, then replying. The model is asked under one lock, in service
+//!   order, with the time service started (the cloud volume's shared throughput and IOPS).
 //! - While the file `--fast-flag` exists, delays are skipped (for filling the disk quickly).
 //! - `--log PATH`: one line per request served, `start_s kind offset len delay_s` (start =
-//!   seconds since the daemon started, kind R or W), to see what the disk was asked and in
+//!   seconds on the model's clock, kind R or W), to see what the disk was asked and in
 //!   which order (written while the fast flag is absent only).
 //! - Runs in the foreground until the mount is unmounted (or it is killed).
 use fuser::{
@@ -170,7 +171,8 @@ fn worker(
     disk: Arc<Mutex<Disk>>,
     image: Arc<File>,
     fast: Option<PathBuf>,
-    log: Option<Arc<Mutex<(Instant, std::io::BufWriter<File>)>>>,
+    log: Option<Arc<Mutex<std::io::BufWriter<File>>>>,
+    epoch: Instant,
 ) {
     loop {
         let job = match rx.lock().unwrap().recv() {
@@ -182,22 +184,27 @@ fn worker(
             Job::Read(o, n, _) => (*o, *n as u64),
             Job::Write(o, d, _) => (*o, d.len() as u64),
         };
-        let delay = disk.lock().unwrap().serve(offset, len);
         let delay = if fast.as_ref().is_some_and(|p| p.exists()) {
+            disk.lock().unwrap().skip(offset, len);
             Duration::ZERO
         } else {
+            let now = (started - epoch).as_secs_f64();
+            let delay = disk.lock().unwrap().serve(now, offset, len);
             if let Some(log) = &log {
                 use std::io::Write;
                 let mut l = log.lock().unwrap();
-                let t0 = l.0;
-                let kind = if matches!(job, Job::Read(..)) { 'R' } else { 'W' };
+                let kind = if matches!(job, Job::Read(..)) {
+                    'R'
+                } else {
+                    'W'
+                };
                 let _ = writeln!(
-                    l.1,
+                    l,
                     "{:.6} {kind} {offset} {len} {:.6}",
-                    (started - t0).as_secs_f64(),
+                    now,
                     delay.as_secs_f64()
                 );
-                let _ = l.1.flush();
+                let _ = l.flush();
             }
             delay
         };
@@ -334,8 +341,10 @@ fn main() {
                 eprintln!("pagewise-slowdisk: {}: open failed: {e}", p.display());
                 std::process::exit(1)
             });
-        Arc::new(Mutex::new((Instant::now(), std::io::BufWriter::new(f))))
+        Arc::new(Mutex::new(std::io::BufWriter::new(f)))
     });
+    // The model's clock: seconds since now.
+    let epoch = Instant::now();
     for _ in 0..depth {
         let (rx, disk, file, fast, log) = (
             rx.clone(),
@@ -344,7 +353,7 @@ fn main() {
             fast.clone(),
             log.clone(),
         );
-        thread::spawn(move || worker(rx, disk, file, fast, log));
+        thread::spawn(move || worker(rx, disk, file, fast, log, epoch));
     }
     let fs = SlowDisk {
         size,
