@@ -4,7 +4,7 @@
 //! the tracepoints above it behave as on real hardware.
 //!
 //! ```text
-//! pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] MOUNTDIR
+//! pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] [--log PATH] MOUNTDIR
 //! ```
 //!
 //! - BACKING: a (sparse) file on a real filesystem holding the image's bytes; created and
@@ -13,8 +13,12 @@
 //!   every request the loop device sends reaches the model.
 //! - Requests are served by `depth` worker threads (1 for hdd: one request at a time, in
 //!   arrival order; the cloud profile's queue depth), each sleeping until its delay has passed
-//!   since it started serving, then replying.
+//!   since it started serving, then replying. The model is asked under one lock, in service
+//!   order, with the time service started (the cloud volume's shared throughput and IOPS).
 //! - While the file `--fast-flag` exists, delays are skipped (for filling the disk quickly).
+//! - `--log PATH`: one line per request served, `start_s kind offset len delay_s` (start =
+//!   seconds on the model's clock, kind R or W), to see what the disk was asked and in
+//!   which order (written while the fast flag is absent only).
 //! - Runs in the foreground until the mount is unmounted (or it is killed).
 use fuser::{
     FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyData, ReplyEmpty, ReplyEntry,
@@ -167,6 +171,8 @@ fn worker(
     disk: Arc<Mutex<Disk>>,
     image: Arc<File>,
     fast: Option<PathBuf>,
+    log: Option<Arc<Mutex<std::io::BufWriter<File>>>>,
+    epoch: Instant,
 ) {
     loop {
         let job = match rx.lock().unwrap().recv() {
@@ -178,10 +184,28 @@ fn worker(
             Job::Read(o, n, _) => (*o, *n as u64),
             Job::Write(o, d, _) => (*o, d.len() as u64),
         };
-        let delay = disk.lock().unwrap().serve(offset, len);
         let delay = if fast.as_ref().is_some_and(|p| p.exists()) {
+            disk.lock().unwrap().skip(offset, len);
             Duration::ZERO
         } else {
+            let now = (started - epoch).as_secs_f64();
+            let delay = disk.lock().unwrap().serve(now, offset, len);
+            if let Some(log) = &log {
+                use std::io::Write;
+                let mut l = log.lock().unwrap();
+                let kind = if matches!(job, Job::Read(..)) {
+                    'R'
+                } else {
+                    'W'
+                };
+                let _ = writeln!(
+                    l,
+                    "{:.6} {kind} {offset} {len} {:.6}",
+                    now,
+                    delay.as_secs_f64()
+                );
+                let _ = l.flush();
+            }
             delay
         };
         match job {
@@ -230,16 +254,35 @@ fn sleep_until(t: Instant) {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] MOUNTDIR"
+        "usage: pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] [--log PATH] MOUNTDIR"
     );
     std::process::exit(2);
 }
 
+/// Closes every descriptor above stderr the daemon inherited: it outlives the script that
+/// started it, and must not hold that script's locks or pipes (e.g. a benchmark's
+/// `flock /tmp/lock bench/slowdisk up ...` would otherwise stay locked until `down`).
+fn close_inherited() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // The directory's own descriptor is among them, already closed: EBADF, harmless.
+        unsafe { libc::close(fd) };
+    }
+}
+
 fn main() {
+    close_inherited();
     let mut image = None;
     let mut size: Option<u64> = None;
     let mut profile = Profile::named("hdd").unwrap();
     let mut fast = None;
+    let mut log_path = None;
     let mut mountdir = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
@@ -255,6 +298,7 @@ fn main() {
                 })
             }
             Some("--fast-flag") => fast = Some(PathBuf::from(val())),
+            Some("--log") => log_path = Some(PathBuf::from(val())),
             Some("-h" | "--help") => usage(),
             _ if mountdir.is_none() => mountdir = Some(PathBuf::from(a)),
             _ => usage(),
@@ -288,9 +332,28 @@ fn main() {
     let rx = Arc::new(Mutex::new(rx));
     let disk = Arc::new(Mutex::new(Disk::new(profile)));
     let file = Arc::new(file);
+    let log = log_path.map(|p| {
+        let f = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&p)
+            .unwrap_or_else(|e| {
+                eprintln!("pagewise-slowdisk: {}: open failed: {e}", p.display());
+                std::process::exit(1)
+            });
+        Arc::new(Mutex::new(std::io::BufWriter::new(f)))
+    });
+    // The model's clock: seconds since now.
+    let epoch = Instant::now();
     for _ in 0..depth {
-        let (rx, disk, file, fast) = (rx.clone(), disk.clone(), file.clone(), fast.clone());
-        thread::spawn(move || worker(rx, disk, file, fast));
+        let (rx, disk, file, fast, log) = (
+            rx.clone(),
+            disk.clone(),
+            file.clone(),
+            fast.clone(),
+            log.clone(),
+        );
+        thread::spawn(move || worker(rx, disk, file, fast, log, epoch));
     }
     let fs = SlowDisk {
         size,
