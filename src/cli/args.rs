@@ -170,7 +170,7 @@ pub struct AssistTuning {
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size_arg)]
     pub range: u64,
     /// Smallest prefetch window
-    #[arg(long, value_name = "SIZE", default_value = "64K", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "SIZE", default_value = "16K", value_parser = parse_size_arg)]
     pub min_window: u64,
     /// Largest prefetch window
     #[arg(long, value_name = "SIZE", default_value = "8M", value_parser = parse_size_arg)]

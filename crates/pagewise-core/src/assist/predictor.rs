@@ -60,14 +60,16 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults for a page size: 1 MiB range, 16-page minimum, 8 MiB maximum window.
+    /// Defaults for a page size: 1 MiB range, 16 KiB minimum, 8 MiB maximum window. (A 64 KiB
+    /// minimum made fio's 16 KiB random reads 11-17% slower than without assist: every
+    /// window read three blocks nobody asked for.)
     pub fn for_page_size(page: u64) -> Config {
         Config {
             sequential: true,
             stride: true,
             range: true,
             range_pages: (1 << 20) / page,
-            min_window: 16,
+            min_window: ((16 << 10) / page).max(1),
             max_window: (8 << 20) / page,
             forward: true,
             seq_gap: 32,
@@ -124,6 +126,10 @@ struct FileState {
     /// The last closed cluster: span and direction.
     last_span: u64,
     last_up: bool,
+    /// Spans of the last four closed clusters (the window is the largest: a cluster whose
+    /// later pages were prefetched in time shows fewer faults, hence a shorter span, and
+    /// windows sized on it alone would shrink and grow in turn).
+    spans: [u64; 4],
     /// First pages of the last three clusters (for stride).
     starts: [Option<u64>; 3],
     /// Sequential run: first page, and where the last sequential window ended.
@@ -228,6 +234,7 @@ impl FileState {
             prev => {
                 if prev.is_some() {
                     self.last_span = self.cl_hi - self.cl_lo + 1;
+                    self.spans = [self.spans[1], self.spans[2], self.spans[3], self.last_span];
                     self.last_up = self.cl_up >= self.cl_down;
                     self.starts = [self.starts[1], self.starts[2], Some(self.cl_first)];
                 }
@@ -251,7 +258,8 @@ impl FileState {
             self.sequential(a, cfg, out);
             return;
         }
-        let span = self.last_span.max(cfg.min_window).min(cfg.max_window);
+        let recent = self.spans.iter().copied().max().unwrap_or(0);
+        let span = recent.max(cfg.min_window).min(cfg.max_window);
         if cfg.stride && self.stride(a, span, out) {
             return;
         }
@@ -288,7 +296,7 @@ impl FileState {
             self.seq_until.max(p)
         };
         self.seq_window = if self.seq_window == 0 {
-            (cfg.min_window * 4).min(cfg.max_window)
+            (cfg.min_window * 4).max(64).min(cfg.max_window)
         } else {
             (self.seq_window * 2).min(cfg.max_window)
         };
@@ -407,6 +415,25 @@ mod tests {
     }
 
     #[test]
+    fn small_random_blocks_get_windows_of_their_size() {
+        // 4-page chunks at scattered offsets (fio bs=16k): windows of 4 pages (not the 64 KiB
+        // that read three blocks nobody asked for), one miss per block.
+        let mut v = Vec::new();
+        let mut x: u64 = 777;
+        for _ in 0..200 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let base = (x >> 33) % 2_000_000 / 4 * 4;
+            v.extend(base..base + 4);
+        }
+        let mut p = Predictor::new(cfg());
+        let (_, misses, ws) = drive(&mut p, &v);
+        assert!(ws.iter().all(|w| w.pages == 4), "{:?}", &ws[..3]);
+        assert!(misses <= 4 + 199, "one miss per block: {misses}");
+    }
+
+    #[test]
     fn centred_range_windows_are_lustres_and_waste_half() {
         let mut c = cfg();
         c.forward = false;
@@ -468,8 +495,8 @@ mod tests {
         assert!(p.access(a(250_000, true)).is_empty());
         let w = p.access(a(300_000, false));
         assert_eq!(w.len(), 1);
-        assert_eq!(w[0].pages, 16); // at least min_window
-                                    // A second miss inside a window issued just now issues nothing new.
+        assert_eq!(w[0].pages, 4); // the 2-page cluster's span, at least min_window (16 KiB)
+                                   // A second miss inside a window issued just now issues nothing new.
         assert!(p.access(a(300_001, false)).is_empty());
     }
 

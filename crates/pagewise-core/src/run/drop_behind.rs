@@ -302,66 +302,92 @@ impl DropBehind {
     }
 }
 
-/// How long a range that stays cached is tried again (every pass) before it is parked.
-const RETRY_FOR: Duration = Duration::from_millis(100);
-/// Parked ranges are tried again this often while the command runs.
+/// A range whose pages stayed cached is tried again after 1 ms, then after twice as long each
+/// time while that stays under this (read I/O still in flight completes within it).
+const RETRY_AFTER: Duration = Duration::from_millis(1);
+const RETRY_LAST: Duration = Duration::from_millis(16);
+/// Parked ranges are tried again after this long, then twice as long each time, up to
+/// [`PARKED_RETRY_MAX`].
 const PARKED_RETRY: Duration = Duration::from_secs(1);
+const PARKED_RETRY_MAX: Duration = Duration::from_secs(8);
 
 /// Ranges whose pages stayed cached after a drop. Pages still under read I/O drop a moment
-/// later, so a range is tried again in every pass for [`RETRY_FOR`]; pages the command has
-/// mapped (an mmap it keeps: fio's whole file, a database's) cannot be dropped while they
-/// are mapped, so after that the range is parked: tried once a second, and in the final
-/// drop (after the command's exit, when its mappings are gone). Parked pages are not counted
-/// against `--max-cache`: counting what cannot be dropped would make every pass retry all of
-/// it (measured: fio mmap randread under `run --assist` spent its CPU on ever-growing passes
-/// over pages it had mapped).
+/// later, so a range is tried again 1, 2, 4, 8 and 16 ms later; pages the command has mapped
+/// (an mmap it keeps: fio's whole file, a database's) cannot be dropped while they are
+/// mapped, so what stays then is parked: tried again after 1 s, 2 s, 4 s, then every 8 s,
+/// and in the final drop (after the command's exit, when its mappings are gone). Parked pages
+/// are not counted against `--max-cache`: counting what cannot be dropped would make every
+/// pass retry all of it (measured: fio mmap randread under `run --assist` spent the CPU it
+/// needed on passes over the pages it had mapped, 3 system calls per range each time).
 #[derive(Default)]
 struct Retries {
-    /// Ranges that stayed, by when they first stayed, oldest first.
-    retrying: std::collections::VecDeque<(std::time::Instant, Pending)>,
+    /// Ranges that stayed: when to try them next, the wait before that try, the ranges.
+    retrying: Vec<(std::time::Instant, Duration, Pending)>,
     parked: Pending,
-    parked_at: Option<std::time::Instant>,
+    /// When the parked ranges are tried next, and the wait after that.
+    parked_next: Option<(std::time::Instant, Duration)>,
 }
 
 impl Retries {
     fn pages(&self) -> u64 {
-        self.retrying.iter().map(|(_, p)| p.pages).sum()
+        self.retrying.iter().map(|(_, _, p)| p.pages).sum()
     }
 
     /// Ranges that stayed in a drop (now).
     fn stayed(&mut self, p: Pending) {
         if p.pages > 0 {
-            self.retrying.push_back((std::time::Instant::now(), p));
+            let now = std::time::Instant::now();
+            self.retrying.push((now + RETRY_AFTER, RETRY_AFTER, p));
         }
     }
 
     /// Everything still retried or parked.
     fn take(&mut self) -> Pending {
         let mut all = std::mem::take(&mut self.parked);
-        for (_, p) in self.retrying.drain(..) {
+        for (_, _, p) in self.retrying.drain(..) {
             all.extend(p);
         }
         all
     }
 
-    /// One retry of every range that stayed; what stays longer than [`RETRY_FOR`] parks.
-    fn retry(&mut self, dropper: &Dropper) {
-        if self.parked_at.is_some_and(|t| t.elapsed() >= PARKED_RETRY) {
-            let parked = std::mem::take(&mut self.parked);
-            self.parked_at = None;
-            self.stayed(dropper.drop_pending(parked));
+    fn park(&mut self, p: Pending) {
+        if p.pages > 0 {
+            self.parked.extend(p);
+            self.parked_next
+                .get_or_insert((std::time::Instant::now() + PARKED_RETRY, PARKED_RETRY));
         }
-        for _ in 0..self.retrying.len() {
-            let (since, work) = self.retrying.pop_front().unwrap();
+    }
+
+    /// The next try of ranges that stayed, whose time has come (what stays after the last
+    /// parks), and of the parked ranges when their time has come.
+    fn retry(&mut self, dropper: &Dropper) {
+        if let Some((at, wait)) = self.parked_next {
+            if std::time::Instant::now() >= at {
+                let parked = std::mem::take(&mut self.parked);
+                let stayed = dropper.drop_pending(parked);
+                self.parked_next = (stayed.pages > 0).then(|| {
+                    let next = (wait * 2).min(PARKED_RETRY_MAX);
+                    (std::time::Instant::now() + next, next)
+                });
+                self.parked.extend(stayed);
+            }
+        }
+        let now = std::time::Instant::now();
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retrying)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.retrying = wait;
+        for (_, waited, work) in due {
             let stayed = dropper.drop_pending(work);
             if stayed.pages == 0 {
                 continue;
             }
-            if since.elapsed() < RETRY_FOR {
-                self.retrying.push_back((since, stayed));
+            if waited >= RETRY_LAST {
+                self.park(stayed);
             } else {
-                self.parked.extend(stayed);
-                self.parked_at.get_or_insert_with(std::time::Instant::now);
+                let next = waited * 2;
+                self.retrying
+                    .push((std::time::Instant::now() + next, next, stayed));
             }
         }
     }
@@ -386,9 +412,5 @@ fn pass(
     let stayed = dropper.drop_pending(footprint.take_pending());
     dropper.counts.lock().unwrap().drops_while_running += 1;
     retries.stayed(stayed);
-    if retries.pages() > 0 {
-        Duration::from_millis(1)
-    } else {
-        Duration::ZERO
-    }
+    Duration::ZERO
 }
