@@ -152,14 +152,24 @@ pub const PERF_RECORD_LOST: u32 = 2;
 /// Record type in the ring: one sample.
 pub const PERF_RECORD_SAMPLE: u32 = 9;
 
+/// When a perf ring's reader is woken by an event's samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerfWake {
+    /// When this many bytes are waiting in the ring (`watermark`, `wakeup_watermark`).
+    Bytes(u32),
+    /// After every this many samples of the event (`wakeup_events`; 1: every sample).
+    Samples(u32),
+}
+
 impl PerfEventAttr {
     /// The attribute of [`perf_tracepoint_open`]: tracepoint `id`, sampled at every hit
     /// with the thread id, a CLOCK_MONOTONIC time and the raw record; `inherit` as there;
-    /// the reader woken when `wakeup_bytes` are waiting, or at every sample with None.
-    pub fn tracepoint(id: u64, inherit: bool, wakeup_bytes: Option<u32>) -> Self {
+    /// the reader woken as `wake` says.
+    pub fn tracepoint(id: u64, inherit: bool, wake: PerfWake) -> Self {
         let mut flags = AttrFlags::USE_CLOCKID;
         flags.set(AttrFlags::INHERIT, inherit);
-        flags.set(AttrFlags::WATERMARK, wakeup_bytes.is_some());
+        flags.set(AttrFlags::WATERMARK, matches!(wake, PerfWake::Bytes(_)));
+        let (PerfWake::Bytes(n) | PerfWake::Samples(n)) = wake;
         PerfEventAttr {
             type_: PERF_TYPE_TRACEPOINT,
             size: PERF_ATTR_SIZE,
@@ -167,7 +177,7 @@ impl PerfEventAttr {
             sample_period: 1,
             sample_type: SampleType::TID | SampleType::TIME | SampleType::RAW,
             flags,
-            wakeup: wakeup_bytes.unwrap_or(1).max(1),
+            wakeup: n.max(1),
             clockid: libc::CLOCK_MONOTONIC,
             ..Default::default()
         }
@@ -206,15 +216,14 @@ pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<O
 /// sampling every hit with the thread id, a CLOCK_MONOTONIC time (`use_clockid`: Linux 4.1)
 /// and the tracepoint's raw record. With `inherit`, every thread and process created
 /// afterwards by this thread (and theirs) is counted too, into this event's ring buffer. The
-/// ring's reader is woken when `wakeup_bytes` are waiting, or at every sample with None. The
-/// event counts from now on.
+/// ring's reader is woken as `wake` says. The event counts from now on.
 pub fn perf_tracepoint_open(
     id: u64,
     cpu: i32,
     inherit: bool,
-    wakeup_bytes: Option<u32>,
+    wake: PerfWake,
 ) -> io::Result<OwnedFd> {
-    perf_tracepoint_open_for(id, 0, cpu, inherit, wakeup_bytes)
+    perf_tracepoint_open_for(id, 0, cpu, inherit, wake)
 }
 
 /// [`perf_tracepoint_open`] for thread `tid` (0: the calling thread) instead of the caller:
@@ -225,13 +234,9 @@ pub fn perf_tracepoint_open_for(
     tid: i32,
     cpu: i32,
     inherit: bool,
-    wakeup_bytes: Option<u32>,
+    wake: PerfWake,
 ) -> io::Result<OwnedFd> {
-    perf_event_open(
-        &PerfEventAttr::tracepoint(id, inherit, wakeup_bytes),
-        tid,
-        cpu,
-    )
+    perf_event_open(&PerfEventAttr::tracepoint(id, inherit, wake), tid, cpu)
 }
 
 /// `int ioctl(int fd, PERF_EVENT_IOC_SET_OUTPUT, int target)` —
@@ -501,7 +506,8 @@ mod tests {
     #[test]
     fn tracepoint_attr_has_the_same_bytes_as_before() {
         for (inherit, wakeup) in [(false, None), (true, Some(65536)), (true, Some(0))] {
-            let attr = PerfEventAttr::tracepoint(1234, inherit, wakeup);
+            let wake = wakeup.map_or(PerfWake::Samples(1), PerfWake::Bytes);
+            let attr = PerfEventAttr::tracepoint(1234, inherit, wake);
             // SAFETY: PerfEventAttr is 128 bytes of plain integers with no padding (asserted).
             let bytes: [u8; 128] = unsafe { std::mem::transmute(attr) };
             assert_eq!(
@@ -559,14 +565,14 @@ mod tests {
             .trim()
             .parse()
             .unwrap();
-        let ev = match perf_tracepoint_open(id, -1, false, None) {
+        let ev = match perf_tracepoint_open(id, -1, false, PerfWake::Samples(1)) {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
                 eprintln!("skipped: perf_event_open refused: {e}");
                 return;
             }
             r => r.unwrap(),
         };
-        let ev2 = perf_tracepoint_open(id, -1, false, None).unwrap();
+        let ev2 = perf_tracepoint_open(id, -1, false, PerfWake::Samples(1)).unwrap();
         // Only an event with a ring can be the target of another's samples.
         let e = perf_set_output(ev2.as_fd(), ev.as_fd()).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EINVAL));
