@@ -717,19 +717,22 @@ mod tests {
             .spawn()
             .unwrap();
         let me = top.id();
-        let mut found = Vec::new();
-        for _ in 0..100 {
+        let comms_of = |pids: &[u32]| -> Vec<String> {
+            pids.iter()
+                .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+                .map(|c| c.trim().to_string())
+                .collect()
+        };
+        // Until the grandchild has exec'd sleep (a forked child is "sh" for a moment).
+        let (mut found, mut comms) = (Vec::new(), Vec::new());
+        for _ in 0..300 {
             found = descendants(&[me]);
-            if found.len() >= 2 {
+            comms = comms_of(&found);
+            if comms.iter().any(|c| c == "sleep") {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        let comms: Vec<String> = found
-            .iter()
-            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-            .map(|c| c.trim().to_string())
-            .collect();
         // Ends exactly the processes this test started, by PID.
         let _ = std::process::Command::new("kill")
             .args(found.iter().map(|p| p.to_string()))
