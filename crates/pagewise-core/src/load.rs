@@ -409,7 +409,7 @@ fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
 pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport, crate::Error> {
     options.validate()?;
     let opts = options;
-    let per_worker = sys::fd_budget() / 2 / opts.walk.threads.max(1);
+    let per_worker = sys::fd_budget_per_worker(opts.walk.threads);
     let ctx = Ctx {
         opts,
         batch_files: opts.batch_files.min(per_worker).max(1),

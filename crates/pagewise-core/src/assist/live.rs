@@ -191,6 +191,17 @@ struct IssueStats {
     done: AtomicU64,
 }
 
+impl IssueStats {
+    /// Issues one prefetch and counts its latencies from the fault.
+    fn issue(&self, j: &Job) {
+        let since_fault = || (sys::monotonic_ns() / 1000).saturating_sub(j.fault_us);
+        self.issued.add(since_fault());
+        let _ = sys::fadvise(j.fd.as_fd(), j.off, j.len, Advice::WillNeed);
+        self.submitted.add(since_fault());
+        self.done.fetch_add(1, Ordering::Release);
+    }
+}
+
 /// Issuer threads: a few, as submissions sleep in the kernel and overlap.
 const ISSUERS: usize = 4;
 
@@ -209,12 +220,7 @@ impl Issuers {
                     .name(format!("pw-prefetch-{i}"))
                     .spawn(move || {
                         for j in rx {
-                            let t0 = sys::monotonic_ns() / 1000;
-                            st.issued.add(t0.saturating_sub(j.fault_us));
-                            let _ = sys::fadvise(j.fd.as_fd(), j.off, j.len, Advice::WillNeed);
-                            let t1 = sys::monotonic_ns() / 1000;
-                            st.submitted.add(t1.saturating_sub(j.fault_us));
-                            st.done.fetch_add(1, Ordering::Release);
+                            st.issue(&j);
                         }
                     })
                     .ok()
@@ -232,13 +238,7 @@ impl Issuers {
     fn issue(&mut self, j: Job) {
         self.sent += 1;
         if self.threads.is_empty() {
-            let st = &self.shared;
-            st.issued
-                .add((sys::monotonic_ns() / 1000).saturating_sub(j.fault_us));
-            let _ = sys::fadvise(j.fd.as_fd(), j.off, j.len, Advice::WillNeed);
-            st.submitted
-                .add((sys::monotonic_ns() / 1000).saturating_sub(j.fault_us));
-            st.done.fetch_add(1, Ordering::Release);
+            self.shared.issue(&j);
         } else if let Some(tx) = &self.tx {
             let _ = tx.send(j);
         }
@@ -558,7 +558,7 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
     let mut tids = threads_of_all(&opts.pids)?;
     // Processes they started before now (fio's jobs, make's compilers): followed too. New
     // ones are covered by inherit; these must be named. One that exits meanwhile is skipped.
-    for pid in descendants(&opts.pids) {
+    for pid in sys::descendants_of(&opts.pids) {
         tids.extend(threads_of(pid).unwrap_or_default());
     }
     let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
@@ -634,39 +634,6 @@ fn watch_tracefs(
     Ok(inst.lost())
 }
 
-/// The processes descending from `pids` now (children, their children, ...), from the parent
-/// process ids in /proc/PID/stat.
-pub fn descendants(pids: &[u32]) -> Vec<u32> {
-    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if let Some(ppid) = ppid {
-            children.entry(ppid).or_default().push(pid);
-        }
-    }
-    let mut out = Vec::new();
-    let mut todo: Vec<u32> = pids.to_vec();
-    while let Some(p) = todo.pop() {
-        for &c in children.get(&p).map(Vec::as_slice).unwrap_or(&[]) {
-            if !out.contains(&c) && !pids.contains(&c) {
-                out.push(c);
-                todo.push(c);
-            }
-        }
-    }
-    out
-}
-
 /// The threads of every process.
 fn threads_of_all(pids: &[u32]) -> Result<Vec<u32>, crate::Error> {
     let mut tids = Vec::new();
@@ -708,40 +675,6 @@ fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn descendants_are_found_through_every_generation() {
-        // sh -> sh -> sleep: both generations below the first are found.
-        let mut top = std::process::Command::new("sh")
-            .args(["-c", "sh -c 'sleep 5 & wait' & wait"])
-            .spawn()
-            .unwrap();
-        let me = top.id();
-        let comms_of = |pids: &[u32]| -> Vec<String> {
-            pids.iter()
-                .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-                .map(|c| c.trim().to_string())
-                .collect()
-        };
-        // Until the grandchild has exec'd sleep (a forked child is "sh" for a moment).
-        let (mut found, mut comms) = (Vec::new(), Vec::new());
-        for _ in 0..300 {
-            found = descendants(&[me]);
-            comms = comms_of(&found);
-            if comms.iter().any(|c| c == "sleep") {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        // Ends exactly the processes this test started, by PID.
-        let _ = std::process::Command::new("kill")
-            .args(found.iter().map(|p| p.to_string()))
-            .status();
-        let _ = top.kill();
-        let _ = top.wait();
-        assert!(comms.contains(&"sleep".to_string()), "{found:?} {comms:?}");
-        assert!(!found.contains(&me));
-    }
 
     #[test]
     fn histogram_buckets_are_inclusive_and_the_last_takes_the_rest() {

@@ -441,7 +441,7 @@ impl Ctx<'_> {
 pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictReport, crate::Error> {
     options.validate()?;
     let opts = options;
-    let per_worker = sys::fd_budget() / 2 / opts.walk.threads.max(1);
+    let per_worker = sys::fd_budget_per_worker(opts.walk.threads);
     let ctx = Ctx {
         opts,
         writeback_batch: per_worker.clamp(1, WRITEBACK_BATCH),

@@ -87,6 +87,12 @@ pub fn fd_budget() -> usize {
     soft.saturating_sub(64).max(64)
 }
 
+/// Each of `workers` threads' share of half the [`fd_budget`] (the other half left for what
+/// the run holds besides their batches).
+pub fn fd_budget_per_worker(workers: usize) -> usize {
+    fd_budget() / 2 / workers.max(1)
+}
+
 /// `int getrlimit(RLIMIT_MEMLOCK, struct rlimit *rlim)` —
 /// <https://man7.org/linux/man-pages/man2/getrlimit.2.html>, through rustix.
 ///
@@ -193,6 +199,40 @@ extern "C" fn on_interrupt(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut
             let _ = kill(child as u32, pending);
         }
     }
+}
+
+#[test]
+fn descendants_are_found_through_every_generation() {
+    // sh -> sh -> sleep: both generations below the first are found.
+    let mut top = std::process::Command::new("sh")
+        .args(["-c", "sh -c 'sleep 5 & wait' & wait"])
+        .spawn()
+        .unwrap();
+    let me = top.id();
+    let comms_of = |pids: &[u32]| -> Vec<String> {
+        pids.iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+            .map(|c| c.trim().to_string())
+            .collect()
+    };
+    // Until the grandchild has exec'd sleep (a forked child is "sh" for a moment).
+    let (mut found, mut comms) = (Vec::new(), Vec::new());
+    for _ in 0..300 {
+        found = descendants_of(&[me]);
+        comms = comms_of(&found);
+        if comms.iter().any(|c| c == "sleep") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Ends exactly the processes this test started, by PID.
+    let _ = std::process::Command::new("kill")
+        .args(found.iter().map(|p| p.to_string()))
+        .status();
+    let _ = top.kill();
+    let _ = top.wait();
+    assert!(comms.contains(&"sleep".to_string()), "{found:?} {comms:?}");
+    assert!(!found.contains(&me));
 }
 
 fn install_handlers(sigs: &[libc::c_int]) {
@@ -316,8 +356,8 @@ pub fn become_subreaper() {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
 }
 
-/// Processes whose parent is `pid` (from /proc/PID/stat), zombies excluded.
-pub fn children_of(pid: u32) -> Vec<u32> {
+/// Every process and its parent `(pid, ppid)`, from /proc/PID/stat, zombies excluded.
+fn parents() -> Vec<(u32, u32)> {
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -336,8 +376,34 @@ pub fn children_of(pid: u32) -> Vec<u32> {
         let mut f = rest.split_ascii_whitespace();
         let state = f.next();
         let ppid = f.next().and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) && state != Some("Z") {
-            out.push(child);
+        if let (Some(ppid), false) = (ppid, state == Some("Z")) {
+            out.push((child, ppid));
+        }
+    }
+    out
+}
+
+/// Processes whose parent is `pid` (from /proc/PID/stat), zombies excluded.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    parents()
+        .into_iter()
+        .filter(|&(_, ppid)| ppid == pid)
+        .map(|(child, _)| child)
+        .collect()
+}
+
+/// Processes descending from `pids` now (children, their children, ...; `pids` themselves
+/// not included), zombies excluded: one scan of /proc.
+pub fn descendants_of(pids: &[u32]) -> Vec<u32> {
+    let all = parents();
+    let mut out = Vec::new();
+    let mut todo: Vec<u32> = pids.to_vec();
+    while let Some(p) = todo.pop() {
+        for &(child, _) in all.iter().filter(|&&(_, ppid)| ppid == p) {
+            if !out.contains(&child) && !pids.contains(&child) {
+                out.push(child);
+                todo.push(child);
+            }
         }
     }
     out
