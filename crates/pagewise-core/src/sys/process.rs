@@ -690,3 +690,32 @@ mod tests {
         assert_eq!(last_signal(), Some(libc::SIGTERM));
     }
 }
+
+/// How a thread of ours is scheduled (see [`set_thread_class`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadClass {
+    /// `SCHED_IDLE`: runs only when nothing else wants the CPU; any other thread waking up
+    /// takes the CPU from it (background work that must not delay the target).
+    Background,
+    /// `SCHED_OTHER`, the default (its nice value is kept).
+    Normal,
+}
+
+/// `sched_setscheduler(0, ...)` — <https://man7.org/linux/man-pages/man2/sched_setscheduler.2.html>:
+/// sets the calling thread's scheduling class (Linux applies it to the thread, not the
+/// process). Leaving `SCHED_IDLE` needs CAP_SYS_NICE (or a permissive RLIMIT_NICE).
+pub fn set_thread_class(class: ThreadClass) -> io::Result<()> {
+    let policy = match class {
+        ThreadClass::Background => libc::SCHED_IDLE,
+        ThreadClass::Normal => libc::SCHED_OTHER,
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that lives across the call; pid 0 is the
+    // calling thread.
+    let r = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -218,20 +218,22 @@ impl Session {
         let every_ms = every.as_millis().clamp(1, i32::MAX as u128) as i32;
         // Process ids are never 0: skipping pid 0 skips nothing.
         let me = if skip_own { std::process::id() } else { 0 };
-        Ok(std::thread::spawn(move || {
-            let mut lost = 0u64;
-            loop {
-                // Read the flag first: a ring emptied after it was set holds everything.
-                let last = stop.load(Ordering::Acquire);
-                lost += drain_all(&mut rings, &layouts, me, &mut on_event);
-                if last {
-                    return lost;
+        std::thread::Builder::new()
+            .name("pw-events".into())
+            .spawn(move || {
+                let mut lost = 0u64;
+                loop {
+                    // Read the flag first: a ring emptied after it was set holds everything.
+                    let last = stop.load(Ordering::Acquire);
+                    lost += drain_all(&mut rings, &layouts, me, &mut on_event);
+                    if last {
+                        return lost;
+                    }
+                    let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
+                    fds.push(wake.as_fd());
+                    let _ = sys::poll_any_readable(&fds, every_ms);
                 }
-                let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
-                fds.push(wake.as_fd());
-                let _ = sys::poll_any_readable(&fds, every_ms);
-            }
-        }))
+            })
     }
 
     /// Stops counting, hands the events to a detached process that keeps them a few
