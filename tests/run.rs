@@ -239,6 +239,56 @@ fn without_a_command_is_a_usage_error() {
 /// A command that keeps 3,000 scattered pages of a file mapped while it runs: drop-behind
 /// cannot drop mapped pages, so it parks them instead of retrying them in every pass (which
 /// once took the CPU fio needed), and drops them after the command's exit: nothing is left.
+/// A command that maps a file and keeps the mapping: its pages cannot be dropped by
+/// fadvise while mapped, so drop-behind asks the kernel to page them out of the command
+/// (process_madvise(MADV_PAGEOUT)), and `--max-cache` holds while the command still runs.
+#[test]
+fn mapped_pages_are_paged_out_while_the_command_runs() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("mapped");
+    cold_file(&data, 256 << 20);
+    let report = t.path().join("r.json");
+    let script = "import mmap, sys, time\n\
+                  f = open(sys.argv[1], 'rb')\n\
+                  m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
+                  s = sum(m[i * 4096] for i in range(len(m) // 4096))\n\
+                  print('touched', s, flush=True)\n\
+                  time.sleep(3)\n";
+    let mut child = bin()
+        .args(["run", "--max-cache", "16M", "--report"])
+        .arg(&report)
+        .args(["--", "python3", "-c", script])
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("touched"), "{line}");
+    // Ranges that stay are retried for 31 ms, then paged out; give the pass a moment.
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let mid = cached(&data) * sys::page_size();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    eprintln!("cached while mapped: {mid} bytes; {v}");
+    assert!(
+        mid <= 32 << 20,
+        "{} MiB of the mapped file cached while the command ran under --max-cache 16M",
+        mid >> 20
+    );
+    assert_eq!(cached(&data), 0);
+    assert_eq!(v["left_bytes"], 0);
+    assert!(v["dropped_bytes"].as_u64().unwrap() >= 240 << 20);
+}
+
 #[test]
 fn mapped_pages_are_parked_and_dropped_at_exit() {
     if !can_trace() {

@@ -45,6 +45,8 @@ pub(super) struct Dropper {
     mounts: Mounts,
     /// Files with dirty pages seen: written by the command.
     written: Mutex<HashSet<FileKey>>,
+    /// `process_madvise` was refused: mapped pages are not paged out.
+    no_page_out: AtomicBool,
     pub counts: Mutex<Counts>,
     /// Errors and notices of the whole run.
     pub tally: Tally,
@@ -65,6 +67,7 @@ impl Dropper {
             unreachable: Mutex::default(),
             mounts: Mounts::default(),
             written: Mutex::default(),
+            no_page_out: AtomicBool::new(false),
             counts: Mutex::default(),
             tally: Tally::new(),
         }
@@ -216,6 +219,85 @@ impl Dropper {
         before.saturating_sub(after)
     }
 
+    /// Ranges that stayed through the retries because the command maps them (an mmap it
+    /// keeps: fio's whole file, a database's): asks the kernel to reclaim them from the
+    /// processes that map them (`process_madvise(MADV_PAGEOUT)`: clean file pages mapped by
+    /// that process alone leave the cache, as under memory pressure; the process faults them
+    /// in again if it reads them again), then drops and measures them again. Returns what
+    /// stays still (pages mapped by several processes, or by processes never seen using the
+    /// file). Where the kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice says
+    /// so once and mapped pages stay until the command unmaps them.
+    pub fn page_out(&self, stayed: Pending, users: &HashMap<FileKey, Vec<u32>>) -> Pending {
+        if stayed.pages == 0 || self.no_page_out.load(Ordering::Relaxed) {
+            return stayed;
+        }
+        let page = sys::page_size();
+        let mut maps: HashMap<u32, Option<Vec<sys::FileMapping>>> = HashMap::new();
+        let (mut out, mut dropped) = (Pending::default(), 0);
+        for (key, ranges) in stayed.files {
+            let ranges = merge(ranges);
+            let Some(fd) = self.fd(key) else {
+                continue;
+            };
+            let fd = fd.as_fd();
+            let before: Vec<u64> = ranges
+                .iter()
+                .map(|&(i, n)| sys::cachestat(fd, i * page, n * page).map_or(0, |c| c.cache))
+                .collect();
+            let mut tgids: Vec<u32> = users
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .filter_map(|&t| sys::tgid_of(t))
+                .collect();
+            tgids.sort_unstable();
+            tgids.dedup();
+            for tgid in tgids {
+                let Some(m) = maps
+                    .entry(tgid)
+                    .or_insert_with(|| sys::file_mappings(tgid).ok())
+                else {
+                    continue;
+                };
+                let iov: Vec<(u64, u64)> = m
+                    .iter()
+                    .filter(|m| m.dev == (key.0, key.1) && m.ino == key.2)
+                    .flat_map(|m| {
+                        ranges
+                            .iter()
+                            .filter_map(|&(i, n)| m.addresses_of(i * page, n * page))
+                    })
+                    .collect();
+                if iov.is_empty() {
+                    continue;
+                }
+                let r = sys::pidfd_open(tgid)
+                    .and_then(|pidfd| sys::process_madvise_pageout(pidfd.as_fd(), &iov));
+                match r {
+                    // The process exited meanwhile: its mappings are gone.
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => {
+                        if !self.no_page_out.swap(true, Ordering::Relaxed) {
+                            self.tally.notice(format!(
+                                "pages the command maps stay cached until it unmaps them \
+                                 (process_madvise(MADV_PAGEOUT): {e})"
+                            ));
+                        }
+                        break;
+                    }
+                    Ok(_) => {}
+                }
+            }
+            for (&range, &b) in ranges.iter().zip(&before) {
+                if b > 0 {
+                    dropped += self.drop_range(key, fd, range, b, false, &mut out);
+                }
+            }
+        }
+        self.counts.lock().unwrap().dropped_bytes += dropped * page;
+        out
+    }
+
     /// After the final drop: what of the command's pages in `ranges` (those that stayed) is
     /// still cached, and why (a range still cached is dropped once more first).
     pub fn measure_left(&self, ranges: &PageMap) {
@@ -287,6 +369,9 @@ impl DropBehind {
                 let mut retries = Retries::default();
                 let mut class = Class::start(&dropper);
                 while !stop2.load(Ordering::Acquire) {
+                    // Prefetches past their grace time count as waiting, so a thread that
+                    // got no CPU for a while sees how far behind it is.
+                    footprint.promote_prefetches();
                     class.adjust(footprint.pending_pages(), limit_pages, &dropper);
                     let pause = pass(&footprint, &dropper, limit_pages, &mut retries);
                     if !pause.is_zero() {
@@ -432,11 +517,15 @@ impl Retries {
 
     /// The next try of ranges that stayed, whose time has come (what stays after the last
     /// parks), and of the parked ranges when their time has come.
-    fn retry(&mut self, dropper: &Dropper) {
+    fn retry(&mut self, dropper: &Dropper, footprint: &Footprint) {
+        let page_out = |stayed: Pending| {
+            let users = footprint.users(stayed.files.keys().copied());
+            dropper.page_out(stayed, &users)
+        };
         if let Some((at, wait)) = self.parked_next {
             if std::time::Instant::now() >= at {
                 let parked = std::mem::take(&mut self.parked);
-                let stayed = dropper.drop_pending(parked);
+                let stayed = page_out(dropper.drop_pending(parked));
                 self.parked_next = (stayed.pages > 0).then(|| {
                     let next = (wait * 2).min(PARKED_RETRY_MAX);
                     (std::time::Instant::now() + next, next)
@@ -455,7 +544,7 @@ impl Retries {
                 continue;
             }
             if waited >= RETRY_LAST {
-                self.park(stayed);
+                self.park(page_out(stayed));
             } else {
                 let next = waited * 2;
                 self.retrying
@@ -474,7 +563,7 @@ fn pass(
     retries: &mut Retries,
 ) -> Duration {
     footprint.promote_prefetches();
-    retries.retry(dropper);
+    retries.retry(dropper, footprint);
     let droppable = footprint.pending_pages();
     // Windows prefetched for the command count against the limit from the moment they are
     // issued, but are dropped only after their grace time (see `Footprint`).

@@ -3,7 +3,7 @@
 
 use crate::assist::live::{AssistOptions, Assistant};
 use crate::trace::tracefs::RawEvent;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,6 +19,17 @@ type Prefetched = (Instant, FileKey, (u64, u64));
 /// Prefetched windows join the drop-behind only after this long, so they are not dropped
 /// before the command reads them.
 const PREFETCH_GRACE: Duration = Duration::from_millis(500);
+
+/// Threads remembered per file: a file mapped by more processes than this keeps the rest of
+/// its mapped pages until they exit.
+const USERS_PER_FILE: usize = 16;
+
+/// Remembers thread `tid` as a user of a file.
+fn user(users: &mut Vec<u32>, tid: u32) {
+    if users.len() < USERS_PER_FILE && !users.contains(&tid) {
+        users.push(tid);
+    }
+}
 
 /// Outstanding pages, per file.
 #[derive(Debug, Default)]
@@ -53,8 +64,10 @@ pub(super) struct Footprint {
     /// Prefetched windows in their grace period, oldest first, and their pages.
     delayed: Mutex<VecDeque<Prefetched>>,
     delayed_pages: AtomicU64,
-    /// Files the command (or `--assist`) added pages to: only counted for the report.
-    pub files: Mutex<HashSet<FileKey>>,
+    /// Files the command (or `--assist`) added pages to, and the command's threads seen
+    /// adding or faulting on their pages (at most [`USERS_PER_FILE`]): the processes that
+    /// may map them (see `Dropper::page_out`).
+    pub files: Mutex<HashMap<FileKey, Vec<u32>>>,
     /// Pages the command added.
     pub added: AtomicU64,
     /// The assistant, with `--assist`.
@@ -90,20 +103,30 @@ impl Footprint {
                 let mut files = self.files.lock().unwrap();
                 let mut d = self.delayed.lock().unwrap();
                 for (key, start, n) in windows {
-                    files.insert(key);
+                    user(files.entry(key).or_default(), e.pid);
                     d.push_back((now, key, (start, n)));
                     self.delayed_pages.fetch_add(n, Ordering::Relaxed);
                 }
             }
         }
+        let key = (e.dev_major, e.dev_minor, e.ino);
         if e.fault {
+            if let Some(u) = self.files.lock().unwrap().get_mut(&key) {
+                user(u, e.pid);
+            }
             return;
         }
-        let key = (e.dev_major, e.dev_minor, e.ino);
         let r = (e.ofs / self.page, 1u64 << e.order.min(20));
         self.added.fetch_add(r.1, Ordering::Relaxed);
         self.pending.lock().unwrap().add(key, r);
-        self.files.lock().unwrap().insert(key);
+        user(self.files.lock().unwrap().entry(key).or_default(), e.pid);
+    }
+
+    /// The threads seen using each of these files.
+    pub fn users(&self, keys: impl Iterator<Item = FileKey>) -> HashMap<FileKey, Vec<u32>> {
+        let files = self.files.lock().unwrap();
+        keys.filter_map(|k| files.get(&k).map(|u| (k, u.clone())))
+            .collect()
     }
 
     /// Prefetched windows old enough join the command's footprint.

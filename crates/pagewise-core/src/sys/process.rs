@@ -719,3 +719,194 @@ pub fn set_thread_class(class: ThreadClass) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// A process's mapping of a file: addresses `[start, end)` show the file from byte `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMapping {
+    /// First address.
+    pub start: u64,
+    /// Address past the end.
+    pub end: u64,
+    /// The file offset mapped at `start`.
+    pub offset: u64,
+    /// The file's device (major, minor).
+    pub dev: (u32, u32),
+    /// The file's inode.
+    pub ino: u64,
+}
+
+impl FileMapping {
+    /// Where bytes `[off, off + len)` of the file are mapped here: `(address, bytes)`, None
+    /// when this mapping shows none of them.
+    pub fn addresses_of(&self, off: u64, len: u64) -> Option<(u64, u64)> {
+        let (from, to) = (
+            off.max(self.offset),
+            (off + len).min(self.offset + (self.end - self.start)),
+        );
+        (from < to).then(|| (self.start + (from - self.offset), to - from))
+    }
+}
+
+/// The file mappings of process `pid`, from `/proc/PID/maps` (anonymous ones left out).
+pub fn file_mappings(pid: u32) -> io::Result<Vec<FileMapping>> {
+    let text = std::fs::read(format!("/proc/{pid}/maps"))?;
+    Ok(text
+        .split(|&b| b == b'\n')
+        .filter_map(parse_maps_line)
+        .collect())
+}
+
+/// One line of `/proc/PID/maps`: `start-end perms offset major:minor inode [path]`, numbers
+/// in hex except the inode. None for anonymous mappings (inode 0) and malformed lines.
+fn parse_maps_line(line: &[u8]) -> Option<FileMapping> {
+    let line = std::str::from_utf8(line.get(..line.len().min(120))?)
+        .ok()
+        .or_else(|| {
+            // The path may be cut inside a UTF-8 sequence: the numbers come before it.
+            let end = line.iter().position(|&b| b >= 0x80)?;
+            std::str::from_utf8(&line[..end]).ok()
+        })?;
+    let mut f = line.split_ascii_whitespace();
+    let (start, end) = f.next()?.split_once('-')?;
+    let _perms = f.next()?;
+    let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+    let (major, minor) = f.next()?.split_once(':')?;
+    let ino: u64 = f.next()?.parse().ok()?;
+    if ino == 0 {
+        return None;
+    }
+    Some(FileMapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset,
+        dev: (
+            u32::from_str_radix(major, 16).ok()?,
+            u32::from_str_radix(minor, 16).ok()?,
+        ),
+        ino,
+    })
+}
+
+/// The process (thread group) a thread belongs to, from `/proc/TID/status`.
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// `pidfd_open(pid, 0)` — <https://man7.org/linux/man-pages/man2/pidfd_open.2.html>, through
+/// rustix.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
+}
+
+/// `process_madvise(pidfd, iov, n, MADV_PAGEOUT, 0)` —
+/// <https://man7.org/linux/man-pages/man2/process_madvise.2.html> (Linux 5.10; rustix lacks
+/// it): asks the kernel to reclaim the pages of another process's address ranges
+/// `(address, bytes)`; clean file pages mapped by that process alone leave the page cache.
+/// Needs CAP_SYS_NICE and ptrace access to the process. Returns the bytes advised.
+pub fn process_madvise_pageout(pidfd: BorrowedFd<'_>, ranges: &[(u64, u64)]) -> io::Result<u64> {
+    use std::os::fd::AsRawFd;
+    let mut done = 0u64;
+    // At most IOV_MAX (1024) ranges a call.
+    for chunk in ranges.chunks(1024) {
+        let iov: Vec<libc::iovec> = chunk
+            .iter()
+            .map(|&(addr, len)| libc::iovec {
+                iov_base: addr as *mut libc::c_void,
+                iov_len: len as usize,
+            })
+            .collect();
+        // SAFETY: `iov` is a valid array of `iov.len()` iovecs that lives across the call;
+        // the addresses are the other process's, which the kernel never dereferences here.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len(),
+                libc::MADV_PAGEOUT,
+                0u32,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        done += r as u64;
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod maps_tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse_file_mappings_only() {
+        let m = parse_maps_line(
+            b"7f1c2a400000-7f1c2a600000 r--s 00200000 fe:01 15597634                   /var/tmp/a b",
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            FileMapping {
+                start: 0x7f1c2a400000,
+                end: 0x7f1c2a600000,
+                offset: 0x200000,
+                dev: (0xfe, 1),
+                ino: 15597634
+            }
+        );
+        assert!(
+            parse_maps_line(b"7ffd1c9e2000-7ffd1ca03000 rw-p 00000000 00:00 0  [stack]").is_none()
+        );
+        assert!(parse_maps_line(b"garbage").is_none());
+        assert_eq!(m.addresses_of(0x200000, 4096), Some((0x7f1c2a400000, 4096)));
+        assert_eq!(m.addresses_of(0x1ff000, 8192), Some((0x7f1c2a400000, 4096)));
+        assert_eq!(
+            m.addresses_of(0x3ff000, 0x10000),
+            Some((0x7f1c2a5ff000, 4096))
+        );
+        assert_eq!(m.addresses_of(0x400000, 4096), None);
+        assert_eq!(m.addresses_of(0, 4096), None);
+        let mut bad = b"55d0c0a00000-55d0c0a02000 r--p 00000000 08:02 42 /x/".to_vec();
+        bad.extend_from_slice(&[0xff, 0xfe]);
+        assert_eq!(parse_maps_line(&bad).unwrap().ino, 42);
+    }
+
+    #[test]
+    fn own_mapping_of_a_file_is_found() {
+        let dir = std::env::temp_dir().join(format!("pw-maps-{}", std::process::id()));
+        std::fs::write(&dir, vec![1u8; 8192]).unwrap();
+        let f = std::fs::File::open(&dir).unwrap();
+        let st = crate::sys::fstat(std::os::fd::AsFd::as_fd(&f)).unwrap();
+        // SAFETY: a fresh read-only shared mapping of an open file, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        let maps = file_mappings(std::process::id()).unwrap();
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(addr, 8192) };
+        std::fs::remove_file(&dir).unwrap();
+        assert!(maps
+            .iter()
+            .any(|m| m.start == addr as u64 && m.ino == st.ino));
+        assert_eq!(tgid_of(gettid()), Some(std::process::id()));
+    }
+}
