@@ -269,6 +269,8 @@ struct Issued {
     start: u64,
     end: u64,
     used: Vec<u64>,
+    /// Every page was used: reported once through [`Assistant::take_consumed`].
+    consumed: bool,
 }
 
 impl Issued {
@@ -322,6 +324,9 @@ pub struct Assistant {
     r: AssistReport,
     issuers: Issuers,
     wasted: u64,
+    /// Windows whose every page the target has used since the last
+    /// [`Assistant::take_consumed`].
+    consumed: Vec<(FileKey, u64, u64)>,
 }
 
 impl Assistant {
@@ -339,6 +344,7 @@ impl Assistant {
             r: AssistReport::default(),
             issuers: Issuers::start(),
             wasted: 0,
+            consumed: Vec::new(),
         }
     }
 
@@ -394,15 +400,20 @@ impl Assistant {
             return Vec::new();
         }
         self.r.faults += 1;
-        let s = self.slot(key);
+        self.slot(key);
+        let s = self.slots.get_mut(&key).unwrap();
         let id = s.id;
         let cached = s.known.iter().any(|&(a, b)| a <= p && p < b);
         let mut on_prefetched = false;
+        let consumed = &mut self.consumed;
         for w in s.issued.iter_mut() {
             if w.start <= p && p < w.end {
                 on_prefetched = true;
             }
-            w.mark(p, p + FAULT_AROUND_PAGES);
+            if w.mark(p, p + FAULT_AROUND_PAGES) && !w.consumed && w.unused() == 0 {
+                w.consumed = true;
+                consumed.push((key, w.start, w.end - w.start));
+            }
         }
         if on_prefetched {
             self.r.faults_on_prefetched += 1;
@@ -452,6 +463,7 @@ impl Assistant {
             start: w.start,
             end,
             used: vec![0; ((end - w.start) as usize).div_ceil(64)],
+            consumed: false,
         };
         iw.mark(p, p + FAULT_AROUND_PAGES);
         s.issued.push_back(iw);
@@ -469,6 +481,13 @@ impl Assistant {
         }
         self.r.prefetched_bytes += (end - w.start) * page;
         Some((key, w.start, end - w.start))
+    }
+
+    /// Prefetched windows the target has used every page of (faulted on, or mapped around a
+    /// fault) since the last call, as `(file, first page, pages)`: drop-behind need not wait
+    /// any longer for them.
+    pub fn take_consumed(&mut self) -> Vec<(FileKey, u64, u64)> {
+        std::mem::take(&mut self.consumed)
     }
 
     /// The report so far (waste counted for every window issued).

@@ -16,9 +16,13 @@ pub(super) type PageMap = HashMap<FileKey, Vec<(u64, u64)>>;
 /// A prefetched window `(file, (first page, pages))` and when it was issued.
 type Prefetched = (Instant, FileKey, (u64, u64));
 
-/// Prefetched windows join the drop-behind only after this long, so they are not dropped
-/// before the command reads them.
+/// Prefetched windows join the drop-behind once the command has used every page of them, or
+/// after this long, so they are not dropped before the command reads them.
 const PREFETCH_GRACE: Duration = Duration::from_millis(500);
+
+/// How many of the most recent prefetched windows are searched for one the command has
+/// used up (see [`Footprint::promote_consumed`]).
+const CONSUMED_SEARCH: usize = 1024;
 
 /// Threads remembered per file: a file mapped by more processes than this keeps the rest of
 /// its mapped pages until they exit.
@@ -97,7 +101,13 @@ impl Footprint {
             return;
         }
         if let Some(a) = &self.assistant {
-            let windows = a.lock().unwrap().on_event(&e);
+            let (windows, consumed) = {
+                let mut a = a.lock().unwrap();
+                (a.on_event(&e), a.take_consumed())
+            };
+            if !consumed.is_empty() {
+                self.promote_consumed(consumed);
+            }
             if !windows.is_empty() {
                 let now = Instant::now();
                 let mut files = self.files.lock().unwrap();
@@ -127,6 +137,25 @@ impl Footprint {
         let files = self.files.lock().unwrap();
         keys.filter_map(|k| files.get(&k).map(|u| (k, u.clone())))
             .collect()
+    }
+
+    /// Prefetched windows the command has used every page of join its footprint before
+    /// their grace time is over (found among the most recent windows; one not found there
+    /// waits for its time).
+    fn promote_consumed(&self, consumed: Vec<(FileKey, u64, u64)>) {
+        let mut d = self.delayed.lock().unwrap();
+        let mut p = self.pending.lock().unwrap();
+        for (key, start, n) in consumed {
+            let from = d.len().saturating_sub(CONSUMED_SEARCH);
+            let found = d
+                .range(from..)
+                .rposition(|x| x.1 == key && x.2 == (start, n))
+                .map(|i| from + i);
+            if let Some((_, key, r)) = found.and_then(|i| d.remove(i)) {
+                self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
+                p.add(key, r);
+            }
+        }
     }
 
     /// Prefetched windows old enough join the command's footprint.
