@@ -564,9 +564,16 @@ fn pass(
 ) -> Duration {
     footprint.promote_prefetches();
     retries.retry(dropper, footprint);
-    let droppable = footprint.pending_pages();
     // Windows prefetched for the command count against the limit from the moment they are
-    // issued, but are dropped only after their grace time (see `Footprint`).
+    // issued, but are dropped only once used or after their grace time (see `Footprint`);
+    // when they alone would pass the limit, the oldest go early (so the limit holds while
+    // the assistant prefetches faster than the command reads: they are the likeliest to have
+    // been read, or never to be).
+    let held = retries.pages();
+    if footprint.prefetch_pages() + held > limit_pages {
+        footprint.promote_oldest_prefetches(limit_pages.saturating_sub(held));
+    }
+    let droppable = footprint.pending_pages();
     if droppable == 0 || droppable + footprint.prefetch_pages() + retries.pages() <= limit_pages {
         return Duration::from_millis(if retries.pages() > 0 { 1 } else { 5 });
     }

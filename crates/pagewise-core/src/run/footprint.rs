@@ -169,6 +169,20 @@ impl Footprint {
         }
     }
 
+    /// The oldest prefetched windows join the command's footprint, in their grace time or
+    /// not, until at most `keep` pages of windows are left in it.
+    pub fn promote_oldest_prefetches(&self, keep: u64) {
+        let mut d = self.delayed.lock().unwrap();
+        let mut p = self.pending.lock().unwrap();
+        while self.delayed_pages.load(Ordering::Relaxed) > keep {
+            let Some((_, key, r)) = d.pop_front() else {
+                break;
+            };
+            self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
+            p.add(key, r);
+        }
+    }
+
     /// Pages pending.
     pub fn pending_pages(&self) -> u64 {
         self.pending.lock().unwrap().pages
