@@ -196,12 +196,7 @@ fn evict_reports_pages_kept_by_a_mapping_process() {
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3");
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_line(child.stdout.take().unwrap());
     assert_eq!(line.trim(), "ready");
     let out = run(bin().args(["evict", "--why", "--json"]).arg(&p));
     child.kill().unwrap();
@@ -289,12 +284,7 @@ fn load_lock_keeps_pages_resident_against_evict() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stderr.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_line(holder.stderr.take().unwrap());
     assert!(line.contains("holding"), "{line}");
     let out = run(bin().args(["evict", "--why", "--json"]).arg(&p));
     let v = json(&out);

@@ -236,21 +236,27 @@ fn without_a_command_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(1));
 }
 
-/// A command that keeps 3,000 scattered pages of a file mapped while it runs: drop-behind
-/// cannot drop mapped pages, so it parks them instead of retrying them in every pass (which
-/// once took the CPU fio needed), and drops them after the command's exit: nothing is left.
-/// A command that maps a file and keeps the mapping: its pages cannot be dropped by
-/// fadvise while mapped, so drop-behind asks the kernel to page them out of the command
-/// (process_madvise(MADV_PAGEOUT)), and `--max-cache` holds while the command still runs.
-#[test]
-fn mapped_pages_are_paged_out_while_the_command_runs() {
+/// A cold 256 MiB file for the mapped-pages tests, and where the report goes (None, said why,
+/// without tracing).
+fn mapped_file() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
     if !can_trace() {
-        return;
+        return None;
     }
     let t = tmp();
     let data = t.path().join("mapped");
     cold_file(&data, 256 << 20);
     let report = t.path().join("r.json");
+    Some((t, data, report))
+}
+
+/// A command that maps a file and keeps the mapping: its pages cannot be dropped by
+/// fadvise while mapped, so drop-behind asks the kernel to page them out of the command
+/// (process_madvise(MADV_PAGEOUT)), and `--max-cache` holds while the command still runs.
+#[test]
+fn mapped_pages_are_paged_out_while_the_command_runs() {
+    let Some((_t, data, report)) = mapped_file() else {
+        return;
+    };
     let script = "import mmap, sys, time\n\
                   f = open(sys.argv[1], 'rb')\n\
                   m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\
@@ -265,12 +271,7 @@ fn mapped_pages_are_paged_out_while_the_command_runs() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    let line = first_line(child.stdout.take().unwrap());
     assert!(line.starts_with("touched"), "{line}");
     // Ranges that stay are retried for 31 ms, then paged out; give the pass a moment.
     std::thread::sleep(std::time::Duration::from_millis(800));
@@ -289,15 +290,15 @@ fn mapped_pages_are_paged_out_while_the_command_runs() {
     assert!(v["dropped_bytes"].as_u64().unwrap() >= 240 << 20);
 }
 
+/// A command that keeps 3,000 scattered pages of a file mapped while it runs: fadvise cannot
+/// drop mapped pages, so drop-behind retries them briefly, then pages them out or parks them,
+/// never retrying them in every pass (which once took the CPU fio needed), and nothing is
+/// left after the command's exit.
 #[test]
 fn mapped_pages_are_parked_and_dropped_at_exit() {
-    if !can_trace() {
+    let Some((_t, data, report)) = mapped_file() else {
         return;
-    }
-    let t = tmp();
-    let data = t.path().join("mapped");
-    cold_file(&data, 256 << 20);
-    let report = t.path().join("r.json");
+    };
     let script = "import mmap, os, random, sys, time\n\
                   f = open(sys.argv[1], 'rb')\n\
                   m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n\

@@ -18,6 +18,13 @@ pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
 
+/// The first line a child process writes to this pipe (blocks until it does).
+pub fn first_line(r: impl std::io::Read) -> String {
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(r), &mut line).unwrap();
+    line
+}
+
 /// Writes `size` bytes of xorshift noise (distinct per size), freshly dirty in the cache.
 pub fn write_file(p: &Path, size: usize) {
     let mut f = File::create(p).unwrap();
