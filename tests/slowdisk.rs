@@ -22,9 +22,10 @@ impl SlowDisk {
         let mut c = Command::new(script());
         c.arg(verb).arg(&self.mnt);
         c.env("SLOWDISK_DIR", self.state.path());
-        // The daemon cargo built with the suite (the script builds it when missing).
+        // The daemon cargo built last, unless its sources are newer (`cargo test` does not
+        // rebuild it: a stale one once failed the cloud test here); else the script builds it.
         let bin = Path::new(env!("CARGO_BIN_EXE_pagewise")).with_file_name("pagewise-slowdisk");
-        if bin.exists() {
+        if is_fresh(&bin) {
             c.env("SLOWDISK_BIN", bin);
         }
         c
@@ -35,6 +36,23 @@ impl Drop for SlowDisk {
     fn drop(&mut self) {
         let _ = self.cmd("down").status();
     }
+}
+
+/// `bin` exists and is newer than every source of the slowdisk crate.
+fn is_fresh(bin: &Path) -> bool {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/slowdisk");
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let Some(built) = modified(bin) else {
+        return false;
+    };
+    let mut sources = vec![crate_dir.join("Cargo.toml")];
+    if let Ok(dir) = std::fs::read_dir(crate_dir.join("src")) {
+        sources.extend(dir.flatten().map(|e| e.path()));
+    }
+    sources
+        .iter()
+        .filter_map(|p| modified(p))
+        .all(|t| t <= built)
 }
 
 /// /sys/block/DEV/queue of the block device mounted at `mnt`.
