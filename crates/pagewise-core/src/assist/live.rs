@@ -14,7 +14,7 @@ use crate::trace::{perf, Mounts, Source};
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -165,14 +165,6 @@ fn percentile(lat: &[u64], q: f64) -> f64 {
     (lat.len() - 1) as f64
 }
 
-/// A prefetch: the file, its byte range, and the fault's time stamp.
-struct Job {
-    fd: Arc<OwnedFd>,
-    off: u64,
-    len: u64,
-    fault_us: u64,
-}
-
 /// Latencies of the prefetches issued. A prefetch is issued by the thread reading the events,
 /// at once: handing it to other threads (four, so one waiting in the kernel would not delay
 /// the next) cost a wake-up each, and with drop-behind as background work no longer delaying
@@ -193,11 +185,12 @@ impl IssueStats {
         }
     }
 
-    /// Issues one prefetch and counts its latencies from the fault.
-    fn issue(&self, j: &Job) {
-        let since_fault = || (sys::monotonic_ns() / 1000).saturating_sub(j.fault_us);
+    /// Prefetches bytes `[off, off + len)` of `fd` for a fault at `fault_us` and counts its
+    /// latencies from the fault.
+    fn issue(&self, fd: BorrowedFd, off: u64, len: u64, fault_us: u64) {
+        let since_fault = || (sys::monotonic_ns() / 1000).saturating_sub(fault_us);
         self.issued.add(since_fault());
-        let _ = sys::fadvise(j.fd.as_fd(), j.off, j.len, Advice::WillNeed);
+        let _ = sys::fadvise(fd, off, len, Advice::WillNeed);
         self.submitted.add(since_fault());
     }
 }
@@ -227,7 +220,7 @@ impl Issued {
 
 struct Slot {
     id: u64,
-    fd: Option<Arc<OwnedFd>>,
+    fd: Option<OwnedFd>,
     pages: u64,
     /// Ranges recently seen entering the cache (ring).
     known: VecDeque<(u64, u64)>,
@@ -299,9 +292,7 @@ impl Assistant {
                     self.wasted += s.issued.iter().map(Issued::unused).sum::<u64>();
                 }
             }
-            let fd = crate::trace::open_inode(key, &self.mounts)
-                .ok()
-                .map(Arc::new);
+            let fd = crate::trace::open_inode(key, &self.mounts).ok();
             let pages = fd
                 .as_ref()
                 .and_then(|fd| sys::fstat(fd.as_fd()).ok())
@@ -388,10 +379,12 @@ impl Assistant {
         } else {
             w.start + w.pages
         };
-        let fd = s.fd.clone()?;
+        let fd = s.fd.as_ref()?;
         if w.start >= end {
             return None;
         }
+        self.stats
+            .issue(fd.as_fd(), w.start * page, (end - w.start) * page, ts_us);
         s.seen(w.start, end);
         if s.issued.len() >= ISSUED_WINDOWS {
             let old = s.issued.pop_front().unwrap();
@@ -405,12 +398,6 @@ impl Assistant {
         };
         iw.mark(p, p + FAULT_AROUND_PAGES);
         s.issued.push_back(iw);
-        self.stats.issue(&Job {
-            fd,
-            off: w.start * page,
-            len: (end - w.start) * page,
-            fault_us: ts_us,
-        });
         self.r.prefetches += 1;
         match w.detector {
             Detector::Sequential => self.r.prefetches_sequential += 1,

@@ -154,13 +154,29 @@ impl Dropper {
                 kept += before.iter().map(|b| b.0).sum::<u64>();
                 continue;
             }
-            for (&range, &(cached, dirty)) in ranges.iter().zip(before) {
-                if cached > 0 {
-                    dropped += self.drop_range(*key, fd, range, cached, dirty, stayed);
-                }
-            }
+            dropped += self.drop_ranges(*key, fd, ranges, before, stayed);
         }
         (dropped, kept)
+    }
+
+    /// Drops a file's `ranges`, each with what was cached (and whether dirty) before; returns
+    /// the pages dropped (ranges where pages stayed go to `stayed`).
+    fn drop_ranges(
+        &self,
+        key: FileKey,
+        fd: BorrowedFd,
+        ranges: &[(u64, u64)],
+        before: &[(u64, bool)],
+        stayed: &mut Pending,
+    ) -> u64 {
+        ranges
+            .iter()
+            .zip(before)
+            .filter(|(_, &(cached, _))| cached > 0)
+            .map(|(&range, &(cached, dirty))| {
+                self.drop_range(key, fd, range, cached, dirty, stayed)
+            })
+            .sum()
     }
 
     /// One cachestat per range says what is cached and dirty: `(cached pages, dirty)` per
@@ -240,9 +256,13 @@ impl Dropper {
                 continue;
             };
             let fd = fd.as_fd();
-            let before: Vec<u64> = ranges
+            // Measured before the pages are paged out, so what that frees counts as dropped.
+            let before: Vec<(u64, bool)> = ranges
                 .iter()
-                .map(|&(i, n)| sys::cachestat(fd, i * page, n * page).map_or(0, |c| c.cache))
+                .map(|&(i, n)| {
+                    let cached = sys::cachestat(fd, i * page, n * page).map_or(0, |c| c.cache);
+                    (cached, false)
+                })
                 .collect();
             let mut tgids: Vec<u32> = users
                 .get(&key)
@@ -288,11 +308,7 @@ impl Dropper {
                     Ok(_) => {}
                 }
             }
-            for (&range, &b) in ranges.iter().zip(&before) {
-                if b > 0 {
-                    dropped += self.drop_range(key, fd, range, b, false, &mut out);
-                }
-            }
+            dropped += self.drop_ranges(key, fd, &ranges, &before, &mut out);
         }
         self.counts.lock().unwrap().dropped_bytes += dropped * page;
         out
@@ -369,11 +385,7 @@ impl DropBehind {
                 let mut retries = Retries::default();
                 let mut class = Class::start(&dropper);
                 while !stop2.load(Ordering::Acquire) {
-                    // Prefetches past their grace time count as waiting, so a thread that
-                    // got no CPU for a while sees how far behind it is.
-                    footprint.promote_prefetches();
-                    class.adjust(footprint.pending_pages(), limit_pages, &dropper);
-                    let pause = pass(&footprint, &dropper, limit_pages, &mut retries);
+                    let pause = pass(&footprint, &dropper, limit_pages, &mut retries, &mut class);
                     if !pause.is_zero() {
                         std::thread::sleep(pause);
                     }
@@ -397,8 +409,8 @@ impl DropBehind {
 /// not preempting inside system calls, a normal-priority drop-behind delayed the wake-ups of
 /// `--assist`'s prefetch threads by its fadvise calls (measured: fio mmap randread on 2 CPUs,
 /// fault-to-prefetch p99 466–567 us, 270–273 us as background). When it falls behind (more than
-/// twice `--max-cache` outstanding: the CPUs are busy with other work), it returns to normal
-/// priority until it has caught up, so the limit still holds on a busy machine.
+/// `--max-cache` waiting to be dropped: the CPUs are busy with other work), it returns to
+/// normal priority until it has caught up, so the limit still holds on a busy machine.
 struct Class {
     background: bool,
     /// Leaving background priority was refused (it needs CAP_SYS_NICE): not tried again.
@@ -561,8 +573,12 @@ fn pass(
     dropper: &Dropper,
     limit_pages: u64,
     retries: &mut Retries,
+    class: &mut Class,
 ) -> Duration {
     footprint.promote_prefetches();
+    // Prefetches past their grace time count as waiting, so a thread that got no CPU for a
+    // while sees how far behind it is.
+    class.adjust(footprint.pending_pages(), limit_pages, dropper);
     retries.retry(dropper, footprint);
     // Windows prefetched for the command count against the limit from the moment they are
     // issued, but are dropped only once used or after their grace time (see `Footprint`);

@@ -201,40 +201,6 @@ extern "C" fn on_interrupt(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut
     }
 }
 
-#[test]
-fn descendants_are_found_through_every_generation() {
-    // sh -> sh -> sleep: both generations below the first are found.
-    let mut top = std::process::Command::new("sh")
-        .args(["-c", "sh -c 'sleep 5 & wait' & wait"])
-        .spawn()
-        .unwrap();
-    let me = top.id();
-    let comms_of = |pids: &[u32]| -> Vec<String> {
-        pids.iter()
-            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-            .map(|c| c.trim().to_string())
-            .collect()
-    };
-    // Until the grandchild has exec'd sleep (a forked child is "sh" for a moment).
-    let (mut found, mut comms) = (Vec::new(), Vec::new());
-    for _ in 0..300 {
-        found = descendants_of(&[me]);
-        comms = comms_of(&found);
-        if comms.iter().any(|c| c == "sleep") {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    // Ends exactly the processes this test started, by PID.
-    let _ = std::process::Command::new("kill")
-        .args(found.iter().map(|p| p.to_string()))
-        .status();
-    let _ = top.kill();
-    let _ = top.wait();
-    assert!(comms.contains(&"sleep".to_string()), "{found:?} {comms:?}");
-    assert!(!found.contains(&me));
-}
-
 fn install_handlers(sigs: &[libc::c_int]) {
     for &sig in sigs {
         // SAFETY: sa is fully initialised (zeroed, then handler, flags and mask set); the
@@ -689,6 +655,101 @@ mod tests {
         assert!(flag.load(SeqCst));
         assert_eq!(last_signal(), Some(libc::SIGTERM));
     }
+
+    #[test]
+    fn descendants_are_found_through_every_generation() {
+        // sh -> sh -> sleep: both generations below the first are found.
+        let mut top = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'sleep 5 & wait' & wait"])
+            .spawn()
+            .unwrap();
+        let me = top.id();
+        let comms_of = |pids: &[u32]| -> Vec<String> {
+            pids.iter()
+                .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+                .map(|c| c.trim().to_string())
+                .collect()
+        };
+        // Until the grandchild has exec'd sleep (a forked child is "sh" for a moment).
+        let (mut found, mut comms) = (Vec::new(), Vec::new());
+        for _ in 0..300 {
+            found = descendants_of(&[me]);
+            comms = comms_of(&found);
+            if comms.iter().any(|c| c == "sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // Ends exactly the processes this test started, by PID.
+        let _ = std::process::Command::new("kill")
+            .args(found.iter().map(|p| p.to_string()))
+            .status();
+        let _ = top.kill();
+        let _ = top.wait();
+        assert!(comms.contains(&"sleep".to_string()), "{found:?} {comms:?}");
+        assert!(!found.contains(&me));
+    }
+
+    #[test]
+    fn maps_lines_parse_file_mappings_only() {
+        let m = parse_maps_line(
+            b"7f1c2a400000-7f1c2a600000 r--s 00200000 fe:01 15597634                   /var/tmp/a b",
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            FileMapping {
+                start: 0x7f1c2a400000,
+                end: 0x7f1c2a600000,
+                offset: 0x200000,
+                dev: (0xfe, 1),
+                ino: 15597634
+            }
+        );
+        assert!(
+            parse_maps_line(b"7ffd1c9e2000-7ffd1ca03000 rw-p 00000000 00:00 0  [stack]").is_none()
+        );
+        assert!(parse_maps_line(b"garbage").is_none());
+        assert_eq!(m.addresses_of(0x200000, 4096), Some((0x7f1c2a400000, 4096)));
+        assert_eq!(m.addresses_of(0x1ff000, 8192), Some((0x7f1c2a400000, 4096)));
+        assert_eq!(
+            m.addresses_of(0x3ff000, 0x10000),
+            Some((0x7f1c2a5ff000, 4096))
+        );
+        assert_eq!(m.addresses_of(0x400000, 4096), None);
+        assert_eq!(m.addresses_of(0, 4096), None);
+        let mut bad = b"55d0c0a00000-55d0c0a02000 r--p 00000000 08:02 42 /x/".to_vec();
+        bad.extend_from_slice(&[0xff, 0xfe]);
+        assert_eq!(parse_maps_line(&bad).unwrap().ino, 42);
+    }
+
+    #[test]
+    fn own_mapping_of_a_file_is_found() {
+        let dir = std::env::temp_dir().join(format!("pw-maps-{}", std::process::id()));
+        std::fs::write(&dir, vec![1u8; 8192]).unwrap();
+        let f = std::fs::File::open(&dir).unwrap();
+        let st = crate::sys::fstat(std::os::fd::AsFd::as_fd(&f)).unwrap();
+        // SAFETY: a fresh read-only shared mapping of an open file, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        let maps = file_mappings(std::process::id()).unwrap();
+        // SAFETY: the mapping made above.
+        unsafe { libc::munmap(addr, 8192) };
+        std::fs::remove_file(&dir).unwrap();
+        assert!(maps
+            .iter()
+            .any(|m| m.start == addr as u64 && m.ino == st.ino));
+        assert_eq!(tgid_of(gettid()), Some(std::process::id()));
+    }
 }
 
 /// How a thread of ours is scheduled (see [`set_thread_class`]).
@@ -843,70 +904,4 @@ pub fn process_madvise_pageout(pidfd: BorrowedFd<'_>, ranges: &[(u64, u64)]) -> 
         done += r as u64;
     }
     Ok(done)
-}
-
-#[cfg(test)]
-mod maps_tests {
-    use super::*;
-
-    #[test]
-    fn maps_lines_parse_file_mappings_only() {
-        let m = parse_maps_line(
-            b"7f1c2a400000-7f1c2a600000 r--s 00200000 fe:01 15597634                   /var/tmp/a b",
-        )
-        .unwrap();
-        assert_eq!(
-            m,
-            FileMapping {
-                start: 0x7f1c2a400000,
-                end: 0x7f1c2a600000,
-                offset: 0x200000,
-                dev: (0xfe, 1),
-                ino: 15597634
-            }
-        );
-        assert!(
-            parse_maps_line(b"7ffd1c9e2000-7ffd1ca03000 rw-p 00000000 00:00 0  [stack]").is_none()
-        );
-        assert!(parse_maps_line(b"garbage").is_none());
-        assert_eq!(m.addresses_of(0x200000, 4096), Some((0x7f1c2a400000, 4096)));
-        assert_eq!(m.addresses_of(0x1ff000, 8192), Some((0x7f1c2a400000, 4096)));
-        assert_eq!(
-            m.addresses_of(0x3ff000, 0x10000),
-            Some((0x7f1c2a5ff000, 4096))
-        );
-        assert_eq!(m.addresses_of(0x400000, 4096), None);
-        assert_eq!(m.addresses_of(0, 4096), None);
-        let mut bad = b"55d0c0a00000-55d0c0a02000 r--p 00000000 08:02 42 /x/".to_vec();
-        bad.extend_from_slice(&[0xff, 0xfe]);
-        assert_eq!(parse_maps_line(&bad).unwrap().ino, 42);
-    }
-
-    #[test]
-    fn own_mapping_of_a_file_is_found() {
-        let dir = std::env::temp_dir().join(format!("pw-maps-{}", std::process::id()));
-        std::fs::write(&dir, vec![1u8; 8192]).unwrap();
-        let f = std::fs::File::open(&dir).unwrap();
-        let st = crate::sys::fstat(std::os::fd::AsFd::as_fd(&f)).unwrap();
-        // SAFETY: a fresh read-only shared mapping of an open file, unmapped below.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                8192,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                std::os::fd::AsRawFd::as_raw_fd(&f),
-                0,
-            )
-        };
-        assert_ne!(addr, libc::MAP_FAILED);
-        let maps = file_mappings(std::process::id()).unwrap();
-        // SAFETY: the mapping made above.
-        unsafe { libc::munmap(addr, 8192) };
-        std::fs::remove_file(&dir).unwrap();
-        assert!(maps
-            .iter()
-            .any(|m| m.start == addr as u64 && m.ino == st.ino));
-        assert_eq!(tgid_of(gettid()), Some(std::process::id()));
-    }
 }
