@@ -57,6 +57,13 @@ pub struct Config {
     pub seq_min_run: u64,
     /// Files tracked at once.
     pub max_files: usize,
+    /// Pages the kernel maps around a fault without faulting (`fault_around_bytes`, 64 KiB
+    /// by default). A cluster's last fault stands for the rest of its fault-around chunk, as
+    /// far as a window we issued made those pages ready: without that, a 128 KiB block read
+    /// through a 32-page window faults at pages 0, 1, 2 and 16 only, its span looked like 17
+    /// pages, and the next window covered half the next block (fio mmap 128k: 2.3 misses
+    /// and 2.3 prefetches per block, 40% of the prefetched bytes wasted).
+    pub fault_around: u64,
 }
 
 impl Config {
@@ -75,6 +82,7 @@ impl Config {
             seq_gap: 32,
             seq_min_run: 64,
             max_files: 4096,
+            fault_around: ((64 << 10) / page).max(1),
         }
     }
 }
@@ -142,6 +150,22 @@ struct FileState {
 }
 
 impl FileState {
+    /// The last page the current cluster used: its highest fault, or as far as fault-around
+    /// mapped past it without a fault (to the end of that fault's fault-around chunk, but not
+    /// past the end of the window we issued that made those pages ready).
+    fn extent_hi(&self, cfg: &Config) -> u64 {
+        let hi = self.cl_hi;
+        let fa = cfg.fault_around.max(1);
+        let chunk_end = (hi / fa + 1) * fa;
+        self.recent
+            .iter()
+            .filter(|&&(s, e)| s <= hi && hi < e)
+            .map(|&(_, e)| chunk_end.min(e) - 1)
+            .max()
+            .unwrap_or(hi)
+            .max(hi)
+    }
+
     fn covered(&self, start: u64, end: u64) -> bool {
         self.recent.iter().any(|&(s, e)| s <= start && end <= e)
     }
@@ -233,7 +257,7 @@ impl FileState {
             }
             prev => {
                 if prev.is_some() {
-                    self.last_span = self.cl_hi - self.cl_lo + 1;
+                    self.last_span = self.extent_hi(cfg) - self.cl_lo + 1;
                     self.spans = [self.spans[1], self.spans[2], self.spans[3], self.last_span];
                     self.last_up = self.cl_up >= self.cl_down;
                     self.starts = [self.starts[1], self.starts[2], Some(self.cl_first)];
@@ -412,6 +436,74 @@ mod tests {
         for (k, w) in ws.iter().enumerate() {
             assert_eq!(w.start, v[(k + 1) * 32]);
         }
+    }
+
+    /// Reads `blocks` of `len` pages at scattered offsets through a mapping, as the kernel
+    /// shows it: a fault only on pages not mapped yet; a fault maps the pages of its
+    /// fault-around chunk (16 pages) that are cached and whose read has completed; a window's
+    /// read completes two faults after it was issued. Returns (misses, windows).
+    fn drive_faults(p: &mut Predictor, blocks: u64, len: u64) -> (u64, Vec<Window>) {
+        let fa = 16;
+        let mut ready_at: std::collections::HashMap<u64, u64> = Default::default();
+        let mut mapped = std::collections::HashSet::new();
+        let (mut faults, mut misses, mut all) = (0u64, 0, Vec::new());
+        let mut x: u64 = 4242;
+        for _ in 0..blocks {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let base = (x >> 33) % 2_000_000 / len * len;
+            for q in base..base + len {
+                if mapped.contains(&q) {
+                    continue;
+                }
+                faults += 1;
+                let hit = ready_at.contains_key(&q);
+                if !hit {
+                    misses += 1;
+                    ready_at.insert(q, faults);
+                }
+                for w in p.access(Access {
+                    file: 1,
+                    page: q,
+                    hit,
+                    t_ns: faults,
+                }) {
+                    for r in w.start..w.start + w.pages {
+                        ready_at.entry(r).or_insert(faults + 2);
+                    }
+                    all.push(w);
+                }
+                mapped.insert(q);
+                for r in q / fa * fa..(q / fa + 1) * fa {
+                    if ready_at.get(&r).is_some_and(|&t| t <= faults) {
+                        mapped.insert(r);
+                    }
+                }
+            }
+        }
+        (misses, all)
+    }
+
+    #[test]
+    fn blocks_read_through_a_mapping_get_whole_windows_despite_fault_around() {
+        // 128 KiB blocks: the faults of a covered block are pages 0, 1, 2 and 16; its span is
+        // still 32 pages, so after the first blocks every window is one whole block.
+        let mut p = Predictor::new(cfg());
+        let (misses, ws) = drive_faults(&mut p, 200, 32);
+        assert!(misses <= 32 + 2 + 199, "one miss per block: {misses}");
+        assert!(ws[2..].iter().all(|w| w.pages == 32), "{:?}", &ws[..6]);
+        // 16 KiB blocks: the fault-around chunk does not stretch the window past the block.
+        let mut p = Predictor::new(cfg());
+        let (misses, ws) = drive_faults(&mut p, 200, 4);
+        assert!(ws.iter().all(|w| w.pages == 4), "{:?}", &ws[..3]);
+        assert!(misses <= 4 + 199, "{misses}");
+        // Without the fault-around correction the 128 KiB windows would shrink to 17 pages.
+        let mut c = cfg();
+        c.fault_around = 1;
+        let mut p = Predictor::new(c);
+        let (misses, _) = drive_faults(&mut p, 200, 32);
+        assert!(misses > 300, "the uncorrected predictor misses more: {misses}");
     }
 
     #[test]

@@ -31,7 +31,7 @@ use footprint::Footprint;
 use serde::Serialize;
 use std::ffi::OsString;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Options of [`run`].
 #[derive(Debug, Clone)]
@@ -145,18 +145,21 @@ const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps 
 /// ```
 pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crate::Error> {
     opts.validate()?;
-    let session = Session::start(&opts.settings(), opts.assist.as_ref(), Whom::Command)?;
+    let launcher = command::Launcher::new(&opts.command);
+    let whom = Whom::Command(launcher.tid());
+    let session = Session::start(&opts.settings(), opts.assist.as_ref(), whom)?;
     // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command
     // brought in; those sent to pagewise alone are forwarded to the command as they are (the
     // terminal's reach it anyway), so it exits as it would have (130 for Ctrl-C).
     sys::supervise_signals();
     sys::become_subreaper();
-    // Threads started before this (reader, drop-behind) are not followed by tracefs.
+    // Only the launcher thread is followed, not pagewise's own (reader, drop-behind).
     let ran = session
         .follower
         .arm()
         .map_err(crate::Error::Tracefs)
-        .and_then(|()| run_command(&opts.command));
+        .and_then(|()| launcher.run())
+        .map(|r| (r.status, r.elapsed_s));
     let orphans = trace::orphans_left();
     let ended = session.finish();
     let (status, elapsed) = ran?;
@@ -196,9 +199,9 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
 /// Whose page-cache additions a [`Session`] follows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Whom {
-    /// A command started after [`Follower::arm`], and what it starts; pagewise's own process
-    /// is not (`run`).
-    Command,
+    /// A command started after [`Follower::arm`] by the launcher thread with this id, and
+    /// what it starts; pagewise's own threads are not (`run`).
+    Command(i32),
     /// The calling thread and the threads and processes it starts ([`Dropping`]).
     Caller,
 }
@@ -253,7 +256,7 @@ impl Session {
     ) -> Result<Session, crate::Error> {
         sys::raise_nofile_limit();
         let page = sys::page_size();
-        let skip = (whom == Whom::Command).then(std::process::id);
+        let skip = matches!(whom, Whom::Command(_)).then(std::process::id);
         let footprint = Arc::new(Footprint::new(assist, page, skip));
         let follower = follow(settings, assist.is_some(), whom, footprint.clone())?;
         let dropper = Arc::new(Dropper::new(settings.keep_written));
@@ -320,25 +323,17 @@ fn follow(
     let on_event = move |e| footprint.on_event(e);
     let (buffer_kb, backend) = (settings.buffer_kb, settings.backend);
     let started = match whom {
-        Whom::Command => Follower::start(events, buffer_kb, backend, every, on_event),
+        Whom::Command(tid) => Follower::start(events, buffer_kb, backend, every, tid, on_event),
         Whom::Caller => Follower::start_self(events, buffer_kb, backend, every, on_event),
     };
     started.map_err(|e| crate::Error::TracingUnavailable {
         reason: e.0,
         needed_by: Some(match whom {
-            Whom::Command => "run",
+            Whom::Command(_) => "run",
             Whom::Caller => "dropping",
         }),
         hint: NO_TRACING_HINT,
     })
-}
-
-/// Starts the command and waits for it: its exit status and run time in seconds.
-fn run_command(cmd: &[OsString]) -> Result<(std::process::ExitStatus, f64), crate::Error> {
-    let start = Instant::now();
-    let mut child = command::spawn(cmd)?;
-    let status = command::wait(&mut child)?;
-    Ok((status, start.elapsed().as_secs_f64()))
 }
 
 /// The final pass: what is pending, including pages that were still under read I/O during

@@ -4,6 +4,65 @@
 use crate::sys;
 use std::ffi::OsString;
 use std::process::{Child, ExitStatus};
+use std::sync::mpsc;
+
+/// A thread that starts the command when told ([`Launcher::run`]) and waits for it. Tracing is
+/// opened for this thread alone ([`Launcher::tid`]) and inherited by the command from its
+/// fork, so the threads pagewise starts meanwhile (the event reader, drop-behind) are not
+/// followed: perf events opened on the main thread were inherited by them, and every page
+/// `run --assist` prefetched cost the kernel a sample nobody wanted (fio mmap randread: 7% of
+/// the CPU, in the thread issuing the prefetches).
+pub(crate) struct Launcher {
+    tid: i32,
+    go: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Result<Ran, crate::Error>>,
+}
+
+/// How the command ran: its exit status, when it was started (CLOCK_MONOTONIC, ns) and how
+/// long it ran.
+pub(crate) struct Ran {
+    pub status: ExitStatus,
+    pub start_mono_ns: u64,
+    pub elapsed_s: f64,
+}
+
+impl Launcher {
+    /// Starts the thread, which waits for [`Launcher::run`]; dropped without it, the thread
+    /// ends without starting anything.
+    pub fn new(cmd: &[OsString]) -> Launcher {
+        let cmd = cmd.to_vec();
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("pw-launcher".into())
+            .spawn(move || {
+                let _ = tid_tx.send(sys::gettid() as i32);
+                go_rx.recv().map_err(|_| no_command())?;
+                let start_mono_ns = sys::monotonic_ns();
+                let start = std::time::Instant::now();
+                let status = spawn(&cmd).and_then(|mut c| wait(&mut c))?;
+                Ok(Ran {
+                    status,
+                    start_mono_ns,
+                    elapsed_s: start.elapsed().as_secs_f64(),
+                })
+            })
+            .expect("spawning the launcher thread");
+        let tid = tid_rx.recv().expect("the launcher thread sends its id");
+        Launcher { tid, go, thread }
+    }
+
+    /// The thread's id, to follow.
+    pub fn tid(&self) -> i32 {
+        self.tid
+    }
+
+    /// Starts the command and waits for it to exit.
+    pub fn run(self) -> Result<Ran, crate::Error> {
+        let _ = self.go.send(());
+        self.thread.join().expect("the launcher thread panicked")
+    }
+}
 
 /// Starts the command to trace (`cmd[0]` with the rest as arguments); signals pagewise
 /// receives from now on are forwarded to it (see [`sys::supervise_signals`]).

@@ -39,6 +39,8 @@ impl fmt::Display for Source {
 /// `record` and `run`.
 pub struct Follower {
     tracer: Tracer,
+    /// The thread followed (0: the calling thread).
+    tid: i32,
     /// How events are collected.
     pub source: Source,
     /// Why perf events were not used, when `auto` fell back to tracefs.
@@ -55,21 +57,22 @@ enum Tracer {
 }
 
 impl Follower {
-    /// Opens the events and starts the reader, which calls `on_event` for every event, woken
-    /// at least every `every` — or at once for every event with None. With perf events the
-    /// counting starts here, for this thread and what it starts later (pagewise's own
-    /// threads' events are skipped by the reader).
+    /// Opens the events for thread `tid` (a [`super::command::Launcher`]'s) and starts the
+    /// reader, which calls `on_event` for every event, woken at least every `every` — or at
+    /// once for every event with None. With perf events the counting starts here, for that
+    /// thread and what it starts later; with tracefs at [`Follower::arm`].
     pub fn start<F>(
         events: &[&str],
         buffer_kb: u64,
         backend: Backend,
         every: Option<std::time::Duration>,
+        tid: i32,
         on_event: F,
     ) -> Result<Follower, TraceUnavailable>
     where
         F: FnMut(tracefs::RawEvent) + Send + 'static,
     {
-        Self::start_with(events, buffer_kb, backend, every, true, on_event)
+        Self::start_with(events, buffer_kb, backend, every, tid, true, on_event)
     }
 
     /// [`Follower::start`] for a process that follows itself: the events of this thread and
@@ -85,7 +88,7 @@ impl Follower {
     where
         F: FnMut(tracefs::RawEvent) + Send + 'static,
     {
-        Self::start_with(events, buffer_kb, backend, every, false, on_event)
+        Self::start_with(events, buffer_kb, backend, every, 0, false, on_event)
     }
 
     fn start_with<F>(
@@ -93,6 +96,7 @@ impl Follower {
         buffer_kb: u64,
         backend: Backend,
         every: Option<std::time::Duration>,
+        tid: i32,
         skip_own: bool,
         on_event: F,
     ) -> Result<Follower, TraceUnavailable>
@@ -101,7 +105,7 @@ impl Follower {
     {
         let session = match backend {
             Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
-            _ => perf::Session::start(events, buffer_kb, every.is_none()),
+            _ => perf::Session::start_on(events, buffer_kb, every.is_none(), &[tid]),
         };
         let reader_err = |e: std::io::Error| TraceUnavailable(format!("trace reader: {e}"));
         match session {
@@ -113,6 +117,7 @@ impl Follower {
                     .map_err(reader_err)?;
                 Ok(Follower {
                     tracer: Tracer::Perf(session, reader),
+                    tid,
                     source: Source::Perf,
                     notice: None,
                 })
@@ -139,6 +144,7 @@ impl Follower {
                     .map_err(reader_err)?;
                 Ok(Follower {
                     tracer: Tracer::Tracefs(inst, stop, reader),
+                    tid,
                     source: Source::Tracefs,
                     notice,
                 })
@@ -146,14 +152,17 @@ impl Follower {
         }
     }
 
-    /// Starts following the calling thread: the tracefs instance follows its thread id (and,
-    /// through event-fork, what it starts from now on — threads started before are not
-    /// followed) with its events on; perf events count already. Call it right before
-    /// starting the command, on the thread that starts it (the main thread in the CLI; a
-    /// binding's worker thread).
+    /// Starts following the thread given to [`Follower::start`] (or the calling thread): the
+    /// tracefs instance follows its thread id (and, through event-fork, what it starts from
+    /// now on — threads started before are not followed) with its events on; perf events
+    /// count already. Call it right before starting the command.
     pub fn arm(&self) -> std::io::Result<()> {
         if let Tracer::Tracefs(inst, _, _) = &self.tracer {
-            inst.follow(&[crate::sys::gettid()])?;
+            let tid = match self.tid {
+                0 => crate::sys::gettid(),
+                t => t as u32,
+            };
+            inst.follow(&[tid])?;
             inst.enable()?;
         }
         Ok(())

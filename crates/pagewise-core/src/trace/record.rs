@@ -99,11 +99,13 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let me = std::process::id();
     let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
     let s2 = sink.clone();
+    let launcher = command::Launcher::new(&opts.command);
     let follower = Follower::start(
         events,
         opts.buffer_kb,
         opts.backend,
         Some(std::time::Duration::from_millis(10)),
+        launcher.tid(),
         move |e| s2.lock().unwrap().push(e),
     )
     .map_err(|e| crate::Error::TracingUnavailable {
@@ -118,13 +120,13 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     // The command is followed from its fork, before exec, so not a page it reads is missed.
     // Our own events are dropped below.
     follower.arm().map_err(crate::Error::Tracefs)?;
-    let start_mono = sys::monotonic_ns();
     let started_unix_ns = unix_now_ns();
-    let status = command::spawn(&opts.command).and_then(|mut c| command::wait(&mut c));
-    let duration_ns = sys::monotonic_ns() - start_mono;
+    let ran = launcher.run();
     let orphans = orphans_left();
     let lost = follower.stop().map_err(crate::Error::Tracefs)?;
-    let status = status?;
+    let ran = ran?;
+    let (status, start_mono) = (ran.status, ran.start_mono_ns);
+    let duration_ns = (ran.elapsed_s * 1e9) as u64;
     let mut raw = std::mem::take(&mut *sink.lock().unwrap());
     raw.retain(|e| e.pid != me);
     let mut trace = build(
