@@ -2,7 +2,7 @@
 //! counting with cachestat before and after, and the [`DropBehind`] thread that calls it
 //! whenever the command's outstanding footprint passes `max_cache`.
 
-use super::footprint::{FileKey, Footprint, PageMap, Pending};
+use super::footprint::{FileKey, Footprint, Mappers, PageMap, Pending};
 use crate::error::{FileError, Op};
 use crate::sys::{self, Advice};
 use crate::trace::Mounts;
@@ -11,10 +11,16 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Files kept open between drop-behind passes.
 const MAX_OPEN: usize = 4096;
+
+/// How long a process's file mappings read from /proc/PID/maps are used before they are read
+/// again. Reading them at every drop cost an eighth of the CPU under fio mmap randread (the
+/// retries come every few ms); a mapping replaced within this time would have the new file's
+/// pages at those addresses paged out (clean pages, faulted in again when read).
+const MAPS_TTL: Duration = Duration::from_millis(100);
 
 /// Files dropped together: a tree of 100k files never holds more than a batch open.
 const BATCH_FILES: usize = 1024;
@@ -47,6 +53,10 @@ pub(super) struct Dropper {
     written: Mutex<HashSet<FileKey>>,
     /// `process_madvise` was refused: mapped pages are not paged out.
     no_page_out: AtomicBool,
+    /// The process of each thread seen mapping a file.
+    tgids: Mutex<HashMap<u32, Option<u32>>>,
+    /// The file mappings of those processes, read at most every [`MAPS_TTL`].
+    maps: Mutex<HashMap<u32, (Instant, Option<Vec<sys::FileMapping>>)>>,
     pub counts: Mutex<Counts>,
     /// Errors and notices of the whole run.
     pub tally: Tally,
@@ -68,6 +78,8 @@ impl Dropper {
             mounts: Mounts::default(),
             written: Mutex::default(),
             no_page_out: AtomicBool::new(false),
+            tgids: Mutex::default(),
+            maps: Mutex::default(),
             counts: Mutex::default(),
             tally: Tally::new(),
         }
@@ -104,11 +116,13 @@ impl Dropper {
         self.keep_written && self.written.lock().unwrap().contains(key)
     }
 
-    /// Drops every pending range: writeback started for all dirty ranges first, then one wait
-    /// per range, then DONTNEED; counts from cachestat before and after. Returns the ranges
-    /// where pages stayed (typically still under read I/O: readahead reports pages when it
-    /// queues them), so the caller can try them again.
-    pub fn drop_pending(&self, pending: Pending) -> Pending {
+    /// Drops every pending range: writeback started for all dirty ranges first, then the
+    /// ranges of files the command maps (`mappers`: the threads seen faulting on each file)
+    /// paged out of its processes, then one wait per dirty range, then DONTNEED; counts from
+    /// cachestat before and after. Returns the ranges where pages stayed (typically still
+    /// under read I/O: readahead reports pages when it queues them), so the caller can try
+    /// them again.
+    pub fn drop_pending(&self, pending: Pending, mappers: &Mappers) -> Pending {
         let mut stayed = Pending::default();
         let work: Vec<(FileKey, Vec<(u64, u64)>)> = pending
             .files
@@ -118,7 +132,7 @@ impl Dropper {
         let (mut dropped, mut kept) = (0, 0);
         for batch in work.chunks(self.batch_files) {
             let fds: Vec<Option<Arc<OwnedFd>>> = batch.iter().map(|(k, _)| self.fd(*k)).collect();
-            let (d, k) = self.drop_batch(batch, &fds, &mut stayed);
+            let (d, k) = self.drop_batch(batch, &fds, mappers, &mut stayed);
             dropped += d;
             kept += k;
         }
@@ -129,12 +143,13 @@ impl Dropper {
     }
 
     /// Drops one batch of files: writeback started for all dirty ranges first (so the waits
-    /// overlap), then per range a wait and DONTNEED, counted by cachestat before and after.
-    /// Returns (pages dropped, pages of written files kept).
+    /// overlap), mapped ranges paged out, then per range a wait and DONTNEED, counted by
+    /// cachestat before and after. Returns (pages dropped, pages of written files kept).
     fn drop_batch(
         &self,
         batch: &[(FileKey, Vec<(u64, u64)>)],
         fds: &[Option<Arc<OwnedFd>>],
+        mappers: &Mappers,
         stayed: &mut Pending,
     ) -> (u64, u64) {
         let before: Vec<Vec<(u64, bool)>> = batch
@@ -145,6 +160,13 @@ impl Dropper {
                 None => Vec::new(),
             })
             .collect();
+        let mapped: Vec<&(FileKey, Vec<(u64, u64)>)> = batch
+            .iter()
+            .zip(fds)
+            .filter(|((key, _), fd)| fd.is_some() && !self.kept(key))
+            .map(|(w, _)| w)
+            .collect();
+        self.page_out(&mapped, mappers);
         let (mut dropped, mut kept) = (0, 0);
         for (((key, ranges), fd), before) in batch.iter().zip(fds).zip(&before) {
             let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
@@ -235,83 +257,84 @@ impl Dropper {
         before.saturating_sub(after)
     }
 
-    /// Ranges that stayed through the retries because the command maps them (an mmap it
-    /// keeps: fio's whole file, a database's): asks the kernel to reclaim them from the
-    /// processes that map them (`process_madvise(MADV_PAGEOUT)`: clean file pages mapped by
-    /// that process alone leave the cache, as under memory pressure; the process faults them
-    /// in again if it reads them again), then drops and measures them again. Returns what
-    /// stays still (pages mapped by several processes, or by processes never seen using the
-    /// file). Where the kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice says
-    /// so once and mapped pages stay until the command unmaps them.
-    pub fn page_out(&self, stayed: Pending, users: &HashMap<FileKey, Vec<u32>>) -> Pending {
-        if stayed.pages == 0 || self.no_page_out.load(Ordering::Relaxed) {
-            return stayed;
+    /// Pages the command maps cannot be dropped with DONTNEED while they stay mapped (an
+    /// mmap it keeps: fio's whole file, a database's). So the ranges of files it was seen
+    /// faulting on are first paged out of the processes that map them
+    /// (`process_madvise(MADV_PAGEOUT)`, up to 1,024 ranges a call and one TLB flush per
+    /// batch: clean file pages mapped by that process alone leave the cache, as under memory
+    /// pressure; the process faults them in again if it reads them again). Trying DONTNEED
+    /// first and paging out only what stayed through the retries cost six passes over every
+    /// mapped range (fio mmap randread under `run --assist`: a third of the CPU in the
+    /// drop-behind thread). What stays (pages several processes map) is retried and parked by
+    /// the caller. Where the kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice
+    /// says so once and mapped pages stay until the command unmaps them.
+    fn page_out(&self, ranges: &[&(FileKey, Vec<(u64, u64)>)], mappers: &Mappers) {
+        if self.no_page_out.load(Ordering::Relaxed) {
+            return;
         }
         let page = sys::page_size();
-        let mut maps: HashMap<u32, Option<Vec<sys::FileMapping>>> = HashMap::new();
-        let (mut out, mut dropped) = (Pending::default(), 0);
-        for (key, ranges) in stayed.files {
-            let ranges = merge(ranges);
-            let Some(fd) = self.fd(key) else {
+        let mut per_process: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        let mut maps = self.maps.lock().unwrap();
+        maps.retain(|_, (at, _)| at.elapsed() < MAPS_TTL);
+        for (key, ranges) in ranges {
+            let Some(tids) = mappers.get(key) else {
                 continue;
             };
-            let fd = fd.as_fd();
-            // Measured before the pages are paged out, so what that frees counts as dropped.
-            let before: Vec<(u64, bool)> = ranges
-                .iter()
-                .map(|&(i, n)| {
-                    let cached = sys::cachestat(fd, i * page, n * page).map_or(0, |c| c.cache);
-                    (cached, false)
-                })
-                .collect();
-            let mut tgids: Vec<u32> = users
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .filter_map(|&t| sys::tgid_of(t))
-                .collect();
+            let mut tgids: Vec<u32> = tids.iter().filter_map(|&t| self.tgid_of(t)).collect();
             tgids.sort_unstable();
             tgids.dedup();
             for tgid in tgids {
-                let Some(m) = maps
+                let (_, m) = maps
                     .entry(tgid)
-                    .or_insert_with(|| sys::file_mappings(tgid).ok())
-                else {
+                    .or_insert_with(|| (Instant::now(), sys::file_mappings(tgid).ok()));
+                let Some(m) = m else {
                     continue;
                 };
-                let iov: Vec<(u64, u64)> = m
+                let iov = per_process.entry(tgid).or_default();
+                for m in m
                     .iter()
                     .filter(|m| m.dev == (key.0, key.1) && m.ino == key.2)
-                    .flat_map(|m| {
+                {
+                    iov.extend(
                         ranges
                             .iter()
-                            .filter_map(|&(i, n)| m.addresses_of(i * page, n * page))
-                    })
-                    .collect();
-                if iov.is_empty() {
-                    continue;
-                }
-                let r = sys::pidfd_open(tgid)
-                    .and_then(|pidfd| sys::process_madvise_pageout(pidfd.as_fd(), &iov));
-                match r {
-                    // The process exited meanwhile: its mappings are gone.
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                    Err(e) => {
-                        if !self.no_page_out.swap(true, Ordering::Relaxed) {
-                            self.tally.notice(format!(
-                                "pages the command maps stay cached until it unmaps them \
-                                 (process_madvise(MADV_PAGEOUT): {e})"
-                            ));
-                        }
-                        break;
-                    }
-                    Ok(_) => {}
+                            .filter_map(|&(i, n)| m.addresses_of(i * page, n * page)),
+                    );
                 }
             }
-            dropped += self.drop_ranges(key, fd, &ranges, &before, &mut out);
         }
-        self.counts.lock().unwrap().dropped_bytes += dropped * page;
-        out
+        drop(maps);
+        for (tgid, iov) in per_process {
+            if iov.is_empty() {
+                continue;
+            }
+            let r = sys::pidfd_open(tgid)
+                .and_then(|pidfd| sys::process_madvise_pageout(pidfd.as_fd(), &iov));
+            match r {
+                // The process exited meanwhile: its mappings are gone.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => {
+                    if !self.no_page_out.swap(true, Ordering::Relaxed) {
+                        self.tally.notice(format!(
+                            "pages the command maps stay cached until it unmaps them \
+                             (process_madvise(MADV_PAGEOUT): {e})"
+                        ));
+                    }
+                    return;
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The process of thread `tid` (remembered: read once from /proc).
+    fn tgid_of(&self, tid: u32) -> Option<u32> {
+        *self
+            .tgids
+            .lock()
+            .unwrap()
+            .entry(tid)
+            .or_insert_with(|| sys::tgid_of(tid))
     }
 
     /// After the final drop: what of the command's pages in `ranges` (those that stayed) is
@@ -530,14 +553,14 @@ impl Retries {
     /// The next try of ranges that stayed, whose time has come (what stays after the last
     /// parks), and of the parked ranges when their time has come.
     fn retry(&mut self, dropper: &Dropper, footprint: &Footprint) {
-        let page_out = |stayed: Pending| {
-            let users = footprint.users(stayed.files.keys().copied());
-            dropper.page_out(stayed, &users)
+        let drop = |p: Pending| {
+            let mappers = footprint.users(p.files.keys().copied());
+            dropper.drop_pending(p, &mappers)
         };
         if let Some((at, wait)) = self.parked_next {
             if std::time::Instant::now() >= at {
                 let parked = std::mem::take(&mut self.parked);
-                let stayed = page_out(dropper.drop_pending(parked));
+                let stayed = drop(parked);
                 self.parked_next = (stayed.pages > 0).then(|| {
                     let next = (wait * 2).min(PARKED_RETRY_MAX);
                     (std::time::Instant::now() + next, next)
@@ -551,12 +574,12 @@ impl Retries {
             .partition(|(at, _, _)| *at <= now);
         self.retrying = wait;
         for (_, waited, work) in due {
-            let stayed = dropper.drop_pending(work);
+            let stayed = drop(work);
             if stayed.pages == 0 {
                 continue;
             }
             if waited >= RETRY_LAST {
-                self.park(page_out(stayed));
+                self.park(stayed);
             } else {
                 let next = waited * 2;
                 self.retrying
@@ -593,7 +616,9 @@ fn pass(
     if droppable == 0 || droppable + footprint.prefetch_pages() + retries.pages() <= limit_pages {
         return Duration::from_millis(if retries.pages() > 0 { 1 } else { 5 });
     }
-    let stayed = dropper.drop_pending(footprint.take_pending());
+    let pending = footprint.take_pending();
+    let mappers = footprint.users(pending.files.keys().copied());
+    let stayed = dropper.drop_pending(pending, &mappers);
     dropper.counts.lock().unwrap().drops_while_running += 1;
     retries.stayed(stayed);
     Duration::ZERO

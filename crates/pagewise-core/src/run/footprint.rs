@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 pub(super) type FileKey = (u32, u32, u64);
 /// Page ranges `(first page, pages)` per file.
 pub(super) type PageMap = HashMap<FileKey, Vec<(u64, u64)>>;
+/// The command's threads seen adding or faulting on each file's pages: the processes that
+/// may map it.
+pub(super) type Mappers = HashMap<FileKey, Vec<u32>>;
 
 /// A prefetched window `(file, (first page, pages))` and when it was issued.
 type Prefetched = (Instant, FileKey, (u64, u64));
@@ -133,7 +136,7 @@ impl Footprint {
     }
 
     /// The threads seen using each of these files.
-    pub fn users(&self, keys: impl Iterator<Item = FileKey>) -> HashMap<FileKey, Vec<u32>> {
+    pub fn users(&self, keys: impl Iterator<Item = FileKey>) -> Mappers {
         let files = self.files.lock().unwrap();
         keys.filter_map(|k| files.get(&k).map(|u| (k, u.clone())))
             .collect()

@@ -344,13 +344,15 @@ fn follow(
 /// measuring again — not the whole set (a second open_by_handle_at + cachestat per file:
 /// ~0.5 s on a 100k-file tree).
 fn final_drop(footprint: &Footprint, dropper: &Dropper) {
-    let mut stayed = dropper.drop_pending(footprint.take_all());
+    // The command has exited (or unmapped what it mapped): nothing to page out.
+    let none = footprint::Mappers::new();
+    let mut stayed = dropper.drop_pending(footprint.take_all(), &none);
     for _ in 0..FINAL_RETRIES {
         if stayed.pages == 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
-        stayed = dropper.drop_pending(stayed);
+        stayed = dropper.drop_pending(stayed, &none);
     }
     dropper.measure_left(&stayed.files);
 }
