@@ -22,6 +22,9 @@ const MAX_OPEN: usize = 4096;
 /// pages at those addresses paged out (clean pages, faulted in again when read).
 const MAPS_TTL: Duration = Duration::from_millis(100);
 
+/// A process's file mappings (None: unreadable) and when they were read.
+type ReadMaps = (Instant, Option<Vec<sys::FileMapping>>);
+
 /// Files dropped together: a tree of 100k files never holds more than a batch open.
 const BATCH_FILES: usize = 1024;
 
@@ -56,7 +59,7 @@ pub(super) struct Dropper {
     /// The process of each thread seen mapping a file.
     tgids: Mutex<HashMap<u32, Option<u32>>>,
     /// The file mappings of those processes, read at most every [`MAPS_TTL`].
-    maps: Mutex<HashMap<u32, (Instant, Option<Vec<sys::FileMapping>>)>>,
+    maps: Mutex<HashMap<u32, ReadMaps>>,
     pub counts: Mutex<Counts>,
     /// Errors and notices of the whole run.
     pub tally: Tally,

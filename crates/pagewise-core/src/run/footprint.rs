@@ -123,6 +123,9 @@ impl Footprint {
             }
         }
         let key = (e.dev_major, e.dev_minor, e.ino);
+        if e.mapped > 0 {
+            return;
+        }
         if e.fault {
             if let Some(u) = self.files.lock().unwrap().get_mut(&key) {
                 user(u, e.pid);

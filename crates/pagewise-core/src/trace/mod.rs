@@ -44,3 +44,6 @@ pub enum Backend {
 pub const ADD_EVENT: &str = "filemap/mm_filemap_add_to_page_cache";
 /// The tracepoint of page faults on file mappings.
 pub const FAULT_EVENT: &str = "filemap/mm_filemap_fault";
+/// Fault-around: pages mapped around a fault from what is cached (Linux 6.14+), the faults
+/// `FAULT_EVENT` does not see.
+pub const MAP_EVENT: &str = "filemap/mm_filemap_map_pages";

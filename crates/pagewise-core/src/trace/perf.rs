@@ -40,6 +40,8 @@ struct Layout {
     dev: usize,
     /// Offset of `order` (folio order) for mm_filemap_add_to_page_cache.
     order: Option<usize>,
+    /// Offset of `last_index` for mm_filemap_map_pages.
+    last: Option<usize>,
 }
 
 /// A tracepoint's id (`system/name`), from tracefs.
@@ -90,7 +92,16 @@ fn layout(event: &str, fault: bool) -> Result<(u64, Layout), TraceUnavailable> {
             ino: get("i_ino")?,
             index: get("index")?,
             dev: get("s_dev")?,
-            order: if fault { None } else { Some(get("order")?) },
+            order: if fault || event == super::MAP_EVENT {
+                None
+            } else {
+                Some(get("order")?)
+            },
+            last: if event == super::MAP_EVENT {
+                Some(get("last_index")?)
+            } else {
+                None
+            },
         },
     ))
 }
@@ -159,13 +170,22 @@ impl Session {
         // FAULT_WAKE_EVERY samples (hits drive sequential windows; a filesystem without such
         // a tracepoint still gets its misses seen within that many faults).
         if wake_each && has_faults {
+            // Fault-around, where the kernel has the tracepoint: the assistant sees how far a
+            // chunk was read after its window made the pages ready (those faults do not reach
+            // mm_filemap_fault). It never wakes the reader.
+            if let Ok((id, l)) = layout(super::MAP_EVENT, false) {
+                layouts.insert(id as u16, l);
+                ids.push(id);
+                wakes.push(sys::PerfWake::Samples(64));
+            }
+            let before_miss = ids.len();
             for ev in MISS_EVENTS {
                 if let Ok(id) = event_id(ev) {
                     ids.push(id);
                     wakes.push(sys::PerfWake::Samples(1));
                 }
             }
-            if ids.len() > events.len() {
+            if ids.len() > before_miss {
                 for (e, w) in events.iter().zip(wakes.iter_mut()) {
                     if e.ends_with("mm_filemap_fault") {
                         *w = sys::PerfWake::Samples(FAULT_WAKE_EVERY);
@@ -258,10 +278,11 @@ impl Session {
             .name("pw-events".into())
             .spawn(move || {
                 let mut lost = 0u64;
+                let mut batch = Vec::new();
                 loop {
                     // Read the flag first: a ring emptied after it was set holds everything.
                     let last = stop.load(Ordering::Acquire);
-                    lost += drain_all(&mut rings, &layouts, me, &mut on_event);
+                    lost += drain_all(&mut rings, &layouts, me, &mut batch, &mut on_event);
                     if last {
                         return lost;
                     }
@@ -285,19 +306,26 @@ impl Session {
     }
 }
 
-/// Empties every ring into `on_event`; returns the events the kernel reports lost.
+/// Empties every ring into `on_event`, in time order across the rings; returns the events the
+/// kernel reports lost. Each ring is in time order, but one after the other the events of a
+/// thread that moved between CPUs came out of order: the assistant saw a chunk's fault at page
+/// 16 before those at 0, 1 and 2, took two clusters of 16 pages for one of 32, and a third
+/// of fio's 128 KiB blocks got two windows of half a block.
 fn drain_all<F: FnMut(RawEvent)>(
     rings: &mut [(OwnedFd, PerfRing)],
     layouts: &HashMap<u16, Layout>,
     me: u32,
+    batch: &mut Vec<RawEvent>,
     on_event: &mut F,
 ) -> u64 {
     let mut lost = 0;
+    let mut from = 0;
+    let mut sorted = true;
     for (_, ring) in rings.iter_mut() {
         ring.drain(|typ, body| match typ {
             sys::PERF_RECORD_SAMPLE => {
                 if let Some(e) = parse_sample(body, layouts, me) {
-                    on_event(e);
+                    batch.push(e);
                 }
             }
             sys::PERF_RECORD_LOST if body.len() >= 16 => {
@@ -305,6 +333,18 @@ fn drain_all<F: FnMut(RawEvent)>(
             }
             _ => {}
         });
+        if from > 0 && from < batch.len() && batch[from - 1].ts_us > batch[from].ts_us {
+            sorted = false;
+        }
+        if from < batch.len() {
+            from = batch.len();
+        }
+    }
+    if !sorted {
+        batch.sort_by_key(|e| e.ts_us);
+    }
+    for e in batch.drain(..) {
+        on_event(e);
     }
     lost
 }
@@ -330,14 +370,20 @@ fn parse_sample(b: &[u8], layouts: &HashMap<u16, Layout>, me: u32) -> Option<Raw
         Some(o) => *raw.get(o)? as u32,
         None => 0,
     };
+    let index = u64_at(l.index)?;
+    let mapped = match l.last {
+        Some(o) => (u64_at(o)?.saturating_sub(index) + 1).min(u32::MAX as u64) as u32,
+        None => 0,
+    };
     Some(RawEvent {
         pid: u32_at(l.pid)?,
         ts_us: time / 1000,
         dev_major: dev >> 20,
         dev_minor: dev & ((1 << 20) - 1),
         ino: u64_at(l.ino)?,
-        ofs: u64_at(l.index)? * sys::page_size(),
+        ofs: index * sys::page_size(),
         order,
         fault: l.fault,
+        mapped,
     })
 }

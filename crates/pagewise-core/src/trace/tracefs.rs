@@ -365,6 +365,9 @@ pub struct RawEvent {
     pub order: u32,
     /// A page fault (`mm_filemap_fault`), not pages added.
     pub fault: bool,
+    /// Pages mapped by fault-around from `ofs` on (`mm_filemap_map_pages`: a fault the kernel
+    /// served from pages already cached, without `mm_filemap_fault`); 0 for the other events.
+    pub mapped: u32,
 }
 
 /// Parses one trace_pipe line of the filemap events, e.g.
@@ -412,6 +415,7 @@ pub fn parse_line(line: &str) -> Option<RawEvent> {
         ofs: ofs?,
         order,
         fault,
+        mapped: 0,
     })
 }
 
@@ -432,7 +436,8 @@ mod tests {
                 ino: 0x3a1f,
                 ofs: 8192,
                 order: 2,
-                fault: false
+                fault: false,
+                mapped: 0,
             })
         );
         // A command name with spaces and dashes.
@@ -450,7 +455,8 @@ mod tests {
                 ino: 0x3a1f,
                 ofs: 1 << 20,
                 order: 0,
-                fault: true
+                fault: true,
+                mapped: 0,
             })
         );
         assert_eq!(parse_line("garbage"), None);
