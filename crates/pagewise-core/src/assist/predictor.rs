@@ -472,15 +472,40 @@ mod tests {
         }
     }
 
+    /// One access of [`drive_faults`]: the windows it brings are cached, ready `delay` faults
+    /// later.
+    fn feed(
+        p: &mut Predictor,
+        ready_at: &mut std::collections::HashMap<u64, u64>,
+        (page, hit, faults, delay): (u64, bool, u64, u64),
+        all: &mut Vec<Window>,
+    ) {
+        let ws = p.access(Access {
+            file: 1,
+            page,
+            hit,
+            t_ns: faults,
+        });
+        for w in &ws {
+            for r in w.start..w.start + w.pages {
+                ready_at.entry(r).or_insert(faults + delay);
+            }
+        }
+        all.extend(ws);
+    }
+
     /// Reads `blocks` of `len` pages at scattered offsets through a mapping, as the kernel
-    /// shows it: a fault only on pages not mapped yet; a fault maps the pages of its
-    /// fault-around chunk (`fa` pages: 16, or 32 for a 128 KiB large folio mapped whole) that
-    /// are cached and whose read has completed; a window's read completes two faults after it
-    /// was issued. Returns (misses, windows).
-    fn drive_faults(p: &mut Predictor, blocks: u64, len: u64, fa: u64) -> (u64, Vec<Window>) {
+    /// shows it: a touch of a page not mapped yet is a fault; fault-around first maps the
+    /// pages of its 16-page chunk that are cached and read, and when that covers the page the
+    /// fault is served without the fault tracepoint (the assistant sees the chunk, cut to its
+    /// windows, as accesses at both ends); else the fault is seen, a miss when the page is not
+    /// cached. A window's read completes `delay` faults after it was issued. Returns (misses,
+    /// windows).
+    fn drive_faults(p: &mut Predictor, blocks: u64, len: u64, delay: u64) -> (u64, Vec<Window>) {
+        let fa = 16;
         let mut ready_at: std::collections::HashMap<u64, u64> = Default::default();
         let mut mapped = std::collections::HashSet::new();
-        let (mut faults, mut misses, mut all) = (0u64, 0, Vec::new());
+        let (mut faults, mut misses, mut all): (u64, u64, Vec<Window>) = (0, 0, Vec::new());
         let mut x: u64 = 4242;
         for _ in 0..blocks {
             x = x
@@ -492,28 +517,33 @@ mod tests {
                     continue;
                 }
                 faults += 1;
+                let chunk = q / fa * fa..(q / fa + 1) * fa;
+                let ready: Vec<u64> = chunk
+                    .filter(|r| ready_at.get(r).is_some_and(|&t| t <= faults))
+                    .collect();
+                if ready.contains(&q) {
+                    let windows: Vec<(u64, u64)> =
+                        all.iter().map(|w| (w.start, w.start + w.pages)).collect();
+                    let inside: Vec<u64> = ready
+                        .iter()
+                        .copied()
+                        .filter(|r| windows.iter().any(|&(s, e)| s <= *r && *r < e))
+                        .collect();
+                    mapped.extend(ready.iter().copied());
+                    if let (Some(&lo), Some(&hi)) = (inside.first(), inside.last()) {
+                        feed(p, &mut ready_at, (lo, true, faults, delay), &mut all);
+                        feed(p, &mut ready_at, (hi, true, faults, delay), &mut all);
+                    }
+                    continue;
+                }
                 let hit = ready_at.contains_key(&q);
                 if !hit {
                     misses += 1;
                     ready_at.insert(q, faults);
                 }
-                for w in p.access(Access {
-                    file: 1,
-                    page: q,
-                    hit,
-                    t_ns: faults,
-                }) {
-                    for r in w.start..w.start + w.pages {
-                        ready_at.entry(r).or_insert(faults + 2);
-                    }
-                    all.push(w);
-                }
+                feed(p, &mut ready_at, (q, hit, faults, delay), &mut all);
                 mapped.insert(q);
-                for r in q / fa * fa..(q / fa + 1) * fa {
-                    if ready_at.get(&r).is_some_and(|&t| t <= faults) {
-                        mapped.insert(r);
-                    }
-                }
+                mapped.extend(ready);
             }
         }
         (misses, all)
@@ -521,22 +551,22 @@ mod tests {
 
     #[test]
     fn blocks_read_through_a_mapping_get_whole_windows_despite_fault_around() {
-        // 128 KiB blocks: the faults of a covered block are pages 0, 1, 2 and 16; its span is
-        // still 32 pages, so after the first blocks every window is one whole block.
+        // 128 KiB blocks, reads completing two faults after their window: a block faults at
+        // pages 0 (the miss), 1 and 2, and fault-around serves page 16 without a fault event;
+        // its span is still 32 pages, so after the first blocks every window is a block.
         let mut p = Predictor::new(cfg());
-        let (misses, ws) = drive_faults(&mut p, 200, 32, 16);
+        let (misses, ws) = drive_faults(&mut p, 200, 32, 2);
         assert!(misses <= 32 + 2 + 199, "one miss per block: {misses}");
         assert!(ws[2..].iter().all(|w| w.pages == 32), "{:?}", &ws[..6]);
         // 16 KiB blocks: the fault-around chunk does not stretch the window past the block.
         let mut p = Predictor::new(cfg());
-        let (misses, ws) = drive_faults(&mut p, 200, 4, 16);
+        let (misses, ws) = drive_faults(&mut p, 200, 4, 2);
         assert!(ws.iter().all(|w| w.pages == 4), "{:?}", &ws[..3]);
         assert!(misses <= 4 + 199, "{misses}");
-        // Reads completing before the next page is touched: a fault on a ready page is
-        // served by fault-around without the fault tracepoint, so a block shows its miss only,
-        // and windows stay whole blocks.
+        // Reads complete before the next page is touched: a block shows its miss, then
+        // fault-around only; windows stay whole blocks.
         let mut p = Predictor::new(cfg());
-        let (misses, ws) = drive_faults(&mut p, 200, 32, 16, 0);
+        let (misses, ws) = drive_faults(&mut p, 200, 32, 0);
         assert!(misses <= 32 + 2 + 199, "one miss per block: {misses}");
         assert!(ws[2..].iter().all(|w| w.pages == 32), "{:?}", &ws[..6]);
     }
