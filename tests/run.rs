@@ -328,7 +328,12 @@ fn mapped_pages_are_parked_and_dropped_at_exit() {
     let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
     eprintln!("cpu {cpu} s; {v}");
     assert_eq!(cached(&data), 0, "dropped after the command's exit");
-    assert_eq!(v["left_bytes"], 0);
+    // Pages python itself brought in (its modules and libraries, paged out meanwhile by the
+    // machine's DAMON) may stay mapped by other processes (the tests beside this one run
+    // python too): reported as left, mapped or busy, never the data file's.
+    let left = v["left_bytes"].as_u64().unwrap();
+    assert!(left < 1 << 20, "{left}");
+    assert_eq!(v["left_bytes"], v["left_mapped_or_busy_bytes"]);
     assert!(v["added_bytes"].as_u64().unwrap() >= 3000 * 4096 * 9 / 10);
     assert!(
         cpu < 0.8,
