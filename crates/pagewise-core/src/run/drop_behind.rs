@@ -22,6 +22,9 @@ const MAX_OPEN: usize = 4096;
 /// pages at those addresses paged out (clean pages, faulted in again when read).
 const MAPS_TTL: Duration = Duration::from_millis(100);
 
+/// Ranges paged out per `process_madvise` call (see `Dropper::page_out`).
+const PAGE_OUT_RANGES: usize = 64;
+
 /// A process's file mappings (None: unreadable) and when they were read.
 type ReadMaps = (Instant, Option<Vec<sys::FileMapping>>);
 
@@ -311,8 +314,12 @@ impl Dropper {
             if iov.is_empty() {
                 continue;
             }
-            let r = sys::pidfd_open(tgid)
-                .and_then(|pidfd| sys::process_madvise_pageout(pidfd.as_fd(), &iov));
+            // At most PAGE_OUT_RANGES ranges a call: a call of 1,024 windows of 128 KiB
+            // reclaims for milliseconds, and the kernel does not preempt inside it.
+            let r = sys::pidfd_open(tgid).and_then(|pidfd| {
+                iov.chunks(PAGE_OUT_RANGES)
+                    .try_for_each(|c| sys::process_madvise_pageout(pidfd.as_fd(), c).map(drop))
+            });
             match r {
                 // The process exited meanwhile: its mappings are gone.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
@@ -325,7 +332,7 @@ impl Dropper {
                     }
                     return;
                 }
-                Ok(_) => {}
+                Ok(()) => {}
             }
         }
     }
