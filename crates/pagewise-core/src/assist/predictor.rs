@@ -444,16 +444,23 @@ mod tests {
 
     /// 32-page chunks (128 KiB) at scattered offsets, each read upwards one page at a time.
     fn chunks(n: u64) -> Vec<u64> {
-        let mut v = Vec::new();
-        let mut x: u64 = 12345;
-        for _ in 0..n {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let base = (x >> 33) % 2_000_000 / 32 * 32;
-            v.extend(base..base + 32);
-        }
-        v
+        bases(12345, n, 32)
+            .into_iter()
+            .flat_map(|b| b..b + 32)
+            .collect()
+    }
+
+    /// `n` scattered first pages of `len`-page chunks (aligned to `len`), from `seed`.
+    fn bases(seed: u64, n: u64, len: u64) -> Vec<u64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (x >> 33) % 2_000_000 / len * len
+            })
+            .collect()
     }
 
     #[test]
@@ -506,12 +513,7 @@ mod tests {
         let mut ready_at: std::collections::HashMap<u64, u64> = Default::default();
         let mut mapped = std::collections::HashSet::new();
         let (mut faults, mut misses, mut all): (u64, u64, Vec<Window>) = (0, 0, Vec::new());
-        let mut x: u64 = 4242;
-        for _ in 0..blocks {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let base = (x >> 33) % 2_000_000 / len * len;
+        for base in bases(4242, blocks, len) {
             for q in base..base + len {
                 if mapped.contains(&q) {
                     continue;
@@ -575,12 +577,7 @@ mod tests {
     fn chunks_read_from_both_ends_get_one_window_each() {
         // glibc's memcpy of 1 MiB: the first page, then the last, then downwards.
         let mut v = Vec::new();
-        let mut x: u64 = 99;
-        for _ in 0..100 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let base = (x >> 33) % 2_000_000 / 256 * 256;
+        for base in bases(99, 100, 256) {
             v.push(base);
             v.extend((base + 1..base + 256).rev());
         }
@@ -630,15 +627,10 @@ mod tests {
     fn small_random_blocks_get_windows_of_their_size() {
         // 4-page chunks at scattered offsets (fio bs=16k): windows of 4 pages (not the 64 KiB
         // that read three blocks nobody asked for), one miss per block.
-        let mut v = Vec::new();
-        let mut x: u64 = 777;
-        for _ in 0..200 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let base = (x >> 33) % 2_000_000 / 4 * 4;
-            v.extend(base..base + 4);
-        }
+        let v: Vec<u64> = bases(777, 200, 4)
+            .into_iter()
+            .flat_map(|b| b..b + 4)
+            .collect();
         let mut p = Predictor::new(cfg());
         let (_, misses, ws) = drive(&mut p, &v);
         assert!(ws.iter().all(|w| w.pages == 4), "{:?}", &ws[..3]);
