@@ -197,3 +197,52 @@ fn run_assist_drops_its_prefetches_and_simulate_reads_a_fault_trace() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--faults"));
 }
+
+/// The nice value of a thread, from /proc (field 19 of its stat, after the command name).
+fn thread_nice(pid: u32, tid: &str) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(16)?.parse().ok()
+}
+
+/// `run --assist`'s event reader, which issues the prefetches, runs at nice -10 (as the
+/// kernel reports it), and only that thread: the launcher and drop-behind keep their own.
+#[test]
+fn the_prefetching_thread_runs_at_higher_priority() {
+    if !require_root("assist (tracing, nice below 0)") {
+        return;
+    }
+    let child = bin()
+        .args(["run", "--assist", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut seen = std::collections::HashMap::new();
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        for t in std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+        {
+            let tid = t.file_name().to_string_lossy().to_string();
+            let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+            if let Some(n) = thread_nice(pid, &tid) {
+                seen.insert(comm.trim().to_string(), n);
+            }
+        }
+        if seen.contains_key("pw-events") && seen.contains_key("pw-drop-behind") {
+            break;
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(seen.get("pw-events"), Some(&-10), "{seen:?}");
+    assert_eq!(seen.get("pw-drop-behind"), Some(&0), "{seen:?}");
+    assert_eq!(seen.get("pw-launcher"), Some(&0), "{seen:?}");
+}

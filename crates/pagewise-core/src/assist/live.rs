@@ -601,6 +601,9 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
             let reader = session
                 .stream(Duration::from_millis(50), true, on_event)
                 .map_err(crate::Error::TracePipe)?;
+            if let Some(n) = session.notice.take() {
+                tally.notice(n);
+            }
             wait_for(&opts.pids, opts.duration, &tally, observer);
             session.stop();
             (reader.join().unwrap_or(0), Source::Perf)

@@ -781,6 +781,19 @@ pub fn set_thread_class(class: ThreadClass) -> io::Result<()> {
     }
 }
 
+/// `setpriority(PRIO_PROCESS, tid, nice)` — <https://man7.org/linux/man-pages/man2/setpriority.2.html>:
+/// sets thread `tid`'s nice value (Linux applies PRIO_PROCESS to the one thread). Below 0 it
+/// needs CAP_SYS_NICE (or a permissive RLIMIT_NICE).
+pub fn set_thread_nice(tid: u32, nice: i32) -> io::Result<()> {
+    // SAFETY: no pointers; the kernel checks the thread id and the permission.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// A process's mapping of a file: addresses `[start, end)` show the file from byte `offset`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileMapping {

@@ -43,7 +43,8 @@ pub struct Follower {
     tid: i32,
     /// How events are collected.
     pub source: Source,
-    /// Why perf events were not used, when `auto` fell back to tracefs.
+    /// A notice to pass on: why perf events were not used (`auto` fell back to tracefs), or
+    /// why the prefetching reader kept its normal priority.
     pub notice: Option<String>,
 }
 
@@ -115,11 +116,12 @@ impl Follower {
                 let reader = session
                     .stream(poll, skip_own, on_event)
                     .map_err(reader_err)?;
+                let notice = session.notice.take();
                 Ok(Follower {
                     tracer: Tracer::Perf(session, reader),
                     tid,
                     source: Source::Perf,
-                    notice: None,
+                    notice,
                 })
             }
             Err(why) => {
