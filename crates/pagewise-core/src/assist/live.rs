@@ -220,6 +220,26 @@ impl Issued {
         a < b
     }
 
+    /// Marks pages `[from, to)` used by the command (a fault and its fault-around chunk, or
+    /// what fault-around mapped), as faulted in; the first time every page is used, the
+    /// window goes to `consumed` as `(file, first page, pages)`. True when the pages touch
+    /// the window.
+    fn use_pages(
+        &mut self,
+        from: u64,
+        to: u64,
+        key: FileKey,
+        consumed: &mut Vec<(FileKey, u64, u64)>,
+    ) -> bool {
+        let touched = self.mark(from, to);
+        self.faulted |= touched;
+        if touched && !self.consumed && self.unused() == 0 {
+            self.consumed = true;
+            consumed.push((key, self.start, self.end - self.start));
+        }
+        touched
+    }
+
     /// Pages not marked: the window is not used up until this is 0 (what drop-behind waits
     /// for).
     fn unused(&self) -> u64 {
@@ -264,8 +284,6 @@ impl Slot {
 
 const KNOWN_RANGES: usize = 256;
 const ISSUED_WINDOWS: usize = 64;
-/// Pages the kernel maps around a fault (fault_around_bytes, 64 KiB by default).
-const FAULT_AROUND_PAGES: u64 = 16;
 
 /// The assistant's state: feed it trace events with [`Assistant::on_event`].
 pub struct Assistant {
@@ -361,17 +379,12 @@ impl Assistant {
         let id = s.id;
         let cached = s.known.iter().any(|&(a, b)| a <= p && p < b);
         let mut on_prefetched = false;
-        let consumed = &mut self.consumed;
+        let fa = self.pred.config().fault_around;
         for w in s.issued.iter_mut() {
             if w.start <= p && p < w.end {
                 on_prefetched = true;
             }
-            let hit = w.mark(p, p + FAULT_AROUND_PAGES);
-            w.faulted |= hit;
-            if hit && !w.consumed && w.unused() == 0 {
-                w.consumed = true;
-                consumed.push((key, w.start, w.end - w.start));
-            }
+            w.use_pages(p, p + fa, key, &mut self.consumed);
         }
         if on_prefetched {
             self.r.faults_on_prefetched += 1;
@@ -411,14 +424,9 @@ impl Assistant {
         let (mut lo, mut hi) = (u64::MAX, 0);
         for w in s.issued.iter_mut() {
             let (a, b) = (from.max(w.start), to.min(w.end));
-            if a < b && w.mark(a, b) {
-                w.faulted = true;
+            if a < b && w.use_pages(a, b, key, &mut self.consumed) {
                 lo = lo.min(a);
                 hi = hi.max(b - 1);
-                if !w.consumed && w.unused() == 0 {
-                    w.consumed = true;
-                    self.consumed.push((key, w.start, w.end - w.start));
-                }
             }
         }
         if lo > hi {
@@ -476,7 +484,7 @@ impl Assistant {
             faulted: false,
             consumed: false,
         };
-        iw.faulted = iw.mark(p, p + FAULT_AROUND_PAGES);
+        iw.faulted = iw.mark(p, p + self.pred.config().fault_around);
         s.issued.push_back(iw);
         self.r.prefetches += 1;
         match w.detector {

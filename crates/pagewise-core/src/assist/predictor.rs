@@ -509,7 +509,7 @@ mod tests {
     /// cached. A window's read completes `delay` faults after it was issued. Returns (misses,
     /// windows).
     fn drive_faults(p: &mut Predictor, blocks: u64, len: u64, delay: u64) -> (u64, Vec<Window>) {
-        let fa = 16;
+        let fa = p.config().fault_around;
         let mut ready_at: std::collections::HashMap<u64, u64> = Default::default();
         let mut mapped = std::collections::HashSet::new();
         let (mut faults, mut misses, mut all): (u64, u64, Vec<Window>) = (0, 0, Vec::new());

@@ -123,8 +123,8 @@ impl Dropper {
     }
 
     /// Drops every pending range: writeback started for all dirty ranges first, then the
-    /// ranges of files the command maps (`mappers`: the threads seen faulting on each file)
-    /// paged out of its processes, then one wait per dirty range, then DONTNEED; counts from
+    /// ranges of files the command may map (`mappers`: its threads seen adding or faulting on
+    /// each file's pages) paged out of their processes, then one wait per dirty range, then DONTNEED; counts from
     /// cachestat before and after. Returns the ranges where pages stayed (typically still
     /// under read I/O: readahead reports pages when it queues them), so the caller can try
     /// them again.
@@ -166,13 +166,13 @@ impl Dropper {
                 None => Vec::new(),
             })
             .collect();
-        let mapped: Vec<&(FileKey, Vec<(u64, u64)>)> = batch
+        let droppable: Vec<&(FileKey, Vec<(u64, u64)>)> = batch
             .iter()
             .zip(fds)
             .filter(|((key, _), fd)| fd.is_some() && !self.kept(key))
             .map(|(w, _)| w)
             .collect();
-        self.page_out(&mapped, mappers);
+        self.page_out(&droppable, mappers);
         let (mut dropped, mut kept) = (0, 0);
         for (((key, ranges), fd), before) in batch.iter().zip(fds).zip(&before) {
             let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
@@ -264,15 +264,14 @@ impl Dropper {
     }
 
     /// Pages the command maps cannot be dropped with DONTNEED while they stay mapped (an
-    /// mmap it keeps: fio's whole file, a database's). So the ranges of files it was seen
-    /// faulting on are first paged out of the processes that map them
-    /// (`process_madvise(MADV_PAGEOUT)`, up to 1,024 ranges a call and one TLB flush per
-    /// batch: clean file pages mapped by that process alone leave the cache, as under memory
-    /// pressure; the process faults them in again if it reads them again). Trying DONTNEED
-    /// first and paging out only what stayed through the retries cost six passes over every
-    /// mapped range (fio mmap randread under `run --assist`: a third of the CPU in the
-    /// drop-behind thread). What stays (pages several processes map) is retried and parked by
-    /// the caller. Where the kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice
+    /// mmap it keeps: fio's whole file, a database's). So the ranges of files its threads were
+    /// seen using are first paged out of their processes where those map them
+    /// (`process_madvise(MADV_PAGEOUT)`, [`PAGE_OUT_RANGES`] ranges a call: clean file pages
+    /// mapped by that process alone leave the cache, as under memory pressure; the process
+    /// faults them in again if it reads them again). Trying DONTNEED first and paging out only
+    /// what stayed through the retries cost six passes over every mapped range (fio mmap
+    /// randread under `run --assist`: a third of the CPU in the drop-behind thread). What
+    /// stays (pages several processes map) is retried and parked by the caller. Where the kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice
     /// says so once and mapped pages stay until the command unmaps them.
     fn page_out(&self, ranges: &[&(FileKey, Vec<(u64, u64)>)], mappers: &Mappers) {
         if self.no_page_out.load(Ordering::Relaxed) {

@@ -159,7 +159,7 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
         .arm()
         .map_err(crate::Error::Tracefs)
         .and_then(|()| launcher.run())
-        .map(|r| (r.status, r.elapsed_s));
+        .map(|r| (r.status, r.elapsed_s()));
     let orphans = trace::orphans_left();
     let ended = session.finish();
     let (status, elapsed) = ran?;

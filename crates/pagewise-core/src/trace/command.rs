@@ -18,12 +18,23 @@ pub(crate) struct Launcher {
     thread: std::thread::JoinHandle<Result<Ran, crate::Error>>,
 }
 
-/// How the command ran: its exit status, when it was started (CLOCK_MONOTONIC, ns) and how
-/// long it ran.
+/// How the command ran: its exit status, and when it started and ended (CLOCK_MONOTONIC, ns).
 pub(crate) struct Ran {
     pub status: ExitStatus,
     pub start_mono_ns: u64,
-    pub elapsed_s: f64,
+    pub end_mono_ns: u64,
+}
+
+impl Ran {
+    /// How long it ran, ns.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_mono_ns - self.start_mono_ns
+    }
+
+    /// How long it ran, seconds.
+    pub fn elapsed_s(&self) -> f64 {
+        self.duration_ns() as f64 / 1e9
+    }
 }
 
 impl Launcher {
@@ -39,12 +50,11 @@ impl Launcher {
                 let _ = tid_tx.send(sys::gettid() as i32);
                 go_rx.recv().map_err(|_| no_command())?;
                 let start_mono_ns = sys::monotonic_ns();
-                let start = std::time::Instant::now();
                 let status = spawn(&cmd).and_then(|mut c| wait(&mut c))?;
                 Ok(Ran {
                     status,
                     start_mono_ns,
-                    elapsed_s: start.elapsed().as_secs_f64(),
+                    end_mono_ns: sys::monotonic_ns(),
                 })
             })
             .expect("spawning the launcher thread");

@@ -182,7 +182,7 @@ impl Session {
         if wake_each && has_faults {
             // Fault-around, where the kernel has the tracepoint: the assistant sees how far a
             // chunk was read after its window made the pages ready (those faults do not reach
-            // mm_filemap_fault). It never wakes the reader.
+            // mm_filemap_fault). It wakes the reader every 64 samples, as pages added do.
             if let Ok((id, l)) = layout(super::MAP_EVENT, false) {
                 layouts.insert(id as u16, l);
                 ids.push(id);
@@ -332,10 +332,10 @@ impl Session {
 }
 
 /// Empties every ring into `on_event`, in time order across the rings; returns the events the
-/// kernel reports lost. Each ring is in time order, but one after the other the events of a
-/// thread that moved between CPUs came out of order: the assistant saw a chunk's fault at page
-/// 16 before those at 0, 1 and 2, took two clusters of 16 pages for one of 32, and a third
-/// of fio's 128 KiB blocks got two windows of half a block.
+/// kernel reports lost. Each ring is in time order, but one ring after the other, the events of
+/// a thread that moved between CPUs would come out of order, and the assistant's clusters are
+/// built from the order of a thread's faults. (The sort is stable and runs in linear time on
+/// rings that do not interleave.)
 fn drain_all<F: FnMut(RawEvent)>(
     rings: &mut [(OwnedFd, PerfRing)],
     layouts: &HashMap<u16, Layout>,
@@ -344,8 +344,6 @@ fn drain_all<F: FnMut(RawEvent)>(
     on_event: &mut F,
 ) -> u64 {
     let mut lost = 0;
-    let mut from = 0;
-    let mut sorted = true;
     for (_, ring) in rings.iter_mut() {
         ring.drain(|typ, body| match typ {
             sys::PERF_RECORD_SAMPLE => {
@@ -358,16 +356,8 @@ fn drain_all<F: FnMut(RawEvent)>(
             }
             _ => {}
         });
-        if from > 0 && from < batch.len() && batch[from - 1].ts_us > batch[from].ts_us {
-            sorted = false;
-        }
-        if from < batch.len() {
-            from = batch.len();
-        }
     }
-    if !sorted {
-        batch.sort_by_key(|e| e.ts_us);
-    }
+    batch.sort_by_key(|e| e.ts_us);
     for e in batch.drain(..) {
         on_event(e);
     }

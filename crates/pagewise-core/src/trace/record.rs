@@ -125,8 +125,7 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let orphans = orphans_left();
     let lost = follower.stop().map_err(crate::Error::Tracefs)?;
     let ran = ran?;
-    let (status, start_mono) = (ran.status, ran.start_mono_ns);
-    let duration_ns = (ran.elapsed_s * 1e9) as u64;
+    let (status, start_mono, duration_ns) = (ran.status, ran.start_mono_ns, ran.duration_ns());
     let mut raw = std::mem::take(&mut *sink.lock().unwrap());
     raw.retain(|e| e.pid != me);
     let mut trace = build(
