@@ -54,7 +54,13 @@ fn event_id(event: &str) -> Result<u64, TraceUnavailable> {
         .map_err(|_| TraceUnavailable(format!("{}/id: not a number", dir.display())))
 }
 
-fn layout(event: &str, fault: bool) -> Result<(u64, Layout), TraceUnavailable> {
+/// The page-fault tracepoint (`system/name` or its name alone).
+fn is_fault(event: &str) -> bool {
+    event.ends_with("mm_filemap_fault")
+}
+
+fn layout(event: &str) -> Result<(u64, Layout), TraceUnavailable> {
+    let fault = is_fault(event);
     let dir = tracefs_root()?.join("events").join(event);
     let read = |f: &str| {
         std::fs::read_to_string(dir.join(f))
@@ -151,7 +157,7 @@ impl Session {
         let mut layouts = HashMap::new();
         let mut ids = Vec::new();
         for ev in events {
-            let (id, l) = layout(ev, ev.ends_with("mm_filemap_fault"))?;
+            let (id, l) = layout(ev)?;
             layouts.insert(id as u16, l);
             ids.push(id);
         }
@@ -161,16 +167,14 @@ impl Session {
         // (the pages added, for bookkeeping) wake the reader every 64 samples only, so a
         // fault-heavy program does not pay two wake-ups per page (measured: fio bs=16k mmap
         // reads lost half their rate to them).
-        let has_faults = events.iter().any(|e| e.ends_with("mm_filemap_fault"));
+        let has_faults = events.iter().any(|e| is_fault(e));
         let mut wakes: Vec<sys::PerfWake> = events
             .iter()
-            .map(
-                |e| match (wake_each, has_faults && !e.ends_with("mm_filemap_fault")) {
-                    (false, _) => sys::PerfWake::Bytes((pages as u64 * page / 2) as u32),
-                    (true, false) => sys::PerfWake::Samples(1),
-                    (true, true) => sys::PerfWake::Samples(64),
-                },
-            )
+            .map(|e| match (wake_each, has_faults && !is_fault(e)) {
+                (false, _) => sys::PerfWake::Bytes((pages as u64 * page / 2) as u32),
+                (true, false) => sys::PerfWake::Samples(1),
+                (true, true) => sys::PerfWake::Samples(64),
+            })
             .collect();
         // A wake-up costs the faulting thread ~13 us (the kernel's irq_work interrupt and the
         // reader's wake-up, in a guest: fio mmap randread spent 40% of its CPU there), and
@@ -183,7 +187,7 @@ impl Session {
             // Fault-around, where the kernel has the tracepoint: the assistant sees how far a
             // chunk was read after its window made the pages ready (those faults do not reach
             // mm_filemap_fault). It wakes the reader every 64 samples, as pages added do.
-            if let Ok((id, l)) = layout(super::MAP_EVENT, false) {
+            if let Ok((id, l)) = layout(super::MAP_EVENT) {
                 layouts.insert(id as u16, l);
                 ids.push(id);
                 wakes.push(sys::PerfWake::Samples(64));
@@ -197,7 +201,7 @@ impl Session {
             }
             if ids.len() > before_miss {
                 for (e, w) in events.iter().zip(wakes.iter_mut()) {
-                    if e.ends_with("mm_filemap_fault") {
+                    if is_fault(e) {
                         *w = sys::PerfWake::Samples(FAULT_WAKE_EVERY);
                     }
                 }
