@@ -205,8 +205,17 @@ fn thread_nice(pid: u32, tid: &str) -> Option<i64> {
     rest.split_whitespace().nth(16)?.parse().ok()
 }
 
-/// `run --assist`'s event reader, which issues the prefetches, runs at nice -10 (as the
-/// kernel reports it), and only that thread: the launcher and drop-behind keep their own.
+/// A thread's time slice in ns as /proc/PID/task/TID/sched reports it (`se.slice`, shown by
+/// kernels with EEVDF, 6.6+), None where the kernel does not show it.
+fn thread_slice(pid: u32, tid: &str) -> Option<u64> {
+    let sched = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/sched")).ok()?;
+    let line = sched.lines().find(|l| l.starts_with("se.slice"))?;
+    line.rsplit(':').next()?.trim().parse().ok()
+}
+
+/// `run --assist`'s event reader, which issues the prefetches, runs at nice -10 with a 0.1 ms
+/// time slice (as the kernel reports them), and only that thread: the launcher and drop-behind
+/// keep their own.
 #[test]
 fn the_prefetching_thread_runs_at_higher_priority() {
     if !require_root("assist (tracing, nice below 0)") {
@@ -229,10 +238,12 @@ fn the_prefetching_thread_runs_at_higher_priority() {
             let tid = t.file_name().to_string_lossy().to_string();
             let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
             if let Some(n) = thread_nice(pid, &tid) {
-                seen.insert(comm.trim().to_string(), n);
+                seen.insert(comm.trim().to_string(), (n, thread_slice(pid, &tid)));
             }
         }
-        if seen.contains_key("pw-events") && seen.contains_key("pw-drop-behind") {
+        // The reader's priority is set just after it starts: wait until it shows.
+        let reader_set = seen.get("pw-events").is_some_and(|(n, _)| *n == -10);
+        if reader_set && seen.contains_key("pw-drop-behind") {
             break;
         }
     }
@@ -242,7 +253,21 @@ fn the_prefetching_thread_runs_at_higher_priority() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(seen.get("pw-events"), Some(&-10), "{seen:?}");
-    assert_eq!(seen.get("pw-drop-behind"), Some(&0), "{seen:?}");
-    assert_eq!(seen.get("pw-launcher"), Some(&0), "{seen:?}");
+    let nice = |t: &str| seen.get(t).map(|(n, _)| *n);
+    assert_eq!(nice("pw-events"), Some(-10), "{seen:?}");
+    assert_eq!(nice("pw-drop-behind"), Some(0), "{seen:?}");
+    assert_eq!(nice("pw-launcher"), Some(0), "{seen:?}");
+    match seen["pw-events"].1 {
+        Some(slice) => {
+            assert_eq!(slice, 100_000, "the reader's se.slice: {seen:?}");
+            let other = seen["pw-launcher"].1.unwrap();
+            assert!(
+                other > slice,
+                "the launcher keeps the default slice: {seen:?}"
+            );
+        }
+        None => {
+            println!("SKIP slice check: this kernel's /proc/PID/task/TID/sched has no se.slice")
+        }
+    }
 }

@@ -781,12 +781,32 @@ pub fn set_thread_class(class: ThreadClass) -> io::Result<()> {
     }
 }
 
-/// `setpriority(PRIO_PROCESS, tid, nice)` — <https://man7.org/linux/man-pages/man2/setpriority.2.html>:
-/// sets thread `tid`'s nice value (Linux applies PRIO_PROCESS to the one thread). Below 0 it
-/// needs CAP_SYS_NICE (or a permissive RLIMIT_NICE).
-pub fn set_thread_nice(tid: u32, nice: i32) -> io::Result<()> {
-    // SAFETY: no pointers; the kernel checks the thread id and the permission.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+/// Gives thread `tid` nice `nice` and, on kernels with EEVDF custom slices (6.12+), a time
+/// slice of `slice_ns` (the kernel clamps it to 0.1–100 ms): a thread that sleeps most of the
+/// time and must run the moment it wakes gets an earlier deadline than the busy threads beside
+/// it, so its wake-up preempts them instead of waiting for their slice to end. Older kernels
+/// ignore the slice of a SCHED_OTHER thread; the nice still applies.
+pub fn set_thread_latency(tid: u32, nice: i32, slice_ns: u64) -> io::Result<()> {
+    let attr = libc::sched_attr {
+        size: std::mem::size_of::<libc::sched_attr>() as u32,
+        sched_policy: libc::SCHED_OTHER as u32,
+        sched_flags: 0,
+        sched_nice: nice,
+        sched_priority: 0,
+        sched_runtime: slice_ns,
+        sched_deadline: 0,
+        sched_period: 0,
+    };
+    // SAFETY: `attr` is a valid sched_attr of the size it states, alive for the call; the
+    // kernel checks the thread id and the permission.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid as libc::pid_t,
+            &attr as *const libc::sched_attr,
+            0u32,
+        )
+    };
     if r == 0 {
         Ok(())
     } else {

@@ -133,6 +133,12 @@ pub struct Session {
 /// (fio mmap randread 128k on 2 CPUs).
 const READER_NICE: i32 = -10;
 
+/// The reader's time slice (an EEVDF custom slice, 6.12+; the kernel's minimum): its
+/// wake-ups get an earlier deadline than the command's busy threads (1.4 ms slices on 2 CPUs)
+/// and preempt them. fio mmap randread 128k, 8 GiB, 20 s, `--max-cache none`, three runs
+/// each: fault-to-prefetch p99 220–321 us with the default slice, 136–174 us with 0.1 ms.
+const READER_SLICE_NS: u64 = 100_000;
+
 impl Session {
     /// Opens the events (`system/name` tracepoints) on every online CPU with `buffer_kb` of
     /// ring each. They count from now on, for this thread and everything it starts later.
@@ -311,10 +317,13 @@ impl Session {
             })?;
         if self.urgent {
             if let Ok(tid) = tid_rx.recv() {
-                if let Err(e) = sys::set_thread_nice(tid, READER_NICE) {
+                if let Err(e) = sys::set_thread_latency(tid, READER_NICE, READER_SLICE_NS) {
+                    // Without CAP_SYS_NICE: the short slice alone needs no privilege.
+                    let slice = sys::set_thread_latency(tid, 0, READER_SLICE_NS).is_ok();
                     self.notice = Some(format!(
-                        "the prefetching thread runs at normal priority \
-                         (setpriority({READER_NICE}): {e})"
+                        "the prefetching thread runs at normal priority{} \
+                         (sched_setattr(nice {READER_NICE}): {e})",
+                        if slice { " with a 0.1 ms slice" } else { "" }
                     ));
                 }
             }
