@@ -61,6 +61,19 @@ impl Pending {
     }
 }
 
+/// The follower's sink: events into the footprint, and the assistant's deferred pieces when
+/// no event waits.
+pub(super) struct Sink(pub std::sync::Arc<Footprint>);
+
+impl crate::trace::EventSink for Sink {
+    fn event(&mut self, e: RawEvent) {
+        self.0.on_event(e)
+    }
+    fn idle(&mut self) -> bool {
+        self.0.issue_deferred()
+    }
+}
+
 /// What the follower's callback fills and the drop-behind empties.
 pub(super) struct Footprint {
     /// pagewise's own process when it follows a command (its events are not the command's);
@@ -136,6 +149,14 @@ impl Footprint {
         self.added.fetch_add(r.1, Ordering::Relaxed);
         self.pending.lock().unwrap().add(key, r);
         user(self.files.lock().unwrap().entry(key).or_default(), e.pid);
+    }
+
+    /// Issues one piece of a prefetched window the assistant deferred (see
+    /// `Assistant::issue_deferred`); false when none is left.
+    pub fn issue_deferred(&self) -> bool {
+        self.assistant
+            .as_ref()
+            .is_some_and(|a| a.lock().unwrap().issue_deferred())
     }
 
     /// The threads seen using each of these files.

@@ -320,7 +320,7 @@ fn follow(
     // they follow the command from its fork without a PID list, whose changes cost an RCU
     // grace period each (~40 ms per run back to back).
     let every = (!assist).then_some(Duration::from_millis(2));
-    let on_event = move |e| footprint.on_event(e);
+    let on_event = footprint::Sink(footprint);
     let (buffer_kb, backend) = (settings.buffer_kb, settings.backend);
     let started = match whom {
         Whom::Command(tid) => Follower::start(events, buffer_kb, backend, every, tid, on_event),

@@ -71,7 +71,7 @@ impl Follower {
         on_event: F,
     ) -> Result<Follower, TraceUnavailable>
     where
-        F: FnMut(tracefs::RawEvent) + Send + 'static,
+        F: super::EventSink,
     {
         Self::start_with(events, buffer_kb, backend, every, tid, true, on_event)
     }
@@ -87,7 +87,7 @@ impl Follower {
         on_event: F,
     ) -> Result<Follower, TraceUnavailable>
     where
-        F: FnMut(tracefs::RawEvent) + Send + 'static,
+        F: super::EventSink,
     {
         Self::start_with(events, buffer_kb, backend, every, 0, false, on_event)
     }
@@ -102,7 +102,7 @@ impl Follower {
         on_event: F,
     ) -> Result<Follower, TraceUnavailable>
     where
-        F: FnMut(tracefs::RawEvent) + Send + 'static,
+        F: super::EventSink,
     {
         let session = match backend {
             Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
@@ -136,11 +136,13 @@ impl Follower {
                 })?;
                 let wake = every.map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
                 let stop = Arc::new(AtomicBool::new(false));
-                let mut on_event = on_event;
+                let mut sink = on_event;
                 let reader = inst
                     .reader(stop.clone(), wake, move |line| {
                         if let Some(e) = tracefs::parse_line(line) {
-                            on_event(e);
+                            sink.event(e);
+                            // Text lines come one at a time: deferred work is done at once.
+                            while sink.idle() {}
                         }
                     })
                     .map_err(reader_err)?;

@@ -28,6 +28,25 @@ pub use record::{record, RecordOptions, RecordReport};
 pub use text::{grouped, write_text, Run};
 pub use tracefs::TraceUnavailable;
 
+/// Where a trace reader hands the events it reads: any `FnMut(RawEvent)`, or a type that also
+/// has deferred work to do between events (`--assist`'s windows issued piece by piece).
+pub trait EventSink: Send + 'static {
+    /// One event.
+    fn event(&mut self, e: tracefs::RawEvent);
+    /// Called when the reader has handed over every event waiting: does one piece of
+    /// deferred work and returns true, or returns false when there is none. The reader reads
+    /// its events again after each piece, so new events go first.
+    fn idle(&mut self) -> bool {
+        false
+    }
+}
+
+impl<F: FnMut(tracefs::RawEvent) + Send + 'static> EventSink for F {
+    fn event(&mut self, e: tracefs::RawEvent) {
+        self(e)
+    }
+}
+
 /// How `record` and `run` follow the command's events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {

@@ -276,18 +276,19 @@ impl Session {
         Ok(())
     }
 
-    /// Starts the thread that empties the rings into `on_event` (woken as set at start, and at
-    /// least every `every`) until [`Session::stop`]; it returns the count of lost events.
+    /// Starts the thread that empties the rings into `sink` (woken as set at start, and at
+    /// least every `every`) until [`Session::stop`], doing the sink's deferred work whenever
+    /// the rings are empty; it returns the count of lost events.
     /// With `skip_own`, samples of this process's threads are skipped (a command's recording);
     /// without, they are kept (a process following itself, `run::Dropping`).
     pub fn stream<F>(
         &mut self,
         every: std::time::Duration,
         skip_own: bool,
-        mut on_event: F,
+        mut sink: F,
     ) -> std::io::Result<std::thread::JoinHandle<u64>>
     where
-        F: FnMut(RawEvent) + Send + 'static,
+        F: super::EventSink,
     {
         let mut rings = std::mem::take(&mut self.rings);
         let layouts = self.layouts.clone();
@@ -306,9 +307,13 @@ impl Session {
                 loop {
                     // Read the flag first: a ring emptied after it was set holds everything.
                     let last = stop.load(Ordering::Acquire);
-                    lost += drain_all(&mut rings, &layouts, me, &mut batch, &mut on_event);
+                    lost += drain_all(&mut rings, &layouts, me, &mut batch, &mut |e| sink.event(e));
                     if last {
                         return lost;
+                    }
+                    // Deferred work, one piece between two reads of the rings.
+                    if sink.idle() {
+                        continue;
                     }
                     let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
                     fds.push(wake.as_fd());
