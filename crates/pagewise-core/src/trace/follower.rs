@@ -59,8 +59,8 @@ enum Tracer {
 
 impl Follower {
     /// Opens the events for thread `tid` (a [`super::command::Launcher`]'s) and starts the
-    /// reader, which calls `on_event` for every event, woken at least every `every` — or at
-    /// once for every event with None. With perf events the counting starts here, for that
+    /// reader, which hands every event to `sink` (and does the sink's deferred work between
+    /// them), woken at least every `every` — or at once for every event with None. With perf events the counting starts here, for that
     /// thread and what it starts later; with tracefs at [`Follower::arm`].
     pub fn start<F>(
         events: &[&str],
@@ -68,12 +68,12 @@ impl Follower {
         backend: Backend,
         every: Option<std::time::Duration>,
         tid: i32,
-        on_event: F,
+        sink: F,
     ) -> Result<Follower, TraceUnavailable>
     where
         F: super::EventSink,
     {
-        Self::start_with(events, buffer_kb, backend, every, tid, true, on_event)
+        Self::start_with(events, buffer_kb, backend, every, tid, true, sink)
     }
 
     /// [`Follower::start`] for a process that follows itself: the events of this thread and
@@ -84,12 +84,12 @@ impl Follower {
         buffer_kb: u64,
         backend: Backend,
         every: Option<std::time::Duration>,
-        on_event: F,
+        sink: F,
     ) -> Result<Follower, TraceUnavailable>
     where
         F: super::EventSink,
     {
-        Self::start_with(events, buffer_kb, backend, every, 0, false, on_event)
+        Self::start_with(events, buffer_kb, backend, every, 0, false, sink)
     }
 
     fn start_with<F>(
@@ -99,7 +99,7 @@ impl Follower {
         every: Option<std::time::Duration>,
         tid: i32,
         skip_own: bool,
-        on_event: F,
+        mut sink: F,
     ) -> Result<Follower, TraceUnavailable>
     where
         F: super::EventSink,
@@ -114,7 +114,7 @@ impl Follower {
             Ok(mut session) => {
                 let poll = every.unwrap_or(std::time::Duration::from_millis(50));
                 let reader = session
-                    .stream(poll, skip_own, on_event)
+                    .stream(poll, skip_own, sink)
                     .map_err(reader_err)?;
                 let notice = session.notice.take();
                 Ok(Follower {
@@ -136,7 +136,6 @@ impl Follower {
                 })?;
                 let wake = every.map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
                 let stop = Arc::new(AtomicBool::new(false));
-                let mut sink = on_event;
                 let reader = inst
                     .reader(stop.clone(), wake, move |line| {
                         if let Some(e) = tracefs::parse_line(line) {
