@@ -4,7 +4,7 @@
 //! the tracepoints above it behave as on real hardware.
 //!
 //! ```text
-//! pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] [--log PATH] MOUNTDIR
+//! pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud|cloud-fast] [--fast-flag PATH] [--log PATH] MOUNTDIR
 //! ```
 //!
 //! - BACKING: a (sparse) file on a real filesystem holding the image's bytes; created and
@@ -254,7 +254,7 @@ fn sleep_until(t: Instant) {
 
 fn usage() -> ! {
     eprintln!(
-        "usage: pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud] [--fast-flag PATH] [--log PATH] MOUNTDIR"
+        "usage: pagewise-slowdisk --image BACKING --size BYTES [--profile hdd|cloud|cloud-fast] [--fast-flag PATH] [--log PATH] MOUNTDIR"
     );
     std::process::exit(2);
 }
@@ -293,7 +293,7 @@ fn main() {
             Some("--profile") => {
                 let v = val();
                 profile = v.to_str().and_then(Profile::named).unwrap_or_else(|| {
-                    eprintln!("pagewise-slowdisk: unknown profile {v:?} (hdd, cloud)");
+                    eprintln!("pagewise-slowdisk: unknown profile {v:?} (hdd, cloud, cloud-fast)");
                     std::process::exit(2)
                 })
             }

@@ -113,9 +113,7 @@ impl Follower {
             Err(why) if backend == Backend::Perf => Err(why),
             Ok(mut session) => {
                 let poll = every.unwrap_or(std::time::Duration::from_millis(50));
-                let reader = session
-                    .stream(poll, skip_own, sink)
-                    .map_err(reader_err)?;
+                let reader = session.stream(poll, skip_own, sink).map_err(reader_err)?;
                 let notice = session.notice.take();
                 Ok(Follower {
                     tracer: Tracer::Perf(session, reader),
