@@ -217,6 +217,11 @@ const PIECE_PAGES: u64 = 16;
 /// mmap randread 128k a little (p99 204–232 us against 174–180 whole, two runs each).
 const WHOLE_PAGES: u64 = 32;
 
+/// Pieces waiting at most. A reader that never runs out of events (misses arriving faster
+/// than it issues pieces) drops the oldest, which the command has most likely passed by
+/// then; their bytes leave `prefetched_bytes`.
+const MAX_DEFERRED: usize = 1024;
+
 /// A piece of a window still to issue: pages `[start, end)` of file `key`, for a fault at
 /// `fault_us`; `last`: the window's last piece.
 struct Deferred {
@@ -529,6 +534,10 @@ impl Assistant {
             if let Some(d) = self.deferred.range_mut(from..).last() {
                 d.last = true;
             }
+            while self.deferred.len() > MAX_DEFERRED {
+                let d = self.deferred.pop_front().unwrap();
+                self.r.prefetched_bytes -= (d.end - d.start) * page;
+            }
         }
         s.seen(w.start, end);
         if s.issued.len() >= ISSUED_WINDOWS {
@@ -555,15 +564,18 @@ impl Assistant {
     }
 
     /// Issues the oldest piece of a window still to issue (see [`PIECE_PAGES`]); false when
-    /// none is left. A piece of a file whose slot was given up since is dropped.
+    /// none is left. A piece of a file whose slot was given up since is dropped (its bytes
+    /// leave `prefetched_bytes`).
     pub fn issue_deferred(&mut self) -> bool {
         let Some(d) = self.deferred.pop_front() else {
             return false;
         };
-        if let Some(fd) = self.slots.get(&d.key).and_then(|s| s.fd.as_ref()) {
-            let (off, len) = (d.start * self.page, (d.end - d.start) * self.page);
-            self.stats
-                .issue(fd.as_fd(), off, len, d.fault_us, false, d.last);
+        let (off, len) = (d.start * self.page, (d.end - d.start) * self.page);
+        match self.slots.get(&d.key).and_then(|s| s.fd.as_ref()) {
+            Some(fd) => self
+                .stats
+                .issue(fd.as_fd(), off, len, d.fault_us, false, d.last),
+            None => self.r.prefetched_bytes -= len,
         }
         true
     }
@@ -796,7 +808,8 @@ mod tests {
 
     /// A window longer than [`WHOLE_PAGES`] is queued piece by piece: when the fault's event
     /// has been handled, the kernel shows the piece holding the faulting page cached (or under
-    /// read) and the window's last piece not; after the deferred pieces, all of it.
+    /// read) and the window's last piece not; after the deferred pieces, all of it. At most
+    /// [`MAX_DEFERRED`] pieces wait, and `prefetched_bytes` is what the kernel holds either way.
     #[test]
     fn long_windows_are_issued_piece_by_piece_after_the_faulting_one() {
         use std::os::unix::fs::MetadataExt;
@@ -806,7 +819,7 @@ mod tests {
         }
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let path = dir.path().join("data");
-        std::fs::write(&path, vec![7u8; 32 << 20]).unwrap();
+        std::fs::write(&path, vec![7u8; 256 << 20]).unwrap();
         let f = std::fs::File::open(&path).unwrap();
         f.sync_all().unwrap();
         let cached = |from: u64, to: u64| {
@@ -815,7 +828,7 @@ mod tests {
                 .unwrap()
                 .cache
         };
-        let pages = (32 << 20) / sys::page_size();
+        let pages = (256 << 20) / sys::page_size();
         sys::fadvise(f.as_fd(), 0, 0, Advice::DontNeed).unwrap();
         assert_eq!(cached(0, pages), 0, "the file could not be evicted");
         let md = f.metadata().unwrap();
@@ -863,8 +876,31 @@ mod tests {
         }
         assert_eq!(pieces as u64, n.div_ceil(PIECE_PAGES) - 1);
         assert_eq!(cached(start, end), n, "every piece queued");
+        // Only our WILLNEEDs read the file: the report's bytes are what the kernel holds.
         let r = a.report();
-        assert_eq!(r.prefetched_bytes % sys::page_size(), 0);
+        assert_eq!(r.prefetched_bytes, cached(0, pages) * sys::page_size());
+
+        // A reader that never runs out of events: at most MAX_DEFERRED pieces wait, the
+        // oldest are dropped, and the report still says what was read.
+        sys::fadvise(f.as_fd(), 0, 0, Advice::DontNeed).unwrap();
+        let mut a = Assistant::new(&AssistOptions::default());
+        // Chunks of 1 MiB: one read page by page (the range detector learns its span), then
+        // misses 2 MiB apart, each a 256-page window.
+        let chunk = (1 << 20) / sys::page_size();
+        for page in 0..chunk {
+            fault(&mut a, page);
+        }
+        while a.issue_deferred() {}
+        let mut windows = 0;
+        for i in 1..pages / (2 * chunk) {
+            windows += fault(&mut a, i * 2 * chunk).len();
+        }
+        assert!(windows * 15 > MAX_DEFERRED, "{windows} windows");
+        assert_eq!(a.deferred.len(), MAX_DEFERRED);
+        while a.issue_deferred() {}
+        let r = a.report();
+        assert!(r.prefetched_bytes < (windows as u64 * chunk) * sys::page_size());
+        assert_eq!(r.prefetched_bytes, cached(0, pages) * sys::page_size());
     }
 
     #[test]
