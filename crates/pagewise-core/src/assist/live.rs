@@ -430,10 +430,23 @@ impl Assistant {
         if !cached {
             self.r.misses += 1;
         }
+        self.access(key, id, p, cached, e)
+    }
+
+    /// Access to page `p` of file `key` (slot `id`) by event `e`'s thread goes to the predictor;
+    /// the windows it proposes are prefetched and returned as `(file, first page, pages)`.
+    fn access(
+        &mut self,
+        key: FileKey,
+        id: u64,
+        p: u64,
+        hit: bool,
+        e: &RawEvent,
+    ) -> Vec<(FileKey, u64, u64)> {
         let windows = self.pred.access(Access {
             file: super::predictor::stream(id, e.pid),
             page: p,
-            hit: cached,
+            hit,
             t_ns: e.ts_us * 1000,
         });
         windows
@@ -470,20 +483,8 @@ impl Assistant {
         if lo > hi {
             return Vec::new();
         }
-        let mut out = Vec::new();
-        for page in [lo, hi] {
-            let windows = self.pred.access(Access {
-                file: super::predictor::stream(id, e.pid),
-                page,
-                hit: true,
-                t_ns: e.ts_us * 1000,
-            });
-            out.extend(
-                windows
-                    .into_iter()
-                    .filter_map(|w| self.prefetch(key, page, e.ts_us, w)),
-            );
-        }
+        let mut out = self.access(key, id, lo, true, e);
+        out.extend(self.access(key, id, hi, true, e));
         out
     }
 
@@ -509,14 +510,10 @@ impl Assistant {
             return None;
         }
         // The piece holding the faulting page now, the others deferred.
-        let piece = if end - w.start <= WHOLE_PAGES {
-            WHOLE_PAGES
-        } else {
-            PIECE_PAGES
-        };
+        let whole = end - w.start <= WHOLE_PAGES;
+        let piece = if whole { end - w.start } else { PIECE_PAGES };
         let first = w.start + (p.clamp(w.start, end - 1) - w.start) / piece * piece;
         let first_end = (first + piece).min(end);
-        let whole = first == w.start && first_end == end;
         let (off, len) = (first * page, (first_end - first) * page);
         self.stats.issue(fd.as_fd(), off, len, ts_us, true, whole);
         if !whole {
@@ -749,8 +746,7 @@ fn watch_tracefs(
         .reader(stop.clone(), tracefs::Wake::OnEvent, move |line| {
             if let Some(e) = tracefs::parse_line(line) {
                 if e.pid != me {
-                    sink.event(e);
-                    while sink.idle() {}
+                    sink.event_and_deferred(e);
                 }
             }
         })

@@ -124,10 +124,10 @@ impl Dropper {
 
     /// Drops every pending range: writeback started for all dirty ranges first, then the
     /// ranges of files the command may map (`mappers`: its threads seen adding or faulting on
-    /// each file's pages) paged out of their processes, then one wait per dirty range, then DONTNEED; counts from
-    /// cachestat before and after. Returns the ranges where pages stayed (typically still
-    /// under read I/O: readahead reports pages when it queues them), so the caller can try
-    /// them again.
+    /// each file's pages) paged out of their processes, then one wait per dirty range, then
+    /// DONTNEED; counts from cachestat before and after. Returns the ranges where pages
+    /// stayed (typically still under read I/O: readahead reports pages when it queues them),
+    /// so the caller can try them again.
     pub fn drop_pending(&self, pending: Pending, mappers: &Mappers) -> Pending {
         let mut stayed = Pending::default();
         let work: Vec<(FileKey, Vec<(u64, u64)>)> = pending
@@ -271,8 +271,9 @@ impl Dropper {
     /// faults them in again if it reads them again). Trying DONTNEED first and paging out only
     /// what stayed through the retries cost six passes over every mapped range (fio mmap
     /// randread under `run --assist`: a third of the CPU in the drop-behind thread). What
-    /// stays (pages several processes map) is retried and parked by the caller. Where the kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice
-    /// says so once and mapped pages stay until the command unmaps them.
+    /// stays (pages several processes map) is retried and parked by the caller. Where the
+    /// kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice says so once and mapped
+    /// pages stay until the command unmaps them.
     fn page_out(&self, ranges: &[&(FileKey, Vec<(u64, u64)>)], mappers: &Mappers) {
         if self.no_page_out.load(Ordering::Relaxed) {
             return;
@@ -562,10 +563,7 @@ impl Retries {
     /// The next try of ranges that stayed, whose time has come (what stays after the last
     /// parks), and of the parked ranges when their time has come.
     fn retry(&mut self, dropper: &Dropper, footprint: &Footprint) {
-        let drop = |p: Pending| {
-            let mappers = footprint.users(p.files.keys().copied());
-            dropper.drop_pending(p, &mappers)
-        };
+        let drop = |p: Pending| drop_running(dropper, footprint, p);
         if let Some((at, wait)) = self.parked_next {
             if std::time::Instant::now() >= at {
                 let parked = std::mem::take(&mut self.parked);
@@ -598,6 +596,13 @@ impl Retries {
     }
 }
 
+/// Drops `p` while the command runs: the ranges of files its threads were seen using are
+/// paged out of their processes first (see [`Dropper::drop_pending`]).
+fn drop_running(dropper: &Dropper, footprint: &Footprint, p: Pending) -> Pending {
+    let mappers = footprint.users(p.files.keys().copied());
+    dropper.drop_pending(p, &mappers)
+}
+
 /// One look at the footprint, and a drop when it is over the limit; returns how long to wait
 /// before the next.
 fn pass(
@@ -625,9 +630,7 @@ fn pass(
     if droppable == 0 || droppable + footprint.prefetch_pages() + retries.pages() <= limit_pages {
         return Duration::from_millis(if retries.pages() > 0 { 1 } else { 5 });
     }
-    let pending = footprint.take_pending();
-    let mappers = footprint.users(pending.files.keys().copied());
-    let stayed = dropper.drop_pending(pending, &mappers);
+    let stayed = drop_running(dropper, footprint, footprint.take_pending());
     dropper.counts.lock().unwrap().drops_while_running += 1;
     retries.stayed(stayed);
     Duration::ZERO

@@ -60,8 +60,9 @@ enum Tracer {
 impl Follower {
     /// Opens the events for thread `tid` (a [`super::command::Launcher`]'s) and starts the
     /// reader, which hands every event to `sink` (and does the sink's deferred work between
-    /// them), woken at least every `every` — or at once for every event with None. With perf events the counting starts here, for that
-    /// thread and what it starts later; with tracefs at [`Follower::arm`].
+    /// them), woken at least every `every` — or at once for every event with None. With perf
+    /// events the counting starts here, for that thread and what it starts later; with
+    /// tracefs at [`Follower::arm`].
     pub fn start<F>(
         events: &[&str],
         buffer_kb: u64,
@@ -137,9 +138,7 @@ impl Follower {
                 let reader = inst
                     .reader(stop.clone(), wake, move |line| {
                         if let Some(e) = tracefs::parse_line(line) {
-                            sink.event(e);
-                            // Text lines come one at a time: deferred work is done at once.
-                            while sink.idle() {}
+                            sink.event_and_deferred(e);
                         }
                     })
                     .map_err(reader_err)?;

@@ -39,6 +39,12 @@ pub trait EventSink: Send + 'static {
     fn idle(&mut self) -> bool {
         false
     }
+    /// One event, then all the deferred work: for readers that take events one at a time
+    /// and cannot tell whether more wait (tracefs text lines).
+    fn event_and_deferred(&mut self, e: tracefs::RawEvent) {
+        self.event(e);
+        while self.idle() {}
+    }
 }
 
 impl<F: FnMut(tracefs::RawEvent) + Send + 'static> EventSink for F {

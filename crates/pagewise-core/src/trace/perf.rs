@@ -121,7 +121,8 @@ pub struct Session {
     rings: Vec<(OwnedFd, PerfRing)>,
     layouts: HashMap<u16, Layout>,
     stop: Arc<AtomicBool>,
-    /// The reader issues prefetches (`--assist`): it runs at [`READER_NICE`].
+    /// The reader issues prefetches (`--assist`): it runs at [`READER_NICE`] with a
+    /// [`READER_SLICE_NS`] time slice.
     urgent: bool,
     /// Why the reader could not be given its priority (set by [`Session::stream`]).
     pub notice: Option<String>,
