@@ -39,7 +39,16 @@ int main(int c, char **v) {
   return 0;
 }"#;
 
-fn setup() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
+/// A test's files: the compiled reader, a cold 64 MiB data file, and the reader's `go` file
+/// (present: the reader starts at once).
+struct Setup {
+    t: tempfile::TempDir,
+    exe: std::path::PathBuf,
+    data: std::path::PathBuf,
+    go: std::path::PathBuf,
+}
+
+fn setup() -> Option<Setup> {
     if !require_root("assist (tracing)") {
         return None;
     }
@@ -53,11 +62,28 @@ fn setup() -> Option<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)
     write_file(&data, 64 << 20);
     sync_and_evict(&data);
     assert_eq!(cached(&data), 0);
-    Some((t, exe, data))
+    let go = t.path().join("go");
+    std::fs::write(&go, b"").unwrap();
+    Some(Setup { t, exe, data, go })
 }
 
 fn major_faults(out: &std::process::Output) -> u64 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Up to three assisted runs (`one` returns a run's major faults), until one takes at most 12:
+/// this machine runs DAMON pageout, which evicts physical regions it judges cold, page cache
+/// included, and can take prefetched pages before the reader gets to them (an assist that
+/// does not work fails all three). The major faults of each run.
+fn attempts(mut one: impl FnMut() -> u64) -> Vec<u64> {
+    let mut faults = Vec::new();
+    while faults.len() < 3 {
+        faults.push(one());
+        if faults[faults.len() - 1] <= 12 {
+            break;
+        }
+    }
+    faults
 }
 
 fn start_reader(exe: &Path, data: &Path, go: &Path) -> std::process::Child {
@@ -71,21 +97,23 @@ fn start_reader(exe: &Path, data: &Path, go: &Path) -> std::process::Child {
 
 #[test]
 fn assisted_reader_takes_one_major_fault_per_chunk() {
-    let Some((t, exe, data)) = setup() else {
+    let Some(Setup {
+        t: _dir,
+        exe,
+        data,
+        go,
+    }) = setup()
+    else {
         return;
     };
     // Unassisted: every page of every chunk is a major fault.
-    let go = t.path().join("go");
-    std::fs::write(&go, b"").unwrap();
     let bare = start_reader(&exe, &data, &go).wait_with_output().unwrap();
     assert!(bare.status.success());
     assert!(major_faults(&bare) >= 90, "bare: {}", major_faults(&bare));
 
-    // Assisted, attached by PID. This machine runs DAMON pageout, which evicts physical
-    // regions it judges cold, page cache included, and can take prefetched pages before the
-    // reader gets to them: up to three attempts (an assist that does not work fails them all).
-    let mut attempts = Vec::new();
-    let (mf, v) = loop {
+    // Assisted, attached by PID.
+    let mut v = serde_json::Value::Null;
+    let faults = attempts(|| {
         sync_and_evict(&data);
         let _ = std::fs::remove_file(&go);
         let reader = start_reader(&exe, &data, &go);
@@ -100,16 +128,12 @@ fn assisted_reader_takes_one_major_fault_per_chunk() {
         let out = reader.wait_with_output().unwrap();
         let rep = assist.wait_with_output().unwrap();
         assert!(rep.status.success());
-        let v: serde_json::Value = serde_json::from_slice(&rep.stdout).unwrap();
-        let mf = major_faults(&out);
-        attempts.push(mf);
-        if mf <= 12 || attempts.len() == 3 {
-            break (mf, v);
-        }
-    };
+        v = serde_json::from_slice(&rep.stdout).unwrap();
+        major_faults(&out)
+    });
     assert!(
-        mf <= 12,
-        "assisted: {attempts:?} major faults; last report {v}"
+        faults[faults.len() - 1] <= 12,
+        "assisted: {faults:?} major faults; last report {v}"
     );
     assert!(v["prefetches_range"].as_u64().unwrap() >= 3, "{v}");
     assert!(v["faults"].as_u64().unwrap() >= 32 + 3, "{v}");
@@ -135,15 +159,11 @@ fn assisted_reader_takes_one_major_fault_per_chunk() {
 
 #[test]
 fn run_assist_drops_its_prefetches_and_simulate_reads_a_fault_trace() {
-    let Some((t, exe, data)) = setup() else {
+    let Some(Setup { t, exe, data, go }) = setup() else {
         return;
     };
-    let go = t.path().join("go");
-    std::fs::write(&go, b"").unwrap();
-    // run --assist: fewer major faults, and nothing of the file left cached afterwards
-    // (up to three attempts, see above).
-    let mut attempts = Vec::new();
-    loop {
+    // run --assist: fewer major faults, and nothing of the file left cached afterwards.
+    let faults = attempts(|| {
         sync_and_evict(&data);
         let out = run(bin()
             .args(["run", "--assist", "--report"])
@@ -154,14 +174,11 @@ fn run_assist_drops_its_prefetches_and_simulate_reads_a_fault_trace() {
             .arg(&go));
         assert!(out.status.success());
         assert_eq!(cached(&data), 0, "prefetched pages must be dropped too");
-        attempts.push(major_faults(&out));
-        if attempts[attempts.len() - 1] <= 12 || attempts.len() == 3 {
-            break;
-        }
-    }
+        major_faults(&out)
+    });
     assert!(
-        attempts[attempts.len() - 1] <= 12,
-        "run --assist: {attempts:?} major faults"
+        faults[faults.len() - 1] <= 12,
+        "run --assist: {faults:?} major faults"
     );
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(t.path().join("r.json")).unwrap()).unwrap();
@@ -279,19 +296,16 @@ fn the_prefetching_thread_runs_at_higher_priority() {
 /// kernel counts one major fault per chunk (getrusage), as for whole windows.
 #[test]
 fn windows_issued_in_pieces_cover_whole_1m_chunks() {
-    let Some((t, exe, data)) = setup() else {
+    let Some(Setup { t, exe, data, go }) = setup() else {
         return;
     };
-    let go = t.path().join("go");
-    std::fs::write(&go, b"").unwrap();
     // Unassisted: every page of the three chunks is a major fault.
     sync_and_evict(&data);
     let out = run(Command::new(&exe).arg(&data).arg(&go).arg("1024"));
     assert!(out.status.success());
     let bare = major_faults(&out);
     let report = t.path().join("r.json");
-    let mut attempts = Vec::new();
-    loop {
+    let faults = attempts(|| {
         sync_and_evict(&data);
         let out = run(bin()
             .args(["run", "--assist", "--report"])
@@ -302,16 +316,12 @@ fn windows_issued_in_pieces_cover_whole_1m_chunks() {
             .arg(&go)
             .arg("1024"));
         assert!(out.status.success());
-        attempts.push(major_faults(&out));
-        // DAMON pageout may take prefetched pages first: up to three attempts.
-        if attempts[attempts.len() - 1] <= 12 || attempts.len() == 3 {
-            break;
-        }
-    }
+        major_faults(&out)
+    });
     assert!(bare >= 3 * 250, "bare: {bare} major faults");
     assert!(
-        attempts[attempts.len() - 1] <= 12,
-        "run --assist: {attempts:?} major faults"
+        faults[faults.len() - 1] <= 12,
+        "run --assist: {faults:?} major faults"
     );
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");

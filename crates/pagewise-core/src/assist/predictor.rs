@@ -418,6 +418,16 @@ mod tests {
 
     /// Feeds page accesses of one file; a page is a hit when an earlier window covered it or it
     /// was accessed before. Returns (hits, misses, windows).
+    /// An access of stream `file` to `page` at `t_ns`.
+    fn acc(file: u64, page: u64, hit: bool, t_ns: u64) -> Access {
+        Access {
+            file,
+            page,
+            hit,
+            t_ns,
+        }
+    }
+
     fn drive(p: &mut Predictor, pages: &[u64]) -> (u64, u64, Vec<Window>) {
         let mut cached = std::collections::HashSet::new();
         let (mut hits, mut misses, mut all) = (0, 0, Vec::new());
@@ -429,12 +439,7 @@ mod tests {
                 misses += 1;
                 cached.insert(pg);
             }
-            for w in p.access(Access {
-                file: 1,
-                page: pg,
-                hit,
-                t_ns: i as u64,
-            }) {
+            for w in p.access(acc(1, pg, hit, i as u64)) {
                 cached.extend(w.start..w.start + w.pages);
                 all.push(w);
             }
@@ -487,12 +492,7 @@ mod tests {
         (page, hit, faults, delay): (u64, bool, u64, u64),
         all: &mut Vec<Window>,
     ) {
-        let ws = p.access(Access {
-            file: 1,
-            page,
-            hit,
-            t_ns: faults,
-        });
+        let ws = p.access(acc(1, page, hit, faults));
         for w in &ws {
             for r in w.start..w.start + w.pages {
                 ready_at.entry(r).or_insert(faults + delay);
@@ -597,12 +597,7 @@ mod tests {
     #[test]
     fn cached_chunks_do_not_shrink_windows_and_misses_inside_a_cluster_follow_its_direction() {
         let mut p = Predictor::new(cfg());
-        let a = |page, hit| Access {
-            file: 3,
-            page,
-            hit,
-            t_ns: 0,
-        };
+        let a = |page, hit| acc(3, page, hit, 0);
         // Two 32-page chunks read upwards, each starting with a miss.
         for base in [0u64, 130_000] {
             p.access(a(base, false));
@@ -687,12 +682,7 @@ mod tests {
     #[test]
     fn hits_never_prefetch_and_repeats_are_not_reissued() {
         let mut p = Predictor::new(cfg());
-        let a = |page, hit| Access {
-            file: 9,
-            page,
-            hit,
-            t_ns: 0,
-        };
+        let a = |page, hit| acc(9, page, hit, 0);
         p.access(a(0, false));
         p.access(a(1, false));
         p.access(a(100_000, false)); // closes a 2-page cluster
@@ -710,12 +700,7 @@ mod tests {
         c.max_files = 10;
         let mut p = Predictor::new(c);
         for f in 0..1000 {
-            p.access(Access {
-                file: f,
-                page: 1,
-                hit: false,
-                t_ns: f,
-            });
+            p.access(acc(f, 1, false, f));
         }
         assert_eq!(p.tracked_files(), 10);
     }
