@@ -65,15 +65,17 @@ pub struct CopyArgs {
     /// (rsync's quick check), a symlink whose text differs; finishes an interrupted copy -a
     #[arg(short = 'u', long, conflicts_with = "no_clobber")]
     pub update: bool,
-    /// Never replace an existing destination file, symlink or special file
-    #[arg(short = 'n', long)]
+    /// Never replace an existing destination file, symlink or special file (cp -n; long
+    /// form only here: -n is --dry-run, as in rsync and `pagewise evict`)
+    #[arg(long)]
     pub no_clobber: bool,
     /// Copy a file only when its content differs (rsync -c): files of the same size are
     /// compared byte for byte, both read without caching them; implies -u for the rest
     #[arg(short = 'c', long, conflicts_with = "no_clobber")]
     pub checksum: bool,
     /// Change nothing: list what would be created, updated and deleted, then the counts
-    #[arg(long)]
+    /// (-n as in rsync; cp's -n is --no-clobber here)
+    #[arg(short = 'n', long)]
     pub dry_run: bool,
     /// List every change on stdout as it is made: ACTION KIND PATH (rsync -i)
     #[arg(short = 'i', long)]
@@ -143,6 +145,12 @@ fn extras(report: &CopyReport) -> String {
     let mut s = String::new();
     if report.specials > 0 {
         s += &format!(", {} special files", report.specials);
+    }
+    if report.metadata_updated > 0 {
+        s += &format!(
+            ", metadata brought over for {} up-to-date files",
+            report.metadata_updated
+        );
     }
     if report.stale_temporaries_removed > 0 {
         s += &format!(
@@ -264,6 +272,7 @@ fn write_item(w: &mut dyn Write, item: &CopyItem) -> std::io::Result<()> {
         Action::Skipped => "skipped",
         Action::Deleted => "deleted",
         Action::Failed => "failed",
+        Action::Metadata => "metadata",
     };
     let kind = match item.kind {
         Some(EntryKind::File) => "file",
@@ -284,8 +293,8 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
     if report.dry_run {
         return writeln!(
             w,
-            "dry run, nothing changed: would create {}, update {}, delete {}; {} up to date; {} failed",
-            report.created, report.updated, report.deleted, report.skipped, o.error_count
+            "dry run, nothing changed: would create {}, update {}, delete {}, bring metadata over for {}; {} up to date; {} failed",
+            report.created, report.updated, report.deleted, report.metadata_updated, report.skipped, o.error_count
         );
     }
     let r = &report.residue;

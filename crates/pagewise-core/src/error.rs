@@ -120,6 +120,8 @@ pub enum Op {
     Flistxattr,
     /// `fsetxattr`
     Fsetxattr,
+    /// `fremovexattr`
+    Fremovexattr,
     /// `copy`
     Copy,
     /// `verify (read from disk)`: reading the copy back failed
@@ -193,6 +195,7 @@ impl Op {
             Op::Futimens => "futimens",
             Op::Flistxattr => "flistxattr",
             Op::Fsetxattr => "fsetxattr",
+            Op::Fremovexattr => "fremovexattr",
             Op::Copy => "copy",
             Op::Verify => "verify (read from disk)",
             Op::VerifyContent => "verify",
@@ -224,7 +227,7 @@ impl Op {
             | Op::Pwritev2Dontcache
             | Op::Ftruncate
             | Op::Fsync => "cannot write",
-            Op::Chmod | Op::Fchmod | Op::Fchown | Op::Futimens | Op::Fsetxattr => {
+            Op::Chmod | Op::Fchmod | Op::Fchown | Op::Futimens | Op::Fsetxattr | Op::Fremovexattr => {
                 "cannot set the owner, mode, times or attributes of"
             }
             _ => return None,

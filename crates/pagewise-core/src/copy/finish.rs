@@ -13,6 +13,7 @@ use crate::sys::{self, Advice, AlignedBuf};
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -270,9 +271,10 @@ impl Ctx<'_> {
     /// the file its final name. `Ok(false)`: stopped before the commit (nothing named).
     fn make_final(&self, o: &mut Open, strat: Strategy) -> Result<bool, FileError> {
         let size = o.st.size;
-        // A source written to while we copied it would give a copy that never existed.
+        // A source written to while we copied it would give a copy that never existed. (A
+        // pseudo file's size says nothing: it was read to its end.)
         if let Ok(now) = sys::fstat(o.sf.as_fd()) {
-            if now.size != size || now.mtime != o.st.mtime {
+            if (now.size != size && !o.pseudo) || now.mtime != o.st.mtime {
                 return Err(FileError::other(
                     &o.src,
                     Op::Copy,
@@ -293,7 +295,7 @@ impl Ctx<'_> {
         if self.stopped() {
             return Ok(false);
         }
-        self.commit(o.df.as_fd(), &mut o.temp, &o.dst)
+        self.commit(o.df.as_fd(), &mut o.temp, o.dir.as_fd(), &o.dst)
             .map_err(|(op, e)| FileError::io(&o.dst, op, &e))?;
         Ok(true)
     }
@@ -305,6 +307,8 @@ impl Ctx<'_> {
         let page = sys::page_size();
         let src_after = sys::cachestat(o.sf.as_fd(), 0, 0).ok().map(|c| c.cache);
         match (o.src_cached, src_after) {
+            // Nothing of a pseudo file (procfs, sysfs) is ever in the page cache.
+            _ if o.pseudo => {}
             // Whole pages, capped at the file's size (a 2-byte file has 2 bytes to cache).
             (Some(before), Some(after)) => {
                 local.residue.source_added_bytes += (after.saturating_sub(before) * page).min(size);
@@ -325,7 +329,7 @@ impl Ctx<'_> {
 
     /// With --preserve: owner (when root), xattrs, mode and times. Times go last: nothing after
     /// them changes mtime.
-    fn apply_meta(
+    pub(super) fn apply_meta(
         &self,
         sf: &OwnedFd,
         df: &fs::File,
@@ -339,17 +343,8 @@ impl Ctx<'_> {
             std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid))
                 .map_err(|e| (Op::Fchown, e))?;
         }
-        for (name, value) in sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))? {
-            match sys::set_xattr(df.as_fd(), &name, &value) {
-                Ok(()) => {}
-                // Not every destination takes every namespace (e.g. security.* on tmpfs).
-                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::EPERM)) => {
-                    self.tally
-                        .notice(format!("some extended attributes could not be kept: {e}"));
-                }
-                Err(e) => return Err((Op::Fsetxattr, e)),
-            }
-        }
+        let list = sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
+        self.put_xattrs(df, &list)?;
         df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
             .map_err(|e| (Op::Fchmod, e))?;
         let times = fs::FileTimes::new()
@@ -364,11 +359,22 @@ impl Ctx<'_> {
     pub(super) fn link_hard(&self, deferred: &[(PathBuf, PathBuf)]) -> u64 {
         let mut made = 0;
         for (first, other) in deferred {
-            if !first.exists() {
+            let (Ok((fdir, fname)), Ok((odir, oname))) =
+                (self.dest.parent(first), self.dest.parent(other))
+            else {
+                continue; // the first copy's directory failed and was reported
+            };
+            let Ok(c) = std::ffi::CString::new(fname.as_bytes()) else {
+                continue;
+            };
+            if sys::fstatat(Some(fdir.as_fd()), &c, false).is_err() {
                 continue; // the first copy failed and was reported
             }
-            let existed = fs::remove_file(other).is_ok();
-            match fs::hard_link(first, other) {
+            let oc = std::ffi::CString::new(oname.as_bytes()).unwrap_or_default();
+            let existed = sys::fstatat(Some(odir.as_fd()), &oc, false)
+                .is_ok_and(|m| !m.is_dir())
+                && sys::unlink_at(odir.as_fd(), oname, false).is_ok();
+            match sys::link_at(fdir.as_fd(), fname, odir.as_fd(), oname) {
                 Ok(()) => {
                     made += 1;
                     self.done(other, EntryKind::Hardlink, existed, 0);
@@ -389,18 +395,24 @@ impl Ctx<'_> {
             } else {
                 d.meta.mode & 0o777 & !umask
             };
-            if let Err(e) = fs::set_permissions(&d.dst, fs::Permissions::from_mode(mode)) {
-                self.fail(FileError::io(&d.dst, Op::Chmod, &e));
-            }
+            // Reached without following symlinks: a directory swapped for a link since it
+            // was made is refused, not chmod'ed through.
+            let f = match self.dest.dir(&d.dst) {
+                Ok(fd) => fs::File::from(fd),
+                Err(e) => {
+                    self.fail(FileError::io(&d.dst, Op::OpenDirectory, &e));
+                    continue;
+                }
+            };
             if opts.preserve && self.is_root {
-                let _ = std::os::unix::fs::chown(&d.dst, Some(d.meta.uid), Some(d.meta.gid));
+                let _ = std::os::unix::fs::fchown(&f, Some(d.meta.uid), Some(d.meta.gid));
+            }
+            if let Err(e) = f.set_permissions(fs::Permissions::from_mode(mode)) {
+                self.fail(FileError::io(&d.dst, Op::Chmod, &e));
             }
             if !(opts.preserve || opts.fsync) {
                 continue;
             }
-            let Ok(f) = fs::File::open(&d.dst) else {
-                continue;
-            };
             if opts.preserve {
                 self.dir_xattrs(&d.src, &f);
                 let times = fs::FileTimes::new()
@@ -419,20 +431,53 @@ impl Ctx<'_> {
         let Ok(s) = fs::File::open(src) else {
             return; // it was read a moment ago; gone now: nothing to keep
         };
-        match sys::xattrs(s.as_fd()) {
-            Ok(list) => self.put_xattrs(dst, &list),
-            Err(e) => self.fail(FileError::io(src, Op::Flistxattr, &e)),
+        let r = sys::xattrs(s.as_fd())
+            .map_err(|e| (Op::Flistxattr, e))
+            .and_then(|list| self.put_xattrs(dst, &list));
+        if let Err((op, e)) = r {
+            self.fail(FileError::io(src, op, &e));
         }
     }
 
-    /// Sets `list` on `dst`; a namespace the destination does not take is a notice.
-    fn put_xattrs(&self, dst: &fs::File, list: &[(std::ffi::CString, Vec<u8>)]) {
+    /// Makes `dst`'s extended attributes exactly `list` (the source's): sets each, then
+    /// removes what `dst` has beyond them — an ACL inherited from a default ACL of the
+    /// destination directory, a stale attribute of the file replaced — as `rsync -AX` does.
+    /// `security.*` (SELinux and IMA labels the system gives) is left as the system set it.
+    /// A namespace the destination does not take is a notice.
+    fn put_xattrs(
+        &self,
+        dst: &fs::File,
+        list: &[(std::ffi::CString, Vec<u8>)],
+    ) -> Result<(), (Op, io::Error)> {
+        let not_taken = |e: &io::Error| {
+            matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTSUP) | Some(libc::EPERM) | Some(libc::EACCES)
+            )
+        };
         for (name, value) in list {
-            if let Err(e) = sys::set_xattr(dst.as_fd(), name, value) {
-                self.tally
-                    .notice(format!("some extended attributes could not be kept: {e}"));
+            match sys::set_xattr(dst.as_fd(), name, value) {
+                Ok(()) => {}
+                // Not every destination takes every namespace (e.g. security.* on tmpfs).
+                Err(e) if not_taken(&e) => {
+                    self.tally
+                        .notice(format!("some extended attributes could not be kept: {e}"));
+                }
+                Err(e) => return Err((Op::Fsetxattr, e)),
             }
         }
+        let have = sys::xattrs(dst.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
+        for (name, _) in have {
+            if name.to_bytes().starts_with(b"security.") || list.iter().any(|(n, _)| *n == name) {
+                continue;
+            }
+            match sys::remove_xattr(dst.as_fd(), &name) {
+                Ok(()) => {}
+                Err(e) if not_taken(&e) || e.raw_os_error() == Some(libc::ENODATA) => {}
+                Err(e) => return Err((Op::Fremovexattr, e)),
+            }
+        }
+        Ok(())
     }
 
     /// Re-reads every copied file from disk and compares it with its source's digest:
@@ -440,7 +485,11 @@ impl Ctx<'_> {
     pub(super) fn verify(&self, digests: &[Digest]) -> (u64, u64) {
         let (mut verified, mut mismatches) = (0, 0);
         for (dst, extents, want) in digests {
-            match digest_from_disk(dst, extents, self.opts.chunk) {
+            let got = self
+                .dest
+                .open_read(dst)
+                .and_then(|fd| digest_from_disk(fd, extents, self.opts.chunk));
+            match got {
                 Ok(got) if got == *want => verified += 1,
                 Ok(_) => {
                     mismatches += 1;
@@ -502,9 +551,11 @@ struct DiskReader {
 }
 
 impl DiskReader {
-    fn open(path: &Path, chunk: usize) -> io::Result<Self> {
-        let direct = sys::open_read_direct(path).ok();
-        let buffered = fs::File::open(path)?;
+    /// Reads the open file `fd`; its O_DIRECT twin is opened through /proc/self/fd (the same
+    /// file, whatever its name is now).
+    fn open(fd: OwnedFd, chunk: usize) -> io::Result<Self> {
+        let direct = sys::open_read_direct(&sys::fd_path(fd.as_fd())).ok();
+        let buffered = fs::File::from(fd);
         let (align, off_align) = direct
             .as_ref()
             .and_then(|d| sys::dio_align(d.as_fd()))
@@ -534,9 +585,9 @@ impl DiskReader {
 }
 
 /// Reads a whole file from disk, not from the cache, returning the chunk digest used by copy.
-fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
+fn digest_from_disk(fd: OwnedFd, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
     let hashes = ChunkHashes::default();
-    let mut r = DiskReader::open(path, chunk)?;
+    let mut r = DiskReader::open(fd, chunk)?;
     for (off, len) in pieces(extents, chunk as u64) {
         let data = r.read(off, len)?;
         if data.is_empty() {
@@ -550,9 +601,10 @@ fn digest_from_disk(path: &Path, extents: &[(u64, u64)], chunk: usize) -> io::Re
 /// Whether two files hold the same bytes (--checksum): both read from disk side by side in
 /// chunks, leaving the cache as it was; the first difference stops the compare. Sizes are
 /// compared first.
-fn same_bytes(a: &Path, b: &Path, chunk: usize) -> io::Result<bool> {
-    let size = fs::metadata(a)?.len();
-    if fs::metadata(b)?.len() != size {
+fn same_bytes(a: OwnedFd, b: OwnedFd, chunk: usize) -> io::Result<bool> {
+    let size = sys::fstat(a.as_fd())?.size;
+    let other = sys::fstat(b.as_fd())?;
+    if !other.is_file() || other.size != size {
         return Ok(false);
     }
     let (mut ra, mut rb) = (DiskReader::open(a, chunk)?, DiskReader::open(b, chunk)?);
@@ -568,11 +620,75 @@ fn same_bytes(a: &Path, b: &Path, chunk: usize) -> io::Result<bool> {
     Ok(true)
 }
 
+/// Extended attributes as compared for metadata-only changes: sorted, `security.*` left out
+/// (the system sets those, see [`Ctx::put_xattrs`]).
+fn comparable_xattrs(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, Vec<u8>)>> {
+    let mut list = sys::xattrs(fd)?;
+    list.retain(|(n, _)| !n.to_bytes().starts_with(b"security."));
+    list.sort();
+    Ok(list)
+}
+
 impl Ctx<'_> {
+    /// A destination file left for its content (quick check or checksum) under `preserve`:
+    /// when its mode, owner (as root), modification time, extended attributes or ACLs differ
+    /// from the source's, they are brought over (nothing in a dry run), as rsync -a does for
+    /// a file it itemizes `.f...p.....`. True when something differed. The destination is
+    /// opened without following a symlink.
+    pub(super) fn refresh_meta(&self, src: &Path, dst: &Path) -> Result<bool, FileError> {
+        let flags = sys::OpenFlags {
+            noatime: true,
+            nofollow: true,
+            ..Default::default()
+        };
+        let sf = sys::open_path(src, flags).map_err(|e| FileError::io(src, Op::Open, &e))?;
+        let st = sys::fstat(sf.as_fd()).map_err(|e| FileError::io(src, Op::Fstat, &e))?;
+        let df = self
+            .dest
+            .open_read(dst)
+            .map_err(|e| FileError::io(dst, Op::Open, &e))?;
+        let dt = sys::fstat(df.as_fd()).map_err(|e| FileError::io(dst, Op::Fstat, &e))?;
+        let owner_differs = self.is_root && (st.uid, st.gid) != (dt.uid, dt.gid);
+        let differs = owner_differs
+            || st.mode & 0o7777 != dt.mode & 0o7777
+            || st.mtime != dt.mtime
+            || comparable_xattrs(sf.as_fd()).ok() != comparable_xattrs(df.as_fd()).ok();
+        if differs && !self.opts.dry_run {
+            self.apply_meta(&sf, &fs::File::from(df), &st)
+                .map_err(|(op, e)| FileError::io(dst, op, &e))?;
+        }
+        Ok(differs)
+    }
+
+    /// An existing destination file whose content is left: its metadata refreshed under
+    /// `preserve` (counted and itemized as `metadata`), else counted as skipped.
+    pub(super) fn keep_file(&self, src: &Path, dst: &Path, kind: EntryKind) {
+        if !self.opts.preserve {
+            return self.skipped(dst, kind);
+        }
+        match self.refresh_meta(src, dst) {
+            Ok(true) => {
+                self.counts.metadata.fetch_add(1, Ordering::Relaxed);
+                self.item(dst, kind, super::Action::Metadata, 0);
+            }
+            Ok(false) => self.skipped(dst, kind),
+            Err(e) => self.fail(e),
+        }
+    }
+
     /// --checksum: whether `t`'s destination has its source's content (read without caching
     /// either). A read failure counts as different: the copy then runs and reports it.
     pub(super) fn same_content(&self, t: &FileTask) -> bool {
-        same_bytes(&t.src, &t.dst, self.opts.chunk).unwrap_or(false)
+        let flags = sys::OpenFlags {
+            noatime: true,
+            ..Default::default()
+        };
+        let src = sys::open_path(&t.src, flags);
+        let dst = self.dest.open_read(&t.dst);
+        match (src, dst) {
+            (Ok(a), Ok(b)) => same_bytes(a, b, self.opts.chunk).unwrap_or(false),
+            _ => false,
+        }
     }
 
     /// A worker's check of a `compare` task: true when the destination has the same content,
@@ -582,22 +698,7 @@ impl Ctx<'_> {
         if self.stopped() || !self.same_content(t) {
             return false;
         }
-        if self.opts.preserve {
-            let flags = sys::OpenFlags {
-                noatime: true,
-                ..Default::default()
-            };
-            let meta = sys::open_path(&t.src, flags).and_then(|sf| {
-                let st = sys::fstat(sf.as_fd())?;
-                let df = fs::File::open(&t.dst)?;
-                self.apply_meta(&sf, &df, &st).map_err(|(_, e)| e)
-            });
-            if let Err(e) = meta {
-                self.fail(FileError::io(&t.dst, Op::Futimens, &e));
-                return true;
-            }
-        }
-        self.skipped(&t.dst, EntryKind::File);
+        self.keep_file(&t.src, &t.dst, EntryKind::File);
         true
     }
 }

@@ -18,6 +18,7 @@
 //! - `finish`: metadata, write-back batches, hard links, directories, verify, residue.
 
 mod commit;
+mod dest;
 mod engine;
 mod finish;
 mod plan;
@@ -106,6 +107,13 @@ pub enum Existing {
     Checksum,
 }
 
+/// The largest chunk (bytes per I/O): each of `depth` I/Os in flight has a buffer of it.
+pub const MAX_CHUNK: usize = 256 << 20;
+/// The most files copied in parallel.
+pub const MAX_THREADS: usize = 1024;
+/// The most I/Os in flight within one file.
+pub const MAX_DEPTH: usize = 1024;
+
 /// What one entry of the destination is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -151,6 +159,9 @@ pub enum Action {
     Deleted,
     /// It could not be copied (the error is in `error` and in the report's errors).
     Failed,
+    /// Its content was up to date and its metadata (mode, owner, times, xattrs, ACLs) was
+    /// not: the metadata was brought over (under `preserve`; rsync itemizes `.f...p.....`).
+    Metadata,
 }
 
 /// One entry's outcome, streamed to the observer when [`CopyOptions::items`] is set.
@@ -237,6 +248,15 @@ impl CopyOptions {
         if self.chunk < CHUNK_ALIGN || !self.chunk.is_multiple_of(CHUNK_ALIGN) {
             return invalid("chunk", "must be a multiple of 4 KiB");
         }
+        if self.chunk > MAX_CHUNK {
+            return invalid("chunk", "must be at most 256 MiB");
+        }
+        if self.threads > MAX_THREADS {
+            return invalid("threads", "must be at most 1024");
+        }
+        if self.depth > MAX_DEPTH {
+            return invalid("depth", "must be at most 1024");
+        }
         Ok(())
     }
 }
@@ -283,6 +303,9 @@ pub struct CopyReport {
     pub skipped: u64,
     /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
     pub stale_temporaries_removed: u64,
+    /// Files whose content was up to date and whose metadata (mode, owner, times, xattrs,
+    /// ACLs) was brought over (`preserve` with `existing` quick check or checksum).
+    pub metadata_updated: u64,
     /// Entries removed from the destination because the source no longer has them (`delete`).
     pub deleted: u64,
     /// Logical bytes of the copied files.
@@ -316,7 +339,12 @@ struct Counts {
     updated: AtomicU64,
     skipped: AtomicU64,
     stale_temps: AtomicU64,
+    /// Files whose content was left and whose metadata was brought over.
+    metadata: AtomicU64,
     deleted: AtomicU64,
+    /// A dry run's files and bytes that a copy would write (the workers count a real run's).
+    dry_files: AtomicU64,
+    dry_bytes: AtomicU64,
 }
 
 /// What the workers and the planner share for one run.
@@ -346,10 +374,12 @@ struct Ctx<'a> {
     no_space: Mutex<Vec<FileTask>>,
     /// The one-at-a-time pass: ENOSPC is final now.
     final_pass: AtomicBool,
+    /// Destination names, resolved without following symlinks.
+    dest: dest::Dest,
 }
 
 impl<'a> Ctx<'a> {
-    fn new(opts: &'a CopyOptions, observer: &'a dyn Observer) -> Self {
+    fn new(opts: &'a CopyOptions, observer: &'a dyn Observer, dest: dest::Dest) -> Self {
         let fds = finish::FdBudget::new(sys::fd_budget(), opts.threads);
         Ctx {
             counts: Counts::default(),
@@ -368,6 +398,7 @@ impl<'a> Ctx<'a> {
             refused: Mutex::new(HashSet::new()),
             no_space: Mutex::new(Vec::new()),
             final_pass: AtomicBool::new(false),
+            dest,
         }
     }
 
@@ -479,7 +510,15 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     options.validate()?;
     let targets = plan_targets(&options.sources, &options.dest, options.no_target_directory)?;
     let umask = finish::umask();
-    let ctx = Ctx::new(options, observer);
+    let follow_roots = options.dereference != Dereference::Never;
+    let ctx = Ctx::new(options, observer, dest::Dest::new(&targets, follow_roots));
+    if !options.no_target_directory {
+        for (src, dst) in &targets {
+            if let Some(n) = plan::nesting_notice(src, dst, &options.dest) {
+                ctx.tally.notice(n);
+            }
+        }
+    }
     let (planned, mut m) = ctx.run_parallel(&targets);
     ctx.retry_no_space(&mut m);
     ctx.batch_settle.flush(&ctx.dest_residue);
@@ -512,7 +551,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     outcome.elapsed_s = elapsed;
     let c = &ctx.counts;
     Ok(CopyReport {
-        files: m.files,
+        files: m.files + c.dry_files.load(Ordering::Relaxed),
         dirs: planned.dirs.len() as u64,
         symlinks: c.symlinks.load(Ordering::Relaxed),
         hardlinks,
@@ -521,8 +560,9 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         updated: c.updated.load(Ordering::Relaxed),
         skipped: c.skipped.load(Ordering::Relaxed),
         stale_temporaries_removed: c.stale_temps.load(Ordering::Relaxed),
+        metadata_updated: c.metadata.load(Ordering::Relaxed),
         deleted: c.deleted.load(Ordering::Relaxed),
-        bytes: m.bytes,
+        bytes: m.bytes + c.dry_bytes.load(Ordering::Relaxed),
         data_bytes: m.data_bytes,
         rate_bytes_per_s: verb::rate(m.data_bytes, elapsed),
         strategies: m.strategies,

@@ -10,17 +10,18 @@
 //! an up-to-date 100k-file tree is checked with one fstatat per entry and side.
 
 use super::worker::{SMALL_BATCH_BYTES, SMALL_FILE};
+use super::commit::{TEMP_MARK, TEMP_MARK_VALUE};
 use super::{Action, Ctx, Dereference, EntryKind, Existing};
 use crate::error::{FileError, Op};
 use crate::sys;
 use crossbeam_channel::Sender;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex};
@@ -222,6 +223,9 @@ struct Planner<'a> {
     deferred_links: Vec<(PathBuf, PathBuf)>,
 }
 
+/// Levels below a directory that `--delete` removes (deeper trees fail with a message).
+const MAX_REMOVE_DEPTH: usize = 4096;
+
 /// Directories (and files) the planner gathers before handing files out interleaved.
 const INTERLEAVE_DIRS: usize = 32;
 const INTERLEAVE_FILES: usize = 8192;
@@ -336,8 +340,8 @@ impl<'a> Planner<'a> {
             return;
         }
         let (mode, rdev) = (e.st.mode & 0o777, e.st.rdev);
-        self.place(e, EntryKind::Special, Op::Mknod, |tmp| {
-            sys::mknod(tmp, kind, mode, rdev)
+        self.place(e, EntryKind::Special, Op::Mknod, |dir, tmp| {
+            sys::mknod_at(dir, tmp, kind, mode, rdev)
         });
     }
 
@@ -348,15 +352,23 @@ impl<'a> Planner<'a> {
         e: &Entry,
         kind: EntryKind,
         op: Op,
-        make: impl FnOnce(&Path) -> io::Result<()>,
+        make: impl FnOnce(BorrowedFd<'_>, &OsStr) -> io::Result<()>,
     ) {
         if !self.ctx.opts.dry_run {
+            let (dir, name) = match self.ctx.dest.parent(&e.dst) {
+                Ok(p) => p,
+                Err(err) => {
+                    return self
+                        .ctx
+                        .fail(FileError::io(&e.dst, Op::OpenDirectory, &err))
+                }
+            };
             let tmp = self.ctx.temp_name(&e.dst);
-            let r = make(&tmp)
-                .and_then(|_| self.node_meta(&tmp, &e.st))
-                .and_then(|_| fs::rename(&tmp, &e.dst));
+            let r = make(dir.as_fd(), &tmp)
+                .and_then(|_| self.node_meta(dir.as_fd(), &tmp, &e.st))
+                .and_then(|_| sys::rename_at(dir.as_fd(), &tmp, name));
             if let Err(err) = r {
-                let _ = fs::remove_file(&tmp);
+                let _ = sys::unlink_at(dir.as_fd(), &tmp, false);
                 return self.ctx.fail(FileError::io(&e.dst, op, &err));
             }
         }
@@ -373,25 +385,35 @@ impl<'a> Planner<'a> {
     /// left in it are removed — only those whose process is gone, so a copy running now into
     /// the same directory keeps its own —, and with `--delete` what the source directory
     /// (`keep`) no longer has, as rsync --delete does.
-    fn tidy_existing(&mut self, dst: &Path, names: &[CString], keep: &HashSet<&CStr>) {
+    fn tidy_existing(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        dst: &Path,
+        names: &[CString],
+        keep: &HashSet<&CStr>,
+    ) {
         let dry = self.ctx.opts.dry_run;
         for name in names {
             let path = dst.join(sys::name_os(name));
             if let Some(pid) = temp_owner(name.to_bytes()) {
-                let gone = sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
-                if gone && (dry || fs::remove_file(&path).is_ok()) {
+                if self.stale_temporary(dir, name, pid)
+                    && (dry || sys::unlink_at(dir, sys::name_os(name), false).is_ok())
+                {
                     self.ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
+                    continue;
                 }
-                continue;
             }
             if !self.ctx.opts.delete || keep.contains(name.as_c_str()) {
                 continue;
             }
-            let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+            let is_dir = sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_dir());
             let (r, op) = match (dry, is_dir) {
                 (true, _) => (Ok(()), Op::Unlink),
-                (false, true) => (fs::remove_dir_all(&path), Op::Rmdir),
-                (false, false) => (fs::remove_file(&path), Op::Unlink),
+                (false, true) => (
+                    sys::remove_tree_at(dir, sys::name_os(name), MAX_REMOVE_DEPTH),
+                    Op::Rmdir,
+                ),
+                (false, false) => (sys::unlink_at(dir, sys::name_os(name), false), Op::Unlink),
             };
             match r {
                 Ok(()) => {
@@ -406,6 +428,22 @@ impl<'a> Planner<'a> {
                 Err(err) => self.ctx.fail(FileError::io(&path, op, &err)),
             }
         }
+    }
+
+    /// Whether `name` in `dir` is a temporary a pagewise copy made and left behind: a regular
+    /// file with one name, carrying the mark copies put on their temporaries
+    /// ([`TEMP_MARK`]), whose process (`pid`, from its name) is gone. A file that merely has
+    /// such a name is the user's and stays.
+    fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
+        let is_plain = sys::fstatat(Some(dir), name, false)
+            .is_ok_and(|m| m.is_file() && m.nlink == 1);
+        let gone = || sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
+        let marked = || {
+            sys::open_read_at(dir, sys::name_os(name))
+                .and_then(|fd| sys::get_small_xattr(fd.as_fd(), TEMP_MARK))
+                .is_ok_and(|v| v.as_deref() == Some(TEMP_MARK_VALUE))
+        };
+        is_plain && gone() && marked()
     }
 
     /// True (and counted as skipped) when the destination exists and `existing` says to leave
@@ -432,17 +470,17 @@ impl<'a> Planner<'a> {
 
     /// With `preserve`: a special file's or symlink's owner (when root), mode (not for
     /// symlinks, which have none of their own) and times, all without following or opening it.
-    fn node_meta(&self, path: &Path, st: &sys::Stat) -> io::Result<()> {
+    fn node_meta(&self, dir: BorrowedFd<'_>, name: &OsStr, st: &sys::Stat) -> io::Result<()> {
         if !self.ctx.opts.preserve {
             return Ok(());
         }
         if self.ctx.is_root {
-            std::os::unix::fs::lchown(path, Some(st.uid), Some(st.gid))?;
+            sys::chown_at(dir, name, st.uid, st.gid)?;
         }
         if !st.is_symlink() {
-            fs::set_permissions(path, fs::Permissions::from_mode(st.mode & 0o7777))?;
+            sys::chmod_at(dir, name, st.mode & 0o7777)?;
         }
-        sys::set_times_nofollow(path, st.atime, st.mtime)
+        sys::set_times_at(dir, name, st.atime, st.mtime)
     }
 
     /// Plans a directory: makes its destination (private until its mode is set at the end),
@@ -510,7 +548,7 @@ impl<'a> Planner<'a> {
                 .collect();
             dst_names.sort();
             let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
-            self.tidy_existing(&e.dst, &dst_names, &keep);
+            self.tidy_existing(fd.as_fd(), &e.dst, &dst_names, &keep);
             there = dst_names.into_iter().collect();
         }
         let up = Some(Arc::new(Chain {
@@ -529,16 +567,10 @@ impl<'a> Planner<'a> {
                     continue;
                 }
             };
+            // Inside the destination nothing is followed: a symlink where the source has a
+            // directory is refused as cp refuses it, never entered (it could lead anywhere).
             let dst_st = match &dst_fd {
-                Some(fd) if there.contains(&n) => {
-                    sys::fstatat(Some(fd.as_fd()), &n, false).ok().map(|d| {
-                        if d.is_symlink() && st.is_dir() {
-                            sys::fstatat(Some(fd.as_fd()), &n, true).unwrap_or(d)
-                        } else {
-                            d
-                        }
-                    })
-                }
+                Some(fd) if there.contains(&n) => sys::fstatat(Some(fd.as_fd()), &n, false).ok(),
                 _ => None,
             };
             let child = Entry {
@@ -566,45 +598,40 @@ impl<'a> Planner<'a> {
     /// Makes (or enters) the destination directory: its descriptor (None in a dry run where
     /// it does not exist yet) and whether it existed. None: failed (reported).
     fn make_dir(&mut self, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
-        let open = |p: &Path| {
-            sys::open_path(
-                p,
-                sys::OpenFlags {
-                    directory: true,
-                    ..Default::default()
-                },
-            )
-        };
+        let dest = &self.ctx.dest;
         let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
+        if e.dst_st.is_some() && !existed {
+            // A file or symlink where the directory goes: cp refuses to replace a
+            // non-directory by a directory, and so does this copy (nothing is removed, and
+            // a symlink is never entered: it could lead out of the destination).
+            let err = io::Error::other(format!(
+                "cannot overwrite non-directory with directory (it is a {})",
+                e.dst_st.as_ref().map_or("file", |d| d.kind())
+            ));
+            self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+            return None;
+        }
         if self.ctx.opts.dry_run {
-            if e.dst_st.is_some() && !existed {
-                let err = io::Error::from_raw_os_error(libc::EEXIST);
-                self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
-                return None;
-            }
             if !existed {
                 self.ctx.done(&e.dst, EntryKind::Dir, false, 0);
             }
-            return Some((existed.then(|| open(&e.dst).ok()).flatten(), existed));
+            return Some((existed.then(|| dest.dir(&e.dst).ok()).flatten(), existed));
         }
         if !existed {
-            if e.dst_st.is_some() {
-                // A file or symlink where the directory goes: cp refuses to replace a
-                // non-directory by a directory, and so does this copy (nothing is removed).
-                let err = io::Error::from_raw_os_error(libc::EEXIST);
-                self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
-                return None;
-            }
-            match fs::DirBuilder::new().mode(0o700).create(&e.dst) {
+            let made = dest
+                .parent(&e.dst)
+                .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, 0o700));
+            match made {
                 Ok(()) => self.ctx.done(&e.dst, EntryKind::Dir, false, 0),
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists && e.dst.is_dir() => {}
+                // Made meanwhile by another copy: entered below if it is a directory.
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(err) => {
                     self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
                     return None;
                 }
             }
         }
-        match open(&e.dst) {
+        match dest.dir(&e.dst) {
             Ok(fd) => Some((Some(fd), existed)),
             Err(err) => {
                 self.ctx
@@ -620,13 +647,19 @@ impl<'a> Planner<'a> {
             Ok(t) => t,
             Err(err) => return self.ctx.fail(FileError::io(&e.src, Op::Readlink, &err)),
         };
-        if self.keep_existing(e, |d| {
-            d.is_symlink() && fs::read_link(&e.dst).is_ok_and(|t| t == target)
-        }) {
+        let dest = &self.ctx.dest;
+        let same_text = |d: &sys::Stat| {
+            d.is_symlink()
+                && dest
+                    .parent(&e.dst)
+                    .and_then(|(dir, name)| sys::read_link_at(dir.as_fd(), name))
+                    .is_ok_and(|t| t == target)
+        };
+        if self.keep_existing(e, same_text) {
             return;
         }
-        self.place(e, EntryKind::Symlink, Op::Symlink, |tmp| {
-            std::os::unix::fs::symlink(&target, tmp)
+        self.place(e, EntryKind::Symlink, Op::Symlink, |dir, tmp| {
+            sys::symlink_at(&target, dir, tmp)
         });
     }
 
@@ -664,7 +697,7 @@ impl<'a> Planner<'a> {
             links.insert(key, (e.dst.clone(), kept));
         }
         if keep {
-            return self.ctx.skipped(&e.dst, EntryKind::File);
+            return self.ctx.keep_file(&e.src, &e.dst, EntryKind::File);
         }
         let compare = self.ctx.opts.existing == Existing::Checksum
             && e.dst_st
@@ -680,8 +713,11 @@ impl<'a> Planner<'a> {
         if self.ctx.opts.dry_run {
             // What a run would do, content compared here when --checksum asks.
             if compare && self.ctx.same_content(&task) {
-                return self.ctx.skipped(&task.dst, EntryKind::File);
+                return self.ctx.keep_file(&task.src, &task.dst, EntryKind::File);
             }
+            let c = &self.ctx.counts;
+            c.dry_files.fetch_add(1, Ordering::Relaxed);
+            c.dry_bytes.fetch_add(task.size, Ordering::Relaxed);
             return self
                 .ctx
                 .done(&task.dst, EntryKind::File, task.existed, task.size);
@@ -765,6 +801,38 @@ pub fn plan_targets(
         out.push((s.clone(), t));
     }
     Ok(out)
+}
+
+/// The warning for a likely mistake of a re-run without `-T`: the source directory `src`
+/// goes into `dest` as `dst` (= `dest/NAME`), which does not exist, while `dest` already holds
+/// the source's entries (the first 64 of them by name, all of them) — the earlier run
+/// copied the contents into `dest` itself (with -T or `NAME/.`), and this one nests a second
+/// copy inside it.
+pub(super) fn nesting_notice(src: &Path, dst: &Path, dest: &Path) -> Option<String> {
+    if dst == dest || fs::symlink_metadata(dst).is_ok() || !fs::metadata(src).ok()?.is_dir() {
+        return None;
+    }
+    let mut names: Vec<_> = fs::read_dir(src)
+        .ok()?
+        .take(4096)
+        .filter_map(|e| e.ok().map(|e| e.file_name()))
+        .collect();
+    names.sort();
+    names.truncate(64);
+    let held = !names.is_empty()
+        && names
+            .iter()
+            .all(|n| fs::symlink_metadata(dest.join(n)).is_ok());
+    held.then(|| {
+        format!(
+            "{} did not exist and {} already holds what {} holds: copying into {} (to update the earlier copy, add -T or copy {}/.)",
+            dst.display(),
+            dest.display(),
+            src.display(),
+            dst.display(),
+            src.display()
+        )
+    })
 }
 
 /// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.

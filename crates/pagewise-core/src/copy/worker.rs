@@ -4,6 +4,7 @@
 //! travel in batches: one io_uring submission reads a batch.
 
 use super::commit::Temp;
+use super::dest::ParentCache;
 use super::engine::{self, ChunkHashes, IoFailure, Job, Moved, Unsupported};
 use super::finish::{settle, Settle};
 use super::plan::FileTask;
@@ -20,6 +21,8 @@ use std::sync::Mutex;
 
 /// Files up to this size are copied in batches (see [`Ctx::copy_small`]).
 pub(super) const SMALL_FILE: u64 = 256 << 10;
+/// The most a file of a pseudo filesystem may hold to be copied (see [`Ctx::copy_pseudo`]).
+const PSEUDO_MAX: usize = 256 << 20;
 /// Files and bytes per small-file batch of one worker.
 pub(super) const SMALL_BATCH: usize = 64;
 pub(super) const SMALL_BATCH_BYTES: u64 = 2 << 20;
@@ -35,6 +38,8 @@ pub(super) struct Local {
     pub strategies: BTreeMap<Strategy, u64>,
     pub residue: Residue,
     pub digests: Vec<Digest>,
+    /// The directory the last file went to.
+    pub parents: ParentCache,
 }
 
 /// Data extents of a file, `(offset, length)`.
@@ -72,12 +77,17 @@ pub(super) struct Open {
     pub sf: OwnedFd,
     pub st: sys::Stat,
     pub sparse: bool,
+    /// On procfs, sysfs and the like: the size in stat is not the content (see
+    /// [`sys::is_pseudo_fs`]); read to the end instead.
+    pub pseudo: bool,
     /// Data extents of the source, `(offset, length)`.
     pub extents: Vec<(u64, u64)>,
     /// Source pages cached before the copy (None if unknown).
     pub src_cached: Option<u64>,
     pub df: fs::File,
     pub temp: Temp,
+    /// The destination's directory, reached without following symlinks.
+    pub dir: std::sync::Arc<OwnedFd>,
     /// The destination existed before (the copy updates it).
     pub existed: bool,
 }
@@ -114,7 +124,7 @@ pub(super) fn work(
 impl Ctx<'_> {
     /// Copies one file through the general path.
     pub(super) fn copy_file(&self, local: &mut Local, task: FileTask) {
-        if let Some(o) = self.open_pair(task) {
+        if let Some(o) = self.open_pair(local, task) {
             self.copy_data_and_finish(local, o);
         }
     }
@@ -135,8 +145,8 @@ impl Ctx<'_> {
     fn copy_small(&self, local: &mut Local, tasks: Vec<FileTask>, w: &mut Worker) {
         let mut open = Vec::with_capacity(tasks.len());
         for t in tasks {
-            if let Some(o) = self.open_pair(t) {
-                if o.sparse || o.st.size > SMALL_FILE || o.st.size == 0 {
+            if let Some(o) = self.open_pair(local, t) {
+                if o.sparse || o.pseudo || o.st.size > SMALL_FILE || o.st.size == 0 {
                     self.copy_data_and_finish(local, o);
                 } else {
                     open.push(o);
@@ -248,22 +258,67 @@ impl Ctx<'_> {
     }
 
     fn copy_data_and_finish(&self, local: &mut Local, o: Open) {
+        if o.pseudo {
+            return self.copy_pseudo(local, o);
+        }
         let hashes = self.opts.verify.then(ChunkHashes::default);
         if let Some(s) = self.copy_data(&o, hashes.as_ref()) {
             self.finish(local, o, s, hashes.map(|h| h.digest()), false);
         }
     }
 
+    /// Copies a file of procfs, sysfs and the like: what `read` returns up to its end (as cp
+    /// does), never the size stat claims — a /proc file is 0 bytes there, a sysfs attribute
+    /// 4096, so a copy by size would be empty or padded with NULs. At most
+    /// [`PSEUDO_MAX`] bytes (such a file can be endless, /proc/kcore is the machine's memory).
+    fn copy_pseudo(&self, local: &mut Local, mut o: Open) {
+        let mut data: Vec<u8> = Vec::new();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            match sys::pread(o.sf.as_fd(), &mut buf, data.len() as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if data.len() + n > PSEUDO_MAX || data.try_reserve(n).is_err() {
+                        let why = format!(
+                            "a file of a pseudo filesystem (procfs, sysfs...) longer than {} MiB: not copied",
+                            PSEUDO_MAX >> 20
+                        );
+                        return self.fail(FileError::other(&o.src, Op::Read, why));
+                    }
+                    data.extend_from_slice(&buf[..n]);
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                Err(e) => return self.fail(FileError::io(&o.src, Op::Read, &e)),
+            }
+        }
+        if let Err(e) = engine::write_full(&data, 0, |b, off| sys::pwritev2(o.df.as_fd(), b, off, 0)) {
+            return self.fail(FileError::io(&o.dst, Op::Pwritev2, &e));
+        }
+        self.observer.progress(0, data.len() as u64);
+        o.st.size = data.len() as u64;
+        o.extents = if data.is_empty() {
+            Vec::new()
+        } else {
+            vec![(0, o.st.size)]
+        };
+        let digest = self
+            .opts
+            .verify
+            .then(|| engine::digest_of(&o.extents, self.opts.chunk, &data));
+        // Written through the cache, then written back and dropped with the run's others.
+        self.finish(local, o, Strategy::DropBehind, digest, false);
+    }
+
     /// Opens the source, checks it, and creates the file its data goes to.
-    fn open_pair(&self, task: FileTask) -> Option<Open> {
+    fn open_pair(&self, local: &mut Local, task: FileTask) -> Option<Open> {
         if self.stopped() {
             return None;
         }
         let FileTask {
             src, dst, existed, ..
         } = task;
-        let (sf, st, extents) = self.open_source(&src)?;
-        let sparse = st.allocated < st.size;
+        let (sf, st, extents, pseudo) = self.open_source(&src)?;
+        let sparse = !pseudo && st.allocated < st.size;
         let src_cached = sys::cachestat(sf.as_fd(), 0, 0).ok().map(|c| c.cache);
         // Without --preserve the copy gets the source's permission bits less the umask, which
         // open(O_CREAT) applies itself: no fchmod afterwards. With --preserve the mode is set
@@ -273,7 +328,11 @@ impl Ctx<'_> {
         } else {
             st.mode & 0o777
         };
-        let (df, temp) = match self.create_temp(&dst, create_mode) {
+        let dir = match local.parents.parent(&self.dest, &dst) {
+            Ok((dir, _)) => dir,
+            Err(e) => return self.fail_none(FileError::io(&dst, Op::OpenDirectory, &e)),
+        };
+        let (df, temp) = match self.create_temp(&dir, &dst, create_mode) {
             Ok(t) => t,
             Err(e) => {
                 self.fail(e);
@@ -289,18 +348,20 @@ impl Ctx<'_> {
             sf,
             st,
             sparse,
+            pseudo,
             extents,
             src_cached,
             df: df.into(),
             temp,
+            dir,
             existed,
         })
     }
 
     /// Opens `src` (O_NOATIME where allowed), checks it is still a regular file, and finds its
-    /// data extents (one for a file without holes). None: skipped (vanished) or failed
-    /// (reported).
-    fn open_source(&self, src: &Path) -> Option<(OwnedFd, sys::Stat, Extents)> {
+    /// data extents (one for a file without holes; none for a file of a pseudo filesystem,
+    /// flagged by the last field). None: skipped (vanished) or failed (reported).
+    fn open_source(&self, src: &Path) -> Option<(OwnedFd, sys::Stat, Extents, bool)> {
         let flags = sys::OpenFlags {
             noatime: true,
             ..Default::default()
@@ -323,7 +384,10 @@ impl Ctx<'_> {
             return self.fail_none(FileError::other(src, Op::Open, why));
         }
         let size = st.size;
-        let extents = if st.allocated < size {
+        let pseudo = sys::is_pseudo_fs(sf.as_fd());
+        let extents = if pseudo {
+            Vec::new()
+        } else if st.allocated < size {
             match sys::data_extents(sf.as_fd(), 0, size) {
                 Ok(e) => e,
                 Err(e) => return self.fail_none(FileError::io(src, Op::LseekData, &e)),
@@ -333,7 +397,7 @@ impl Ctx<'_> {
         } else {
             Vec::new()
         };
-        Some((sf, st, extents))
+        Some((sf, st, extents, pseudo))
     }
 
     /// Preallocates `size` bytes of the destination. Only files written in several chunks (in
@@ -382,14 +446,10 @@ impl Ctx<'_> {
     fn copy_data(&self, o: &Open, hashes: Option<&ChunkHashes>) -> Option<Strategy> {
         let size = o.st.size;
         let dev = sys::fstat(o.df.as_fd()).map(|s| s.dev).unwrap_or(0);
-        let proc_path;
-        let tmp: &Path = match &o.temp {
-            Temp::Named(n) => &n.path,
-            Temp::Unnamed => {
-                proc_path = sys::fd_path(o.df.as_fd());
-                &proc_path
-            }
-        };
+        // O_DIRECT twins are opened through /proc/self/fd: the very files opened and
+        // checked, never a name someone could have replaced meanwhile.
+        let src = sys::fd_path(o.sf.as_fd());
+        let tmp = sys::fd_path(o.df.as_fd());
         for strat in self.chain(dev, size) {
             let job = Job {
                 src: o.sf.as_fd(),
@@ -409,7 +469,7 @@ impl Ctx<'_> {
             if let Some(h) = hashes {
                 h.parts.lock().unwrap().clear();
             }
-            match self.move_data(&job, strat, &o.src, tmp) {
+            match self.move_data(&job, strat, &src, &tmp) {
                 Moved::Done => return Some(strat),
                 Moved::Fallback(Unsupported::Refused(op, e)) => {
                     self.refused.lock().unwrap().insert((dev, strat));

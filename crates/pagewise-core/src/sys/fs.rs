@@ -19,6 +19,7 @@ use rustix::io::Errno;
 
 use super::cstring;
 
+mod beneath;
 mod dir;
 mod direct;
 mod extent;
@@ -26,6 +27,7 @@ mod node;
 mod open;
 mod xattr;
 
+pub use beneath::*;
 pub use dir::*;
 pub use direct::*;
 pub use extent::*;
@@ -221,6 +223,35 @@ pub fn is_shmem(fd: BorrowedFd<'_>) -> bool {
     #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, not everywhere
     let t = st.f_type as i64;
     matches!(t, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
+}
+
+/// `int fstatfs(int fd, struct statfs *buf)` —
+/// <https://man7.org/linux/man-pages/man2/fstatfs.2.html>, through rustix.
+///
+/// True when `fd` is on a filesystem whose files' sizes are not their contents: procfs,
+/// sysfs, debugfs, tracefs, securityfs, configfs, cgroupfs, efivarfs, pstore, bpf (a
+/// /proc file is 0 bytes in stat and a sysfs attribute 4096, whatever `read` returns). Such
+/// files are copied by reading to the end, as cp does. False when fstatfs fails.
+pub fn is_pseudo_fs(fd: BorrowedFd<'_>) -> bool {
+    const PSEUDO: [i64; 11] = [
+        0x9fa0,      // PROC_SUPER_MAGIC
+        0x6265_6572, // SYSFS_MAGIC
+        0x6462_6720, // DEBUGFS_MAGIC
+        0x7472_6163, // TRACEFS_MAGIC
+        0x7363_6673, // SECURITYFS_MAGIC
+        0x6263_6673, // CONFIGFS_MAGIC
+        0x0027_e0eb, // CGROUP_SUPER_MAGIC
+        0x6367_7270, // CGROUP2_SUPER_MAGIC
+        0xf97c_ff8c, // EFIVARFS_MAGIC
+        0x6165_676c, // PSTOREFS_MAGIC
+        0xcafe_4a11, // BPF_FS_MAGIC
+    ];
+    let Ok(st) = rustix::fs::fstatfs(fd) else {
+        return false;
+    };
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, not everywhere
+    let t = st.f_type as i64;
+    PSEUDO.contains(&t)
 }
 
 /// Opens `path` with O_WRONLY|O_TRUNC in a detached grandchild process and returns at once

@@ -30,6 +30,16 @@ impl NodeKind {
             _ => None,
         }
     }
+
+    /// The file type rustix's mknodat takes.
+    pub(crate) fn file_type(self) -> FileType {
+        match self {
+            NodeKind::Fifo => FileType::Fifo,
+            NodeKind::Socket => FileType::Socket,
+            NodeKind::CharDevice => FileType::CharacterDevice,
+            NodeKind::BlockDevice => FileType::BlockDevice,
+        }
+    }
 }
 
 /// `int mknodat(int dirfd, const char *pathname, mode_t mode, dev_t dev)` —
@@ -38,16 +48,10 @@ impl NodeKind {
 /// Creates `path` as a special file with permission bits `perm` (less the umask) and, for
 /// devices, device number `rdev`. Devices need CAP_MKNOD (EPERM otherwise).
 pub fn mknod(path: &Path, kind: NodeKind, perm: u32, rdev: u64) -> io::Result<()> {
-    let ft = match kind {
-        NodeKind::Fifo => FileType::Fifo,
-        NodeKind::Socket => FileType::Socket,
-        NodeKind::CharDevice => FileType::CharacterDevice,
-        NodeKind::BlockDevice => FileType::BlockDevice,
-    };
     Ok(rustix::fs::mknodat(
         CWD,
         path,
-        ft,
+        kind.file_type(),
         Mode::from_raw_mode(perm & 0o7777),
         rdev,
     )?)
