@@ -1070,7 +1070,7 @@ fn destination_errors_are_plain_words() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("cannot create '/nonexistent/dir/x': No such file or directory (open(O_TMPFILE) in /nonexistent/dir)"),
+        err.contains("cannot create '/nonexistent/dir/x': No such file or directory (open(O_DIRECTORY) of /nonexistent/dir)"),
         "{err}"
     );
     let out = run(bin().arg("copy").arg(t.path()).arg("/nonexistent/dir/y"));

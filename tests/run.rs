@@ -340,3 +340,38 @@ fn mapped_pages_are_parked_and_dropped_at_exit() {
         "pagewise run used {cpu} s of CPU for a command holding 3,000 mapped pages 1.5 s"
     );
 }
+
+/// `run -- cksum BIG` with the default --max-cache: drop-behind never drops read-ahead the
+/// command has not read yet, so the kernel reads the file once (pages added within 1% of its
+/// size, where dropping the read-ahead front made it 14% more), and the report adds up:
+/// dropped + left = added.
+#[test]
+fn a_sequential_reader_reads_the_file_once() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("big");
+    let size: u64 = 768 << 20;
+    cold_file(&data, size as usize);
+    let out = run(bin()
+        .args(["run", "--json", "--", "cksum"])
+        .arg(&data));
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout[out.stdout.iter().position(|&b| b == b'{').unwrap()..])
+        .unwrap();
+    let added = v["added_bytes"].as_u64().unwrap();
+    let dropped = v["dropped_bytes"].as_u64().unwrap();
+    let left = v["left_bytes"].as_u64().unwrap();
+    eprintln!(
+        "added {added} ({:.2}% of the file), dropped {dropped}, left {left}",
+        added as f64 * 100.0 / size as f64
+    );
+    assert!(added >= size, "every page was read: {added} < {size}");
+    assert!(
+        added <= size + size / 100,
+        "read once: added {added} for a file of {size}"
+    );
+    assert_eq!(dropped + left, added, "dropped + left = added");
+    assert_eq!(cached(&data), 0);
+}

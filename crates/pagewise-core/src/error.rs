@@ -136,6 +136,9 @@ pub enum Op {
     OpenTmpfileIn(PathBuf),
     /// `open(O_CREAT|O_EXCL) of TEMP`: the named temporary a copy is written to.
     CreateExclusive(PathBuf),
+    /// `open(O_DIRECTORY) of DIR`: the destination directory a copy creates a name in,
+    /// reached without following symlinks (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS).
+    OpenParent(PathBuf),
 }
 
 impl Op {
@@ -201,7 +204,7 @@ impl Op {
             Op::VerifyContent => "verify",
             Op::Read => "read",
             Op::Write => "write",
-            Op::OpenTmpfileIn(_) | Op::CreateExclusive(_) => return None,
+            Op::OpenTmpfileIn(_) | Op::CreateExclusive(_) | Op::OpenParent(_) => return None,
         })
     }
 }
@@ -214,6 +217,7 @@ impl Op {
         Some(match self {
             Op::OpenTmpfileIn(_)
             | Op::CreateExclusive(_)
+            | Op::OpenParent(_)
             | Op::Mkdir
             | Op::Symlink
             | Op::Mknod
@@ -240,6 +244,7 @@ impl fmt::Display for Op {
         match self {
             Op::OpenTmpfileIn(dir) => write!(f, "open(O_TMPFILE) in {}", dir.display()),
             Op::CreateExclusive(tmp) => write!(f, "open(O_CREAT|O_EXCL) of {}", tmp.display()),
+            Op::OpenParent(dir) => write!(f, "open(O_DIRECTORY) of {}", dir.display()),
             other => f.write_str(other.name().unwrap_or_default()),
         }
     }

@@ -358,9 +358,8 @@ impl<'a> Planner<'a> {
             let (dir, name) = match self.ctx.dest.parent(&e.dst) {
                 Ok(p) => p,
                 Err(err) => {
-                    return self
-                        .ctx
-                        .fail(FileError::io(&e.dst, Op::OpenDirectory, &err))
+                    let up = e.dst.parent().unwrap_or(Path::new(".")).to_path_buf();
+                    return self.ctx.fail(FileError::io(&e.dst, Op::OpenParent(up), &err));
                 }
             };
             let tmp = self.ctx.temp_name(&e.dst);

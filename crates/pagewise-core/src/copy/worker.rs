@@ -330,7 +330,10 @@ impl Ctx<'_> {
         };
         let dir = match local.parents.parent(&self.dest, &dst) {
             Ok((dir, _)) => dir,
-            Err(e) => return self.fail_none(FileError::io(&dst, Op::OpenDirectory, &e)),
+            Err(e) => {
+                let parent = dst.parent().unwrap_or(Path::new(".")).to_path_buf();
+                return self.fail_none(FileError::io(&dst, Op::OpenParent(parent), &e));
+            }
         };
         let (df, temp) = match self.create_temp(&dir, &dst, create_mode) {
             Ok(t) => t,

@@ -630,8 +630,50 @@ fn pass(
     if droppable == 0 || droppable + footprint.prefetch_pages() + retries.pages() <= limit_pages {
         return Duration::from_millis(if retries.pages() > 0 { 1 } else { 5 });
     }
-    let stayed = drop_running(dropper, footprint, footprint.take_pending());
+    let mut now = footprint.take_pending();
+    // The front of a sequential stream (read-ahead not read yet) waits for a later pass, or
+    // the final drop; at most half the limit is held so (see `front_hold`).
+    let (front, files) = front_hold(limit_pages);
+    let held = now.split_front(front, files);
+    footprint.requeue(held);
+    if now.pages == 0 {
+        return Duration::from_millis(5);
+    }
+    let stayed = drop_running(dropper, footprint, now);
     dropper.counts.lock().unwrap().drops_while_running += 1;
     retries.stayed(stayed);
     Duration::ZERO
+}
+
+/// Pages of read-ahead a sequential reader may have ahead of it: the kernel keeps up to two
+/// windows of `read_ahead_kb` in flight (the current one and the asynchronous next one), so
+/// twice the largest `read_ahead_kb` of the machine's devices (read once; 128 KiB, the
+/// kernel's default, where sysfs cannot tell), at least 2 MiB (one large folio).
+fn readahead_pages() -> u64 {
+    static PAGES: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGES.get_or_init(|| {
+        let kb = std::fs::read_dir("/sys/class/bdi")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("read_ahead_kb")).ok())
+            .filter_map(|s| s.trim().parse::<u64>().ok())
+            .max()
+            .unwrap_or(128)
+            .clamp(128, 1 << 20);
+        ((2 * kb) << 10).max(2 << 20) / sys::page_size()
+    })
+}
+
+/// How much of each streaming file's front a pass keeps pending, and for how many files:
+/// the read-ahead window per file ([`readahead_pages`]), both cut so that at most half of
+/// `--max-cache` is held back — the limit still holds, and a pass always has something to
+/// drop once the rest passes the other half.
+fn front_hold(limit_pages: u64) -> (u64, usize) {
+    let half = limit_pages / 2;
+    let front = readahead_pages().min(half);
+    if front == 0 {
+        return (0, 0);
+    }
+    (front, (half / front).clamp(1, 64) as usize)
 }

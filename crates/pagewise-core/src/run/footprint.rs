@@ -52,6 +52,46 @@ impl Pending {
         self.pages += r.1;
     }
 
+    /// Takes out the front of each streaming file: per file (at most `files` of them, those
+    /// with the most pages pending), its last `front` pages by index — in a sequential read,
+    /// the read-ahead the command has not read yet. Dropping those would make the kernel read
+    /// them again when the command gets there (measured: `run -- cat` of 2.15 GB read 2.44
+    /// GB from disk). Returns what was taken out, to stay pending for a later pass.
+    pub fn split_front(&mut self, front: u64, files: usize) -> Pending {
+        let mut held = Pending::default();
+        if front == 0 || files == 0 {
+            return held;
+        }
+        let mut by_size: Vec<(u64, FileKey)> = self
+            .files
+            .iter()
+            .map(|(k, v)| (v.iter().map(|r| r.1).sum(), *k))
+            .collect();
+        by_size.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, key) in by_size.into_iter().take(files) {
+            let Some(ranges) = self.files.get_mut(&key) else {
+                continue;
+            };
+            let end = ranges.iter().map(|&(i, n)| i + n).max().unwrap_or(0);
+            let cut = end.saturating_sub(front);
+            let mut keep = Vec::with_capacity(ranges.len());
+            for &(i, n) in ranges.iter() {
+                if i + n <= cut {
+                    keep.push((i, n));
+                } else if i >= cut {
+                    held.add(key, (i, n));
+                } else {
+                    keep.push((i, cut - i));
+                    held.add(key, (cut, i + n - cut));
+                }
+            }
+            *ranges = keep;
+        }
+        self.files.retain(|_, v| !v.is_empty());
+        self.pages -= held.pages.min(self.pages);
+        held
+    }
+
     /// Adds all of `other`.
     pub fn extend(&mut self, other: Pending) {
         self.pages += other.pages;
@@ -239,5 +279,35 @@ impl Footprint {
     /// Ranges where pages stayed, pending again for the next pass.
     pub fn requeue(&self, stayed: Pending) {
         self.pending.lock().unwrap().extend(stayed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_front_holds_the_last_pages_of_the_largest_files() {
+        let (a, b, c) = ((1, 0, 1), (1, 0, 2), (1, 0, 3));
+        let mut p = Pending::default();
+        p.add(a, (0, 100));
+        p.add(a, (100, 28)); // a: pages 0..128
+        p.add(b, (10, 50)); // b: 10..60
+        p.add(c, (0, 4)); // c: the smallest, left alone with files = 2
+        let held = p.split_front(32, 2);
+        assert_eq!(held.files[&a], vec![(96, 4), (100, 28)]);
+        assert_eq!(held.files[&b], vec![(28, 32)]);
+        assert!(!held.files.contains_key(&c));
+        assert_eq!(p.files[&a], vec![(0, 96)]);
+        assert_eq!(p.files[&b], vec![(10, 18)]);
+        assert_eq!(p.files[&c], vec![(0, 4)]);
+        assert_eq!(held.pages, 64);
+        assert_eq!(p.pages, 182 - 64);
+        // A file entirely inside its front leaves the pending set.
+        let mut q = Pending::default();
+        q.add(c, (0, 4));
+        let h = q.split_front(32, 1);
+        assert_eq!((h.pages, q.pages), (4, 0));
+        assert!(q.files.is_empty());
     }
 }
