@@ -330,3 +330,38 @@ fn windows_issued_in_pieces_cover_whole_1m_chunks() {
         "{r}"
     );
 }
+
+#[test]
+fn assist_refuses_a_kernel_thread_at_once() {
+    // PID 2 is kthreadd on Linux; check it is a kernel thread here (PF_KTHREAD in the flags,
+    // the ninth field of /proc/2/stat) and has no memory map.
+    let stat = std::fs::read_to_string("/proc/2/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let flags: u64 = rest.split(' ').nth(6).unwrap().parse().unwrap();
+    assert!(flags & 0x0020_0000 != 0, "PID 2 is a kernel thread: {stat}");
+    assert_eq!(std::fs::read_to_string("/proc/2/maps").unwrap(), "");
+    let mut child = bin()
+        .args(["assist", "-p", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(5) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("assist -p 2 (a kernel thread) waited instead of refusing");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{err}");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("PID 2") && err.contains("kernel thread"),
+        "{err}"
+    );
+}

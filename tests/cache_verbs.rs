@@ -525,3 +525,235 @@ fn partial_pages_count_for_the_bytes_they_cover() {
         "the first page's part in range"
     );
 }
+
+/// The largest sparse file this filesystem allows, up to 100 TiB (ext4 with 4 KiB blocks stops
+/// at 16 TiB - 4 KiB): `set_len` is tried from 100 TiB down, halving the step on EFBIG.
+fn huge_sparse_file(p: &Path) -> (File, u64) {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(p)
+        .unwrap();
+    let (mut lo, mut hi) = (0u64, 100u64 << 40);
+    if f.set_len(hi).is_ok() {
+        return (f, hi);
+    }
+    // Largest page multiple that fits: lo fits, hi does not.
+    while hi - lo > PAGE {
+        let mid = (lo + (hi - lo) / 2) / PAGE * PAGE;
+        if f.set_len(mid).is_ok() {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    f.set_len(lo).unwrap();
+    eprintln!("sparse file of {lo} bytes (100 TiB is too large here)");
+    (f, lo)
+}
+
+#[test]
+fn stat_mincore_of_a_huge_sparse_file_is_fast_and_exact() {
+    let t = tmp();
+    let p = t.path().join("sparse");
+    let (f, size) = huge_sparse_file(&p);
+    assert!(size >= 1 << 40, "a sparse file of at least 1 TiB: {size}");
+    use std::os::unix::fs::FileExt;
+    // 512 KiB of data far in, and 512 KiB read from a hole further on: a hole's pages are
+    // cached (zeros) once read, and count as cached.
+    f.write_all_at(&vec![7u8; 512 << 10], size / 3 / PAGE * PAGE)
+        .unwrap();
+    f.sync_all().unwrap();
+    let mut buf = vec![0u8; 512 << 10];
+    f.read_exact_at(&mut buf, size / 3 * 2 / PAGE * PAGE)
+        .unwrap();
+    let kernel = sys::cachestat(f.as_fd(), 0, 0).unwrap().cache;
+    assert_eq!(kernel, 256, "1 MiB cached, half of it a hole's zeros");
+    let start = Instant::now();
+    let out = run_deadline(
+        bin()
+            .args(["stat", "--method", "mincore", "--json", "-l"])
+            .arg(&p),
+        10,
+    );
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["files"][0]["method"], "mincore");
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert_eq!(v["total"]["cached_bytes"], kernel * PAGE);
+    // The map line too: bounded memory, one cell per part, the two cached parts shown.
+    let out = run_deadline(
+        bin()
+            .args(["stat", "--method", "mincore", "--map=30", "--json", "-l"])
+            .arg(&p),
+        10,
+    );
+    assert!(out.status.success());
+    let v = json(&out);
+    let map = v["files"][0]["map"].as_array().unwrap();
+    assert_eq!(map.len(), 30);
+    assert_eq!(map.iter().filter(|c| c.as_u64() > Some(0)).count(), 2);
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    run(bin().arg("evict").arg(&p));
+}
+
+/// `VmLck` of /proc/PID/status, in bytes: the kernel's count of a process's locked memory.
+fn vm_locked(pid: u32) -> u64 {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmLck:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+/// Runs `load --lock --json ARGS` until it holds, reads its VmLck, ends it with SIGINT:
+/// (the report, VmLck in bytes).
+fn lock_and_measure(args: &[&str], paths: &[&Path]) -> (serde_json::Value, u64) {
+    let mut holder = bin()
+        .args(["load", "--lock", "--for", "30s", "--json"])
+        .args(args)
+        .args(paths)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let line = first_line(holder.stderr.take().unwrap());
+    assert!(line.contains("holding"), "{line}");
+    let locked = vm_locked(holder.id());
+    Command::new("kill")
+        .args(["-INT", &holder.id().to_string()])
+        .status()
+        .unwrap();
+    let out = holder.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    (json(&out), locked)
+}
+
+#[test]
+fn load_lock_reports_the_bytes_the_kernel_locked() {
+    let t = tmp();
+    // Not a page multiple: 10,000 bytes are locked, not three pages.
+    let small = t.path().join("small");
+    write_file(&small, 10_000);
+    // Sparse: 16 MiB with 1 MiB of data at 4 MiB; its holes are not brought in nor locked.
+    let sparse = t.path().join("sparse");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = File::create(&sparse).unwrap();
+        f.set_len(16 << 20).unwrap();
+        f.write_all_at(&vec![3u8; 1 << 20], 4 << 20).unwrap();
+    }
+    sync_and_evict(&small);
+    sync_and_evict(&sparse);
+    let (v, vmlck) = lock_and_measure(&[], &[&small, &sparse]);
+    let size = fs::metadata(&small).unwrap().len();
+    // Readahead around the data may bring some zeros in (unlocked); the holes are not locked.
+    assert!(cs(&sparse).cache * PAGE >= 1 << 20, "the data is in");
+    assert_eq!(v["total"]["locked_files"], 2);
+    assert_eq!(v["total"]["locked_bytes"], size + (1 << 20));
+    // The kernel locked whole pages of exactly those bytes.
+    assert_eq!(vmlck, size.div_ceil(PAGE) * PAGE + (1 << 20));
+    // A range: its bytes in the file, not the pages around them.
+    let big = t.path().join("big");
+    write_file(&big, 1 << 20);
+    sync_and_evict(&big);
+    let (v, vmlck) = lock_and_measure(&["--range", "5000-20000"], &[&big]);
+    assert_eq!(v["total"]["locked_bytes"], 15_000);
+    assert_eq!(vmlck, 20_480 - 4096);
+    assert!(v["total"]["locked_bytes"].as_u64().unwrap() <= vmlck);
+}
+
+/// A small ext4 image on a loop device, mounted in a temp dir; unmounted and detached on drop
+/// (also when the test fails).
+struct LoopMount {
+    dev: Option<String>,
+    mnt: PathBuf,
+    mounted: bool,
+}
+
+impl LoopMount {
+    fn new(dir: &Path) -> Option<LoopMount> {
+        let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
+        let img = dir.join("img");
+        File::create(&img).unwrap().set_len(32 << 20).unwrap();
+        if !require(
+            ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img)),
+            "mkfs.ext4 (e2fsprogs)",
+        ) {
+            return None;
+        }
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&img)
+            .output();
+        let dev = out
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+        if !require(dev.is_some(), "losetup -f (util-linux, loop devices, root)") {
+            return None;
+        }
+        let mut m = LoopMount {
+            dev,
+            mnt: dir.join("mnt"),
+            mounted: false,
+        };
+        fs::create_dir(&m.mnt).unwrap();
+        assert!(ok(Command::new("mount")
+            .arg(m.dev.as_ref().unwrap())
+            .arg(&m.mnt)));
+        m.mounted = true;
+        Some(m)
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.mnt).status();
+        }
+        if let Some(d) = &self.dev {
+            let _ = Command::new("losetup").args(["-d", d]).status();
+        }
+    }
+}
+
+#[test]
+fn evict_of_a_mounted_loop_device_says_mounted() {
+    if !require_root("losetup and mount") {
+        return;
+    }
+    let t = tmp();
+    let Some(lm) = LoopMount::new(t.path()) else {
+        return;
+    };
+    let dev = PathBuf::from(lm.dev.clone().unwrap());
+    write_file(&lm.mnt.join("f"), 1 << 20);
+    assert!(Command::new("sync").status().unwrap().success());
+    let out = run_deadline(bin().args(["evict", "--json"]).arg(&dev), 20);
+    let v = json(&out);
+    // What the filesystem holds of its device (superblock, group descriptors, journal) stays.
+    let kernel = cs(&dev).cache;
+    assert!(kernel > 0, "a mounted filesystem holds pages of its device");
+    let r = &v["residue"][0];
+    assert_eq!(r["path"], dev.to_str().unwrap());
+    assert_eq!(r["stayed_bytes"], kernel * PAGE);
+    assert_eq!(r["reason"], "mounted", "{v}");
+    // The image file under the loop device is not the device: its residue is no tmpfs either.
+    let out = run_deadline(
+        bin().args(["evict", "--json"]).arg(t.path().join("img")),
+        20,
+    );
+    let v = json(&out);
+    if let Some(r) = v["residue"].get(0) {
+        assert_ne!(r["reason"], "no_backing_store", "{v}");
+    }
+}

@@ -232,3 +232,108 @@ fn on_path(cmd: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }
+
+/// Sum of the per-cgroup bytes of a `stat --by-cgroup` report.
+fn per_cgroup_sum(v: &serde_json::Value) -> u64 {
+    v["cgroups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["bytes"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn stat_by_cgroup_figures_add_up_to_the_total() {
+    if !require_root("stat --by-cgroup") {
+        return;
+    }
+    let t = tmp();
+    // Sizes that are not page multiples: each file's last page holds fewer bytes than a page.
+    let sizes = [1usize, 5000, 10_000, 3 * 4096 + 7];
+    let mut want = 0;
+    for (i, &s) in sizes.iter().enumerate() {
+        let p = t.path().join(format!("f{i}"));
+        write_file(&p, s);
+        sync_and_evict(&p);
+        fs::read(&p).unwrap();
+        // The kernel's figure: the cached pages' bytes, the last one only up to the size.
+        want += (cached(&p) * 4096).min(s as u64);
+    }
+    assert_eq!(
+        want,
+        sizes.iter().sum::<usize>() as u64,
+        "all of them cached"
+    );
+    let out = run(bin()
+        .args(["stat", "--by-cgroup", "-l", "--json"])
+        .arg(t.path()));
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["total"]["cached_bytes"], want);
+    assert_eq!(v["total"]["unresolved_bytes"], 0);
+    assert_eq!(per_cgroup_sum(&v), want, "{v}");
+    for f in v["files"].as_array().unwrap() {
+        let sum: u64 = f["cgroups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(f["cached_bytes"], sum, "{f}");
+        assert!(sum <= f["size"].as_u64().unwrap(), "{f}");
+    }
+}
+
+#[test]
+fn stat_by_cgroup_of_a_huge_sparse_file_is_fast_and_exact() {
+    if !require_root("stat --by-cgroup") {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let t = tmp();
+    let p = t.path().join("sparse");
+    let f = fs::File::create(&p).unwrap();
+    // 100 TiB where the filesystem allows it, else its largest (ext4: 16 TiB - 4 KiB).
+    let size = if f.set_len(100 << 40).is_ok() {
+        100u64 << 40
+    } else {
+        let s = (16u64 << 40) - 4096;
+        f.set_len(s).unwrap();
+        s
+    };
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
+    f.write_all_at(&vec![5u8; 512 << 10], size / 3 / 4096 * 4096)
+        .unwrap();
+    f.sync_all().unwrap();
+    // A read of a hole caches its zero pages: they are charged like any other.
+    let mut buf = vec![0u8; 512 << 10];
+    f.read_exact_at(&mut buf, size / 3 * 2 / 4096 * 4096)
+        .unwrap();
+    let kernel = cached(&p) * 4096;
+    assert_eq!(kernel, 1 << 20);
+    let start = std::time::Instant::now();
+    let mut child = bin()
+        .args(["stat", "--by-cgroup", "--json"])
+        .arg(&p)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(10) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("stat --by-cgroup of a {size}-byte sparse file ran past 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["total"]["cached_bytes"], kernel, "{v}");
+    assert_eq!(per_cgroup_sum(&v), kernel, "{v}");
+}

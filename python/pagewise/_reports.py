@@ -320,7 +320,7 @@ class EvictFile(PathView):
     after = _view(Residency, "after", "What is cached after.")
     dropped_bytes = _opt_int("dropped_bytes", "Bytes dropped (None: unknown).")
     stayed_bytes = _opt_int("stayed_bytes", "Bytes that stayed (None: unknown).")
-    reason = _str("reason", "Why they stayed: dirty, writeback, mapped, locked, in_use, partial_folio, no_backing_store.")
+    reason = _str("reason", "Why they stayed: dirty, writeback, mapped, locked, in_use, partial_folio, no_backing_store, mounted.")
     pids = _Field("pids", lambda v: list(v or []), "Processes mapping it (``why=True``).")
 
 

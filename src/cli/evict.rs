@@ -287,6 +287,10 @@ fn reason_text(f: &EvictFile) -> String {
             "tmpfs/shmem: no backing file to drop the pages to (delete the file to free them)"
                 .into()
         }
+        Some(StayReason::Mounted) => {
+            "a filesystem is mounted on this device and holds its metadata (unmount to free them)"
+                .into()
+        }
         Some(StayReason::InUse) => "in use (mapped or locked; --why names the process)".into(),
         None => String::new(),
     }

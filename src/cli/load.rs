@@ -98,6 +98,9 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, CliError> {
         }
     }
     if a.lock && !locks.is_empty() {
+        // Before the "holding" line: a SIGINT sent as soon as it is read must end the hold,
+        // not kill the process.
+        pagewise_core::sys::block_interrupts();
         let t = &report.total;
         let until = match a.hold_for {
             Some(d) => format!("for {:.0} s", d.as_secs_f64()),

@@ -105,7 +105,9 @@ pub struct LoadTotals {
     pub already_cached_files: u64,
     /// Bytes of the ranges of files that were read (cached parts of them are only copied).
     pub read_bytes: u64,
-    /// Bytes locked with `lock`.
+    /// Bytes locked with `lock`, as the kernel shows them: the bytes of the range (at most the
+    /// file's) whose pages are resident in the locked mappings (mincore); a sparse file's holes
+    /// are not locked.
     pub locked_bytes: u64,
     /// Files locked with `lock`.
     pub locked_files: u64,
@@ -220,30 +222,26 @@ impl Batched for Ctx<'_> {
             local.totals.already_cached_files += 1;
             local.totals.cached_bytes_after += real;
             self.observer.progress(1, len);
-            self.lock(local, f.path, f.fd(), off, len);
+            // All of it is cached (holes too): locking pins what is there, no I/O.
+            self.lock(local, f.path, f.fd(), (off, len), span, false);
             return;
         }
         if f.stat.allocated < f.stat.size {
             // Sparse: read only the data extents; loading holes would fill the cache with zeros.
             match sys::data_extents(f.fd(), off, off + len) {
                 Ok(ext) => {
-                    let page = sys::page_size();
-                    for (o, l) in ext {
-                        let (o, l) = (
-                            o / page * page,
-                            (o + l).div_ceil(page) * page - o / page * page,
-                        );
+                    for (o, l) in page_spans(&ext) {
                         self.read_large(f.path, f.fd(), o, l);
                     }
                 }
                 Err(e) => return self.tally.error(FileError::io(f.path, Op::LseekData, &e)),
             }
-            self.after(local, f.path, f.fd.as_fd(), off, len, span);
+            self.after(local, f.path, f.fd.as_fd(), (off, len), span, true);
             return;
         }
         if len >= LARGE_FILE.min(self.opts.window) {
             self.read_large(f.path, f.fd(), off, len);
-            self.after(local, f.path, f.fd.as_fd(), off, len, span);
+            self.after(local, f.path, f.fd.as_fd(), (off, len), span, false);
             return;
         }
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
@@ -267,7 +265,7 @@ impl Batched for Ctx<'_> {
     fn drain(&self, local: &mut Local) {
         for q in std::mem::take(&mut local.queued) {
             if self.read_range(local, &q.path, &q.fd, q.off, q.len) {
-                self.after(local, &q.path, q.fd.as_fd(), q.off, q.len, q.span);
+                self.after(local, &q.path, q.fd.as_fd(), (q.off, q.len), q.span, false);
             }
         }
     }
@@ -330,9 +328,9 @@ impl Ctx<'_> {
         local: &mut Local,
         path: &Path,
         fd: std::os::fd::BorrowedFd<'_>,
-        off: u64,
-        len: u64,
+        (off, len): (u64, u64),
         (start, end): (u64, u64),
+        sparse: bool,
     ) {
         let after = match self.meter.measure_fd(path, fd, start, end, || true) {
             Ok(r) => r,
@@ -345,25 +343,67 @@ impl Ctx<'_> {
         } else {
             self.observer.progress(1, 0);
         }
-        self.lock(local, path, fd, off, len);
+        self.lock(local, path, fd, (off, len), (start, end), sparse);
     }
 
+    /// Locks the pages `[off, off+len)` of a file (of a sparse one, only its data extents:
+    /// mlock would read every hole in as zeros) and counts what the kernel then holds locked:
+    /// the bytes of `[start, end)` whose pages are resident in the locked mappings (mincore),
+    /// so a file's partial last page counts its bytes only and a hole nothing.
     fn lock(
+        &self,
+        local: &mut Local,
+        path: &Path,
+        fd: std::os::fd::BorrowedFd<'_>,
+        (off, len): (u64, u64),
+        (start, end): (u64, u64),
+        sparse: bool,
+    ) {
+        if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
+            return;
+        }
+        let parts = if sparse {
+            match sys::data_extents(fd, off, off + len) {
+                Ok(ext) => page_spans(&ext),
+                Err(e) => return self.tally.error(FileError::io(path, Op::LseekData, &e)),
+            }
+        } else {
+            vec![(off, len)]
+        };
+        let mut locked = 0;
+        let mut any = false;
+        for (o, l) in parts {
+            match self.lock_part(local, path, fd, o, l, (start, end), &mut locked) {
+                Ok(()) => any = true,
+                Err(e) => {
+                    self.tally.error(e);
+                    break;
+                }
+            }
+        }
+        local.totals.locked_bytes += locked;
+        local.totals.locked_files += any as u64;
+    }
+
+    /// Locks one page-aligned part and adds the bytes of `[start, end)` it holds locked.
+    #[allow(clippy::too_many_arguments)]
+    fn lock_part(
         &self,
         local: &mut Local,
         path: &Path,
         fd: std::os::fd::BorrowedFd<'_>,
         off: u64,
         len: u64,
-    ) {
-        if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
-            return;
-        }
+        (start, end): (u64, u64),
+        locked: &mut u64,
+    ) -> Result<(), FileError> {
         match sys::mmap_lock(fd, off, len) {
             Ok(m) => {
+                *locked += m
+                    .resident_bytes(start, end)
+                    .map_err(|e| FileError::io(path, Op::MmapMincore, &e))?;
                 local.locks.push(m);
-                local.totals.locked_bytes += len;
-                local.totals.locked_files += 1;
+                Ok(())
             }
             Err((op, e)) => {
                 let why = lock_failure_hint(&op, &e);
@@ -371,11 +411,25 @@ impl Ctx<'_> {
                     // Every further file would fail the same way: say it once, stop trying.
                     self.lock_blocked.store(true, Ordering::Relaxed);
                 }
-                self.tally
-                    .error(FileError::other(path, op, format!("{e}{why}")));
+                Err(FileError::other(path, op, format!("{e}{why}")))
             }
         }
     }
+}
+
+/// Data extents rounded out to whole pages, overlapping or touching ones merged (extents of
+/// a filesystem with blocks smaller than a page can share a page).
+fn page_spans(extents: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let page = sys::page_size();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(extents.len());
+    for &(o, l) in extents {
+        let (a, b) = (o / page * page, (o + l).div_ceil(page) * page);
+        match out.last_mut() {
+            Some((po, pl)) if a <= *po + *pl => *pl = b.max(*po + *pl) - *po,
+            _ => out.push((a, b - a)),
+        }
+    }
+    out
 }
 
 /// Explains an mmap/mlock failure in terms of the limit that stood in the way.
@@ -459,5 +513,20 @@ impl LoadTotals {
         self.locked_files += l.locked_files;
         self.unknown_files += l.unknown_files;
         self.unknown_reason = self.unknown_reason.or(l.unknown_reason);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn page_spans_round_out_and_merge() {
+        let p = crate::sys::page_size();
+        assert_eq!(super::page_spans(&[]), vec![]);
+        // 1 KiB blocks: two extents sharing a page are one span.
+        assert_eq!(
+            super::page_spans(&[(0, 1024), (2048, 1024), (3 * p, 10)]),
+            vec![(0, p), (3 * p, p)]
+        );
+        assert_eq!(super::page_spans(&[(p, p), (2 * p, p)]), vec![(p, 2 * p)]);
     }
 }

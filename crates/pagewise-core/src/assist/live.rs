@@ -668,6 +668,19 @@ impl WatchOptions {
 /// ```
 pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistReport, crate::Error> {
     opts.validate()?;
+    // A kernel thread (kthreadd, kworkers) has no memory map: it never takes a page fault on
+    // a file, so following it would wait, silently, until it exits (never, for PID 2).
+    for &pid in &opts.pids {
+        if let Some(comm) = kernel_thread(pid) {
+            return Err(crate::Error::Invalid {
+                what: "pid",
+                message: format!(
+                    "PID {pid} ({comm}) is a kernel thread: it has no memory map and takes no \
+                     page faults, so there is nothing to assist"
+                ),
+            });
+        }
+    }
     let mut tids = threads_of_all(&opts.pids)?;
     // Processes they started before now (fio's jobs, make's compilers): followed too. New
     // ones are covered by inherit; these must be named. One that exits meanwhile is skipped.
@@ -758,6 +771,33 @@ fn watch_tracefs(
     let _ = inst.disable();
     tracefs::Instance::stop_reader(&stop, reader);
     Ok(inst.lost())
+}
+
+/// PF_KTHREAD of `<linux/sched.h>`: the task is a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// The name of `pid` when it is a kernel thread (PF_KTHREAD in the flags, the ninth field of
+/// /proc/PID/stat; kernel threads also have an empty /proc/PID/maps). None when it is not, or
+/// when it cannot be read (gone: the caller reports that).
+fn kernel_thread(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    kthread_in_stat(&stat)
+}
+
+/// The comm of a /proc/PID/stat line whose flags have PF_KTHREAD. The comm is in parentheses
+/// and may hold spaces and parentheses itself: the fields after it start after the last ')'.
+fn kthread_in_stat(stat: &str) -> Option<String> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?;
+    // state, ppid, pgrp, session, tty_nr, tpgid, flags
+    let flags: u64 = stat
+        .get(close + 1..)?
+        .split_whitespace()
+        .nth(6)?
+        .parse()
+        .ok()?;
+    (flags & PF_KTHREAD != 0).then(|| comm.to_string())
 }
 
 /// The threads of every process.
@@ -940,5 +980,15 @@ mod tests {
         );
         assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), 21);
         assert!(histogram(&vec![0; 100]).is_empty());
+    }
+
+    #[test]
+    fn kernel_threads_are_told_from_their_stat_line() {
+        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 14";
+        assert_eq!(kthread_in_stat(kthreadd).as_deref(), Some("kthreadd"));
+        // A user process whose name has spaces and parentheses: flags without PF_KTHREAD.
+        let user = "77 (a) b (c) S 1 77 77 0 -1 4194560 100 0 0 0 1 1 0 0 20 0 1 0 50";
+        assert_eq!(kthread_in_stat(user), None);
+        assert_eq!(kthread_in_stat("garbage"), None);
     }
 }

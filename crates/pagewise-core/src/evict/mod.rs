@@ -92,6 +92,10 @@ pub enum StayReason {
     /// tmpfs / shmem pages: they have no backing file to be dropped to (only swap), so
     /// DONTNEED leaves them; deleting the file frees them.
     NoBackingStore,
+    /// A block device with a filesystem mounted on it: the filesystem keeps its metadata
+    /// blocks (superblock, group descriptors, bitmaps, journal) referenced in the device's
+    /// cache, so DONTNEED cannot drop them; unmounting releases them.
+    Mounted,
 }
 
 /// One file's eviction, as the kernel showed it before and after.
@@ -319,9 +323,23 @@ impl Ctx<'_> {
                     && after.writeback == Some(0)
                     && (off, len) != (0, size.div_ceil(sys::page_size()) * sys::page_size())
                     && self.interior_is_clear(&fd, off, len);
-                let shmem = after.cached_or_zero() > 0 && sys::is_shmem(fd.as_fd());
+                // A block device's node is on devtmpfs, which fstatfs calls tmpfs: its pages
+                // are the device's, not shmem's (a mounted loop device was called
+                // `no_backing_store`). What a device keeps, its mounted filesystem holds.
+                let device = if after.cached_or_zero() > 0 {
+                    sys::fstat(fd.as_fd())
+                        .ok()
+                        .filter(|st| st.is_block_device())
+                } else {
+                    None
+                };
+                let mounted = device.as_ref().is_some_and(|st| is_mounted(st.rdev));
+                let shmem =
+                    device.is_none() && after.cached_or_zero() > 0 && sys::is_shmem(fd.as_fd());
                 // Known before the sink sees the file, so every view gives the same reason.
-                let clean_reason = if shmem {
+                let clean_reason = if mounted {
+                    Some(StayReason::Mounted)
+                } else if shmem {
                     Some(StayReason::NoBackingStore)
                 } else if edges_only {
                     Some(StayReason::PartialFolio)
@@ -511,4 +529,31 @@ fn max_folio_bytes() -> u64 {
 
 mod why;
 use why::explain;
+
+/// True when a filesystem is mounted on the block device `rdev`: its `major:minor` is the
+/// third field of a line of /proc/self/mountinfo (proc_pid_mountinfo(5)).
+fn is_mounted(rdev: u64) -> bool {
+    let want = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| mounted_in(&m, &want))
+}
+
+/// True when a line of `mountinfo` names the device `major:minor`.
+fn mounted_in(mountinfo: &str, dev: &str) -> bool {
+    mountinfo
+        .lines()
+        .any(|l| l.split_ascii_whitespace().nth(2) == Some(dev))
+}
 pub use why::{find_mappers, ProcMapping};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mountinfo_lines_name_their_device() {
+        let m = "22 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                 98 22 7:0 / /mnt/x rw,relatime shared:50 - ext4 /dev/loop0 rw\n";
+        assert!(super::mounted_in(m, "7:0"));
+        assert!(super::mounted_in(m, "253:1"));
+        assert!(!super::mounted_in(m, "7:1"));
+        assert!(!super::mounted_in(m, "98"));
+    }
+}

@@ -52,13 +52,33 @@ pub fn page_cgroups(
     files: &KpageFiles,
     each: &mut dyn FnMut(u64),
 ) -> io::Result<u64> {
-    let page = super::page_size();
     let mut unresolved = 0;
+    page_cgroups_in(fd, 0, len, files, &mut |_, ino| match ino {
+        Some(i) => each(i),
+        None => unresolved += 1,
+    })?;
+    Ok(unresolved)
+}
+
+/// For each cached page of `[off, off+len)` of `fd` (`off` page aligned), calls
+/// `each(page_offset, memcg_inode)`: the page's byte offset in the file and the inode of the
+/// memory cgroup its frame is charged to (`Some(0)`: charged to none; `None`: its frame could
+/// not be found, evicted meanwhile or not mappable). As [`page_cgroups`], over a part of the
+/// file, telling where each page is (so a file's partial last page can count its bytes only).
+pub fn page_cgroups_in(
+    fd: BorrowedFd<'_>,
+    start: u64,
+    len: u64,
+    files: &KpageFiles,
+    each: &mut dyn FnMut(u64, Option<u64>),
+) -> io::Result<()> {
+    let page = super::page_size();
     let mut vec: Vec<u8> = Vec::new();
     let mut entries: Vec<u8> = Vec::new();
-    let mut off = 0u64;
-    while off < len {
-        let win = (len - off).min(WINDOW_PAGES * page);
+    let mut off = start;
+    let end = start.saturating_add(len);
+    while off < end {
+        let win = (end - off).min(WINDOW_PAGES * page);
         let map = Mapping::new(fd, off, win)?;
         let pages = win.div_ceil(page) as usize;
         vec.clear();
@@ -96,11 +116,14 @@ pub fn page_cgroups(
             if vec[p] & 1 == 0 {
                 continue;
             }
-            let e = u64::from_le_bytes(e.try_into().unwrap());
+            let at = off + p as u64 * page;
+            let mut raw = [0u8; 8];
+            raw.copy_from_slice(e);
+            let e = u64::from_le_bytes(raw);
             let present = e >> 63 & 1 == 1;
             let pfn = e & ((1 << 55) - 1);
             if !present {
-                unresolved += 1;
+                each(at, None);
                 continue;
             }
             if pfn == 0 {
@@ -108,11 +131,11 @@ pub fn page_cgroups(
             }
             let mut ino = [0u8; 8];
             files.kpagecgroup.read_exact_at(&mut ino, pfn * 8)?;
-            each(u64::from_le_bytes(ino));
+            each(at, Some(u64::from_le_bytes(ino)));
         }
         off += win;
     }
-    Ok(unresolved)
+    Ok(())
 }
 
 #[cfg(test)]
