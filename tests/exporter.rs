@@ -795,3 +795,38 @@ fn fuzz_requests_to_a_live_server() {
         "{t}"
     );
 }
+
+#[test]
+fn accept_failing_for_want_of_descriptors_is_survived() {
+    if !require(on_path("prlimit"), "prlimit (util-linux) is not installed") {
+        return;
+    }
+    assert!(sys::raise_nofile_limit() > 400, "RLIMIT_NOFILE of the test");
+    let t = tmp();
+    let f = t.path().join("f");
+    write_file(&f, 8192);
+    // 24 descriptors: fewer than the connection cap (32), so accept(2) fails with EMFILE.
+    let (mut s, xp) = exporter_on(
+        t.path(),
+        &["prlimit", "--nofile=24:24", "--"],
+        &[std::ffi::OsStr::new("--path"), f.as_os_str()],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], xp));
+    let start = Instant::now();
+    let mut idle = Vec::new();
+    while idle.len() < 300 && start.elapsed() < Duration::from_secs(5) {
+        if let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            idle.push(c);
+        }
+    }
+    let (head, _) = wait_for(10, "a scrape while descriptors run out", || {
+        get(xp, "/metrics", "text/plain")
+    });
+    assert!(head.contains(" 200 "), "{head}");
+    let said = fs::read_to_string(t.path().join("exporter.log")).unwrap();
+    assert!(said.contains("accept failed: Too many open files"), "{said}");
+    drop(idle);
+    let (head, _) = wait_for(10, "a scrape after", || get(xp, "/metrics", "text/plain"));
+    assert!(head.contains(" 200 "), "{head}");
+    assert!(alive(&mut s), "the exporter exited");
+}
