@@ -824,7 +824,10 @@ fn accept_failing_for_want_of_descriptors_is_survived() {
     });
     assert!(head.contains(" 200 "), "{head}");
     let said = fs::read_to_string(t.path().join("exporter.log")).unwrap();
-    assert!(said.contains("accept failed: Too many open files"), "{said}");
+    assert!(
+        said.contains("accept failed: Too many open files"),
+        "{said}"
+    );
     drop(idle);
     let (head, _) = wait_for(10, "a scrape after", || get(xp, "/metrics", "text/plain"));
     assert!(head.contains(" 200 "), "{head}");
