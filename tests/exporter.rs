@@ -405,3 +405,431 @@ fn contrib_rules_config_and_rule_tests_pass_promtool() {
         assert!(out.status.success(), "promtool {args:?}");
     }
 }
+
+/// An exporter on a free loopback port (no cgroups, the given extra args), once it answers.
+fn exporter_on(dir: &Path, pre: &[&str], args: &[&std::ffi::OsStr]) -> (Server, u16) {
+    let xp = free_port();
+    let mut cmd = if pre.is_empty() {
+        bin()
+    } else {
+        let mut c = Command::new(pre[0]);
+        c.args(&pre[1..]).arg(env!("CARGO_BIN_EXE_pagewise"));
+        c
+    };
+    cmd.args([
+        "exporter",
+        "--no-cgroups",
+        "--listen",
+        &format!("127.0.0.1:{xp}"),
+    ])
+    .args(args)
+    .stderr(log(dir, "exporter.log"));
+    let s = Server(cmd.spawn().unwrap());
+    wait_for(30, "the exporter answers", || {
+        get(xp, "/metrics", "text/plain")
+    });
+    (s, xp)
+}
+
+/// VmRSS of a process in KiB, from /proc/PID/status.
+fn rss_kib(pid: u32) -> u64 {
+    let s = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+fn alive(s: &mut Server) -> bool {
+    s.0.try_wait().unwrap().is_none()
+}
+
+#[test]
+fn many_idle_connections_under_a_small_fd_limit_leave_scrapes_served() {
+    if !require(on_path("prlimit"), "prlimit (util-linux) is not installed") {
+        return;
+    }
+    // This test holds 2,000 sockets itself.
+    assert!(
+        sys::raise_nofile_limit() > 2_100,
+        "RLIMIT_NOFILE of the test"
+    );
+    let t = tmp();
+    let f = t.path().join("f");
+    write_file(&f, 8192);
+    let (mut s, xp) = exporter_on(
+        t.path(),
+        &["prlimit", "--nofile=128:128", "--"],
+        &[std::ffi::OsStr::new("--path"), f.as_os_str()],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], xp));
+    let start = Instant::now();
+    let mut idle = Vec::new();
+    while idle.len() < 2_000 && start.elapsed() < Duration::from_secs(8) {
+        if let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            idle.push(c);
+        }
+    }
+    eprintln!("{} idle connections in {:?}", idle.len(), start.elapsed());
+    // While they are all still open, a scrape is served (within a few seconds).
+    let (head, body) = wait_for(10, "a scrape among idle connections", || {
+        get(xp, "/metrics", "text/plain")
+    });
+    assert!(head.contains(" 200 "), "{head}");
+    assert!(body.contains("pagewise_path_measured{path="), "{body}");
+    assert!(alive(&mut s), "the exporter exited");
+    drop(idle);
+    // And after they are gone.
+    let (head, _) = wait_for(10, "a scrape after", || get(xp, "/metrics", "text/plain"));
+    assert!(head.contains(" 200 "), "{head}");
+    assert!(alive(&mut s), "the exporter exited");
+}
+
+#[test]
+fn an_oversized_header_gets_an_error_and_memory_stays_bounded() {
+    let t = tmp();
+    let (mut s, xp) = exporter_on(t.path(), &[], &[]);
+    let pid = s.0.id();
+    let before = rss_kib(pid);
+    let mut c = TcpStream::connect(("127.0.0.1", xp)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut w = c.try_clone().unwrap();
+    // 64 MiB of one header line, until the server stops reading.
+    let writer = std::thread::spawn(move || {
+        let _ = w.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ");
+        let chunk = vec![b'a'; 1 << 20];
+        let mut sent = 0usize;
+        while sent < 64 << 20 && w.write_all(&chunk).is_ok() {
+            sent += chunk.len();
+        }
+        sent
+    });
+    let mut resp = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = c.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        resp.extend_from_slice(&buf[..n]);
+    }
+    let sent = writer.join().unwrap();
+    let after = rss_kib(pid);
+    let text = String::from_utf8_lossy(&resp);
+    eprintln!("sent {sent} bytes; RSS {before} KiB -> {after} KiB; answer {text:?}");
+    assert!(
+        text.starts_with("HTTP/1.1 431") || text.starts_with("HTTP/1.1 400"),
+        "{text:?}"
+    );
+    assert!(
+        after < before + 16 * 1024,
+        "RSS {before} KiB -> {after} KiB"
+    );
+    assert!(alive(&mut s));
+    assert!(get(xp, "/metrics", "text/plain")
+        .unwrap()
+        .0
+        .contains(" 200 "));
+}
+
+#[test]
+fn idle_and_half_sent_requests_are_closed_after_the_timeout() {
+    let t = tmp();
+    let (mut s, xp) = exporter_on(t.path(), &[], &[]);
+    let start = Instant::now();
+    let idle = TcpStream::connect(("127.0.0.1", xp)).unwrap();
+    let mut half = TcpStream::connect(("127.0.0.1", xp)).unwrap();
+    half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut ends = Vec::new();
+    for mut c in [idle, half] {
+        c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut got = Vec::new();
+        let r = c.read_to_end(&mut got);
+        ends.push((
+            r.is_ok(),
+            start.elapsed(),
+            String::from_utf8_lossy(&got).into_owned(),
+        ));
+    }
+    eprintln!("{ends:?}");
+    for (closed, at, _) in &ends {
+        assert!(*closed, "not closed by the server within 15 s");
+        assert!(
+            *at >= Duration::from_secs(1) && *at < Duration::from_secs(12),
+            "{at:?}"
+        );
+    }
+    // The half-sent request is told why.
+    assert!(ends[1].2.starts_with("HTTP/1.1 408"), "{:?}", ends[1].2);
+    assert!(alive(&mut s));
+}
+
+#[test]
+fn paths_differing_only_in_invalid_bytes_are_distinct_series() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = tmp();
+    let a = t.path().join(std::ffi::OsStr::from_bytes(b"a\xff"));
+    let b = t.path().join(std::ffi::OsStr::from_bytes(b"a\xfe"));
+    let c = t.path().join("a\\xff");
+    for p in [&a, &b, &c] {
+        write_file(p, 4096);
+    }
+    let out = run(bin()
+        .args(["exporter", "--once", "--no-cgroups", "--path"])
+        .arg(&a)
+        .arg("--path")
+        .arg(&b)
+        .arg("--path")
+        .arg(&c));
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let dir = t.path().to_str().unwrap();
+    let measured: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("pagewise_path_measured{"))
+        .collect();
+    // Label values escape `\` as `\\`: the names' text \xff (byte), \xfe (byte), \\xff (the
+    // four characters).
+    for want in [
+        format!("pagewise_path_measured{{path=\"{dir}/a\\\\xff\"}} 1"),
+        format!("pagewise_path_measured{{path=\"{dir}/a\\\\xfe\"}} 1"),
+        format!("pagewise_path_measured{{path=\"{dir}/a\\\\\\\\xff\"}} 1"),
+    ] {
+        assert!(measured.contains(&want.as_str()), "{want} in {measured:?}");
+    }
+    if on_path("promtool") {
+        promtool_check(&text);
+    }
+}
+
+/// Runs `check` on inputs of `strategy`: `cases` of them, or with PAGEWISE_FUZZ_SECS=N batches
+/// of fresh seeds for N seconds (a long fuzzing run). Says how many inputs it tried.
+fn fuzz<S: proptest::strategy::Strategy>(
+    name: &str,
+    cases: u32,
+    strategy: S,
+    check: impl Fn(S::Value),
+) where
+    S::Value: std::fmt::Debug,
+{
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let secs: u64 = std::env::var("PAGEWISE_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let start = Instant::now();
+    let tried = std::cell::Cell::new(0u64);
+    for batch in 0u64.. {
+        let config = Config {
+            cases: if secs > 0 { 2_000 } else { cases },
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut seed = [0u8; 32];
+        seed[..8].copy_from_slice(&batch.to_le_bytes());
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+        let r = TestRunner::new_with_rng(config, rng).run(&strategy, |v| {
+            tried.set(tried.get() + 1);
+            check(v);
+            Ok(())
+        });
+        if let Err(e) = r {
+            panic!("fuzz {name}: {e}");
+        }
+        if start.elapsed().as_secs() >= secs {
+            break;
+        }
+    }
+    eprintln!(
+        "fuzz {name}: {} inputs in {:.1?}, nothing found",
+        tried.get(),
+        start.elapsed()
+    );
+}
+
+/// Request heads: random bytes, and requests built from plausible and hostile parts.
+fn request_heads() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+    use proptest::prelude::*;
+    let method = prop_oneof![
+        Just("GET".to_string()),
+        Just("HEAD".to_string()),
+        Just("POST".to_string()),
+        "[A-Za-z\\-]{0,8}",
+        any::<String>(),
+    ];
+    let target = prop_oneof![
+        Just("/metrics".to_string()),
+        Just("/".to_string()),
+        Just("*".to_string()),
+        "(http://[a-z0-9.:]{0,12})?/[!-~]{0,40}",
+        "[ -~]{0,40}",
+    ];
+    let version = prop_oneof![
+        Just("HTTP/1.1".to_string()),
+        Just("HTTP/1.0".to_string()),
+        "HTTP/[0-9]\\.[0-9]",
+        "[ -~]{0,10}",
+    ];
+    let name = prop_oneof![
+        Just("Content-Length".to_string()),
+        Just("Transfer-Encoding".to_string()),
+        Just("Connection".to_string()),
+        Just("Accept".to_string()),
+        Just("Host".to_string()),
+        "[!-~]{0,16}",
+        "[ \\t]?[A-Za-z-]{1,10}[ \\t]?",
+    ];
+    let value = prop_oneof![
+        "[0-9, ]{0,30}",
+        "(close|keep-alive|chunked|[ ,])*",
+        "application/openmetrics-text;version=1\\.0\\.0;q=0(\\.[0-9]{1,3})?",
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|v| String::from_utf8_lossy(&v).into_owned()),
+        proptest::collection::vec(b'a'..=b'z', 0..9000)
+            .prop_map(|v| String::from_utf8(v).unwrap_or_default()),
+    ];
+    let eol = prop_oneof![Just("\r\n"), Just("\n"), Just("\r"), Just("")];
+    let header = (name, value, eol.clone()).prop_map(|(n, v, e)| format!("{n}:{v}{e}"));
+    let built = (
+        "(\r\n){0,3}",
+        method,
+        " {1,2}",
+        target,
+        " {0,2}",
+        version,
+        eol.clone(),
+        proptest::collection::vec(header, 0..120),
+        eol,
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(pre, m, s1, t, s2, v, e1, hs, e2, tail)| {
+            let mut b = format!("{pre}{m}{s1}{t}{s2}{v}{e1}{}{e2}", hs.concat()).into_bytes();
+            b.extend_from_slice(&tail);
+            b
+        });
+    prop_oneof![proptest::collection::vec(any::<u8>(), 0..10_000), built]
+}
+
+#[test]
+fn fuzz_request_head_parsing() {
+    use pagewise_core::exporter::http::{parse_head, HeadError, MAX_HEAD, MAX_HEADERS};
+    fuzz("http-parse", 512, request_heads(), |buf| {
+        match parse_head(&buf) {
+            Ok((req, n)) => {
+                assert!(n <= buf.len() && n <= MAX_HEAD, "{n} of {}", buf.len());
+                assert!(req.path.starts_with('/') || req.path == "*", "{req:?}");
+                assert!(req.headers.len() <= MAX_HEADERS);
+                assert!(!(req.has_body && req.keep_alive), "{req:?}");
+                // The head alone parses the same; bytes after it do not change it.
+                assert_eq!(parse_head(&buf[..n]), Ok((req.clone(), n)));
+                let mut more = buf[..n].to_vec();
+                more.extend_from_slice(b"GET / HTTP/1.1\r\n\r\n");
+                assert_eq!(parse_head(&more), Ok((req, n)));
+            }
+            Err(HeadError::Incomplete) => {
+                assert!(buf.len() <= MAX_HEAD, "{} bytes incomplete", buf.len());
+                // Any prefix is incomplete too.
+                assert_eq!(
+                    parse_head(&buf[..buf.len() / 2]),
+                    Err(HeadError::Incomplete)
+                );
+            }
+            Err(e) => {
+                let (status, _) = e.status();
+                assert!(matches!(status, 400 | 431 | 505), "{e:?}");
+            }
+        }
+    });
+}
+
+#[test]
+fn fuzz_requests_to_a_live_server() {
+    use pagewise_core::exporter::http::{serve, Limits, Request, Response};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let limits = Limits {
+        max_connections: 8,
+        head_timeout: Duration::from_millis(300),
+        write_timeout: Duration::from_secs(5),
+    };
+    let handler = |r: &Request<'_>| {
+        if r.path == "/panic" {
+            panic!("a handler that panics");
+        }
+        Response::text(200, "text/plain", format!("{} {}\n", r.method, r.path))
+    };
+    std::thread::spawn(move || serve(l, limits, std::sync::Arc::new(handler)));
+    let exchange = |bytes: &[u8]| -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        out
+    };
+    fuzz("http-server", 64, request_heads(), |buf| {
+        let out = exchange(&buf);
+        assert!(
+            out.is_empty() || out.starts_with(b"HTTP/1.1 "),
+            "{:?}",
+            String::from_utf8_lossy(&out)
+        );
+    });
+    let ok = exchange(b"GET /metrics?x HTTP/1.1\r\nConnection: close\r\n\r\n");
+    assert!(ok.starts_with(b"HTTP/1.1 200 OK\r\n"), "{ok:?}");
+    assert!(ok.ends_with(b"\r\n\r\nGET /metrics\n"), "{ok:?}");
+    let p = exchange(b"GET /panic HTTP/1.0\r\n\r\n");
+    assert!(p.starts_with(b"HTTP/1.1 500 "), "{p:?}");
+    // Two pipelined requests on one connection, then HEAD: Content-Length without a body.
+    let two = exchange(b"GET /a HTTP/1.1\r\n\r\nHEAD /b HTTP/1.1\r\nConnection: close\r\n\r\n");
+    let t = String::from_utf8_lossy(&two);
+    assert!(
+        t.contains("GET /a\n") && t.matches("HTTP/1.1 200").count() == 2,
+        "{t}"
+    );
+    assert!(
+        t.ends_with("Content-Length: 8\r\nConnection: close\r\n\r\n"),
+        "{t}"
+    );
+}
+
+#[test]
+fn accept_failing_for_want_of_descriptors_is_survived() {
+    if !require(on_path("prlimit"), "prlimit (util-linux) is not installed") {
+        return;
+    }
+    assert!(sys::raise_nofile_limit() > 400, "RLIMIT_NOFILE of the test");
+    let t = tmp();
+    let f = t.path().join("f");
+    write_file(&f, 8192);
+    // 24 descriptors: fewer than the connection cap (32), so accept(2) fails with EMFILE.
+    let (mut s, xp) = exporter_on(
+        t.path(),
+        &["prlimit", "--nofile=24:24", "--"],
+        &[std::ffi::OsStr::new("--path"), f.as_os_str()],
+    );
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], xp));
+    let start = Instant::now();
+    let mut idle = Vec::new();
+    while idle.len() < 300 && start.elapsed() < Duration::from_secs(5) {
+        if let Ok(c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            idle.push(c);
+        }
+    }
+    let (head, _) = wait_for(10, "a scrape while descriptors run out", || {
+        get(xp, "/metrics", "text/plain")
+    });
+    assert!(head.contains(" 200 "), "{head}");
+    let said = fs::read_to_string(t.path().join("exporter.log")).unwrap();
+    assert!(
+        said.contains("accept failed: Too many open files"),
+        "{said}"
+    );
+    drop(idle);
+    let (head, _) = wait_for(10, "a scrape after", || get(xp, "/metrics", "text/plain"));
+    assert!(head.contains(" 200 "), "{head}");
+    assert!(alive(&mut s), "the exporter exited");
+}

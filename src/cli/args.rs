@@ -250,7 +250,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if secs.is_nan() || secs < 0.0 {
         return Err(format!("'{s}' is not a duration"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    // A value past Duration's range is an error, not a panic.
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is too long a duration"))
 }
 
 #[cfg(test)]

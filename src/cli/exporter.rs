@@ -1,4 +1,4 @@
-//! `pagewise exporter`: page-cache metrics for Prometheus over HTTP (tiny_http), or written
+//! `pagewise exporter`: page-cache metrics for Prometheus over HTTP (`pagewise_core::exporter::http`, bounded: see there), or written
 //! once for node_exporter's textfile collector. The metrics and the background refresh are the
 //! library's (`pagewise_core::exporter`); this file is the configuration and the I/O.
 
@@ -6,10 +6,11 @@ use super::args::parse_duration;
 use super::exit::{CliError, ExitCode};
 use clap::Args;
 use pagewise_core::exporter::metrics::Format;
-use pagewise_core::exporter::{self, Exporter, ExporterOptions};
+use pagewise_core::exporter::{self, http, Exporter, ExporterOptions};
 use pagewise_core::walk::WalkOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The `pagewise exporter --help` epilogue.
@@ -26,7 +27,14 @@ scrape serves the latest snapshot (pagewise_snapshot_age_seconds says how old). 
 answers in OpenMetrics when the Accept header asks for it (Prometheus does), else in the
 Prometheus text format. Metrics: pagewise_path_* {path}, pagewise_file_* {path,file} (--top),
 pagewise_cgroup_* {cgroup,hierarchy}, pagewise_memory_* (machine), and the exporter's own.
-Per-cgroup and some files' figures need root.
+Per-cgroup and some files' figures need root. Label values (path, file, cgroup) show names
+as pagewise's tables do: control characters and bytes that are not UTF-8 as \\xHH, a
+backslash as \\\\ (and the exposition format escapes a backslash once more), so two names
+are never one series.
+
+HTTP: a request head may be 8 KiB (else 431) and must arrive within 5 s (else the connection
+is closed, with 408 if it was half sent); at most a share of RLIMIT_NOFILE (up to 512)
+connections are open at once, the longest-idle one closed for a new one.
 
 Config file (--config): one setting a line, '#' comments; command-line flags add to it:
   listen 127.0.0.1:9847
@@ -220,20 +228,17 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
     }
     let exp = Exporter::new(opts)?;
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
-    let server = tiny_http::Server::http(listen)
+    let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;
     let _refresher = exp.start(log_problems);
     eprintln!(
         "pagewise exporter: serving http://{}/metrics",
-        server
-            .server_addr()
-            .to_ip()
-            .map_or_else(|| listen.to_string(), |a| a.to_string())
+        listener
+            .local_addr()
+            .map_or_else(|_| listen.to_string(), |a| a.to_string())
     );
-    for req in server.incoming_requests() {
-        let _ = respond(&exp, req);
-    }
-    Ok(ExitCode::Success)
+    let handler = move |req: &http::Request<'_>| respond(&exp, req);
+    http::serve(listener, http::Limits::default(), Arc::new(handler))
 }
 
 /// A snapshot's errors on stderr (`pagewise exporter: PATH: OP failed: ...`), with how many
@@ -251,34 +256,24 @@ fn log_problems(snap: &exporter::Snapshot) {
 const INDEX: &str = "<html><head><title>pagewise exporter</title></head><body>\
 <h1>pagewise exporter</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
 
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("a valid header")
-}
+const TEXT: &str = "text/plain; charset=utf-8";
 
-fn respond(exp: &Exporter, req: tiny_http::Request) -> std::io::Result<()> {
-    use tiny_http::{Method, Response};
-    let path = req.url().split('?').next().unwrap_or("").to_string();
-    let get = matches!(req.method(), Method::Get | Method::Head);
-    if !get {
-        return req.respond(Response::from_string("method not allowed\n").with_status_code(405));
+/// The answer to one request: /metrics (in the format the Accept header asks for), the index
+/// page, 404 for other paths and 405 for methods other than GET and HEAD.
+fn respond(exp: &Exporter, req: &http::Request<'_>) -> http::Response {
+    use http::Response;
+    if !matches!(req.method, "GET" | "HEAD") {
+        let mut r = Response::text(405, TEXT, "method not allowed\n");
+        r.headers.push(("Allow", "GET, HEAD".into()));
+        return r;
     }
-    match path.as_str() {
+    match req.path {
         "/metrics" => {
-            let accept = req
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .map(|h| h.value.as_str().to_string());
-            let format = Format::negotiate(accept.as_deref());
-            let body = exp.scrape(format);
-            req.respond(
-                Response::from_string(body)
-                    .with_header(header("Content-Type", format.content_type())),
-            )
+            let format = Format::negotiate(req.header("Accept"));
+            Response::text(200, format.content_type(), exp.scrape(format))
         }
-        "/" => req
-            .respond(Response::from_string(INDEX).with_header(header("Content-Type", "text/html"))),
-        _ => req.respond(Response::from_string("not found\n").with_status_code(404)),
+        "/" => Response::text(200, "text/html; charset=utf-8", INDEX),
+        _ => Response::text(404, TEXT, "not found\n"),
     }
 }
 
@@ -328,5 +323,128 @@ mod tests {
         write_textfile(d.path(), "a 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(p).unwrap(), "a 2\n");
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
+    }
+
+    /// proptest settings of a fuzz harness: `cases` cases, or with PAGEWISE_FUZZ_SECS=N
+    /// batches of fresh seeds for N seconds. Runs `check` on each input; returns how many.
+    fn fuzz<S: proptest::strategy::Strategy>(
+        name: &str,
+        cases: u32,
+        strategy: S,
+        check: impl Fn(S::Value),
+    ) where
+        S::Value: std::fmt::Debug,
+    {
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        let secs: u64 = std::env::var("PAGEWISE_FUZZ_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let start = std::time::Instant::now();
+        let tried = std::cell::Cell::new(0u64);
+        for batch in 0u64.. {
+            let config = Config {
+                cases: if secs > 0 { 10_000 } else { cases },
+                failure_persistence: None,
+                ..Config::default()
+            };
+            let mut seed = [0u8; 32];
+            seed[..8].copy_from_slice(&batch.to_le_bytes());
+            let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
+            let mut runner = TestRunner::new_with_rng(config, rng);
+            let r = runner.run(&strategy, |v| {
+                tried.set(tried.get() + 1);
+                check(v);
+                Ok(())
+            });
+            if let Err(e) = r {
+                panic!("{name}: {e}");
+            }
+            if start.elapsed().as_secs() >= secs {
+                break;
+            }
+        }
+        eprintln!(
+            "fuzz {name}: {} inputs in {:.1?}, nothing found",
+            tried.get(),
+            start.elapsed()
+        );
+    }
+
+    /// Config files and exporter flags of any text: a setting or a message naming the file
+    /// and line, never a panic.
+    #[test]
+    fn fuzz_config_and_flags() {
+        use clap::Parser;
+        use proptest::prelude::*;
+        #[derive(Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            a: ExporterArgs,
+        }
+        let key = prop_oneof![
+            Just("listen".to_string()),
+            Just("path".to_string()),
+            Just("top".to_string()),
+            Just("interval".to_string()),
+            Just("cgroup".to_string()),
+            Just("cgroup-depth".to_string()),
+            Just("no-cgroups".to_string()),
+            "[a-z-]{0,12}",
+        ];
+        let value = prop_oneof![
+            "[0-9]{0,25}(\\.[0-9]{0,5})?(us|ms|s|m|min|h|d|x|)",
+            "-?[0-9e.+]{0,12}[a-z]{0,3}",
+            any::<String>(),
+            "[ \t#/a-z0-9:\\[\\]]{0,30}",
+        ];
+        let line = (key, "[ \t]{0,2}", value, "[ \t]{0,2}(#.*)?")
+            .prop_map(|(k, s, v, c)| format!("{k}{s}{v}{c}"));
+        let file = prop_oneof![
+            proptest::collection::vec(line, 0..8).prop_map(|l| l.join("\n")),
+            any::<String>(),
+        ];
+        fuzz("config", 256, file, |text| match parse_config(&text, "f") {
+            Ok(s) => {
+                let n = text
+                    .lines()
+                    .filter(|l| {
+                        l.split('#')
+                            .next()
+                            .unwrap_or("")
+                            .trim_start()
+                            .starts_with("path")
+                    })
+                    .count();
+                assert!(s.paths.len() <= n, "{text:?}");
+                let _ = options(&s, None).validate();
+            }
+            Err(e) => assert!(e.to_string().starts_with("f:"), "{e} for {text:?}"),
+        });
+        let flag = prop_oneof![
+            Just("--interval".to_string()),
+            Just("--top".to_string()),
+            Just("--cgroup-depth".to_string()),
+            Just("--listen".to_string()),
+            Just("--path".to_string()),
+            Just("-j".to_string()),
+            Just("--no-cgroups".to_string()),
+            Just("--once".to_string()),
+            "-{0,2}[a-z-]{0,10}",
+        ];
+        let arg = prop_oneof![
+            "[0-9]{0,25}(\\.[0-9]{0,5})?(us|ms|s|m|min|h|d|)",
+            any::<String>(),
+        ];
+        let args = proptest::collection::vec((flag, arg), 0..5);
+        fuzz("flags", 256, args, |args| {
+            let argv = std::iter::once("pagewise".to_string())
+                .chain(args.into_iter().flat_map(|(f, v)| [f, v]));
+            if let Ok(c) = Cli::try_parse_from(argv) {
+                if let Ok(s) = settings(&c.a) {
+                    let _ = options(&s, c.a.threads).validate();
+                }
+            }
+        });
     }
 }

@@ -5,11 +5,13 @@
 //! `memory.stat`, `/proc/meminfo` and `/proc/vmstat`); [`render`] writes a snapshot as
 //! Prometheus text or OpenMetrics ([`metrics`]). [`Exporter`] refreshes snapshots on a
 //! background thread so that a scrape never waits for a walk: it serves the latest snapshot,
-//! whose age is a metric. The HTTP server and the textfile writer are the CLI's.
+//! whose age is a metric. [`http`] is the bounded HTTP/1.1 server the CLI serves it with; the
+//! textfile writer is the CLI's.
 //!
 //! Cardinality is bounded by the configuration: one series per path and figure, the top N
 //! files per path, the cgroups down to a depth.
 
+pub mod http;
 pub mod metrics;
 
 use crate::cgroup::{self, CgroupStat, CgroupsOptions, Hierarchy};
@@ -17,6 +19,7 @@ use crate::stat::{self, FileStat, StatOptions, Totals};
 use crate::verb::FileResult;
 use crate::walk::WalkOptions;
 use metrics::{Format, Kind, Writer};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -286,10 +289,33 @@ pub struct Health {
     pub last_scrape_ns: AtomicU64,
 }
 
+/// A cgroup's label value: its name (`/a/b`, below the hierarchy's root) with the bytes of its
+/// directory escaped as [`crate::names::escape`] does (its `cgroup` text is lossy).
+fn cgroup_text(c: &CgroupStat) -> String {
+    let depth = c.cgroup.split('/').filter(|s| !s.is_empty()).count();
+    let parts: Vec<&std::ffi::OsStr> = c.path.iter().filter(|p| p.as_bytes() != b"/").collect();
+    if !c.cgroup.starts_with('/') || depth > parts.len() {
+        return crate::names::escape(c.cgroup.as_bytes());
+    }
+    let mut name = Vec::new();
+    for p in &parts[parts.len() - depth..] {
+        name.push(b'/');
+        name.extend_from_slice(p.as_bytes());
+    }
+    if name.is_empty() {
+        name.push(b'/');
+    }
+    crate::names::escape(&name)
+}
+
+/// Label values are names escaped as in tables ([`crate::names::escape`]: control characters
+/// and bytes that are not UTF-8 as `\xHH`, `\` as `\\`), so that names differing only in
+/// such bytes stay distinct series; the exposition format then escapes `\` and `"` again.
+///
 /// Writes `snap` in `format`, with the exporter's health and the snapshot's age at `now`.
 pub fn render(snap: &Snapshot, health: &Health, now: Instant, format: Format) -> String {
     let mut w = Writer::new(format);
-    let path_text = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let path_text = |p: &std::path::Path| crate::names::escape(p.as_os_str().as_bytes());
     // Per path.
     type PathFig = fn(&PathSnapshot) -> Option<u64>;
     let per_path: [(&str, &str, PathFig); 8] = [
@@ -411,7 +437,11 @@ pub fn render(snap: &Snapshot, health: &Health, now: Instant, format: Format) ->
             w.family(name, kind, help);
             for c in &snap.cgroups {
                 if let Some(v) = f(c) {
-                    w.sample(name, &[("cgroup", &c.cgroup), ("hierarchy", h)], v as f64);
+                    w.sample(
+                        name,
+                        &[("cgroup", &cgroup_text(c)), ("hierarchy", h)],
+                        v as f64,
+                    );
                 }
             }
         }
