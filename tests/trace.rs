@@ -802,3 +802,30 @@ fn recording_cached_files_says_the_trace_is_empty() {
     );
     assert_nothing_to_do(&trace, "recorded hot");
 }
+
+/// A valid trace can claim 2^20 pages per 28-byte event: `show --format text` (a line per
+/// page) refuses more than 2^32 lines at once instead of printing for days; grouped shows it.
+#[test]
+fn show_text_of_more_pages_than_it_prints_is_refused() {
+    let t = tmp();
+    let data = t.path().join("data");
+    write_pages(&data, 1);
+    let trace = t.path().join("many.trace");
+    let events: Vec<(u64, u32)> = (0..4097).map(|i| (i << 20, 1 << 20)).collect();
+    fs::write(&trace, crafted(&data, &events).to_bytes()).unwrap();
+    let out = t.path().join("out");
+    let (status, err) = run_bounded(&["show", "--format", "text"], &trace, &out, 15)
+        .expect("refused at once, not printing for days");
+    assert_eq!(status.code(), Some(1));
+    assert!(
+        err.contains("many.trace") && err.contains("--format grouped"),
+        "{err}"
+    );
+    let (status, _) = run_bounded(&["show", "--format", "grouped"], &trace, &out, 15).unwrap();
+    assert!(status.success());
+    let text = fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains(&format!("{} 0 {}", data.display(), 4097u64 << 32)),
+        "{text}"
+    );
+}
