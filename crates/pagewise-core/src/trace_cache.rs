@@ -240,9 +240,12 @@ pub fn load_trace(
     Ok(cache_report(&files, &ranges, before, tally))
 }
 
+/// Traced byte ranges: `(file index, offset, length)`.
+type Ranges = Vec<(u32, u64, u64)>;
+
 /// What both trace-driven verbs start from: the traced files opened, their page ranges up to
 /// each file's size now, and what of those is cached now.
-fn open_traced(trace: &Trace) -> Result<(OpenFiles, Vec<(u32, u64, u64)>, Cached), crate::Error> {
+fn open_traced(trace: &Trace) -> Result<(OpenFiles, Ranges, Cached), crate::Error> {
     let files = OpenFiles::open(trace, false);
     let ranges = file_ranges(trace, 0, &ends(trace, &files)?)?;
     let before = traced_cached(&files, &ranges);
