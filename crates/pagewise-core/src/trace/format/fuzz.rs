@@ -176,7 +176,7 @@ fn accepted(t: &Trace, bytes: &[u8], ends_seed: &[u64]) -> Result<(), TestCaseEr
     let again = t.to_bytes();
     prop_assert_eq!(Trace::from_bytes(&again).as_ref(), Ok(t));
     if again != bytes {
-        prop_assert!(t.command.iter().any(|a| a.contains('\u{FFFD}')));
+        prop_assert!(t.command.iter().any(|a| a.contains(char::REPLACEMENT_CHARACTER)));
     }
     let _ = t.bytes();
     let mut sink = std::io::sink();
