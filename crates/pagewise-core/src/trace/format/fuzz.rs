@@ -174,9 +174,13 @@ fn accepted(t: &Trace, bytes: &[u8], ends_seed: &[u64]) -> Result<(), TestCaseEr
     // Written back, it reads the same; byte for byte unless an argument of the command was
     // not UTF-8 (kept lossily, as documented: found by this test).
     let again = t.to_bytes();
-    prop_assert_eq!(Trace::from_bytes(&again).as_ref(), Ok(t));
+    let reread = Trace::from_bytes(&again);
+    prop_assert_eq!(reread.as_ref(), Ok(t));
     if again != bytes {
-        prop_assert!(t.command.iter().any(|a| a.contains(char::REPLACEMENT_CHARACTER)));
+        prop_assert!(t
+            .command
+            .iter()
+            .any(|a| a.contains(char::REPLACEMENT_CHARACTER)));
     }
     let _ = t.bytes();
     let mut sink = std::io::sink();
