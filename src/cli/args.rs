@@ -337,7 +337,7 @@ mod tests {
                     failure_persistence: None,
                     ..Config::default()
                 });
-                if let Err(e) = runner.run(&strategy, &counted) {
+                if let Err(e) = runner.run(&strategy, counted) {
                     panic!("{name}: {e}");
                 }
                 if secs.is_none_or(|s| start.elapsed().as_secs() >= s) {

@@ -39,7 +39,7 @@ where
             failure_persistence: None,
             ..Config::default()
         });
-        if let Err(e) = runner.run(&strategy, &counted) {
+        if let Err(e) = runner.run(&strategy, counted) {
             panic!("{name}: {e}");
         }
         if secs.is_none_or(|s| start.elapsed().as_secs() >= s) {
