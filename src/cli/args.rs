@@ -250,8 +250,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if secs.is_nan() || secs < 0.0 {
         return Err(format!("'{s}' is not a duration"));
     }
-    // A value past Duration's range is an error, not a panic.
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("'{s}' is too long a duration"))
+    // Not from_secs_f64: it panics on what no Duration holds (1e300, inf).
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| format!("'{s}' is longer than any duration pagewise can wait"))
 }
 
 #[cfg(test)]
@@ -266,5 +267,196 @@ mod tests {
         assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("x").is_err());
+    }
+
+    /// Durations no Duration can hold are refused with the reason (they panicked in
+    /// Duration::from_secs_f64: `load --lock --for 99999999999999999999d` exited 101).
+    #[test]
+    fn durations_beyond_any_duration_are_refused() {
+        let huge = format!("1{}", "0".repeat(400));
+        for s in ["99999999999999999999d", "18446744073709551616", &huge] {
+            let e = parse_duration(s).unwrap_err();
+            assert!(e.contains(s) && e.contains("longer than any"), "{s}: {e}");
+        }
+        assert_eq!(
+            parse_duration("100000000000d").unwrap(),
+            Duration::from_secs(8_640_000_000_000_000)
+        );
+    }
+
+    /// Sizes are read exactly (not through an f64's 53 bits), and sizes of 2^64 bytes or
+    /// more are refused, not taken as the largest (`--range 0-1e30` was 0-18446744073709551615).
+    #[test]
+    fn sizes_are_exact_and_bounded() {
+        assert_eq!(
+            parse_size_arg("9007199254740993"),
+            Ok(9_007_199_254_740_993)
+        );
+        assert_eq!(parse_size_arg("16383P"), Ok(16383 << 50));
+        assert_eq!(parse_size_arg("1.5K"), Ok(1536));
+        for s in ["16384P", "1e30", "2e19", "18446744073709551616"] {
+            let e = parse_size_arg(s).unwrap_err();
+            assert!(e.contains("larger than any size"), "{s}: {e}");
+        }
+        assert_eq!(parse_limit_arg("none"), Ok(u64::MAX));
+    }
+
+    mod fuzz {
+        //! Property tests of the parsers of sizes (`--merge-gap 64K`), limits (`--max-cache
+        //! none`), ranges (`--range 0-1G`) and durations (`--for 10m`): no input panics, and
+        //! what is accepted is what was written. [`CASES`] inputs per property in the normal
+        //! suite; `PAGEWISE_FUZZ_SECS=600 cargo test --release --bin pagewise cli::args` runs
+        //! each for that many seconds with fresh seeds and prints the inputs tried.
+        use super::*;
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        const CASES: u32 = 2_000;
+
+        fn fuzz<S: Strategy>(
+            name: &str,
+            strategy: S,
+            test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+        ) where
+            S::Value: std::fmt::Debug,
+        {
+            let tried = AtomicU64::new(0);
+            let counted = |v| {
+                tried.fetch_add(1, Ordering::Relaxed);
+                test(v)
+            };
+            let secs: Option<u64> = std::env::var("PAGEWISE_FUZZ_SECS")
+                .ok()
+                .and_then(|s| s.parse().ok());
+            let start = std::time::Instant::now();
+            let cases = if secs.is_some() { 50_000 } else { CASES };
+            loop {
+                let mut runner = TestRunner::new(Config {
+                    cases,
+                    failure_persistence: None,
+                    ..Config::default()
+                });
+                if let Err(e) = runner.run(&strategy, counted) {
+                    panic!("{name}: {e}");
+                }
+                if secs.is_none_or(|s| start.elapsed().as_secs() >= s) {
+                    break;
+                }
+            }
+            eprintln!(
+                "fuzz {name}: {} inputs in {:.1} s, no failure",
+                tried.load(Ordering::Relaxed),
+                start.elapsed().as_secs_f64()
+            );
+        }
+
+        /// Numbers as people (and attackers) write them.
+        fn number() -> impl Strategy<Value = String> {
+            prop_oneof![
+                any::<u64>().prop_map(|n| n.to_string()),
+                any::<f64>().prop_map(|n| n.to_string()),
+                (0u32..400).prop_map(|e| format!("1e{e}")),
+                (any::<u32>(), 0u32..6)
+                    .prop_map(|(n, d)| format!("{n}.{}", "5".repeat(d as usize))),
+                prop_oneof![
+                    Just("inf"),
+                    Just("-inf"),
+                    Just("NaN"),
+                    Just("infinity"),
+                    Just("-0"),
+                    Just(""),
+                    Just("."),
+                    Just("0x10"),
+                    Just("+3"),
+                    Just("1_000"),
+                    Just(" 7 "),
+                    Just("18446744073709551616"),
+                    Just("-1"),
+                    Just("1e-400"),
+                ]
+                .prop_map(String::from),
+            ]
+        }
+
+        fn unit() -> impl Strategy<Value = &'static str> {
+            proptest::sample::select(vec![
+                "", "K", "M", "G", "T", "P", "E", "k", "KiB", "MB", "iB", "B", "x", "é", "µs",
+                "us", "ms", "s", "m", "min", "h", "d", "w", " ", "-", "--", "\u{0}",
+            ])
+        }
+
+        /// A number with a unit, a range of two of them, or any characters at all.
+        fn input() -> impl Strategy<Value = String> {
+            let sized = (number(), unit())
+                .prop_map(|(n, u)| format!("{n}{u}"))
+                .boxed();
+            prop_oneof![
+                3 => sized.clone(),
+                2 => (sized.clone(), sized, any::<bool>(), any::<bool>()).prop_map(
+                    |(a, b, no_a, no_b)| format!(
+                        "{}-{}",
+                        if no_a { "" } else { a.as_str() },
+                        if no_b { "" } else { b.as_str() }
+                    )
+                ),
+                2 => proptest::collection::vec(any::<char>(), 0..12).prop_map(String::from_iter),
+                1 => proptest::collection::vec(
+                    proptest::sample::select(vec!['0', '1', '9', '.', 'e', '-', 'K', 'i', 'B', 's', ' ']),
+                    0..16
+                )
+                .prop_map(String::from_iter),
+            ]
+        }
+
+        #[test]
+        fn sizes_and_limits() {
+            fuzz("size", input(), |s| {
+                let size = parse_size_arg(&s);
+                let limit = parse_limit_arg(&s);
+                // Plain integers are read exactly; a limit is a size or `none`.
+                if let Ok(n) = s.trim().parse::<u64>() {
+                    prop_assert_eq!(size.clone(), Ok(n));
+                }
+                if !matches!(s.as_str(), "none" | "off" | "unlimited") {
+                    prop_assert_eq!(size.is_ok(), limit.is_ok());
+                }
+                if let Ok(n) = size {
+                    // What is accepted reads back the same: written as bytes, it parses to itself
+                    // (within f64's 53 bits, the parser's precision).
+                    if n < 1 << 53 {
+                        prop_assert_eq!(parse_size_arg(&n.to_string()), Ok(n));
+                    }
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn ranges() {
+            fuzz("range", input(), |s| {
+                if let Ok(r) = ByteRange::parse(&s) {
+                    prop_assert!(r.end.is_none_or(|e| e > r.start), "{s}: {r:?}");
+                    for size in [0u64, 1, 4095, 4096, 1 << 40, i64::MAX as u64] {
+                        let (a, b) = r.span(size);
+                        prop_assert!(a <= b && b <= size);
+                        let _ = r.clamp(size);
+                    }
+                }
+                Ok(())
+            });
+        }
+
+        #[test]
+        fn durations() {
+            fuzz("duration", input(), |s| {
+                if let Ok(d) = parse_duration(&s) {
+                    // Whatever is accepted is a duration a deadline can be made of.
+                    let _ = std::time::Instant::now().checked_add(d);
+                    prop_assert!(d.as_secs_f64().is_finite());
+                }
+                Ok(())
+            });
+        }
     }
 }

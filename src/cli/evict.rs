@@ -23,7 +23,8 @@ Examples:
   pagewise evict --cgroup /system.slice/db.service     reclaim a cgroup's file cache
   pagewise evict --cgroup /sys/fs/cgroup/app --bytes 1G   (cgroup v2: reclaim 1 GiB of it)
 
-Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+Exit codes: 0 success, 1 fatal error, 2 some files failed, 3 nothing to do (--trace: the trace
+has no pages, or none of its files or pages is there any more).";
 
 #[derive(Args, Debug)]
 pub struct EvictArgs {

@@ -16,6 +16,11 @@ pub enum ExitCode {
     Fatal,
     /// 2: finished, but some files failed (each named on stderr).
     SomeFailed,
+    /// 3: a trace-driven verb (`replay`, `evict --trace`, `load --trace`) had nothing to act
+    /// on: the trace has no pages, every file in it was skipped (gone, or no longer the file
+    /// recorded), or every traced page lies past its file's end now. A script that prepares
+    /// a cold start with `evict --trace` learns that its trace is of no use.
+    NothingToDo,
     /// The status of the command `record` or `run` supervised, as a shell gives it: its own
     /// exit code, 128 + N when it died of signal N, 127 / 126 when it could not be started.
     Status(i32),
@@ -64,6 +69,7 @@ impl ExitCode {
             ExitCode::Success => 0,
             ExitCode::Fatal => 1,
             ExitCode::SomeFailed => 2,
+            ExitCode::NothingToDo => 3,
             ExitCode::Status(n) => n,
             ExitCode::Signal(n) => 128 + n,
         }
@@ -164,6 +170,7 @@ mod tests {
         assert_eq!(ExitCode::Success.code(), 0);
         assert_eq!(ExitCode::Fatal.code(), 1);
         assert_eq!(ExitCode::SomeFailed.code(), 2);
+        assert_eq!(ExitCode::NothingToDo.code(), 3);
         assert_eq!(ExitCode::Status(127).code(), 127);
         assert_eq!(ExitCode::Signal(15).code(), 143);
         assert_eq!(i32::from(ExitCode::Signal(2)), 130);

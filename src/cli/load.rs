@@ -19,7 +19,8 @@ Examples:
   pagewise load --lock --for 10m model.bin
   pagewise load --range 0-64M big.db
 
-Exit codes: 0 success, 1 fatal error, 2 some files failed.";
+Exit codes: 0 success, 1 fatal error, 2 some files failed, 3 nothing to do (--trace: the trace
+has no pages, or none of its files or pages is there any more).";
 
 #[derive(Args, Debug)]
 pub struct LoadArgs {

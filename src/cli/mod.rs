@@ -34,7 +34,9 @@ pub const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   1  fatal error: bad arguments, or the verb could not start
-  2  finished, but some files failed (each is listed on stderr with the path and the syscall)";
+  2  finished, but some files failed (each is listed on stderr with the path and the syscall)
+  3  nothing to do: replay, evict --trace or load --trace found nothing to act on in the trace
+     (no pages, every file gone or changed, or every page past its file's end; stderr says)";
 
 #[derive(Parser, Debug)]
 #[command(

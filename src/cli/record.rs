@@ -20,6 +20,8 @@ Examples:
 Needs root (perf events or tracefs). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pagewise are
 forwarded to the command; the trace is written when it ends. Processes the command leaves
 running (daemons) are not recorded after it exits (a note says how many).
+Only pages read from disk are recorded: of a command whose files are all cached, the trace is
+empty (a note says so; evict its files first to record a cold start).
 Exit code: the command's own (128+N when it died of signal N); 127 command not found, 126 not
 executable; 1 when tracing could not start or the output cannot be created (checked before the
 command runs).";
@@ -71,7 +73,24 @@ pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
         output: (a.output.as_os_str() != "-").then_some(a.output.as_path()),
     };
     let _ = write_summary(&mut std::io::stderr().lock(), &rec, &view);
+    let _ = write_empty_note(&mut std::io::stderr().lock(), &rec.trace);
     Ok(ExitCode::Status(rec.exit_code))
+}
+
+/// When nothing was read from disk (and no event was lost), says so and how to record a cold
+/// start: an empty trace is of no use to replay, evict --trace or load --trace (they exit 3).
+fn write_empty_note(w: &mut dyn Write, t: &trace::Trace) -> std::io::Result<()> {
+    if !t.events.is_empty() || t.lost_events > 0 {
+        return Ok(());
+    }
+    writeln!(
+        w,
+        "pagewise record: note: 0 pages read from disk: everything the command read was \
+         already in the page cache, so the trace is empty (replay, evict --trace and load \
+         --trace will have nothing to do, and exit 3). To record a cold start, evict the \
+         command's files first and record again: `pagewise evict --trace OLD.trace` with an \
+         earlier trace of it, or `pagewise evict FILE...` (its binary, libraries, data)."
+    )
 }
 
 /// What the summary shows besides the report.
@@ -136,6 +155,26 @@ mod tests {
             "pagewise record (perf): 5 events, 9 pages (36.0 KiB) in 3 files (2 resolved to \
              paths), 1.500 s -> py.trace\n"
         );
+    }
+
+    #[test]
+    fn an_empty_trace_gets_a_note_saying_how_to_record_a_cold_start() {
+        let note = |t: &pagewise_core::trace::Trace| {
+            let mut out = Vec::new();
+            write_empty_note(&mut out, t).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let empty = pagewise_core::trace::Trace::default();
+        let text = note(&empty);
+        assert!(text.starts_with("pagewise record: note: 0 pages read from disk:"));
+        assert!(text.contains("pagewise evict --trace OLD.trace"), "{text}");
+        // Not for a trace with pages, nor when events were lost (the summary warns then).
+        assert_eq!(note(&sample_trace()), "");
+        let lost = pagewise_core::trace::Trace {
+            lost_events: 3,
+            ..empty
+        };
+        assert_eq!(note(&lost), "");
     }
 
     #[test]

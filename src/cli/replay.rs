@@ -3,7 +3,7 @@
 use super::args::parse_size_arg;
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, path_text};
-use super::trace_io::{load_trace, skipped_note};
+use super::trace_io::{load_trace, nothing_to_do, nothing_to_do_reason, skipped_note};
 use clap::{Args, ValueEnum};
 use pagewise_core::replay::{self, CompareOptions, Order, ReplayOptions, ReplayReport};
 use std::io::Write;
@@ -17,8 +17,9 @@ Examples:
   hyperfine --prepare 'pagewise evict --trace app.trace' './app'   selectively cold start
 
 Files recorded without a path (<MAJOR:MINOR inode N>), or deleted since, are skipped and
-listed with the reason. Exit codes: 0 success, 1 fatal error (unreadable trace), 2 some reads
-failed.";
+listed with the reason; pages past a file's end now are left out. Exit codes: 0 success,
+1 fatal error (unreadable trace), 2 some reads failed, 3 nothing to replay (the trace has no
+pages, or none of its files or pages is there any more).";
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum OrderArg {
@@ -73,6 +74,7 @@ pub struct ReplayArgs {
 /// `pagewise replay`.
 pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
     let trace = load_trace(&a.trace)?;
+    let (empty_trace, files_total) = (trace.events.is_empty(), trace.files.len());
     let reports = if a.compare {
         let opts = CompareOptions {
             trace,
@@ -94,17 +96,30 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
         replay::replay(&opts, &()).map(|r| vec![r])
     };
     let reports = reports.map_err(|e| CliError::about(path_text(&a.trace), e))?;
-    let code = ExitCode::from_errors(reports.iter().map(|r| r.outcome.error_count).sum());
+    let mut code = ExitCode::from_errors(reports.iter().map(|r| r.outcome.error_count).sum());
+    let nothing = code == ExitCode::Success
+        && !reports.is_empty()
+        && reports
+            .iter()
+            .all(|r| r.requests == 0 && !r.outcome.interrupted);
+    let files_opened = reports.first().map_or(0, |r| r.files);
+    let mut finish = || {
+        if nothing {
+            let reason = nothing_to_do_reason(empty_trace, files_opened, files_total);
+            code = nothing_to_do("replay", &a.trace, &reason);
+        }
+        code
+    };
     if a.json {
         render::print_json(&reports);
-        return Ok(code);
+        return Ok(finish());
     }
     if let Some(r) = reports.first() {
         render::report_problems("replay", &r.outcome.errors, r.outcome.error_count, &[]);
         skipped_note("replay", r.files_missing, &r.skipped);
     }
     let _ = write_table(&mut std::io::stdout().lock(), &reports);
-    Ok(code)
+    Ok(finish())
 }
 
 /// Writes one row per replay (one, or one per order with `--compare`), each timed against the

@@ -2,6 +2,7 @@
 
 use super::exit::{CliError, ExitCode};
 use super::output::Output;
+use super::render;
 use super::trace_io::{load_trace, write_trace, TraceFormat};
 use clap::{Args, ValueEnum};
 use pagewise_core::trace;
@@ -47,9 +48,25 @@ impl From<ShowFormat> for TraceFormat {
     }
 }
 
+/// Most lines `show --format text` prints (one per page): 2^32, 16 TiB of 4 KiB pages. A
+/// trace may claim 2^20 pages per 28-byte event; beyond this the grouped view says the same
+/// in a line per run.
+const MAX_TEXT_LINES: u64 = 1 << 32;
+
 /// `pagewise show`.
 pub fn run(a: ShowArgs) -> Result<ExitCode, CliError> {
     let t = load_trace(&a.trace)?;
+    let pages = t
+        .events
+        .iter()
+        .fold(0u64, |n, e| n.saturating_add(e.pages as u64));
+    if a.format == ShowFormat::Text && pages > MAX_TEXT_LINES {
+        return Err(CliError::Message(format!(
+            "{}: {pages} pages: more than the {MAX_TEXT_LINES} lines --format text prints \
+             (one per page); --format grouped prints one line per run of them",
+            render::path_text(&a.trace)
+        )));
+    }
     write_trace(&t, a.format.into(), Output::open(Path::new("-"))?)?;
     if !matches!(a.format, ShowFormat::Json) && t.files.iter().any(|f| f.path.is_none()) {
         eprintln!("pagewise show: note: {}", trace::UNNAMED_LEGEND);

@@ -27,8 +27,87 @@ pub enum TraceFormat {
 
 /// Reads and validates a trace file.
 pub fn load_trace(path: &Path) -> Result<Trace, CliError> {
-    let data = std::fs::read(path).map_err(|e| CliError::file(path_text(path), "read", e))?;
+    let data = read_trace_file(path)?;
     Trace::from_bytes(&data).map_err(|e| CliError::about(path_text(path), e))
+}
+
+/// The bytes of a trace file (or a pipe), at most [`trace::format::MAX_TRACE_BYTES`]: a
+/// larger file, or a pipe that goes on, is refused before it is read into memory; the memory
+/// is reserved fallibly.
+fn read_trace_file(path: &Path) -> Result<Vec<u8>, CliError> {
+    use std::io::Read;
+    const MAX: u64 = trace::format::MAX_TRACE_BYTES;
+    let too_large = |what: String| {
+        CliError::Message(format!(
+            "{}: trace too large: {what}, larger than the {MAX} bytes (1 GiB) a trace may be",
+            path_text(path)
+        ))
+    };
+    let no_memory = |n: usize| {
+        CliError::Message(format!(
+            "{}: cannot read the trace: no memory for {n} bytes",
+            path_text(path)
+        ))
+    };
+    let mut f =
+        std::fs::File::open(path).map_err(|e| CliError::file(path_text(path), "open", e))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| CliError::file(path_text(path), "fstat", e))?;
+    if meta.is_file() && meta.len() > MAX {
+        return Err(too_large(format!("{} bytes", meta.len())));
+    }
+    let mut data: Vec<u8> = Vec::new();
+    let first = if meta.is_file() {
+        meta.len() as usize
+    } else {
+        0
+    };
+    data.try_reserve(first).map_err(|_| no_memory(first))?;
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let n = match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(CliError::file(path_text(path), "read", e)),
+        };
+        if (data.len() + n) as u64 > MAX {
+            return Err(too_large(format!("more than {MAX} bytes")));
+        }
+        data.try_reserve(n).map_err(|_| no_memory(data.len() + n))?;
+        data.extend_from_slice(&chunk[..n]);
+    }
+    Ok(data)
+}
+
+/// Why a trace-driven verb had nothing to act on, from what it found: the trace had no
+/// pages, none of its files could be opened, or every traced page lies past its file's end.
+pub fn nothing_to_do_reason(empty_trace: bool, files_opened: u64, files_total: usize) -> String {
+    if empty_trace {
+        "the trace has no pages: nothing was read from disk while it was recorded (the \
+         files were cached then; evict them first to record a cold start)"
+            .into()
+    } else if files_opened == 0 {
+        format!(
+            "none of its {files_total} traced file(s) is there any more (each is listed with the \
+             reason)"
+        )
+    } else {
+        "every traced page lies past the end of its file now (the files shrank since the \
+         recording)"
+            .into()
+    }
+}
+
+/// Says on stderr that `verb` had nothing to act on in the trace at `path`, and why; the exit
+/// code for it ([`ExitCode::NothingToDo`]).
+pub fn nothing_to_do(verb: &str, path: &Path, reason: &str) -> ExitCode {
+    eprintln!(
+        "pagewise {verb}: nothing to do: {}: {reason}",
+        path_text(path)
+    );
+    ExitCode::NothingToDo
 }
 
 /// Writes a trace in `format` to an output opened beforehand.
@@ -100,31 +179,43 @@ pub fn write_skipped(
 /// `evict --trace`: drops exactly the pages recorded in the trace at `path`.
 pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, CliError> {
     let trace = load_trace(path)?;
+    let shape = (trace.events.is_empty(), trace.files.len());
     let r = trace_cache::evict_trace(&TraceEvictOptions { trace, dry_run }, &());
-    cache_verb("evict", path, json, r)
+    cache_verb("evict", path, json, shape, r)
 }
 
 /// `load --trace`: loads exactly the pages recorded in the trace at `path`, `depth` reads in
 /// flight.
 pub fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<ExitCode, CliError> {
     let trace = load_trace(path)?;
+    let shape = (trace.events.is_empty(), trace.files.len());
     let r = trace_cache::load_trace(&TraceLoadOptions { trace, depth }, &());
-    cache_verb("load", path, json, r)
+    cache_verb("load", path, json, shape, r)
 }
 
 /// Renders the report of `evict --trace` / `load --trace`: JSON, or the problems and notes
-/// on stderr and the summary on stdout.
+/// on stderr and the summary on stdout. `shape`: whether the trace had no events, and its
+/// files. The exit code: some files failed (2), else nothing to act on (3), else 0.
 fn cache_verb(
     verb: &str,
     path: &Path,
     json: bool,
+    (empty_trace, files_total): (bool, usize),
     r: Result<TraceCacheReport, pagewise_core::Error>,
 ) -> Result<ExitCode, CliError> {
     let r = r.map_err(|e| CliError::about(path_text(path), e))?;
     let o = &r.outcome;
+    // Said last, after the files skipped that explain it.
+    let finish = || match ExitCode::from_outcome(o) {
+        ExitCode::Success if r.ranges == 0 && !o.interrupted => {
+            let reason = nothing_to_do_reason(empty_trace, r.files, files_total);
+            nothing_to_do(verb, path, &reason)
+        }
+        code => code,
+    };
     if json {
         render::print_json(&r);
-        return Ok(ExitCode::from_outcome(o));
+        return Ok(finish());
     }
     render::report_problems(verb, &o.errors, o.error_count, &[]);
     skipped_note(verb, r.files_missing, &r.skipped);
@@ -135,7 +226,7 @@ fn cache_verb(
             r.unknown_files, r.files
         );
     }
-    Ok(ExitCode::from_outcome(o))
+    Ok(finish())
 }
 
 /// Writes the summary line of `evict --trace` / `load --trace`: ranges, files, bytes traced,

@@ -79,6 +79,9 @@ pub enum ParseError {
     /// A range whose end is not after its start.
     #[error("range '{0}': end must be after start")]
     RangeOrder(String),
+    /// A size of 2^64 bytes or more (or infinite).
+    #[error("'{0}' is larger than any size (2^64 bytes)")]
+    TooLarge(String),
 }
 
 /// Parses `4096`, `64K`, `1.5G`, `2MiB` (binary units; B optional).
@@ -102,13 +105,23 @@ pub fn parse_size(s: &str) -> Result<u64, ParseError> {
         }
         _ => (t, 1),
     };
+    // Whole numbers exactly (an f64 holds 53 bits); beyond 2^64 bytes refused, not saturated.
+    if let Ok(n) = num.parse::<u64>() {
+        return n
+            .checked_mul(mult)
+            .ok_or_else(|| ParseError::TooLarge(s.to_string()));
+    }
     let v: f64 = num
         .parse()
         .map_err(|_| ParseError::NotASize(s.to_string()))?;
     if v.is_nan() || v < 0.0 {
         return Err(ParseError::NotASize(s.to_string()));
     }
-    Ok((v * mult as f64) as u64)
+    let bytes = v * mult as f64;
+    if bytes >= u64::MAX as f64 {
+        return Err(ParseError::TooLarge(s.to_string()));
+    }
+    Ok(bytes as u64)
 }
 
 /// How residency is to be measured (an option of every verb that measures).

@@ -7,7 +7,7 @@
 //! ```
 
 use crate::error::{FileError, Op};
-use crate::replay::{file_ranges, replay_with, Order, Settings};
+use crate::replay::{check_io, ends, file_ranges, replay_with, Order, Settings};
 use crate::residency::{Meter, Method, UNKNOWN_NOT_WRITABLE};
 use crate::sys::{self, Advice};
 use crate::trace::{OpenFiles, SkippedFile, Trace};
@@ -52,11 +52,16 @@ impl Default for TraceLoadOptions {
 }
 
 impl TraceLoadOptions {
-    /// Checks the options: the trace must be consistent (see [`Trace::check`]).
+    /// Checks the options: the trace must be consistent (see [`Trace::check`]), the depth at
+    /// most [`crate::replay::MAX_DEPTH`].
     pub fn validate(&self) -> Result<(), crate::Error> {
-        Ok(self.trace.check()?)
+        self.trace.check()?;
+        check_io(LOAD_REQUEST, self.depth)
     }
 }
+
+/// Longest request of `load --trace`: 1 MiB.
+const LOAD_REQUEST: u64 = 1 << 20;
 
 /// Cache state of the traced pages before and after a trace-driven evict or load.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -69,7 +74,9 @@ pub struct TraceCacheReport {
     pub files_missing: u64,
     /// The first skipped files, with the reason.
     pub skipped: Vec<SkippedFile>,
-    /// Distinct traced ranges (contiguous pages merged).
+    /// Distinct traced ranges (contiguous pages merged) within the files opened, up to their
+    /// size now: 0 when there was nothing to act on (no pages traced, every file skipped, or
+    /// every traced page past its file's end).
     pub ranges: u64,
     /// Bytes of the traced ranges (within the files' sizes now).
     pub bytes: u64,
@@ -106,7 +113,7 @@ fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
     let mut c = Cached::default();
     let mut unknown = HashSet::new();
     for &(f, off, len) in ranges {
-        let Some(fd) = files.fds[f as usize].as_ref() else {
+        let Some(fd) = files.fds.get(f as usize).and_then(Option::as_ref) else {
             continue;
         };
         let size = sys::fstat(fd.as_fd()).map_or(0, |s| s.size);
@@ -138,9 +145,13 @@ fn drop_ranges(
         if tally.stop_requested(observer) {
             return;
         }
-        let Some(fd) = files.fds[f as usize].as_ref() else {
+        // A length of 0 would mean "to the end of the file" to both calls: never asked.
+        let Some(fd) = files.fds.get(f as usize).and_then(Option::as_ref) else {
             continue;
         };
+        if len == 0 {
+            continue;
+        }
         let path = trace.files[f as usize].name();
         let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
         if let Err(e) = sys::sync_file_range(fd.as_fd(), off, len, flags) {
@@ -153,12 +164,13 @@ fn drop_ranges(
     }
 }
 
-/// Drops the traced pages, unmeasured and errors ignored: the cold start before each run of
-/// `replay --compare`.
-pub(crate) fn drop_traced(trace: &Trace) {
-    let files = OpenFiles::open(trace, false);
-    let ranges = file_ranges(trace, 0);
-    drop_ranges(trace, &files, &ranges, &Tally::new(), &());
+/// Drops the traced pages of `files` (opened from `trace`), unmeasured and errors ignored:
+/// the cold start before each run of `replay --compare`.
+pub(crate) fn drop_traced(trace: &Trace, files: &OpenFiles) {
+    let Ok(ranges) = ends(trace, files).and_then(|e| file_ranges(trace, 0, &e)) else {
+        return;
+    };
+    drop_ranges(trace, files, &ranges, &Tally::new(), &());
 }
 
 /// Drops exactly the traced pages (dirty ones written back first); other pages stay. With
@@ -180,7 +192,7 @@ pub fn evict_trace(
     let trace = &opts.trace;
     // The clock starts before the first measure, which the report's time includes.
     let tally = Tally::new();
-    let (files, ranges, before) = open_traced(trace);
+    let (files, ranges, before) = open_traced(trace)?;
     for e in &files.errors {
         tally.error(e.clone());
     }
@@ -210,15 +222,15 @@ pub fn load_trace(
     let trace = &opts.trace;
     // The clock starts before the first measure, which the report's time includes.
     let tally = Tally::new();
-    let (files, ranges, before) = open_traced(trace);
+    let (files, ranges, before) = open_traced(trace)?;
     let settings = Settings {
         order: Order::Disk,
         direct: false,
         merge_gap: 0,
         depth: Some(opts.depth),
-        max_request: 1 << 20,
+        max_request: LOAD_REQUEST,
     };
-    let r = replay_with(trace, &files, &settings, observer);
+    let r = replay_with(trace, &files, &settings, observer)?;
     for e in r.outcome.errors {
         tally.error(e);
     }
@@ -228,13 +240,16 @@ pub fn load_trace(
     Ok(cache_report(&files, &ranges, before, tally))
 }
 
-/// What both trace-driven verbs start from: the traced files opened, their page ranges, and
-/// what of those is cached now.
-fn open_traced(trace: &Trace) -> (OpenFiles, Vec<(u32, u64, u64)>, Cached) {
+/// Traced byte ranges: `(file index, offset, length)`.
+type Ranges = Vec<(u32, u64, u64)>;
+
+/// What both trace-driven verbs start from: the traced files opened, their page ranges up to
+/// each file's size now, and what of those is cached now.
+fn open_traced(trace: &Trace) -> Result<(OpenFiles, Ranges, Cached), crate::Error> {
     let files = OpenFiles::open(trace, false);
-    let ranges = file_ranges(trace, 0);
+    let ranges = file_ranges(trace, 0, &ends(trace, &files)?)?;
     let before = traced_cached(&files, &ranges);
-    (files, ranges, before)
+    Ok((files, ranges, before))
 }
 
 /// The report: the ranges measured again, against `before`.

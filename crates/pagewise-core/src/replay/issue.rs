@@ -26,11 +26,12 @@ pub(super) struct Issue<'a> {
 
 impl Issue<'_> {
     /// Issues every request, through io_uring when `uring` (falling back to threads when the
-    /// ring cannot be set up); returns (bytes read, seconds of I/O).
-    pub fn run(&self, uring: bool) -> (u64, f64) {
+    /// ring cannot be set up); returns (bytes read, seconds of I/O), or an error when the
+    /// buffers cannot be had.
+    pub fn run(&self, uring: bool) -> Result<(u64, f64), crate::Error> {
         if uring {
             if let Some(done) = self.uring() {
-                return done;
+                return Ok(done);
             }
         }
         self.threads()
@@ -53,18 +54,22 @@ impl Issue<'_> {
     /// `depth` threads in flight; the observer is asked between requests whether to stop.
     /// Threads and their buffers are made and touched before the clock starts, so the time is
     /// the I/O's (on a VM, the first DMA into a fresh buffer page costs a hypervisor fault).
-    fn threads(&self) -> (u64, f64) {
+    fn threads(&self) -> Result<(u64, f64), crate::Error> {
         let next = AtomicU64::new(0);
         let bytes = AtomicU64::new(0);
         let depth = self.depth.clamp(1, self.reqs.len().max(1));
         let barrier = std::sync::Barrier::new(depth + 1);
-        let mut bufs: Vec<AlignedBuf> = (0..depth)
-            .map(|_| {
-                let mut b = AlignedBuf::new(self.max, 4096);
-                b.fill(1);
-                b
-            })
-            .collect();
+        let mut bufs: Vec<AlignedBuf> = Vec::new();
+        let no_memory = || crate::Error::Invalid {
+            what: "depth",
+            message: format!("no memory for {depth} buffers of {} bytes", self.max),
+        };
+        bufs.try_reserve(depth).map_err(|_| no_memory())?;
+        for _ in 0..depth {
+            let mut b = AlignedBuf::try_new(self.max, 4096).ok_or_else(no_memory)?;
+            b.fill(1);
+            bufs.push(b);
+        }
         let mut start = Instant::now();
         std::thread::scope(|s| {
             for mut buf in bufs.drain(..) {
@@ -79,7 +84,7 @@ impl Issue<'_> {
             barrier.wait();
             start = Instant::now();
         });
-        (bytes.into_inner(), start.elapsed().as_secs_f64())
+        Ok((bytes.into_inner(), start.elapsed().as_secs_f64()))
     }
 
     /// The next request to issue, None when all are or the observer said stop.

@@ -16,8 +16,42 @@ use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
 use std::os::fd::AsFd;
 
-pub(crate) use plan::plan;
-pub use plan::{file_ranges, Request};
+#[cfg(test)]
+pub(crate) use plan::plan_within;
+pub(crate) use plan::{ends, plan};
+pub use plan::{file_ranges, Request, MAX_EXTRA_REQUESTS};
+
+/// Longest single request a replay takes (`max_request`): 64 MiB.
+pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
+/// Most requests in flight (`depth`): 1024.
+pub const MAX_DEPTH: usize = 1024;
+/// Most memory the buffers of the requests in flight may take: `depth` × `max_request` at
+/// most 1 GiB (every buffer is touched before the clock starts).
+pub const MAX_BUFFER_BYTES: u64 = 1 << 30;
+
+/// Checks the request size and depth of a replay: bounded, so its buffers can be had.
+pub(crate) fn check_io(max_request: u64, depth: usize) -> Result<(), crate::Error> {
+    let invalid = |what, message| Err(crate::Error::Invalid { what, message });
+    if max_request > MAX_REQUEST_BYTES {
+        return invalid(
+            "max_request",
+            format!("{max_request} bytes: at most {MAX_REQUEST_BYTES} (64 MiB)"),
+        );
+    }
+    if depth > MAX_DEPTH {
+        return invalid("depth", format!("{depth}: at most {MAX_DEPTH}"));
+    }
+    if (depth as u64).saturating_mul(max_request) > MAX_BUFFER_BYTES {
+        return invalid(
+            "depth",
+            format!(
+                "{depth} requests in flight of {max_request} bytes: more than {MAX_BUFFER_BYTES} \
+                 bytes (1 GiB) of buffers; lower the depth or the longest request"
+            ),
+        );
+    }
+    Ok(())
+}
 
 /// In which order the recorded pages are read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -88,9 +122,15 @@ impl Default for ReplayOptions {
 }
 
 impl ReplayOptions {
-    /// Checks the options: the trace must be consistent (see [`Trace::check`]).
+    /// Checks the options: the trace must be consistent (see [`Trace::check`]); the longest
+    /// request at most [`MAX_REQUEST_BYTES`], the depth at most [`MAX_DEPTH`], and their
+    /// buffers at most [`MAX_BUFFER_BYTES`].
     pub fn validate(&self) -> Result<(), crate::Error> {
-        Ok(self.trace.check()?)
+        self.trace.check()?;
+        check_io(
+            self.max_request,
+            self.depth.unwrap_or(self.order.default_depth()),
+        )
     }
 
     fn settings(&self) -> Settings {
@@ -133,9 +173,10 @@ impl Default for CompareOptions {
 }
 
 impl CompareOptions {
-    /// Checks the options: the trace must be consistent (see [`Trace::check`]).
+    /// Checks the options as [`ReplayOptions::validate`] does.
     pub fn validate(&self) -> Result<(), crate::Error> {
-        Ok(self.trace.check()?)
+        self.trace.check()?;
+        check_io(self.max_request, Order::Disk.default_depth())
     }
 }
 
@@ -193,7 +234,7 @@ pub struct ReplayReport {
 pub fn replay(opts: &ReplayOptions, observer: &dyn Observer) -> Result<ReplayReport, crate::Error> {
     opts.validate()?;
     let files = OpenFiles::open(&opts.trace, opts.direct);
-    Ok(replay_with(&opts.trace, &files, &opts.settings(), observer))
+    replay_with(&opts.trace, &files, &opts.settings(), observer)
 }
 
 /// `replay --compare`: every order on a cold cache (the traced pages evicted before each run),
@@ -219,8 +260,8 @@ pub fn compare(
             if observer.cancelled() {
                 break;
             }
-            crate::trace_cache::drop_traced(&opts.trace);
-            rs.push(replay_with(&opts.trace, &files, &settings, observer));
+            crate::trace_cache::drop_traced(&opts.trace, &files);
+            rs.push(replay_with(&opts.trace, &files, &settings, observer)?);
         }
         if rs.is_empty() {
             break;
@@ -237,12 +278,12 @@ pub(crate) fn replay_with(
     files: &OpenFiles,
     opts: &Settings,
     observer: &dyn Observer,
-) -> ReplayReport {
+) -> Result<ReplayReport, crate::Error> {
     let tally = Tally::new();
     for e in &files.errors {
         tally.error(e.clone());
     }
-    let reqs = plan(trace, files, opts);
+    let reqs = plan(trace, files, opts)?;
     if !opts.direct {
         // Exactly the recorded pages: no kernel readahead around them.
         for fd in files.fds.iter().flatten() {
@@ -260,7 +301,7 @@ pub(crate) fn replay_with(
         tally: &tally,
         observer,
     };
-    let (bytes, elapsed) = issue.run(depth > 1 && sys::probe_io_uring());
+    let (bytes, elapsed) = issue.run(depth > 1 && sys::probe_io_uring())?;
     if !opts.direct {
         for fd in files.fds.iter().flatten() {
             let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Normal);
@@ -268,7 +309,7 @@ pub(crate) fn replay_with(
     }
     let mut outcome = tally.finish(Vec::new());
     outcome.elapsed_s = elapsed;
-    ReplayReport {
+    Ok(ReplayReport {
         order: opts.order,
         direct: opts.direct,
         depth,
@@ -279,13 +320,13 @@ pub(crate) fn replay_with(
         files_missing: files.missing,
         skipped: files.skipped.clone(),
         outcome,
-    }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Event, TraceFile};
+    use crate::trace::{Event, TraceError, TraceFile};
 
     fn t(events: &[(u32, u64, u32)]) -> Trace {
         Trace {
@@ -331,8 +372,9 @@ mod tests {
             (1, 10, 1),
             (1, 12, 1),
         ]);
+        let all = [u64::MAX; 2];
         assert_eq!(
-            file_ranges(&tr, 0),
+            file_ranges(&tr, 0, &all).unwrap(),
             vec![
                 (1, 0, 4 * 4096),
                 (1, 10 * 4096, 4096),
@@ -341,47 +383,97 @@ mod tests {
             ]
         );
         // A gap of one page is bridged with merge_gap = 4096.
-        assert_eq!(file_ranges(&tr, 4096)[1], (1, 10 * 4096, 3 * 4096));
+        assert_eq!(
+            file_ranges(&tr, 4096, &all).unwrap()[1],
+            (1, 10 * 4096, 3 * 4096)
+        );
+        // Clipped to where each file ends: file 1 has 11 pages now, file 0 none.
+        assert_eq!(
+            file_ranges(&tr, 0, &[0, 11 * 4096]).unwrap(),
+            vec![(1, 0, 4 * 4096), (1, 10 * 4096, 4096)]
+        );
     }
 
     #[test]
     fn recorded_order_keeps_program_order() {
         let tr = t(&[(0, 8, 1), (0, 9, 1), (1, 0, 1), (0, 0, 1)]);
-        let files = OpenFiles {
-            fds: vec![None, None],
-            direct: vec![None, None],
-            missing: 2,
-            skipped: Vec::new(),
-            errors: Vec::new(),
-        };
-        let r = plan(
+        let files = OpenFiles::default();
+        let all = [u64::MAX; 2];
+        let r = plan_within(
             &tr,
             &files,
+            &all,
             &ReplayOptions {
                 order: Order::Recorded,
                 ..Default::default()
             }
             .settings(),
-        );
+        )
+        .unwrap();
         let v: Vec<(u32, u64, u64)> = r
             .iter()
             .map(|r| (r.file, r.off / 4096, r.len / 4096))
             .collect();
         assert_eq!(v, vec![(0, 8, 2), (1, 0, 1), (0, 0, 1)]);
-        let r = plan(
+        let r = plan_within(
             &tr,
             &files,
+            &all,
             &ReplayOptions {
                 order: Order::File,
                 ..Default::default()
             }
             .settings(),
-        );
+        )
+        .unwrap();
         let v: Vec<(u32, u64, u64)> = r
             .iter()
             .map(|r| (r.file, r.off / 4096, r.len / 4096))
             .collect();
         assert_eq!(v, vec![(0, 0, 1), (0, 8, 2), (1, 0, 1)]);
+    }
+
+    #[test]
+    fn a_plan_beyond_its_bound_is_refused_before_it_is_made() {
+        // 8 events of 2^20 pages, far apart, read 4 KiB at a time: 8 Mi requests, more than
+        // one per event + 4 Mi.
+        let events: Vec<(u32, u64, u32)> = (0..8).map(|i| (0, i << 21, 1 << 20)).collect();
+        let tr = t(&events);
+        for order in [Order::Recorded, Order::File] {
+            let settings = ReplayOptions {
+                order,
+                max_request: 4096,
+                ..Default::default()
+            }
+            .settings();
+            let all = [u64::MAX; 2];
+            let e = plan_within(&tr, &OpenFiles::default(), &all, &settings).unwrap_err();
+            assert!(
+                matches!(&e, crate::Error::Trace(TraceError::TooLarge(m)) if m.contains("requests")),
+                "{e}"
+            );
+            // Within the files' sizes now (1 MiB), the same trace plans 256 requests.
+            let now = [1 << 20; 2];
+            let reqs = plan_within(&tr, &OpenFiles::default(), &now, &settings).unwrap();
+            assert_eq!(reqs.len(), 256);
+            assert!(reqs
+                .iter()
+                .all(|r| r.off + r.len <= 1 << 20 && r.len == 4096));
+        }
+    }
+
+    #[test]
+    fn request_size_and_depth_are_bounded() {
+        let opts = |max_request, depth| ReplayOptions {
+            max_request,
+            depth,
+            ..Default::default()
+        };
+        assert!(opts(64 << 20, Some(16)).validate().is_ok());
+        assert!(opts(1 << 50, None).validate().is_err());
+        assert!(opts(1 << 20, Some(1 << 20)).validate().is_err());
+        // 32 in flight (disk order's default) of 64 MiB: 2 GiB of buffers.
+        assert!(opts(64 << 20, None).validate().is_err());
     }
 
     #[test]

@@ -1,10 +1,18 @@
 //! The requests of a replay: the traced pages as ranges, in the order asked for, merged and
-//! split to the longest request.
+//! split to the longest request. Every range is clipped to its file's size now (a trace may
+//! name any page below 2^63), and the requests are counted as they are planned: at most one
+//! per event plus [`MAX_EXTRA_REQUESTS`], each allocation fallible.
 
 use super::{Order, Settings};
 use crate::sys;
-use crate::trace::{self, OpenFiles, Trace};
+use crate::trace::{OpenFiles, Trace, TraceError};
 use std::os::fd::AsFd;
+
+/// Requests a replay plans beyond one per event (what splitting long runs at the longest
+/// request adds): 4,194,304, 128 MiB of plan. A recording's runs are what the program read:
+/// 4 TiB at the default 1 MiB request before this limit is reached. More than that, the trace
+/// is refused with [`TraceError::TooLarge`] instead of planning without end.
+pub const MAX_EXTRA_REQUESTS: u64 = 1 << 22;
 
 /// One read to issue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,86 +27,241 @@ pub struct Request {
     pub physical: u64,
 }
 
-/// Each traced file's distinct pages as sorted, merged byte ranges `(file, offset, length)`,
-/// files in order of first use, ranges closer than `gap` bytes joined.
-pub fn file_ranges(trace: &Trace, gap: u64) -> Vec<(u32, u64, u64)> {
-    let page = trace.page_size as u64;
-    let mut per_file: Vec<Vec<(u64, u64)>> = vec![Vec::new(); trace.files.len()];
-    let mut order: Vec<u32> = Vec::new();
-    for e in &trace.events {
-        let v = &mut per_file[e.file as usize];
-        if v.is_empty() {
-            order.push(e.file);
-        }
-        v.push((e.index, e.pages as u64));
-    }
-    let mut out = Vec::new();
-    for f in order {
-        let v = &mut per_file[f as usize];
-        v.sort_unstable();
-        let mut cur: Option<(u64, u64)> = None;
-        for &(idx, n) in v.iter() {
-            let (s, e) = (idx * page, (idx + n) * page);
-            cur = match cur {
-                Some((cs, ce)) if s <= ce + gap => Some((cs, ce.max(e))),
-                Some((cs, ce)) => {
-                    out.push((f, cs, ce - cs));
-                    Some((s, e))
-                }
-                None => Some((s, e)),
-            };
-        }
-        if let Some((cs, ce)) = cur {
-            out.push((f, cs, ce - cs));
-        }
-    }
-    out
+/// Room for `n` more items in `v`, or [`TraceError::TooLarge`] (never an abort).
+fn reserve<T>(v: &mut Vec<T>, n: usize, what: &str) -> Result<(), crate::Error> {
+    v.try_reserve(n).map_err(|_| {
+        TraceError::TooLarge(format!(
+            "no memory for {} {what} ({} bytes each)",
+            v.len().saturating_add(n),
+            std::mem::size_of::<T>()
+        ))
+        .into()
+    })
 }
 
-/// The requests of a replay of `trace` in `opts.order`, split to `opts.max_request`.
-pub(crate) fn plan(trace: &Trace, files: &OpenFiles, opts: &Settings) -> Vec<Request> {
+/// The bytes `[start, end)` of `pages` pages from page `index`, clipped to `limit`; None when
+/// none of them lies before it (or the offsets do not fit in 64 bits, which a checked trace
+/// never has).
+fn span(index: u64, pages: u64, page: u64, limit: u64) -> Option<(u64, u64)> {
+    let start = index.checked_mul(page)?;
+    let end = index.checked_add(pages)?.checked_mul(page)?.min(limit);
+    (start < end).then_some((start, end))
+}
+
+/// Where each file's traced pages end at most, by file index: its size now rounded up to a
+/// page ([`OpenFiles::end`]), 0 for a file not opened.
+pub(crate) fn ends(trace: &Trace, files: &OpenFiles) -> Result<Vec<u64>, crate::Error> {
     let page = trace.page_size as u64;
-    let reqs: Vec<Request> = match opts.order {
-        Order::Recorded => trace::grouped(trace)
-            .into_iter()
-            .map(|r| Request {
-                file: r.file,
-                off: r.index * page,
-                len: r.pages * page,
-                physical: 0,
-            })
-            .collect(),
-        Order::File => file_ranges(trace, opts.merge_gap)
-            .into_iter()
-            .map(|(file, off, len)| Request {
-                file,
-                off,
+    let mut v = Vec::new();
+    reserve(&mut v, trace.files.len(), "files")?;
+    v.extend((0..trace.files.len()).map(|f| files.end(f as u32, page)));
+    Ok(v)
+}
+
+/// Each traced file's distinct pages as sorted, merged byte ranges `(file, offset, length)`,
+/// files in order of first use, ranges closer than `gap` bytes joined. Pages at or past
+/// `ends[file]` are left out (a file missing from `ends` has none): pass the files' sizes now
+/// (see [`OpenFiles::end`]), or `u64::MAX` for the trace as recorded.
+pub fn file_ranges(
+    trace: &Trace,
+    gap: u64,
+    ends: &[u64],
+) -> Result<Vec<(u32, u64, u64)>, crate::Error> {
+    let page = trace.page_size as u64;
+    // Each file's rank in order of first use (u32::MAX: not used yet).
+    let mut rank: Vec<u32> = Vec::new();
+    reserve(&mut rank, trace.files.len(), "files")?;
+    rank.resize(trace.files.len(), u32::MAX);
+    let mut used = 0u32;
+    // (rank, start, end, file) of every event, clipped.
+    let mut spans: Vec<(u32, u64, u64, u32)> = Vec::new();
+    reserve(&mut spans, trace.events.len(), "events")?;
+    for e in &trace.events {
+        let f = e.file as usize;
+        let limit = ends.get(f).copied().unwrap_or(0);
+        let (Some(r), Some((s, x))) = (rank.get_mut(f), span(e.index, e.pages as u64, page, limit))
+        else {
+            continue;
+        };
+        if *r == u32::MAX {
+            *r = used;
+            used += 1;
+        }
+        spans.push((*r, s, x, e.file));
+    }
+    spans.sort_unstable();
+    let mut out = Vec::new();
+    let mut cur: Option<(u32, u64, u64)> = None;
+    for &(_, s, e, f) in &spans {
+        cur = match cur {
+            Some((cf, cs, ce)) if cf == f && s <= ce.saturating_add(gap) => {
+                Some((cf, cs, ce.max(e)))
+            }
+            Some((cf, cs, ce)) => {
+                reserve(&mut out, 1, "ranges")?;
+                out.push((cf, cs, ce - cs));
+                Some((f, s, e))
+            }
+            None => Some((f, s, e)),
+        };
+    }
+    if let Some((cf, cs, ce)) = cur {
+        reserve(&mut out, 1, "ranges")?;
+        out.push((cf, cs, ce - cs));
+    }
+    Ok(out)
+}
+
+/// The requests being planned: split to `max` bytes, at most `limit` of them.
+struct Plan {
+    reqs: Vec<Request>,
+    max: u64,
+    limit: u64,
+}
+
+impl Plan {
+    fn new(trace: &Trace, max: u64) -> Plan {
+        Plan {
+            reqs: Vec::new(),
+            max,
+            limit: (trace.events.len() as u64).saturating_add(MAX_EXTRA_REQUESTS),
+        }
+    }
+
+    /// Adds `r`, split into requests of at most `max` bytes.
+    fn add(&mut self, r: Request) -> Result<(), crate::Error> {
+        let n = r.len.div_ceil(self.max);
+        let total = (self.reqs.len() as u64).saturating_add(n);
+        if total > self.limit {
+            return Err(TraceError::TooLarge(format!(
+                "a replay of it would issue more than {} requests (one per event, {} events, \
+                 + {MAX_EXTRA_REQUESTS}) of at most {} bytes: more than a recording holds \
+                 (a larger --max-request issues fewer)",
+                self.limit,
+                self.limit - MAX_EXTRA_REQUESTS,
+                self.max
+            ))
+            .into());
+        }
+        reserve(&mut self.reqs, n as usize, "requests")?;
+        let mut o = 0;
+        while o < r.len {
+            let len = self.max.min(r.len - o);
+            self.reqs.push(Request {
+                off: r.off + o,
                 len,
-                physical: 0,
-            })
-            .collect(),
-        Order::Disk => disk_order(trace, files, opts.merge_gap),
-    };
-    split(reqs, opts.max_request.max(page))
+                physical: r.physical.saturating_add(o),
+                ..r
+            });
+            o += len;
+        }
+        Ok(())
+    }
+}
+
+/// The requests of a replay of `trace` in `opts.order`, each within its file's size now and
+/// split to `opts.max_request`; files not opened have none.
+pub(crate) fn plan(
+    trace: &Trace,
+    files: &OpenFiles,
+    opts: &Settings,
+) -> Result<Vec<Request>, crate::Error> {
+    plan_within(trace, files, &ends(trace, files)?, opts)
+}
+
+/// [`plan`] with each file's pages ending at `ends[file]` (see [`file_ranges`]).
+pub(crate) fn plan_within(
+    trace: &Trace,
+    files: &OpenFiles,
+    ends: &[u64],
+    opts: &Settings,
+) -> Result<Vec<Request>, crate::Error> {
+    let page = trace.page_size as u64;
+    let mut plan = Plan::new(trace, opts.max_request.max(page));
+    match opts.order {
+        Order::Recorded => {
+            // Consecutive events on the same file with contiguous pages, merged (as
+            // `trace::grouped`), each run clipped.
+            let mut run: Option<(u32, u64, u64)> = None;
+            let emit = |plan: &mut Plan, (file, index, pages): (u32, u64, u64)| {
+                let limit = ends.get(file as usize).copied().unwrap_or(0);
+                match span(index, pages, page, limit) {
+                    Some((off, end)) => plan.add(Request {
+                        file,
+                        off,
+                        len: end - off,
+                        physical: 0,
+                    }),
+                    None => Ok(()),
+                }
+            };
+            for e in &trace.events {
+                let pages = e.pages as u64;
+                run = match run {
+                    Some((f, i, n)) if f == e.file && i.checked_add(n) == Some(e.index) => {
+                        Some((f, i, n + pages))
+                    }
+                    Some(r) => {
+                        emit(&mut plan, r)?;
+                        Some((e.file, e.index, pages))
+                    }
+                    None => Some((e.file, e.index, pages)),
+                };
+            }
+            if let Some(r) = run {
+                emit(&mut plan, r)?;
+            }
+        }
+        Order::File => {
+            for (file, off, len) in file_ranges(trace, opts.merge_gap, ends)? {
+                plan.add(Request {
+                    file,
+                    off,
+                    len,
+                    physical: 0,
+                })?;
+            }
+        }
+        Order::Disk => {
+            for r in disk_order(trace, files, ends, opts.merge_gap, plan.limit)? {
+                plan.add(r)?;
+            }
+        }
+    }
+    Ok(plan.reqs)
 }
 
 /// The traced ranges by physical position (FIEMAP), neighbours on disk that are neighbours in
-/// the same file (at most `gap` apart) merged.
-fn disk_order(trace: &Trace, files: &OpenFiles, gap: u64) -> Vec<Request> {
+/// the same file (at most `gap` apart) merged; at most `limit` pieces.
+fn disk_order(
+    trace: &Trace,
+    files: &OpenFiles,
+    ends: &[u64],
+    gap: u64,
+    limit: u64,
+) -> Result<Vec<Request>, crate::Error> {
     let mut pieces = Vec::new();
-    for (file, off, len) in file_ranges(trace, 0) {
-        if let Some(fd) = files.fds[file as usize].as_ref() {
-            extents(fd.as_fd(), file, off, len, &mut pieces);
+    for (file, off, len) in file_ranges(trace, 0, ends)? {
+        if let Some(fd) = files.fds.get(file as usize).and_then(Option::as_ref) {
+            extents(fd.as_fd(), file, off, len, &mut pieces)?;
+        }
+        if pieces.len() as u64 > limit {
+            return Err(TraceError::TooLarge(format!(
+                "its pages lie in more than {limit} extents on disk"
+            ))
+            .into());
         }
     }
     pieces.sort_by_key(|r| (r.physical, r.file, r.off));
     let mut merged: Vec<Request> = Vec::new();
+    reserve(&mut merged, pieces.len(), "requests")?;
     for r in pieces {
         if let Some(m) = merged.last_mut() {
-            let logical_gap = r.off.saturating_sub(m.off + m.len);
-            let physical_gap = r.physical.saturating_sub(m.physical + m.len);
+            let m_end = m.off + m.len;
+            let logical_gap = r.off.saturating_sub(m_end);
+            let physical_gap = r.physical.saturating_sub(m.physical.saturating_add(m.len));
             if m.file == r.file
-                && r.off >= m.off + m.len
+                && r.off >= m_end
                 && logical_gap <= gap
                 && logical_gap == physical_gap
             {
@@ -108,54 +271,43 @@ fn disk_order(trace: &Trace, files: &OpenFiles, gap: u64) -> Vec<Request> {
         }
         merged.push(r);
     }
-    merged
+    Ok(merged)
 }
 
 /// The pieces of one range by extent, each with its physical address.
-fn extents(fd: std::os::fd::BorrowedFd, file: u32, off: u64, len: u64, out: &mut Vec<Request>) {
+fn extents(
+    fd: std::os::fd::BorrowedFd,
+    file: u32,
+    off: u64,
+    len: u64,
+    out: &mut Vec<Request>,
+) -> Result<(), crate::Error> {
     match sys::fiemap(fd, off, len) {
         Ok(ext) if !ext.is_empty() => {
+            reserve(out, ext.len(), "extents")?;
             for x in ext {
                 let s = off.max(x.logical);
-                let e = (off + len).min(x.logical + x.length);
+                let e = (off + len).min(x.logical.saturating_add(x.length));
                 if e > s {
                     out.push(Request {
                         file,
                         off: s,
                         len: e - s,
-                        physical: x.physical + (s - x.logical),
+                        physical: x.physical.saturating_add(s - x.logical),
                     });
                 }
             }
         }
         // Holes, inline data or no FIEMAP: keep the range, ordered by file offset.
-        _ => out.push(Request {
-            file,
-            off,
-            len,
-            physical: u64::MAX / 2 + off,
-        }),
-    }
-}
-
-/// Requests longer than `max` split.
-fn split(reqs: Vec<Request>, max: u64) -> Vec<Request> {
-    if !reqs.iter().any(|r| r.len > max) {
-        return reqs;
-    }
-    let mut out = Vec::with_capacity(reqs.len());
-    for r in reqs {
-        let mut o = 0;
-        while o < r.len {
-            let n = max.min(r.len - o);
+        _ => {
+            reserve(out, 1, "extents")?;
             out.push(Request {
-                off: r.off + o,
-                len: n,
-                physical: r.physical + o,
-                ..r
+                file,
+                off,
+                len,
+                physical: u64::MAX / 2 + off,
             });
-            o += n;
         }
     }
-    out
+    Ok(())
 }

@@ -244,6 +244,10 @@ pub struct OpenFiles {
     pub fds: Vec<Option<OwnedFd>>,
     /// O_DIRECT twins of `fds` (when asked for).
     pub direct: Vec<Option<OwnedFd>>,
+    /// Size of each file when it was opened (fstat), 0 for those not opened: traced pages
+    /// past it are left out (the file may have shrunk since it was recorded, and a trace may
+    /// claim any page).
+    pub sizes: Vec<u64>,
     /// Files that are gone or cannot be reached, with the reason (skipped; not errors).
     pub missing: u64,
     /// The first [`MAX_SKIPPED`] of them.
@@ -271,8 +275,13 @@ impl OpenFiles {
             } else {
                 None
             };
+            let size = fd
+                .as_ref()
+                .and_then(|fd| sys::fstat(fd.as_fd()).ok())
+                .map_or(0, |s| s.size);
             out.fds.push(fd);
             out.direct.push(d);
+            out.sizes.push(size);
         }
         out
     }
@@ -280,6 +289,18 @@ impl OpenFiles {
     /// Files that could be opened.
     pub fn opened(&self) -> u64 {
         self.fds.iter().filter(|f| f.is_some()).count() as u64
+    }
+
+    /// Where the traced pages of file `file` end at most: its size rounded up to a whole
+    /// `page` (the kernel caches, and O_DIRECT reads, the last partial page whole); 0 for a
+    /// file not opened.
+    pub fn end(&self, file: u32, page: u64) -> u64 {
+        let f = file as usize;
+        if self.fds.get(f).is_none_or(|fd| fd.is_none()) {
+            return 0;
+        }
+        let size = self.sizes.get(f).copied().unwrap_or(0);
+        size.div_ceil(page.max(1)).saturating_mul(page.max(1))
     }
 
     /// Counts a file that could not be opened: an error when it is no longer a regular file,

@@ -21,7 +21,7 @@ pub fn grouped(trace: &Trace) -> Vec<Run> {
     let mut out: Vec<Run> = Vec::new();
     for e in &trace.events {
         if let Some(last) = out.last_mut() {
-            if last.file == e.file && last.index + last.pages == e.index {
+            if last.file == e.file && last.index.checked_add(last.pages) == Some(e.index) {
                 last.pages += e.pages as u64;
                 continue;
             }
@@ -44,6 +44,12 @@ pub fn write_text(
 ) -> std::io::Result<()> {
     let page = trace.page_size as u64;
     let names: Vec<String> = trace.files.iter().map(|f| f.display()).collect();
+    // A checked trace names only its files; a hand-built one is printed all the same.
+    let name = |f: u32| {
+        names
+            .get(f as usize)
+            .map_or("<no such file>", String::as_str)
+    };
     writeln!(
         out,
         "# pagewise trace v{}: {} events, {} files, {} bytes, {} lost events; command: {}",
@@ -66,9 +72,9 @@ pub fn write_text(
                 out,
                 "{:.6} {} {} {}",
                 r.ts_ns as f64 / 1e9,
-                names[r.file as usize],
-                r.index * page,
-                r.pages * page
+                name(r.file),
+                r.index.saturating_mul(page),
+                r.pages.saturating_mul(page)
             )?;
         }
     } else {
@@ -79,8 +85,8 @@ pub fn write_text(
                     out,
                     "{:.6} {} {}",
                     e.ts_ns as f64 / 1e9,
-                    names[e.file as usize],
-                    (e.index + p) * page
+                    name(e.file),
+                    e.index.saturating_add(p).saturating_mul(page)
                 )?;
             }
         }

@@ -47,6 +47,35 @@ impl Header {
     }
 }
 
+/// What the records of a trace are checked against: its files and its page size.
+pub(super) struct Bounds {
+    pub(super) nfiles: u32,
+    pub(super) page_size: u64,
+}
+
+/// A file's recorded size: at most [`MAX_FILE_BYTES`].
+pub(super) fn check_file_size(i: usize, size: u64) -> Result<(), TraceError> {
+    if size > MAX_FILE_BYTES {
+        return Err(TraceError::Corrupt(format!(
+            "file {i}: size {size} is larger than any file can be (2^63 - 1 bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// Room for `n` more items in `v`, or [`TraceError::TooLarge`] naming `what` (never an abort).
+pub(super) fn reserve<T>(v: &mut Vec<T>, n: u64, what: &str) -> Result<(), TraceError> {
+    usize::try_from(n)
+        .ok()
+        .and_then(|n| v.try_reserve(n).ok())
+        .ok_or_else(|| {
+            TraceError::TooLarge(format!(
+                "no memory for {n} {what} ({} bytes each)",
+                std::mem::size_of::<T>()
+            ))
+        })
+}
+
 pub(super) fn check_page_size(page_size: u32) -> Result<(), TraceError> {
     if !page_size.is_power_of_two() || !(512..=1 << 21).contains(&page_size) {
         return Err(TraceError::Corrupt(format!("page size {page_size}")));
@@ -59,7 +88,8 @@ pub(super) fn read_command(r: &mut Reader) -> Result<Vec<String>, TraceError> {
     if argc > MAX_ARGS {
         return Err(TraceError::Corrupt(format!("{argc} command arguments")));
     }
-    let mut command = Vec::with_capacity(argc.min(64) as usize);
+    let mut command = Vec::new();
+    reserve(&mut command, argc.min(64) as u64, "command arguments")?;
     for _ in 0..argc {
         let s = r.bytes("argument")?;
         command.push(String::from_utf8_lossy(s).into_owned());
@@ -76,17 +106,19 @@ pub(super) fn read_files(r: &mut Reader) -> Result<Vec<TraceFile>, TraceError> {
             at: r.pos,
         });
     }
-    let mut files = Vec::with_capacity(nfiles as usize);
-    for _ in 0..nfiles {
-        files.push(read_file(r)?);
+    let mut files = Vec::new();
+    reserve(&mut files, nfiles as u64, "files")?;
+    for i in 0..nfiles as usize {
+        files.push(read_file(r, i)?);
     }
     Ok(files)
 }
 
-fn read_file(r: &mut Reader) -> Result<TraceFile, TraceError> {
+fn read_file(r: &mut Reader, i: usize) -> Result<TraceFile, TraceError> {
     let dev = r.u64("file dev")?;
     let ino = r.u64("file inode")?;
     let size = r.u64("file size")?;
+    check_file_size(i, size)?;
     let flags = r.u32("file flags")?;
     if flags & !(FILE_PATH_KNOWN | FILE_DELETED) != 0 {
         return Err(TraceError::Corrupt(format!(
@@ -125,20 +157,39 @@ pub(super) trait Record: Sized {
     fn read(r: &mut Reader) -> Result<Self, TraceError>;
     fn write(&self, b: &mut Vec<u8>);
     fn file(&self) -> u32;
-    /// Checks beyond the file index.
-    fn check_more(&self) -> Result<(), TraceError> {
-        Ok(())
-    }
-    /// The record names one of `nfiles` files, and passes [`Record::check_more`].
-    fn check(&self, nfiles: u32) -> Result<(), TraceError> {
-        if self.file() >= nfiles {
+    /// Its first page and pages.
+    fn pages(&self) -> (u64, u32);
+    /// Record `i` names one of the trace's files, and its pages lie within the largest
+    /// possible file: `pages` a power of two of at most [`MAX_EVENT_PAGES`], and the byte
+    /// offset of their last byte, computed without wrapping, at most [`MAX_FILE_BYTES`].
+    fn check(&self, i: u64, b: &Bounds) -> Result<(), TraceError> {
+        let name = Self::NAME;
+        if self.file() >= b.nfiles {
             return Err(TraceError::Corrupt(format!(
-                "{} names file {} of {nfiles}",
-                Self::NAME,
-                self.file()
+                "{name} {i} names file {} of {}",
+                self.file(),
+                b.nfiles
             )));
         }
-        self.check_more()
+        let (index, pages) = self.pages();
+        if !pages.is_power_of_two() || pages > MAX_EVENT_PAGES {
+            return Err(TraceError::Corrupt(format!(
+                "{name} {i}: {pages} pages (pages come in folios: a power of two, at most \
+                 {MAX_EVENT_PAGES})"
+            )));
+        }
+        let end = index
+            .checked_add(pages as u64)
+            .and_then(|e| e.checked_mul(b.page_size));
+        // Its last byte at most 2^63 - 1: the end at most 2^63.
+        if end.is_none_or(|e| e - 1 > MAX_FILE_BYTES) {
+            return Err(TraceError::Corrupt(format!(
+                "{name} {i}: page {index} (+{pages} pages of {} bytes) lies past the largest \
+                 possible file (2^63 - 1 bytes)",
+                b.page_size
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -166,14 +217,8 @@ impl Record for Event {
     fn file(&self) -> u32 {
         self.file
     }
-    fn check_more(&self) -> Result<(), TraceError> {
-        if self.pages == 0 || self.index.checked_add(self.pages as u64).is_none() {
-            return Err(TraceError::Corrupt(format!(
-                "event with {} pages at index {}",
-                self.pages, self.index
-            )));
-        }
-        Ok(())
+    fn pages(&self) -> (u64, u32) {
+        (self.index, self.pages)
     }
 }
 
@@ -199,14 +244,17 @@ impl Record for Fault {
     fn file(&self) -> u32 {
         self.file
     }
+    fn pages(&self) -> (u64, u32) {
+        (self.index, 1)
+    }
 }
 
 /// Reads a counted section of records: the count, then as many records, each checked against
-/// the `nfiles` files. The count must fit in what is left before the checksum; in the `last`
-/// section it must use all of it.
+/// the trace's files and page size. The count must fit in what is left before the checksum;
+/// in the `last` section it must use all of it.
 pub(super) fn read_section<T: Record>(
     r: &mut Reader,
-    nfiles: u32,
+    bounds: &Bounds,
     last: bool,
 ) -> Result<Vec<T>, TraceError> {
     let n = r.u64(T::COUNT)?;
@@ -225,10 +273,15 @@ pub(super) fn read_section<T: Record>(
             T::NAME
         )));
     }
-    let mut out = Vec::with_capacity(n as usize);
-    for _ in 0..n {
+    let mut out = Vec::new();
+    reserve(&mut out, n, T::SECTION)?;
+    for i in 0..n {
+        let at = r.pos;
         let x = T::read(r)?;
-        x.check(nfiles)?;
+        x.check(i, bounds).map_err(|e| match e {
+            TraceError::Corrupt(m) => TraceError::Corrupt(format!("{m} (byte {at})")),
+            e => e,
+        })?;
         out.push(x);
     }
     Ok(out)

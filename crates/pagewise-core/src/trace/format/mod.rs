@@ -25,13 +25,20 @@
 //! ```
 //!
 //! Readers reject a wrong magic, an unknown version, any length that runs past the end, a file
-//! index out of range, and a checksum mismatch — with an error saying which and where.
+//! index out of range, and a checksum mismatch — with an error saying which and where. Every
+//! field is bounded by what a recording can hold: an event's `pages` is a power of two of at
+//! most [`MAX_EVENT_PAGES`], the offset of every page's last byte (`(index + pages) × page_size
+//! - 1`, checked, never wrapping) and every file size at most [`MAX_FILE_BYTES`]; a file of more than
+//! [`MAX_TRACE_BYTES`] is not read. What the verbs then do is bounded at use time: pages past
+//! a file's current end are left out (replay, evict --trace, load --trace clip to the file's
+//! size), and a replay's requests are counted before they are planned (see
+//! `replay::MAX_EXTRA_REQUESTS`). Every allocation sized by the file is fallible.
 
 mod codec;
 
 use codec::{
-    check_page_size, put_bytes, read_command, read_files, read_section, write_section, Header,
-    Reader, Record,
+    check_file_size, check_page_size, put_bytes, read_command, read_files, read_section,
+    write_section, Bounds, Header, Reader, Record,
 };
 use serde::Serialize;
 use std::fmt;
@@ -42,6 +49,16 @@ pub const MAGIC: &[u8; 8] = b"PWTRACE\0";
 pub const VERSION: u32 = 1;
 const MAX_ARGS: u32 = 65_536;
 const MAX_STR: u32 = 1 << 20;
+/// Pages of one event at most: `record` writes 1 << folio order with the order capped at 20
+/// (the kernel's own largest page-cache folio is far smaller: order 11, MAX_PAGECACHE_ORDER).
+pub const MAX_EVENT_PAGES: u32 = 1 << 20;
+/// The largest byte offset a file can have (Linux's MAX_LFS_FILESIZE, 2^63 - 1): no byte of a
+/// traced page and no file size lies beyond it (the last page the kernel indexes, 2^63 / page
+/// size - 1, ends exactly there).
+pub const MAX_FILE_BYTES: u64 = i64::MAX as u64;
+/// Largest trace file read, bytes (1 GiB: ~38 million events, far more than any recording of
+/// a program's start; `record` of a cold 100 GiB read in 4 KiB pages would be 700 MiB).
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 const EVENT_BYTES: u64 = 28;
 const FAULT_BYTES: u64 = 24;
 /// Header flag: the trace has a fault section.
@@ -184,6 +201,9 @@ pub enum TraceError {
     Corrupt(String),
     /// The checksum does not match the bytes.
     ChecksumMismatch,
+    /// More than this pagewise reads or plans (the file, or the work it asks for), or memory
+    /// for it could not be had: described.
+    TooLarge(String),
 }
 
 impl fmt::Display for TraceError {
@@ -199,6 +219,7 @@ impl fmt::Display for TraceError {
             }
             TraceError::Corrupt(s) => write!(f, "corrupt trace: {s}"),
             TraceError::ChecksumMismatch => write!(f, "corrupt trace: checksum mismatch"),
+            TraceError::TooLarge(s) => write!(f, "trace too large: {s}"),
         }
     }
 }
@@ -252,11 +273,14 @@ impl Trace {
         let header = Header::read(&mut r)?;
         let command = read_command(&mut r)?;
         let files = read_files(&mut r)?;
-        let nfiles = files.len() as u32;
+        let bounds = Bounds {
+            nfiles: files.len() as u32,
+            page_size: header.page_size as u64,
+        };
         let has_faults = header.flags & HAS_FAULTS != 0;
-        let events = read_section::<Event>(&mut r, nfiles, !has_faults)?;
+        let events = read_section::<Event>(&mut r, &bounds, !has_faults)?;
         let faults = if has_faults {
-            Some(read_section::<Fault>(&mut r, nfiles, true)?)
+            Some(read_section::<Fault>(&mut r, &bounds, true)?)
         } else {
             None
         };
@@ -286,24 +310,33 @@ impl Trace {
             return Err(TraceError::UnsupportedVersion(self.version));
         }
         check_page_size(self.page_size)?;
-        let nfiles = self.files.len() as u32;
-        for e in &self.events {
-            e.check(nfiles)?;
+        let nfiles = u32::try_from(self.files.len())
+            .map_err(|_| TraceError::TooLarge(format!("{} files", self.files.len())))?;
+        let bounds = Bounds {
+            nfiles,
+            page_size: self.page_size as u64,
+        };
+        for (i, f) in self.files.iter().enumerate() {
+            check_file_size(i, f.size)?;
         }
-        for f in self.faults.iter().flatten() {
-            f.check(nfiles)?;
+        for (i, e) in self.events.iter().enumerate() {
+            e.check(i as u64, &bounds)?;
+        }
+        for (i, f) in self.faults.iter().flatten().enumerate() {
+            f.check(i as u64, &bounds)?;
         }
         Ok(())
     }
 
-    /// Bytes of all recorded events.
+    /// Bytes of all recorded events (saturating: a hand-built trace may claim any count).
     pub fn bytes(&self) -> u64 {
-        self.events
-            .iter()
-            .map(|e| e.pages as u64 * self.page_size as u64)
-            .sum()
+        self.events.iter().fold(0u64, |sum, e| {
+            sum.saturating_add((e.pages as u64).saturating_mul(self.page_size as u64))
+        })
     }
 }
 
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

@@ -136,3 +136,46 @@ fn fuzz_mutations_never_panic() {
         assert!(Trace::from_bytes(&garbage).is_err());
     }
 }
+
+/// Fields with a valid checksum that no recording can hold: a page whose byte offset wraps
+/// past 2^64 or lies past 2^63, a page count that is not a folio's, a file larger than any
+/// file. Each is refused, naming the record.
+#[test]
+fn fields_that_cannot_be_true_are_refused_with_a_valid_checksum() {
+    let refused = |t: &Trace, what: &str| {
+        assert!(t.check().is_err(), "{what}: check");
+        match Trace::from_bytes(&t.to_bytes()) {
+            Err(TraceError::Corrupt(m)) => assert!(m.contains(what), "{what}: {m}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    };
+    for (index, pages) in [
+        (1u64 << 62, 1u32),
+        ((1 << 52) + 10, 1),
+        ((1 << 51) - 1, 2),
+        (u64::MAX, 1),
+        (0, u32::MAX),
+        (0, 1 << 31),
+        (0, (1 << 20) * 2),
+        (0, 3),
+        (0, 0),
+    ] {
+        let mut t = sample();
+        t.events[7].index = index;
+        t.events[7].pages = pages;
+        refused(&t, "event 7");
+    }
+    let mut t = sample();
+    t.faults.as_mut().unwrap()[3].index = 1 << 52;
+    refused(&t, "fault 3");
+    let mut t = sample();
+    t.files[1].size = 1 << 63;
+    refused(&t, "file 1");
+    // The largest that can be: the last page below 2^63 (Linux's largest page index with
+    // 4 KiB pages), a folio of 2^20 pages.
+    let mut t = sample();
+    t.events[7].index = (1 << 51) - 1;
+    t.events[7].pages = 1;
+    t.events[8].pages = 1 << 20;
+    assert_eq!(Trace::from_bytes(&t.to_bytes()), Ok(t));
+}
