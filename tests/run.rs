@@ -354,12 +354,15 @@ fn a_sequential_reader_reads_the_file_once() {
     let data = t.path().join("big");
     let size: u64 = 768 << 20;
     cold_file(&data, size as usize);
+    let report = t.path().join("r.json");
     let out = run(bin()
-        .args(["run", "--json", "--", "cksum"])
+        .arg("run")
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "cksum"])
         .arg(&data));
     assert!(out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout[out.stdout.iter().position(|&b| b == b'{').unwrap()..])
-        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
     let added = v["added_bytes"].as_u64().unwrap();
     let dropped = v["dropped_bytes"].as_u64().unwrap();
     let left = v["left_bytes"].as_u64().unwrap();

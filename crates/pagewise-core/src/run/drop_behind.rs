@@ -661,7 +661,7 @@ fn readahead_pages() -> u64 {
             .max()
             .unwrap_or(128)
             .clamp(128, 1 << 20);
-        ((2 * kb) << 10).max(2 << 20) / sys::page_size()
+        ((4 * kb) << 10).max(2 << 20) / sys::page_size()
     })
 }
 
