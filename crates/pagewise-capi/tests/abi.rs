@@ -374,7 +374,7 @@ fn impossible_arguments_are_errors_not_aborts() {
         }
         let mut align = 1usize << 30;
         let b = pagewise_aligned_alloc(16, &mut align);
-        assert!(!b.is_null() && b as usize % (1 << 30) == 0 && align == 1 << 30);
+        assert!(!b.is_null() && (b as usize).is_multiple_of(1 << 30) && align == 1 << 30);
         pagewise_aligned_free(b);
 
         for policy in [PAGEWISE_DIRECT, PAGEWISE_DONTCACHE, PAGEWISE_DROP_BEHIND] {
