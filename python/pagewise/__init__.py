@@ -166,6 +166,10 @@ def _walk(
     threads: Optional[int],
     method: str,
 ) -> Dict[str, Any]:
+    for name, value in (("max_depth", max_depth), ("threads", threads)):
+        # (Checked here: inside the options dict the extension could only say TypeError.)
+        if isinstance(value, int) and not 0 <= value < 1 << 64:
+            raise ValueError(f"{name}: {value} is not a count (0 to 2**64-1)")
     return {
         "range": range,
         "include": [include] if isinstance(include, str) else list(include),

@@ -11,8 +11,10 @@ drop-behind, where the filesystem refuses — a fallback is reported as a ``Runt
 from __future__ import annotations
 
 import ctypes
+import errno
 import io
 import os
+import sys
 import warnings
 from typing import Any, NamedTuple, Optional, Tuple, Union
 
@@ -21,6 +23,12 @@ from . import _pagewise
 __all__ = ["DirectIO", "open", "aligned_buffer", "Alignment"]
 
 PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+
+# The largest alignment aligned_buffer takes (1 GiB, a huge page).
+_MAX_ALIGN = 1 << 30
+# Positions handed to the library are u64; beyond, the library's own check (EINVAL past the
+# largest file offset, naming the file and the call) is reached with the largest u64.
+_U64_MAX = (1 << 64) - 1
 
 
 class Alignment(NamedTuple):
@@ -44,9 +52,17 @@ def aligned_buffer(size: int, align: int = 4096) -> memoryview:
             while n := f.readinto(buf):
                 consume(buf[:n])
 
-    ``numpy.frombuffer(buf, dtype=...)`` views it without a copy."""
+    ``numpy.frombuffer(buf, dtype=...)`` views it without a copy.
+
+    :raises ValueError: a negative size, or an alignment that is not a power of two of at
+        most 1 GiB.
+    :raises MemoryError: a size that cannot be allocated."""
     if size < 0:
         raise ValueError("aligned_buffer: negative size")
+    if align <= 0 or align & (align - 1) or align > _MAX_ALIGN:
+        raise ValueError(f"aligned_buffer: align={align} is not a power of two of at most 1 GiB")
+    if size > sys.maxsize:
+        raise MemoryError(f"aligned_buffer: {size} bytes cannot be allocated")
     owner = _pagewise.AlignedAlloc(max(size, 1), align)
     arr = (ctypes.c_char * max(size, 1)).from_address(owner.address)
     # The ctypes array keeps the allocation alive; every view made from it keeps the array.
@@ -149,7 +165,7 @@ class DirectIO(io.RawIOBase):
         if not self._readable:
             raise io.UnsupportedOperation("not readable")
         addr, n, keep = _writable(b)
-        got = self._f.read_into(addr, n, self._pos)
+        got = self._f.read_into(addr, n, min(self._pos, _U64_MAX))
         del keep
         self._pos += got
         if not self._checked:
@@ -173,15 +189,16 @@ class DirectIO(io.RawIOBase):
             raise io.UnsupportedOperation("not writable")
         if self._append:
             self._pos = self._f.len()
+        pos = min(self._pos, _U64_MAX)
         if isinstance(b, bytes):
-            n = self._f.write_bytes(b, self._pos)
+            n = self._f.write_bytes(b, pos)
         else:
             mv = memoryview(b)
             if mv.readonly or not mv.c_contiguous:
-                n = self._f.write_bytes(mv.tobytes(), self._pos)
+                n = self._f.write_bytes(mv.tobytes(), pos)
             else:
                 addr, size, keep = _writable(mv)
-                n = self._f.write_from(addr, size, self._pos)
+                n = self._f.write_from(addr, size, pos)
                 del keep
         self._pos += n
         if not self._checked:
@@ -212,7 +229,9 @@ class DirectIO(io.RawIOBase):
         if not self._writable:
             raise io.UnsupportedOperation("not writable")
         size = self._pos if size is None else size
-        self._f.set_len(size)
+        if size < 0:
+            raise OSError(errno.EINVAL, f"Invalid argument: negative size {size}", self.name)
+        self._f.set_len(min(size, _U64_MAX))
         return size
 
     def sync(self) -> None:

@@ -4,8 +4,8 @@
 //! (A pyo3 class cannot export the buffer protocol itself under the stable ABI before Python
 //! 3.11, and the wheel targets 3.9.)
 
-use pagewise_core::sys::AlignedBuf;
-use pyo3::exceptions::PyValueError;
+use pagewise_core::sys::{AlignedBuf, MAX_ALIGN};
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use std::sync::Mutex;
 
@@ -21,15 +21,17 @@ pub struct AlignedAlloc {
 
 #[pymethods]
 impl AlignedAlloc {
-    /// `len` bytes (at least 1) whose start is aligned to `align` bytes (a power of two).
+    /// `len` bytes (at least 1) whose start is aligned to `align` bytes (a power of two of
+    /// at most 1 GiB, else ValueError); MemoryError when they cannot be had.
     #[new]
     fn new(len: usize, align: usize) -> PyResult<AlignedAlloc> {
-        if !align.is_power_of_two() {
+        if !align.is_power_of_two() || align > MAX_ALIGN {
             return Err(PyValueError::new_err(format!(
-                "align: {align} is not a power of two"
+                "align: {align} is not a power of two of at most {MAX_ALIGN} (1 GiB)"
             )));
         }
-        let mut buf = AlignedBuf::new(len, align);
+        let mut buf = AlignedBuf::try_alloc(len, align)
+            .map_err(|e| PyMemoryError::new_err(format!("aligned_buffer: {e}")))?;
         let address = buf.as_mut_ptr() as usize;
         Ok(AlignedAlloc {
             _buf: Mutex::new(buf),

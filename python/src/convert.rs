@@ -51,6 +51,26 @@ pub fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
+/// The most threads a verb takes (walkers, copy workers): far above any machine's useful
+/// parallelism, far below what would exhaust the process's threads (each is spawned).
+pub const MAX_THREADS: usize = 1024;
+/// The most requests in flight within one file (`depth` of load, copy, replay, load_trace;
+/// a thread or a buffer each).
+pub const MAX_DEPTH: usize = 1024;
+/// The largest request size (copy's `chunk`, replay's `max_request`): 1 GiB, each request in
+/// flight holding a buffer of this size.
+pub const MAX_REQUEST: u64 = 1 << 30;
+
+/// `value` when it is at most `max`, else ValueError naming the argument.
+pub fn at_most<T: PartialOrd + std::fmt::Display>(name: &str, value: T, max: T) -> PyResult<T> {
+    if value > max {
+        return Err(PyValueError::new_err(format!(
+            "{name}: {value} is more than the most allowed ({max})"
+        )));
+    }
+    Ok(value)
+}
+
 /// A report straight to a Python dict.
 pub fn report<'py, T: Serialize>(py: Python<'py>, r: &T) -> PyResult<Bound<'py, PyAny>> {
     to_py(py, &to_value(r)?)
@@ -98,6 +118,11 @@ pub fn range(r: Option<&Bound<'_, PyAny>>) -> PyResult<ByteRange> {
 pub fn size(what: &str, v: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(n) = v.extract::<u64>() {
         return Ok(n);
+    }
+    if v.is_instance_of::<pyo3::types::PyInt>() {
+        return Err(PyValueError::new_err(format!(
+            "{what}: {v} is not a number of bytes (0 to 2**64-1)"
+        )));
     }
     if let Ok(s) = v.extract::<String>() {
         return parse_size(&s).map_err(|e| PyValueError::new_err(format!("{what}: {e}")));

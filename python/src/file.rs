@@ -27,7 +27,7 @@ fn io_err(py: Python<'_>, e: std::io::Error) -> PyErr {
     match dio::failure(&e) {
         Some(f) => errors::os_error(
             py,
-            f.source.raw_os_error(),
+            dio::errno(&e),
             &errors::strerror(&f.source),
             Some(&f.path),
             Some(f.syscall),

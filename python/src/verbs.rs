@@ -36,8 +36,11 @@ pub struct WalkArgs<'py> {
 }
 
 impl WalkArgs<'_> {
-    fn walk(&self) -> WalkOptions {
-        WalkOptions {
+    fn walk(&self) -> PyResult<WalkOptions> {
+        if let Some(t) = self.threads {
+            convert::at_most("threads", t, convert::MAX_THREADS)?;
+        }
+        Ok(WalkOptions {
             follow: self.follow,
             one_file_system: self.one_file_system,
             max_depth: self.max_depth,
@@ -47,7 +50,7 @@ impl WalkArgs<'_> {
                 .threads
                 .unwrap_or_else(pagewise_core::walk::default_threads),
             noatime: false,
-        }
+        })
     }
 }
 
@@ -73,7 +76,7 @@ pub fn stat<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = StatOptions {
         roots: convert::paths(roots),
-        walk: walk.walk(),
+        walk: walk.walk()?,
         range: convert::range(Some(&walk.range))?,
         method: convert::method(&walk.method)?,
         map_cells: 0,
@@ -118,7 +121,7 @@ pub fn evict<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = EvictOptions {
         roots: convert::paths(roots),
-        walk: walk.walk(),
+        walk: walk.walk()?,
         range: convert::range(Some(&walk.range))?,
         method: convert::method(&walk.method)?,
         sync: !no_sync,
@@ -177,13 +180,13 @@ pub fn load<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let opts = LoadOptions {
         roots: convert::paths(roots),
-        walk: walk.walk(),
+        walk: walk.walk()?,
         range: convert::range(Some(&walk.range))?,
         method: convert::method(&walk.method)?,
         lock,
         batch_files: batch,
         window: convert::size("window", &window)?,
-        depth,
+        depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
     let mut r = wait::run(py, progress.as_ref(), |c| {
         pagewise_core::load::load(&opts, &watch(c))
@@ -253,9 +256,9 @@ pub fn copy<'py>(
         preallocate: !args.no_preallocate,
         fsync: args.fsync,
         verify: args.verify,
-        threads: args.threads,
-        depth: args.depth,
-        chunk: usize::try_from(chunk).map_err(|_| PyValueError::new_err("chunk: too large"))?,
+        threads: convert::at_most("threads", args.threads, convert::MAX_THREADS)?,
+        depth: convert::at_most("depth", args.depth, convert::MAX_DEPTH)?,
+        chunk: convert::at_most("chunk", chunk, convert::MAX_REQUEST)? as usize,
         named_temp: args.named_temp,
         ..CopyOptions::default()
     };
@@ -299,7 +302,14 @@ pub fn replay<'py>(
             ))
         })?;
     let merge_gap = convert::size("merge_gap", &args.merge_gap)?;
-    let max_request = convert::size("max_request", &args.max_request)?;
+    let max_request = convert::at_most(
+        "max_request",
+        convert::size("max_request", &args.max_request)?,
+        convert::MAX_REQUEST,
+    )?;
+    if let Some(d) = args.depth {
+        convert::at_most("depth", d, convert::MAX_DEPTH)?;
+    }
     let trace = trace.inner.as_ref().clone();
     if args.compare {
         let opts = CompareOptions {
@@ -361,7 +371,7 @@ pub fn load_trace<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = TraceLoadOptions {
         trace: trace.inner.as_ref().clone(),
-        depth,
+        depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
     let r = wait::run(py, progress.as_ref(), |c| {
         pagewise_core::trace_cache::load_trace(&opts, &watch(c))

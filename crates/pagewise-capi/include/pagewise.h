@@ -128,7 +128,7 @@ typedef struct pagewise_stat_options {
     uint32_t size;
     // PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME.
     uint32_t flags;
-    // Walker threads (0: one per CPU).
+    // Walker threads (0: one per CPU; at most 1024).
     uint32_t threads;
     // Levels to descend below the roots (0: no limit).
     uint32_t max_depth;
@@ -192,7 +192,7 @@ typedef struct pagewise_evict_options {
     uint32_t size;
     // Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
     uint32_t flags;
-    // Walker threads (0: one per CPU).
+    // Walker threads (0: one per CPU; at most 1024).
     uint32_t threads;
     // Levels to descend below the roots (0: no limit).
     uint32_t max_depth;
@@ -256,13 +256,13 @@ typedef struct pagewise_load_options {
     uint32_t size;
     // Walk flags.
     uint32_t flags;
-    // Walker threads (0: one per CPU).
+    // Walker threads (0: one per CPU; at most 1024).
     uint32_t threads;
     // Levels to descend below the roots (0: no limit).
     uint32_t max_depth;
     // PAGEWISE_METHOD_* (0: auto).
     uint32_t method;
-    // Threads reading one large file (0: 16).
+    // Threads reading one large file (0: 16; at most 1024).
     uint32_t depth;
     // First byte of each file to load (0: the start).
     uint64_t range_start;
@@ -326,13 +326,13 @@ typedef struct pagewise_copy_options {
     uint32_t flags;
     // PAGEWISE_COPY_AUTO (0), _DONTCACHE, _DIRECT, _DROP_BEHIND, _BUFFERED.
     uint32_t strategy;
-    // Files copied in parallel (0: 16).
+    // Files copied in parallel (0: 16; at most 1024).
     uint32_t threads;
-    // I/Os in flight within one large file (0: 8).
+    // I/Os in flight within one large file (0: 8; at most 1024).
     uint32_t depth;
     // Zero.
     uint32_t reserved;
-    // Bytes per I/O, a multiple of 4096 (0: 4 MiB).
+    // Bytes per I/O, a multiple of 4096 (0: 4 MiB; at most 1 GiB).
     uint64_t chunk;
     // Under auto, files below this size never try O_DIRECT (0: 1 MiB).
     uint64_t direct_min;
@@ -546,7 +546,8 @@ int pagewise_file_truncate(struct pagewise_file *file, uint64_t length);
 int pagewise_close(struct pagewise_file *file);
 
 // A zeroed buffer of `size` bytes whose address is a multiple of `*alignment` (rounded up to
-// a power of two; NULL or 0: 4096, enough for O_DIRECT on any common device), or NULL with
+// a power of two, at most 1 GiB; NULL or 0: 4096, enough for O_DIRECT on any common device),
+// or NULL with `errno` (EINVAL: an alignment beyond 1 GiB; ENOMEM: no memory for `size`) and
 // pagewise_last_error() set. `*alignment` receives the alignment used. Free it with
 // pagewise_aligned_free.
 //

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use libc::ssize_t;
 use pagewise_core::dio::{CachePolicy, DirectFile, OpenMode};
-use pagewise_core::sys::AlignedBuf;
+use pagewise_core::sys::{AlignedBuf, MAX_ALIGN};
 
 use crate::ffi::{self, call, call_int, Failure};
 
@@ -356,7 +356,8 @@ fn buffers() -> MutexGuard<'static, Option<HashMap<usize, AlignedBuf>>> {
 }
 
 /// A zeroed buffer of `size` bytes whose address is a multiple of `*alignment` (rounded up to
-/// a power of two; NULL or 0: 4096, enough for O_DIRECT on any common device), or NULL with
+/// a power of two, at most 1 GiB; NULL or 0: 4096, enough for O_DIRECT on any common device),
+/// or NULL with `errno` (EINVAL: an alignment beyond 1 GiB; ENOMEM: no memory for `size`) and
 /// pagewise_last_error() set. `*alignment` receives the alignment used. Free it with
 /// pagewise_aligned_free.
 ///
@@ -370,11 +371,17 @@ pub unsafe extern "C" fn pagewise_aligned_alloc(size: usize, alignment: *mut usi
             // SAFETY: NULL or valid, as the caller promised.
             let want = unsafe { alignment.as_ref() }.copied().unwrap_or(0);
             let want = if want == 0 { 4096 } else { want };
-            let mut b = AlignedBuf::try_new(size, want).ok_or_else(|| {
-                Failure::new(
-                    libc::ENOMEM,
-                    format!("pagewise_aligned_alloc: {size} bytes aligned to {want}: no memory"),
-                )
+            let align = want
+                .checked_next_power_of_two()
+                .filter(|&a| a <= MAX_ALIGN)
+                .ok_or_else(|| {
+                    Failure::invalid(format!(
+                        "pagewise_aligned_alloc: alignment {want} is beyond {MAX_ALIGN} (1 GiB)"
+                    ))
+                })?;
+            let mut b = AlignedBuf::try_alloc(size, align).map_err(|e| {
+                let errno = pagewise_core::dio::errno(&e).unwrap_or(libc::ENOMEM);
+                Failure::new(errno, format!("pagewise_aligned_alloc: {e}"))
             })?;
             let p = b.as_mut_ptr();
             // SAFETY: NULL or writable, as the caller promised.

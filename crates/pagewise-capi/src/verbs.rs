@@ -75,7 +75,7 @@ pub struct pagewise_stat_options {
     pub size: u32,
     /// PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME.
     pub flags: u32,
-    /// Walker threads (0: one per CPU).
+    /// Walker threads (0: one per CPU; at most 1024).
     pub threads: u32,
     /// Levels to descend below the roots (0: no limit).
     pub max_depth: u32,
@@ -143,7 +143,7 @@ pub struct pagewise_evict_options {
     pub size: u32,
     /// Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
     pub flags: u32,
-    /// Walker threads (0: one per CPU).
+    /// Walker threads (0: one per CPU; at most 1024).
     pub threads: u32,
     /// Levels to descend below the roots (0: no limit).
     pub max_depth: u32,
@@ -211,13 +211,13 @@ pub struct pagewise_load_options {
     pub size: u32,
     /// Walk flags.
     pub flags: u32,
-    /// Walker threads (0: one per CPU).
+    /// Walker threads (0: one per CPU; at most 1024).
     pub threads: u32,
     /// Levels to descend below the roots (0: no limit).
     pub max_depth: u32,
     /// PAGEWISE_METHOD_* (0: auto).
     pub method: u32,
-    /// Threads reading one large file (0: 16).
+    /// Threads reading one large file (0: 16; at most 1024).
     pub depth: u32,
     /// First byte of each file to load (0: the start).
     pub range_start: u64,
@@ -285,13 +285,13 @@ pub struct pagewise_copy_options {
     pub flags: u32,
     /// PAGEWISE_COPY_AUTO (0), _DONTCACHE, _DIRECT, _DROP_BEHIND, _BUFFERED.
     pub strategy: u32,
-    /// Files copied in parallel (0: 16).
+    /// Files copied in parallel (0: 16; at most 1024).
     pub threads: u32,
-    /// I/Os in flight within one large file (0: 8).
+    /// I/Os in flight within one large file (0: 8; at most 1024).
     pub depth: u32,
     /// Zero.
     pub reserved: u32,
-    /// Bytes per I/O, a multiple of 4096 (0: 4 MiB).
+    /// Bytes per I/O, a multiple of 4096 (0: 4 MiB; at most 1 GiB).
     pub chunk: u64,
     /// Under auto, files below this size never try O_DIRECT (0: 1 MiB).
     pub direct_min: u64,
@@ -391,6 +391,7 @@ unsafe fn walked(
         max_depth: (max_depth > 0).then_some(max_depth as usize),
         ..WalkOptions::default()
     };
+    at_most(&format!("{what}.threads"), threads.into(), MAX_THREADS)?;
     if threads > 0 {
         walk.threads = threads as usize;
     }
@@ -423,6 +424,24 @@ unsafe fn walked(
         range,
         method,
     })
+}
+
+/// The most threads a verb takes (walkers, copy workers): far above any machine's useful
+/// parallelism, far below what would exhaust the process's threads (each is spawned).
+const MAX_THREADS: u64 = 1024;
+/// The most requests in flight within one file (`depth` of load and copy; one thread each).
+const MAX_DEPTH: u64 = 1024;
+/// The largest copy chunk, 1 GiB: each request in flight holds a buffer of this size.
+const MAX_CHUNK: u64 = 1 << 30;
+
+/// EINVAL when `value` is beyond `max` (`what` names the option).
+fn at_most(what: &str, value: u64, max: u64) -> Result<(), Failure> {
+    if value > max {
+        return Err(Failure::invalid(format!(
+            "{what}: {value} is more than the most allowed ({max})"
+        )));
+    }
+    Ok(())
 }
 
 fn check_flags(what: &str, flags: u32, known: u32) -> Result<(), Failure> {
@@ -639,6 +658,7 @@ pub unsafe extern "C" fn pagewise_load(
             lock: !lock_out.is_null(),
             ..LoadOptions::new(roots)
         };
+        at_most("pagewise_load_options.depth", o.depth.into(), MAX_DEPTH)?;
         if o.depth > 0 {
             options.depth = o.depth as usize;
         }
@@ -751,6 +771,13 @@ pub unsafe extern "C" fn pagewise_copy(
             named_temp: o.flags & PAGEWISE_COPY_NAMED_TEMP != 0,
             ..CopyOptions::default()
         };
+        at_most(
+            "pagewise_copy_options.threads",
+            o.threads.into(),
+            MAX_THREADS,
+        )?;
+        at_most("pagewise_copy_options.depth", o.depth.into(), MAX_DEPTH)?;
+        at_most("pagewise_copy_options.chunk", o.chunk, MAX_CHUNK)?;
         if o.threads > 0 {
             options.threads = o.threads as usize;
         }

@@ -278,3 +278,176 @@ fn the_message_is_per_thread() {
         .unwrap();
     assert_eq!(last_error(), mine);
 }
+
+/// An unmounted-on-drop tmpfs in a temporary directory.
+struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    fn mount() -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m", "pagewise-capi-test"])
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "mounting a tmpfs (tests run as root here)");
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
+/// pagewise_pwrite past the end, every policy, on a disk filesystem and on tmpfs: the size
+/// (stat) is the write's end at once and pagewise_pread of the gap gives zeros, not the end.
+#[test]
+fn a_write_past_the_end_leaves_zeros_and_the_size() {
+    let disk = scratch();
+    let shm = Tmpfs::mount();
+    for dir in [disk.path(), shm.0.path()] {
+        for policy in [PAGEWISE_DIRECT, PAGEWISE_DONTCACHE, PAGEWISE_DROP_BEHIND] {
+            for (at, len) in [(10_000u64, 4usize), ((1 << 20) + 3, 70_000), (8192, 5000)] {
+                let what = format!("{} policy {policy}: {len} at {at}", dir.display());
+                let p = dir.join("gap");
+                std::fs::write(&p, b"head").unwrap();
+                let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+                let cp = c(&p);
+                unsafe {
+                    let f = pagewise_open(cp.as_ptr(), PAGEWISE_READ | PAGEWISE_WRITE, policy);
+                    assert!(!f.is_null(), "{}", last_error());
+                    let n = pagewise_pwrite(f, data.as_ptr().cast(), len, at);
+                    assert_eq!(n, len as isize, "{what}");
+                    let end = at + len as u64;
+                    assert_eq!(std::fs::metadata(&p).unwrap().len(), end, "{what}: stat");
+                    let mut gap = vec![0xAAu8; at as usize];
+                    let n = pagewise_pread(f, gap.as_mut_ptr().cast(), gap.len(), 0);
+                    assert_eq!(n, at as isize, "{what}: the gap");
+                    assert!(
+                        gap[..4] == *b"head" && gap[4..].iter().all(|&b| b == 0),
+                        "{what}"
+                    );
+                    assert_eq!(pagewise_close(f), 0, "{what}");
+                }
+                let got = std::fs::read(&p).unwrap();
+                assert_eq!(got.len() as u64, at + len as u64, "{what}");
+                assert!(got[at as usize..] == data[..], "{what}");
+            }
+        }
+    }
+}
+
+/// Sizes, alignments, offsets and counts no call can honour: -EINVAL or -ENOMEM (NULL and
+/// errno for the allocator) with the message naming the function, never an abort.
+#[test]
+fn impossible_arguments_are_errors_not_aborts() {
+    let dir = scratch();
+    let p = dir.path().join("f");
+    std::fs::write(&p, b"0123456789").unwrap();
+    let cp = c(&p);
+    unsafe {
+        for size in [
+            1usize << 62,
+            usize::MAX,
+            usize::MAX - 4095,
+            isize::MAX as usize,
+        ] {
+            let mut align = 4096usize;
+            assert!(pagewise_aligned_alloc(size, &mut align).is_null(), "{size}");
+            assert_eq!(errno(), libc::ENOMEM, "{size}: {}", last_error());
+            assert!(
+                last_error().starts_with("pagewise_aligned_alloc: "),
+                "{}",
+                last_error()
+            );
+        }
+        for bad in [1usize << 31, 1 << 40, usize::MAX, (1 << 62) + 1] {
+            let mut align = bad;
+            assert!(pagewise_aligned_alloc(16, &mut align).is_null(), "{bad}");
+            assert_eq!(errno(), libc::EINVAL, "align {bad}: {}", last_error());
+            assert!(last_error().contains("alignment"), "{}", last_error());
+        }
+        let mut align = 1usize << 30;
+        let b = pagewise_aligned_alloc(16, &mut align);
+        assert!(!b.is_null() && (b as usize).is_multiple_of(1 << 30) && align == 1 << 30);
+        pagewise_aligned_free(b);
+
+        for policy in [PAGEWISE_DIRECT, PAGEWISE_DONTCACHE, PAGEWISE_DROP_BEHIND] {
+            let f = pagewise_open(cp.as_ptr(), PAGEWISE_READ | PAGEWISE_WRITE, policy);
+            assert!(!f.is_null(), "{}", last_error());
+            let mut buf = [0u8; 16];
+            for off in [u64::MAX, i64::MAX as u64, (i64::MAX - 5) as u64, 1 << 63] {
+                let n = pagewise_pread(f, buf.as_mut_ptr().cast(), 16, off);
+                assert_eq!(
+                    n,
+                    -libc::EINVAL as isize,
+                    "pread at {off}: {}",
+                    last_error()
+                );
+                assert!(
+                    last_error().starts_with(p.to_str().unwrap()),
+                    "{}",
+                    last_error()
+                );
+                let n = pagewise_pwrite(f, buf.as_ptr().cast(), 16, off);
+                assert_eq!(
+                    n,
+                    -libc::EINVAL as isize,
+                    "pwrite at {off}: {}",
+                    last_error()
+                );
+            }
+            assert_eq!(pagewise_file_truncate(f, u64::MAX), -libc::EINVAL);
+            assert_eq!(pagewise_file_policy(f), policy as c_int, "no fallback");
+            assert_eq!(pagewise_pread(f, buf.as_mut_ptr().cast(), 0, u64::MAX), 0);
+            assert_eq!(pagewise_pread(f, buf.as_mut_ptr().cast(), 16, 0), 10);
+            assert_eq!(pagewise_close(f), 0);
+        }
+        assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
+
+        // Counts and sizes of the verbs: zero is the default, absurd is EINVAL.
+        let paths = [cp.as_ptr()];
+        let mut lo: pagewise_load_options = std::mem::zeroed();
+        lo.size = std::mem::size_of_val(&lo) as u32;
+        lo.depth = u32::MAX;
+        assert_eq!(
+            pagewise_load(paths.as_ptr(), 1, &lo, null_mut(), null_mut()),
+            -libc::EINVAL
+        );
+        assert!(last_error().contains("depth"), "{}", last_error());
+        lo.depth = 0;
+        lo.threads = u32::MAX;
+        assert_eq!(
+            pagewise_load(paths.as_ptr(), 1, &lo, null_mut(), null_mut()),
+            -libc::EINVAL
+        );
+        assert!(last_error().contains("threads"), "{}", last_error());
+        let mut so: pagewise_stat_options = std::mem::zeroed();
+        so.size = std::mem::size_of_val(&so) as u32;
+        so.threads = u32::MAX;
+        assert_eq!(
+            pagewise_stat(paths.as_ptr(), 1, &so, null_mut()),
+            -libc::EINVAL
+        );
+        let dest = c(&dir.path().join("copy"));
+        for (chunk, depth, threads, what) in [
+            (1u64 << 40, 0, 0, "chunk"),
+            (u64::MAX - 4095, 0, 0, "chunk"),
+            (0, u32::MAX, 0, "depth"),
+            (0, 0, u32::MAX, "threads"),
+        ] {
+            let mut co: pagewise_copy_options = std::mem::zeroed();
+            co.size = std::mem::size_of_val(&co) as u32;
+            (co.chunk, co.depth, co.threads) = (chunk, depth, threads);
+            let r = pagewise_copy(paths.as_ptr(), 1, dest.as_ptr(), &co, null_mut());
+            assert_eq!(r, -libc::EINVAL, "{what}: {}", last_error());
+            assert!(last_error().contains(what), "{}", last_error());
+        }
+        assert!(!dir.path().join("copy").exists(), "nothing ran");
+    }
+}

@@ -259,3 +259,79 @@ fn c_and_cpp_examples_build_run_and_leave_the_cache_as_the_kernel_shows() {
     assert_eq!(cached(&[&dst, &dst2]), (0, 2 * data.len() as u64));
     assert!(std::fs::read(&dst2).unwrap() == data, "byte-identical");
 }
+
+/// tests/c/arguments.c: the C API called from C with sizes, alignments, offsets and counts no
+/// call can honour. Each is a negative errno with a message naming the call; none aborts
+/// the program; the file is unchanged.
+#[test]
+fn impossible_arguments_from_c_are_errors_not_aborts() {
+    if !require(
+        have("cc") && have("pkg-config"),
+        "cc and pkg-config are needed to build the C test",
+    ) {
+        return;
+    }
+    let lib = Installed::install();
+    let dir = scratch();
+    let exe = lib.path("arguments");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/arguments.c");
+    run(Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O2",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .args(lib.pkg_config(&["--cflags", "--libs"])));
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"0123456789").unwrap();
+    let out = lib
+        .example(&exe)
+        .arg(&file)
+        .arg(dir.path().join("copy"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && text.ends_with("alive\n"),
+        "the program died ({}):\n{text}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (einval, enomem) = (-libc::EINVAL, -libc::ENOMEM);
+    let want: &[(&str, i32, &str)] = &[
+        ("alloc_huge", enomem, "pagewise_aligned_alloc: "),
+        ("alloc_max", enomem, "pagewise_aligned_alloc: "),
+        ("alloc_align", einval, "alignment"),
+        ("alloc_align_max", einval, "alignment"),
+        ("pread_max", einval, "pread failed"),
+        ("pread_i64", einval, "pread failed"),
+        ("pwrite_max", einval, "pwrite failed"),
+        ("pwrite_i64", einval, "pwrite failed"),
+        ("truncate_max", einval, "ftruncate failed"),
+        ("policy_after", 0, ""),
+        ("close", 0, ""),
+        ("load_depth", einval, "depth"),
+        ("load_threads", einval, "threads"),
+        ("stat_threads", einval, "threads"),
+        ("copy_chunk", einval, "chunk"),
+        ("copy_depth", einval, "depth"),
+        ("copy_threads", einval, "threads"),
+    ];
+    for &(name, errno, says) in want {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{name} in\n{text}"));
+        let (code, message) = l[name.len() + 1..].split_once(' ').unwrap();
+        assert_eq!(code.parse::<i32>().unwrap(), errno, "{l}");
+        assert!(message.contains(says), "{l}");
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), b"0123456789");
+    assert!(!dir.path().join("copy").exists(), "no copy ran");
+}

@@ -28,7 +28,11 @@
 //! (`/data/x: pwrite(O_DIRECT) failed: No space left on device`); [`errno`] gets the errno back.
 //! Data written is staged until the next non-contiguous request, [`sync`](DirectFile::sync) or
 //! [`close`](DirectFile::close) (as with `BufWriter`): a failure to write it is reported by
-//! that call; dropping the file writes it too, but can only ignore a failure.
+//! that call; dropping the file writes it too, but can only ignore a failure. A write that
+//! starts past the end of the file is never left staged: when it returns, the file's size is
+//! its end and the gap reads as zeros, as after pwrite(2). Requests that end past the largest
+//! file offset (2^63 - 1) are EINVAL; buffers whose size cannot be allocated are ENOMEM (never
+//! an abort).
 //!
 //! ```
 //! use pagewise_core::dio::{CachePolicy, DirectFile, OpenMode};
@@ -294,9 +298,18 @@ impl std::error::Error for DioError {
 
 /// The errno of an error from a [`DirectFile`] (or any OS error).
 pub fn errno(e: &io::Error) -> Option<i32> {
+    let kind = |e: &io::Error| match e.kind() {
+        io::ErrorKind::InvalidInput => Some(libc::EINVAL),
+        io::ErrorKind::OutOfMemory => Some(libc::ENOMEM),
+        _ => None,
+    };
     e.raw_os_error()
         .or_else(|| failure(e)?.source.raw_os_error())
+        .or_else(|| kind(failure(e).map_or(e, |f| &f.source)))
 }
+
+/// The largest file offset the kernel takes (`loff_t`): requests must end by it.
+const MAX_OFFSET: u64 = i64::MAX as u64;
 
 /// The [`DioError`] inside an error from a [`DirectFile`], naming the path and the call.
 pub fn failure(e: &io::Error) -> Option<&DioError> {
@@ -534,10 +547,12 @@ impl DirectFile {
     }
 
     /// A zeroed buffer of at least `len` bytes (rounded up to the offset alignment), aligned
-    /// for zero-copy requests on this file.
-    pub fn aligned_buffer(&self, len: usize) -> AlignedBuf {
+    /// for zero-copy requests on this file. An error (`ENOMEM`) when it cannot be allocated.
+    pub fn aligned_buffer(&self, len: usize) -> io::Result<AlignedBuf> {
         let a = self.io.align;
-        AlignedBuf::new(align_up(len as u64, a.offset) as usize, a.memory)
+        // Rounded up without wrapping: a length that cannot be rounded cannot be allocated.
+        let size = len.checked_next_multiple_of(a.offset).unwrap_or(usize::MAX);
+        AlignedBuf::try_alloc(size, a.memory).map_err(|e| self.io.fail("posix_memalign", e))
     }
 
     /// The file's length in bytes, staged writes included.
@@ -571,6 +586,7 @@ impl DirectFile {
         if buf.is_empty() {
             return Ok(0);
         }
+        self.check_span("pread", off, buf.len())?;
         let end = off + buf.len() as u64;
         if self.stage.active && off < self.stage.end() && end > self.stage.off {
             self.settle()?;
@@ -633,9 +649,16 @@ impl DirectFile {
             w.ahead = READAHEAD_MIN;
             cover
         };
-        let len = (align_up(len as u64, a) as usize).min(CHUNK);
-        let mem = self.io.align.memory;
-        let buf = w.buf.get_or_insert_with(|| AlignedBuf::new(CHUNK, mem));
+        // Not past the largest offset (the kernel refuses a request that ends beyond it; no
+        // file has bytes there): a read in the last block before it is the end of the file.
+        let len = (align_up(len as u64, a) as usize)
+            .min(CHUNK)
+            .min(align_down(MAX_OFFSET - start, a) as usize);
+        if w.buf.is_none() {
+            w.buf = Some(self.io.bounce_buffer()?);
+        }
+        let w = &mut self.window;
+        let buf = w.buf.as_mut().expect("allocated above");
         w.len = 0;
         let got = self.io.read_full(&mut buf[..len], start)?;
         let w = &mut self.window;
@@ -657,10 +680,30 @@ impl DirectFile {
             return Ok(0);
         }
         let off = if self.mode.append { self.len()? } else { off };
+        self.check_span("pwrite", off, buf.len())?;
+        // Written in whole blocks (O_DIRECT) or pages (write-back), which must end by the
+        // largest offset too: past it no filesystem stores a byte (EFBIG, as the kernel says).
+        let block = self.io.align.offset.max(sys::page_size() as usize);
+        if align_up(off + buf.len() as u64, block) > MAX_OFFSET {
+            let e = io::Error::from_raw_os_error(libc::EFBIG);
+            return Err(self.io.fail("pwrite", e));
+        }
         self.window.invalidate_overlap(off, buf.len() as u64);
         if self.stage.active && off != self.stage.end() {
             self.settle()?;
         }
+        // A write that starts past the end of the file leaves a gap. It goes to the file
+        // before this call returns, as pwrite(2) would: the file's size is then its end and
+        // the gap reads as zeros, to this file and to anyone else (staged, the gap would be
+        // past the end until the next request elsewhere).
+        let size = if self.stage.active { 0 } else { self.len()? };
+        let past_end = !self.stage.active && off > size;
+        // Going past a partial last page, the kernel zeroes the rest of that page through the
+        // cache (buffered writes): a page this file then drops again, unless it was cached.
+        let page = sys::page_size();
+        let end_page = (past_end && !size.is_multiple_of(page))
+            .then(|| align_down(size, page as usize))
+            .filter(|&lo| !self.io.cached(lo, page));
         let mut done = 0;
         while done < buf.len() {
             let pos = off + done as u64;
@@ -697,15 +740,42 @@ impl DirectFile {
                 self.stage.len = 0;
             }
         }
+        if past_end {
+            self.settle()?;
+        }
+        if let Some(lo) = end_page {
+            self.io.write_back_and_drop(lo, page)?;
+        }
         Ok(buf.len())
+    }
+
+    /// Checks that a request of `len` bytes at `off` ends by the largest offset the kernel
+    /// takes (`EINVAL` otherwise, as the kernel's own check says), before any of it is
+    /// staged or read ahead.
+    fn check_span(&self, syscall: &'static str, off: u64, len: usize) -> io::Result<()> {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= MAX_OFFSET => Ok(()),
+            _ => Err(self.io.fail(
+                syscall,
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "offset {off} + length {len} is past the largest file offset \
+                         ({MAX_OFFSET})"
+                    ),
+                ),
+            )),
+        }
     }
 
     /// Starts the stage at `pos`; with O_DIRECT at the block holding it, whose head is read
     /// from the file (zeros past its end).
     fn start_stage(&mut self, pos: u64) -> io::Result<()> {
-        let mem = self.io.align.memory;
+        if self.stage.buf.is_none() {
+            self.stage.buf = Some(self.io.bounce_buffer()?);
+        }
         let s = &mut self.stage;
-        let buf = s.buf.get_or_insert_with(|| AlignedBuf::new(CHUNK, mem));
+        let buf = s.buf.as_mut().expect("allocated above");
         let a = self.io.align.offset;
         if self.io.policy == CachePolicy::Direct && !pos.is_multiple_of(a as u64) {
             let start = align_down(pos, a);
@@ -793,6 +863,11 @@ impl DirectFile {
             return Err(self
                 .io
                 .fail("ftruncate", io::Error::from_raw_os_error(libc::EBADF)));
+        }
+        if len > MAX_OFFSET {
+            let why = format!("length {len} is past the largest file offset ({MAX_OFFSET})");
+            let e = io::Error::new(io::ErrorKind::InvalidInput, why);
+            return Err(self.io.fail("ftruncate", e));
         }
         self.settle()?;
         self.io.finish_behind()?;

@@ -7,9 +7,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use super::{
-    align_down, page_cover, refused, Alignment, CachePolicy, DioError, BEHIND_WINDOW, KEEP_BLOCK,
+    align_down, page_cover, refused, Alignment, CachePolicy, DioError, BEHIND_WINDOW, CHUNK,
+    KEEP_BLOCK,
 };
-use crate::sys::{self, Advice, RwFlags};
+use crate::sys::{self, Advice, AlignedBuf, RwFlags};
 
 /// The descriptor and what every request needs: the policy in force and its fallbacks,
 /// the alignment, the drop-behind windows. Kept apart from the bounce buffers so that a
@@ -38,6 +39,12 @@ impl Io {
                 source,
             },
         )
+    }
+
+    /// A bounce buffer ([`CHUNK`] bytes at the memory alignment); `ENOMEM` rather than an
+    /// abort when it cannot be had.
+    pub(super) fn bounce_buffer(&self) -> io::Result<AlignedBuf> {
+        AlignedBuf::try_alloc(CHUNK, self.align.memory).map_err(|e| self.fail("posix_memalign", e))
     }
 
     /// Records a fallback in the notice and switches the descriptor to `to`.
@@ -223,6 +230,22 @@ impl Io {
         let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
         sys::sync_file_range(fd, lo, hi - lo, all).map_err(|e| self.fail("sync_file_range", e))?;
         let _ = sys::fadvise(fd, lo, hi - lo, Advice::DontNeed);
+        Ok(())
+    }
+
+    /// Whether any page of `[off, off+len)` is cached (false where cachestat is missing,
+    /// before Linux 6.5: nothing is known to be cached, as in [`Precached`]).
+    pub(super) fn cached(&self, off: u64, len: u64) -> bool {
+        sys::cachestat(self.fd.as_fd(), off, len).is_ok_and(|c| c.cache > 0)
+    }
+
+    /// Writes back `[off, off+len)` and drops its pages: pages the kernel brought in itself
+    /// (the old last page of a file a write went past, whose tail it zeroes in the cache).
+    pub(super) fn write_back_and_drop(&self, off: u64, len: u64) -> io::Result<()> {
+        let fd = self.fd.as_fd();
+        let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
+        sys::sync_file_range(fd, off, len, all).map_err(|e| self.fail("sync_file_range", e))?;
+        let _ = sys::fadvise(fd, off, len, Advice::DontNeed);
         Ok(())
     }
 

@@ -150,7 +150,7 @@ fn alignment_comes_from_statx() {
     let (mem, off) = sys::dio_align(f.as_fd()).expect("ext4 reports STATX_DIOALIGN");
     let a = f.alignment();
     assert_eq!((a.memory, a.offset), (mem as usize, off as usize));
-    let b = f.aligned_buffer(1000);
+    let b = f.aligned_buffer(1000).unwrap();
     assert_eq!(b.len(), a.offset.max(1000).div_ceil(a.offset) * a.offset);
     assert_eq!(b.as_ptr() as usize % a.memory, 0);
     let g = open(&p, OpenMode::read(), CachePolicy::DropBehind);
@@ -199,7 +199,7 @@ fn random_requests_round_trip_byte_for_byte() {
             if rng.below(2) == 0 {
                 let data = rng.bytes(len);
                 let n = if aligned {
-                    let mut b = f.aligned_buffer(len);
+                    let mut b = f.aligned_buffer(len).unwrap();
                     b[..len].copy_from_slice(&data);
                     f.write_at(&b[..len], off).unwrap()
                 } else {
@@ -212,7 +212,7 @@ fn random_requests_round_trip_byte_for_byte() {
                 }
                 model[off as usize..end].copy_from_slice(&data);
             } else {
-                let mut b = f.aligned_buffer(len + 1);
+                let mut b = f.aligned_buffer(len + 1).unwrap();
                 let buf = if aligned {
                     &mut b[..len]
                 } else {
@@ -272,7 +272,7 @@ fn cold_reads_leave_nothing_cached_and_keep_what_was() {
             got.extend_from_slice(&buf[1..1 + n]);
         }
         assert!(got == data, "{policy}");
-        let mut big = f.aligned_buffer(data.len());
+        let mut big = f.aligned_buffer(data.len()).unwrap();
         assert_eq!(f.read_at(&mut big, 0).unwrap(), data.len());
         assert!(big[..data.len()] == data[..]);
         assert_eq!(cached(&p), 0, "{policy}: read leaves no pages");
@@ -392,4 +392,108 @@ fn tmpfs_falls_back_and_says_so() {
     let f = DirectFile::open(&p, OpenMode::read(), CachePolicy::DropBehind).unwrap();
     assert!(f.notice().unwrap().contains("tmpfs keeps"));
     assert!(!f.notice().unwrap().contains("refused"));
+}
+
+/// Writes that start past the end of the file, under every policy, on a disk filesystem and
+/// on tmpfs: the gap reads as zeros (not as the end of the file) through the file itself, and
+/// fstat gives the write's end at once, as after a plain pwrite; the bytes on disk agree.
+#[test]
+fn writes_past_the_end_leave_a_gap_of_zeros_and_the_size_at_once() {
+    let disk = scratch();
+    let shm = Tmpfs::mount();
+    // (bytes in the file before, where the write starts, its length): unaligned and aligned
+    // starts, a gap inside one block, short and staged writes, one aligned and straight.
+    let cases: [(usize, u64, usize); 5] = [
+        (0, 10_000, 4),
+        (100, 200, 5),
+        (5000, (3 << 20) + 17, 70_000),
+        (0, 8192, 5000),
+        (777, 1 << 20, 1 << 20),
+    ];
+    for (fs, dir) in [("disk", disk.path()), ("tmpfs", shm.0.path())] {
+        for policy in POLICIES {
+            for (i, &(before, at, len)) in cases.iter().enumerate() {
+                let what = format!("{fs} {policy} case {i} ({before} bytes, write {len} at {at})");
+                let p = dir.join(format!("gap-{policy}-{i}"));
+                let mut rng = Rng(100 + i as u64);
+                let head = rng.bytes(before);
+                if fs == "disk" {
+                    cold_file(&p, &head);
+                } else {
+                    std::fs::write(&p, &head).unwrap();
+                }
+                let mut f = DirectFile::open(&p, rw(), policy).unwrap();
+                let data = rng.bytes(len);
+                let mut src = f.aligned_buffer(len).unwrap();
+                src[..len].copy_from_slice(&data);
+                assert_eq!(f.write_at(&src[..len], at).unwrap(), len, "{what}");
+                let end = at + len as u64;
+                assert_eq!(sys::fstat(f.as_fd()).unwrap().size, end, "{what}: fstat");
+                assert_eq!(f.len().unwrap(), end, "{what}");
+                let mut back = vec![0xAAu8; at as usize];
+                assert_eq!(f.read_at(&mut back, 0).unwrap(), at as usize, "{what}: gap");
+                assert!(back[..before] == head[..], "{what}: head");
+                assert!(back[before..].iter().all(|&b| b == 0), "{what}: zeros");
+                let mut tail = vec![0u8; len + 10];
+                assert_eq!(f.read_at(&mut tail, at).unwrap(), len, "{what}");
+                assert!(tail[..len] == data[..], "{what}: data");
+                f.close().unwrap();
+                let mut want = head.clone();
+                want.resize(at as usize, 0);
+                want.extend_from_slice(&data);
+                assert_eq!(sys::stat_path(&p, true).unwrap().size, end, "{what}");
+                if fs == "disk" {
+                    assert_eq!(cached(&p), 0, "{what}: nothing of ours cached");
+                }
+                assert!(std::fs::read(&p).unwrap() == want, "{what}: file");
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+    }
+}
+
+/// Offsets and lengths past what the kernel takes, huge buffers: errors naming the path and
+/// the call, never a panic, an abort or a fallback to another policy.
+#[test]
+fn impossible_offsets_and_sizes_are_errors() {
+    let dir = scratch();
+    let p = dir.path().join("f");
+    std::fs::write(&p, b"0123456789").unwrap();
+    let max = i64::MAX as u64;
+    for policy in POLICIES {
+        let mut f = open(&p, rw(), policy);
+        for (off, len) in [(u64::MAX, 1), (max, 1), (max - 3, 10), (1 << 63, 4096)] {
+            let e = f.read_at(&mut vec![0u8; len], off).unwrap_err();
+            assert_eq!(
+                errno(&e),
+                Some(libc::EINVAL),
+                "{policy} read {len} at {off}: {e}"
+            );
+            assert_eq!(failure(&e).unwrap().syscall, "pread");
+            assert!(e.to_string().starts_with(p.to_str().unwrap()), "{e}");
+            let e = f.write_at(&vec![7u8; len], off).unwrap_err();
+            assert_eq!(
+                errno(&e),
+                Some(libc::EINVAL),
+                "{policy} write {len} at {off}: {e}"
+            );
+            assert_eq!(failure(&e).unwrap().syscall, "pwrite");
+        }
+        // At the limit itself a read is the end of the file; a write is too large for any
+        // file (its last block would cross the limit).
+        assert_eq!(f.read_at(&mut [0u8; 3], max - 3).unwrap(), 0);
+        assert_eq!(f.read_at(&mut [0u8; 3], max - 5000).unwrap(), 0);
+        let e = f.write_at(b"abc", max - 3).unwrap_err();
+        assert_eq!(errno(&e), Some(libc::EFBIG), "{e}");
+        assert_eq!(failure(&e).unwrap().syscall, "pwrite");
+        let e = f.set_len(u64::MAX).unwrap_err();
+        assert_eq!(errno(&e), Some(libc::EINVAL), "{e}");
+        let e = f.aligned_buffer(usize::MAX - 10).unwrap_err();
+        assert_eq!(errno(&e), Some(libc::ENOMEM), "{e}");
+        let e = f.aligned_buffer(1 << 62).unwrap_err();
+        assert_eq!(errno(&e), Some(libc::ENOMEM), "{e}");
+        assert_eq!(f.policy(), policy, "no fallback: {:?}", f.notice());
+        f.close().unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"0123456789");
+    }
 }

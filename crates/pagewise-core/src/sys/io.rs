@@ -19,6 +19,10 @@ pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64) -> io::Result<usize> 
     })?)
 }
 
+/// The largest alignment [`AlignedBuf::try_alloc`] accepts: 1 GiB (a huge page; O_DIRECT
+/// asks for 512 B to 4 KiB).
+pub const MAX_ALIGN: usize = 1 << 30;
+
 /// A heap buffer aligned for O_DIRECT (whose memory alignment [`dio_align`](super::dio_align)
 /// tells). Zero-filled on creation; dereferences to `[u8]`.
 pub struct AlignedBuf {
@@ -53,6 +57,29 @@ impl AlignedBuf {
         let ptr = std::ptr::NonNull::new(p)?;
         Some(AlignedBuf { ptr, layout })
     }
+    /// A zeroed buffer of `len` bytes (at least 1) aligned to `align`, for sizes and
+    /// alignments that come from a caller: never aborts. `align` must be a power of two of
+    /// at most [`MAX_ALIGN`] (else `EINVAL`); a length beyond what can be allocated with it
+    /// is `ENOMEM`.
+    pub fn try_alloc(len: usize, align: usize) -> io::Result<Self> {
+        if !align.is_power_of_two() || align > MAX_ALIGN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("alignment {align}: not a power of two of at most {MAX_ALIGN} (1 GiB)"),
+            ));
+        }
+        let nomem = || {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("{len} bytes aligned to {align}: cannot allocate memory"),
+            )
+        };
+        let layout = std::alloc::Layout::from_size_align(len.max(1), align).map_err(|_| nomem())?;
+        // SAFETY: layout has a non-zero size.
+        let p = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(p).ok_or_else(nomem)?;
+        Ok(AlignedBuf { ptr, layout })
+    }
     /// Length in bytes (at least 1: a zero length is rounded up).
     pub fn len(&self) -> usize {
         self.layout.size()
@@ -64,6 +91,15 @@ impl AlignedBuf {
     /// Alignment of the start in bytes (a power of two).
     pub fn align(&self) -> usize {
         self.layout.align()
+    }
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf")
+            .field("len", &self.len())
+            .field("align", &self.align())
+            .finish()
     }
 }
 
@@ -183,6 +219,31 @@ mod tests {
         );
         assert!(AlignedBuf::try_new(usize::MAX - 100, 4096).is_none());
         assert!(AlignedBuf::try_new(1, usize::MAX).is_none());
+    }
+
+    #[test]
+    fn try_alloc_refuses_what_cannot_be_had_without_aborting() {
+        let b = AlignedBuf::try_alloc(5000, 4096).unwrap();
+        assert_eq!(
+            (b.len(), b.align(), b.as_ptr() as usize % 4096),
+            (5000, 4096, 0)
+        );
+        assert!(b.iter().all(|&x| x == 0));
+        let b = AlignedBuf::try_alloc(1, MAX_ALIGN).unwrap();
+        assert_eq!(b.as_ptr() as usize % MAX_ALIGN, 0);
+        for len in [
+            1usize << 62,
+            usize::MAX,
+            usize::MAX - 4095,
+            isize::MAX as usize,
+        ] {
+            let e = AlignedBuf::try_alloc(len, 4096).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::OutOfMemory, "{len}: {e}");
+        }
+        for align in [0usize, 3, 3000, MAX_ALIGN * 2, 1 << 40, usize::MAX] {
+            let e = AlignedBuf::try_alloc(16, align).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{align}: {e}");
+        }
     }
 
     #[test]
