@@ -1117,9 +1117,12 @@ fn delete_removes_what_the_source_lost_and_no_clobber_keeps() {
     assert!(!dst.join("old").exists() && !dst.join("keep/stale").exists());
     assert!(dst.join("a").exists() && dst.join("keep/b").exists());
     fs::write(dst.join("a"), b"mine").unwrap();
-    assert!(run(bin().args(["copy", "--no-clobber", "-T"]).arg(&src).arg(&dst))
-        .status
-        .success());
+    assert!(run(bin()
+        .args(["copy", "--no-clobber", "-T"])
+        .arg(&src)
+        .arg(&dst))
+    .status
+    .success());
     assert_eq!(
         fs::read(dst.join("a")).unwrap(),
         b"mine",

@@ -12,12 +12,8 @@ use std::path::Path;
 use std::process::Command;
 
 fn json(out: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "not JSON ({e}): {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-    })
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The case: `dst/x` is a symlink to a directory outside, the source has a directory
@@ -26,7 +22,11 @@ fn json(out: &std::process::Output) -> serde_json::Value {
 #[test]
 fn a_symlink_inside_the_destination_is_never_followed() {
     let t = tmp();
-    let (src, dst, out) = (t.path().join("src"), t.path().join("dst"), t.path().join("out"));
+    let (src, dst, out) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("out"),
+    );
     fs::create_dir_all(src.join("x")).unwrap();
     fs::create_dir_all(&dst).unwrap();
     fs::create_dir_all(&out).unwrap();
@@ -44,7 +44,10 @@ fn a_symlink_inside_the_destination_is_never_followed() {
         assert_eq!(o.status.code(), Some(2), "{flags}: a per-file error");
         let v = json(&o);
         let errs = v["errors"].to_string();
-        assert!(errs.contains("dst/x"), "{flags}: the error names the path: {errs}");
+        assert!(
+            errs.contains("dst/x"),
+            "{flags}: the error names the path: {errs}"
+        );
         assert_eq!(fs::read(out.join("p")).unwrap(), b"OLD", "{flags}");
         assert_eq!(fs::read(out.join("v")).unwrap(), b"VICTIM", "{flags}");
         assert_eq!(
@@ -67,7 +70,11 @@ fn a_symlink_inside_the_destination_is_never_followed() {
 #[test]
 fn planted_file_symlinks_are_replaced_and_their_targets_untouched() {
     let t = tmp();
-    let (src, dst, out) = (t.path().join("src"), t.path().join("dst"), t.path().join("out"));
+    let (src, dst, out) = (
+        t.path().join("src"),
+        t.path().join("dst"),
+        t.path().join("out"),
+    );
     fs::create_dir_all(src.join("d")).unwrap();
     fs::create_dir_all(&out).unwrap();
     fs::write(src.join("d/f"), b"source data").unwrap();
@@ -124,7 +131,12 @@ fn files_that_merely_look_like_temporaries_are_left_alone() {
     let name = format!(".a.pagewise-{}-0.tmp", dead_pid());
     fs::write(dst.join(&name), b"the user's own file").unwrap();
     fs::write(src.join(&name), b"the user's own file").unwrap();
-    for flags in [vec!["-auT"], vec!["-aT"], vec!["-n", "-aT"], vec!["-auT", "--delete"]] {
+    for flags in [
+        vec!["-auT"],
+        vec!["-aT"],
+        vec!["-n", "-aT"],
+        vec!["-auT", "--delete"],
+    ] {
         let o = run(bin()
             .arg("copy")
             .args(&flags)
@@ -222,7 +234,8 @@ fn archive_leaves_exactly_the_sources_acl_under_a_default_acl() {
     assert!(st.success());
     let plain = |p: &Path| {
         let acl = getfacl(p);
-        !acl.lines().any(|l| l.starts_with("user:65534") || l.starts_with("default:"))
+        !acl.lines()
+            .any(|l| l.starts_with("user:65534") || l.starts_with("default:"))
     };
     for round in 0..2 {
         if round == 1 {
@@ -269,7 +282,10 @@ fn update_carries_metadata_only_changes() {
         .is_ok_and(|s| s.success());
     let xattr = require(xattr, "setfattr with user xattrs (apt package attr)") && xattr;
     let before = fs::metadata(dst.join("m")).unwrap().mode();
-    let o = run(bin().args(["copy", "-auT", "-i", "--dry-run"]).arg(&src).arg(&dst));
+    let o = run(bin()
+        .args(["copy", "-auT", "-i", "--dry-run"])
+        .arg(&src)
+        .arg(&dst));
     assert!(String::from_utf8_lossy(&o.stdout).contains("metadata"));
     assert_eq!(
         fs::metadata(dst.join("m")).unwrap().mode(),
@@ -279,7 +295,10 @@ fn update_carries_metadata_only_changes() {
     let o = run(bin().args(["copy", "-auT", "-i"]).arg(&src).arg(&dst));
     assert!(o.status.success());
     let listed = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(listed.contains("metadata") && listed.contains("dst/m"), "{listed}");
+    assert!(
+        listed.contains("metadata") && listed.contains("dst/m"),
+        "{listed}"
+    );
     assert!(!listed.contains("dst/u"), "{listed}");
     assert_eq!(fs::metadata(dst.join("m")).unwrap().mode() & 0o7777, 0o600);
     if root {
@@ -311,7 +330,10 @@ fn dry_run_counts_and_n_is_dry_run() {
         fs::write(src.join(format!("d/f{i}")), vec![b'x'; 1000]).unwrap();
     }
     for flag in ["--dry-run", "-n"] {
-        let o = run(bin().args(["copy", "-aT", flag, "--json"]).arg(&src).arg(&dst));
+        let o = run(bin()
+            .args(["copy", "-aT", flag, "--json"])
+            .arg(&src)
+            .arg(&dst));
         assert!(o.status.success());
         let v = json(&o);
         assert_eq!(v["files"], 5, "{flag}: {v}");

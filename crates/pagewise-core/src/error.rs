@@ -231,9 +231,12 @@ impl Op {
             | Op::Pwritev2Dontcache
             | Op::Ftruncate
             | Op::Fsync => "cannot write",
-            Op::Chmod | Op::Fchmod | Op::Fchown | Op::Futimens | Op::Fsetxattr | Op::Fremovexattr => {
-                "cannot set the owner, mode, times or attributes of"
-            }
+            Op::Chmod
+            | Op::Fchmod
+            | Op::Fchown
+            | Op::Futimens
+            | Op::Fsetxattr
+            | Op::Fremovexattr => "cannot set the owner, mode, times or attributes of",
             _ => return None,
         })
     }

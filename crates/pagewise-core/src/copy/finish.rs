@@ -371,8 +371,7 @@ impl Ctx<'_> {
                 continue; // the first copy failed and was reported
             }
             let oc = std::ffi::CString::new(oname.as_bytes()).unwrap_or_default();
-            let existed = sys::fstatat(Some(odir.as_fd()), &oc, false)
-                .is_ok_and(|m| !m.is_dir())
+            let existed = sys::fstatat(Some(odir.as_fd()), &oc, false).is_ok_and(|m| !m.is_dir())
                 && sys::unlink_at(odir.as_fd(), oname, false).is_ok();
             match sys::link_at(fdir.as_fd(), fname, odir.as_fd(), oname) {
                 Ok(()) => {

@@ -9,8 +9,8 @@
 //! destination directory that existed is read once too, and only names it holds are stat'ed:
 //! an up-to-date 100k-file tree is checked with one fstatat per entry and side.
 
-use super::worker::{SMALL_BATCH_BYTES, SMALL_FILE};
 use super::commit::{TEMP_MARK, TEMP_MARK_VALUE};
+use super::worker::{SMALL_BATCH_BYTES, SMALL_FILE};
 use super::{Action, Ctx, Dereference, EntryKind, Existing};
 use crate::error::{FileError, Op};
 use crate::sys;
@@ -359,7 +359,9 @@ impl<'a> Planner<'a> {
                 Ok(p) => p,
                 Err(err) => {
                     let up = e.dst.parent().unwrap_or(Path::new(".")).to_path_buf();
-                    return self.ctx.fail(FileError::io(&e.dst, Op::OpenParent(up), &err));
+                    return self
+                        .ctx
+                        .fail(FileError::io(&e.dst, Op::OpenParent(up), &err));
                 }
             };
             let tmp = self.ctx.temp_name(&e.dst);
@@ -434,8 +436,8 @@ impl<'a> Planner<'a> {
     /// ([`TEMP_MARK`]), whose process (`pid`, from its name) is gone. A file that merely has
     /// such a name is the user's and stays.
     fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
-        let is_plain = sys::fstatat(Some(dir), name, false)
-            .is_ok_and(|m| m.is_file() && m.nlink == 1);
+        let is_plain =
+            sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_file() && m.nlink == 1);
         let gone = || sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
         let marked = || {
             sys::open_read_at(dir, sys::name_os(name))

@@ -291,7 +291,9 @@ impl Ctx<'_> {
                 Err(e) => return self.fail(FileError::io(&o.src, Op::Read, &e)),
             }
         }
-        if let Err(e) = engine::write_full(&data, 0, |b, off| sys::pwritev2(o.df.as_fd(), b, off, 0)) {
+        if let Err(e) =
+            engine::write_full(&data, 0, |b, off| sys::pwritev2(o.df.as_fd(), b, off, 0))
+        {
             return self.fail(FileError::io(&o.dst, Op::Pwritev2, &e));
         }
         self.observer.progress(0, data.len() as u64);

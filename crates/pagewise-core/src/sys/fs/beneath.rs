@@ -53,8 +53,7 @@ pub fn open_dir_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd>
             "a path inside the destination may not leave it (.. or /)",
         ));
     }
-    let resolve =
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     match rustix::fs::openat2(root, rel, dir_flags(), Mode::empty(), resolve) {
         Ok(fd) => return Ok(fd),
         Err(Errno::LOOP) => return Err(symlink_refused()),
@@ -109,8 +108,7 @@ pub fn open_read_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
 /// <https://man7.org/linux/man-pages/man2/open.2.html>: a new file `name` in `dir` (EEXIST if
 /// anything, a symlink included, stands there).
 pub fn create_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<OwnedFd> {
-    let flags =
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     Ok(rustix::fs::openat(
         dir,
         name,
