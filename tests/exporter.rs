@@ -8,6 +8,7 @@
 
 mod common;
 use common::*;
+use pagewise_core::fuzzing::fuzz;
 use pagewise_core::sys;
 use serde_json::Value;
 use std::fs::{self, File};
@@ -601,51 +602,6 @@ fn paths_differing_only_in_invalid_bytes_are_distinct_series() {
     if on_path("promtool") {
         promtool_check(&text);
     }
-}
-
-/// Runs `check` on inputs of `strategy`: `cases` of them, or with PAGEWISE_FUZZ_SECS=N batches
-/// of fresh seeds for N seconds (a long fuzzing run). Says how many inputs it tried.
-fn fuzz<S: proptest::strategy::Strategy>(
-    name: &str,
-    cases: u32,
-    strategy: S,
-    check: impl Fn(S::Value),
-) where
-    S::Value: std::fmt::Debug,
-{
-    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-    let secs: u64 = std::env::var("PAGEWISE_FUZZ_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let start = Instant::now();
-    let tried = std::cell::Cell::new(0u64);
-    for batch in 0u64.. {
-        let config = Config {
-            cases: if secs > 0 { 2_000 } else { cases },
-            failure_persistence: None,
-            ..Config::default()
-        };
-        let mut seed = [0u8; 32];
-        seed[..8].copy_from_slice(&batch.to_le_bytes());
-        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
-        let r = TestRunner::new_with_rng(config, rng).run(&strategy, |v| {
-            tried.set(tried.get() + 1);
-            check(v);
-            Ok(())
-        });
-        if let Err(e) = r {
-            panic!("fuzz {name}: {e}");
-        }
-        if start.elapsed().as_secs() >= secs {
-            break;
-        }
-    }
-    eprintln!(
-        "fuzz {name}: {} inputs in {:.1?}, nothing found",
-        tried.get(),
-        start.elapsed()
-    );
 }
 
 /// Request heads: random bytes, and requests built from plausible and hostile parts.

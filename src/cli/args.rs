@@ -308,48 +308,10 @@ mod tests {
         //! suite; `PAGEWISE_FUZZ_SECS=600 cargo test --release --bin pagewise cli::args` runs
         //! each for that many seconds with fresh seeds and prints the inputs tried.
         use super::*;
+        use pagewise_core::fuzzing::fuzz;
         use proptest::prelude::*;
-        use proptest::test_runner::{Config, TestCaseError, TestRunner};
-        use std::sync::atomic::{AtomicU64, Ordering};
 
         const CASES: u32 = 2_000;
-
-        fn fuzz<S: Strategy>(
-            name: &str,
-            strategy: S,
-            test: impl Fn(S::Value) -> Result<(), TestCaseError>,
-        ) where
-            S::Value: std::fmt::Debug,
-        {
-            let tried = AtomicU64::new(0);
-            let counted = |v| {
-                tried.fetch_add(1, Ordering::Relaxed);
-                test(v)
-            };
-            let secs: Option<u64> = std::env::var("PAGEWISE_FUZZ_SECS")
-                .ok()
-                .and_then(|s| s.parse().ok());
-            let start = std::time::Instant::now();
-            let cases = if secs.is_some() { 50_000 } else { CASES };
-            loop {
-                let mut runner = TestRunner::new(Config {
-                    cases,
-                    failure_persistence: None,
-                    ..Config::default()
-                });
-                if let Err(e) = runner.run(&strategy, counted) {
-                    panic!("{name}: {e}");
-                }
-                if secs.is_none_or(|s| start.elapsed().as_secs() >= s) {
-                    break;
-                }
-            }
-            eprintln!(
-                "fuzz {name}: {} inputs in {:.1} s, no failure",
-                tried.load(Ordering::Relaxed),
-                start.elapsed().as_secs_f64()
-            );
-        }
 
         /// Numbers as people (and attackers) write them.
         fn number() -> impl Strategy<Value = String> {
@@ -411,7 +373,7 @@ mod tests {
 
         #[test]
         fn sizes_and_limits() {
-            fuzz("size", input(), |s| {
+            fuzz("size", CASES, input(), |s| {
                 let size = parse_size_arg(&s);
                 let limit = parse_limit_arg(&s);
                 // Plain integers are read exactly; a limit is a size or `none`.
@@ -434,7 +396,7 @@ mod tests {
 
         #[test]
         fn ranges() {
-            fuzz("range", input(), |s| {
+            fuzz("range", CASES, input(), |s| {
                 if let Ok(r) = ByteRange::parse(&s) {
                     prop_assert!(r.end.is_none_or(|e| e > r.start), "{s}: {r:?}");
                     for size in [0u64, 1, 4095, 4096, 1 << 40, i64::MAX as u64] {
@@ -449,7 +411,7 @@ mod tests {
 
         #[test]
         fn durations() {
-            fuzz("duration", input(), |s| {
+            fuzz("duration", CASES, input(), |s| {
                 if let Ok(d) = parse_duration(&s) {
                     // Whatever is accepted is a duration a deadline can be made of.
                     let _ = std::time::Instant::now().checked_add(d);

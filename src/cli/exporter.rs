@@ -280,6 +280,7 @@ fn respond(exp: &Exporter, req: &http::Request<'_>) -> http::Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pagewise_core::fuzzing::fuzz;
 
     #[test]
     fn config_file_settings_and_errors() {
@@ -323,52 +324,6 @@ mod tests {
         write_textfile(d.path(), "a 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(p).unwrap(), "a 2\n");
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
-    }
-
-    /// proptest settings of a fuzz harness: `cases` cases, or with PAGEWISE_FUZZ_SECS=N
-    /// batches of fresh seeds for N seconds. Runs `check` on each input; returns how many.
-    fn fuzz<S: proptest::strategy::Strategy>(
-        name: &str,
-        cases: u32,
-        strategy: S,
-        check: impl Fn(S::Value),
-    ) where
-        S::Value: std::fmt::Debug,
-    {
-        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
-        let secs: u64 = std::env::var("PAGEWISE_FUZZ_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let start = std::time::Instant::now();
-        let tried = std::cell::Cell::new(0u64);
-        for batch in 0u64.. {
-            let config = Config {
-                cases: if secs > 0 { 10_000 } else { cases },
-                failure_persistence: None,
-                ..Config::default()
-            };
-            let mut seed = [0u8; 32];
-            seed[..8].copy_from_slice(&batch.to_le_bytes());
-            let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed);
-            let mut runner = TestRunner::new_with_rng(config, rng);
-            let r = runner.run(&strategy, |v| {
-                tried.set(tried.get() + 1);
-                check(v);
-                Ok(())
-            });
-            if let Err(e) = r {
-                panic!("{name}: {e}");
-            }
-            if start.elapsed().as_secs() >= secs {
-                break;
-            }
-        }
-        eprintln!(
-            "fuzz {name}: {} inputs in {:.1?}, nothing found",
-            tried.get(),
-            start.elapsed()
-        );
     }
 
     /// Config files and exporter flags of any text: a setting or a message naming the file

@@ -13,6 +13,9 @@ pub mod dio;
 pub mod error;
 pub mod evict;
 pub mod exporter;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod json;
 pub mod load;
 pub mod names;

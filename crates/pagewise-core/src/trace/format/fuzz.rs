@@ -10,48 +10,12 @@
 //! each property for that many seconds with fresh random seeds and prints the inputs tried.
 
 use super::*;
+use crate::fuzzing::fuzz;
 use crate::replay::{file_ranges, MAX_EXTRA_REQUESTS};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Inputs per property in the normal test suite.
 const CASES: u32 = 400;
-
-/// Runs `test` over `strategy`: [`CASES`] inputs, or for `PAGEWISE_FUZZ_SECS` seconds.
-fn fuzz<S: Strategy>(name: &str, strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>)
-where
-    S::Value: std::fmt::Debug,
-{
-    let tried = AtomicU64::new(0);
-    let counted = |v| {
-        tried.fetch_add(1, Ordering::Relaxed);
-        test(v)
-    };
-    let secs: Option<u64> = std::env::var("PAGEWISE_FUZZ_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok());
-    let start = std::time::Instant::now();
-    let cases = if secs.is_some() { 20_000 } else { CASES };
-    loop {
-        let mut runner = TestRunner::new(Config {
-            cases,
-            failure_persistence: None,
-            ..Config::default()
-        });
-        if let Err(e) = runner.run(&strategy, counted) {
-            panic!("{name}: {e}");
-        }
-        if secs.is_none_or(|s| start.elapsed().as_secs() >= s) {
-            break;
-        }
-    }
-    eprintln!(
-        "fuzz {name}: {} inputs in {:.1} s, no failure",
-        tried.load(Ordering::Relaxed),
-        start.elapsed().as_secs_f64()
-    );
-}
 
 /// Values where bounds break: 0, 1, powers of two and their neighbours, the maximum.
 fn edgy_u64() -> impl Strategy<Value = u64> {
@@ -240,7 +204,7 @@ fn arb_ends() -> impl Strategy<Value = Vec<u64>> {
 /// field is within bounds, and then round-trips.
 #[test]
 fn written_traces_are_accepted_exactly_within_bounds() {
-    fuzz("written", (arb_trace(), arb_ends()), |(t, ends)| {
+    fuzz("written", CASES, (arb_trace(), arb_ends()), |(t, ends)| {
         let b = t.to_bytes();
         match Trace::from_bytes(&b) {
             Ok(got) => {
@@ -331,7 +295,7 @@ fn mutated_traces_with_a_fixed_checksum_are_refused_or_within_bounds() {
         any::<bool>(),
         arb_ends(),
     );
-    fuzz("mutated", input, |(t, ms, fix, ends)| {
+    fuzz("mutated", CASES, input, |(t, ms, fix, ends)| {
         let mut b = t.to_bytes();
         prop_assert!(Trace::from_bytes(&b).is_ok(), "the base is valid");
         for m in &ms {
@@ -356,7 +320,7 @@ fn raw_bytes_after_a_valid_header_never_panic() {
         any::<u32>(),
         arb_ends(),
     );
-    fuzz("raw", input, |(tail, page_size, ends)| {
+    fuzz("raw", CASES, input, |(tail, page_size, ends)| {
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_le_bytes());
         b.extend_from_slice(&0u32.to_le_bytes());
