@@ -293,8 +293,17 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
     if report.dry_run {
         return writeln!(
             w,
-            "dry run, nothing changed: would create {}, update {}, delete {}, bring metadata over for {}; {} up to date; {} failed",
-            report.created, report.updated, report.deleted, report.metadata_updated, report.skipped, o.error_count
+            "dry run, nothing changed: would create {}, update {}, delete {}{}; {} up to date; {} failed",
+            report.created,
+            report.updated,
+            report.deleted,
+            if report.metadata_updated > 0 {
+                format!(", bring metadata over for {}", report.metadata_updated)
+            } else {
+                String::new()
+            },
+            report.skipped,
+            o.error_count
         );
     }
     let r = &report.residue;
