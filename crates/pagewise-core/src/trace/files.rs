@@ -91,7 +91,16 @@ pub fn open_file(f: &TraceFile, mounts: &Mounts) -> std::io::Result<OwnedFd> {
     )?;
     let fd = sys::open_by_inode(mfd.as_fd(), f.ino)?;
     let st = sys::fstat(fd.as_fd())?;
-    regular(fd, st)
+    if !st.is_file() {
+        // Found by its inode number only, which now names something else: the traced file
+        // is gone and the number was given again (a test deleting a traced file saw a
+        // directory made elsewhere take it).
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("gone: its inode number now names a {}", st.kind()),
+        ));
+    }
+    Ok(fd)
 }
 
 /// A traced file must still be a regular file: a FIFO or device now standing under its name

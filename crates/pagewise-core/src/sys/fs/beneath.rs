@@ -24,6 +24,22 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOFOLLOW
 }
 
+/// The error of opening `name` in `dir` as a directory without following it: ELOOP, or
+/// ENOTDIR for a symlink as the last component (O_NOFOLLOW with O_DIRECTORY), said in words
+/// when `name` is a symlink.
+fn open_dir_error(dir: BorrowedFd<'_>, name: &OsStr, e: Errno) -> io::Error {
+    let is_link = || {
+        c_name(name)
+            .and_then(|c| super::fstatat(Some(dir), &c, false))
+            .is_ok_and(|s| s.is_symlink())
+    };
+    if e == Errno::LOOP || (e == Errno::NOTDIR && is_link()) {
+        symlink_refused()
+    } else {
+        e.into()
+    }
+}
+
 /// ELOOP with a message that says what happened: the destination held a symlink where a
 /// directory was to be entered.
 fn symlink_refused() -> io::Error {
@@ -56,9 +72,16 @@ pub fn open_dir_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd>
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     match rustix::fs::openat2(root, rel, dir_flags(), Mode::empty(), resolve) {
         Ok(fd) => return Ok(fd),
-        Err(Errno::LOOP) => return Err(symlink_refused()),
         Err(Errno::NOSYS | Errno::PERM) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            let up = rel.parent().unwrap_or(Path::new(""));
+            let name = rel.file_name().unwrap_or_default();
+            return Err(match open_dir_beneath(root, up) {
+                Ok(d) => open_dir_error(d.as_fd(), name, e),
+                Err(_) if e == Errno::LOOP => symlink_refused(),
+                Err(_) => e.into(),
+            });
+        }
     }
     let mut at: Option<OwnedFd> = None;
     for c in rel.components() {
@@ -66,8 +89,7 @@ pub fn open_dir_beneath(root: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd>
         let dir = at.as_ref().map(|d| d.as_fd()).unwrap_or(root);
         let next = match rustix::fs::openat(dir, name, dir_flags(), Mode::empty()) {
             Ok(fd) => fd,
-            Err(Errno::LOOP) => return Err(symlink_refused()),
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(open_dir_error(dir, name, e)),
         };
         at = Some(next);
     }
@@ -87,11 +109,8 @@ pub fn mkdir_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> 
 /// `openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW)`: the directory `name` in `dir`,
 /// refused (with a message saying so) when `name` is a symlink.
 pub fn open_dir_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
-    match rustix::fs::openat(dir, name, dir_flags(), Mode::empty()) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::LOOP) => Err(symlink_refused()),
-        Err(e) => Err(e.into()),
-    }
+    rustix::fs::openat(dir, name, dir_flags(), Mode::empty())
+        .map_err(|e| open_dir_error(dir, name, e))
 }
 
 /// `openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOATIME)`: a file of `dir` to
