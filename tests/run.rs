@@ -343,8 +343,8 @@ fn mapped_pages_are_parked_and_dropped_at_exit() {
 
 /// `run -- cksum BIG` with the default --max-cache: drop-behind never drops read-ahead the
 /// command has not read yet, so the kernel reads the file once (pages added within 1% of its
-/// size, where dropping the read-ahead front made it 14% more), and the report adds up:
-/// dropped + left = added.
+/// size, where dropping the read-ahead front made it 8.6% more here and 14% on 2 GB), and the
+/// report adds up: dropped + left = added, less what the kernel reclaimed on its own.
 #[test]
 fn a_sequential_reader_reads_the_file_once() {
     if !can_trace() {
@@ -375,6 +375,14 @@ fn a_sequential_reader_reads_the_file_once() {
         added <= size + size / 100,
         "read once: added {added} for a file of {size}"
     );
-    assert_eq!(dropped + left, added, "dropped + left = added");
+    // Every page the events reported added is dropped or left, but for pages the kernel
+    // reclaimed itself before drop-behind came (DAMON pageout runs on these machines:
+    // 72 KiB of 768 MiB in one run by hand), which cachestat no longer finds to drop.
+    assert!(dropped + left <= added, "dropped + left <= added");
+    assert!(
+        added - (dropped + left) <= size / 100,
+        "dropped + left = added within what the kernel may reclaim itself: {added} vs {}",
+        dropped + left
+    );
     assert_eq!(cached(&data), 0);
 }
