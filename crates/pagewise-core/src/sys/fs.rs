@@ -58,6 +58,8 @@ pub struct Stat {
     pub atime: (i64, i64),
     /// Last modification, seconds and nanoseconds since the epoch.
     pub mtime: (i64, i64),
+    /// Last status change (`st_ctime`: any metadata change, xattrs and ACLs included).
+    pub ctime: (i64, i64),
     /// Device number of a character or block device (`st_rdev`); 0 for other files.
     pub rdev: u64,
 }
@@ -77,6 +79,7 @@ impl Stat {
             allocated: (s.st_blocks as u64) * 512,
             atime: (s.st_atime as i64, s.st_atime_nsec as i64),
             mtime: (s.st_mtime as i64, s.st_mtime_nsec as i64),
+            ctime: (s.st_ctime as i64, s.st_ctime_nsec as i64),
             rdev: s.st_rdev as u64,
         }
     }
