@@ -154,14 +154,9 @@ pub fn memlock_limit() -> u64 {
 /// Blocks SIGINT and SIGTERM in the calling thread (and threads it spawns later), then waits for
 /// one of them or for `timeout`. Returns the signal number, or None on timeout.
 pub fn wait_for_interrupt(timeout: Option<Duration>) -> Option<i32> {
-    // SAFETY: set is initialised by sigemptyset before use; all pointers are to locals.
+    let set = block_interrupts();
+    // SAFETY: set is initialised; all pointers are to locals.
     unsafe {
-        let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-        libc::sigemptyset(set.as_mut_ptr());
-        let mut set = set.assume_init();
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         loop {
             let r = match timeout {
                 Some(t) => {
@@ -191,7 +186,8 @@ pub fn wait_for_interrupt(timeout: Option<Duration>) -> Option<i32> {
 /// Blocks SIGINT and SIGTERM in the calling thread, so one sent from now on stays pending for
 /// [`wait_for_interrupt`] instead of killing the process: call it before saying "holding"
 /// (a signal sent right after that line used to kill `load --lock` by the default action).
-pub fn block_interrupts() {
+/// Returns the blocked set (SIGINT and SIGTERM).
+pub fn block_interrupts() -> libc::sigset_t {
     // SAFETY: set is initialised by sigemptyset before use; all pointers are to locals.
     unsafe {
         let mut set = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
@@ -200,6 +196,7 @@ pub fn block_interrupts() {
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
     }
 }
 

@@ -4,7 +4,7 @@
 use std::io;
 use std::path::Path;
 
-use rustix::fs::{AtFlags, FileType, Mode, Timespec, Timestamps, CWD};
+use rustix::fs::{FileType, Mode, CWD};
 
 /// The kind of a special file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,20 +63,7 @@ pub fn mknod(path: &Path, kind: NodeKind, perm: u32, rdev: u64) -> io::Result<()
 /// Sets the access and modification times of `path` itself: a symlink's own times, a FIFO's
 /// without opening it. Times are `(seconds, nanoseconds)` since the epoch.
 pub fn set_times_nofollow(path: &Path, atime: (i64, i64), mtime: (i64, i64)) -> io::Result<()> {
-    let ts = |(s, n): (i64, i64)| Timespec {
-        tv_sec: s,
-        tv_nsec: n as _,
-    };
-    let times = Timestamps {
-        last_access: ts(atime),
-        last_modification: ts(mtime),
-    };
-    Ok(rustix::fs::utimensat(
-        CWD,
-        path,
-        &times,
-        AtFlags::SYMLINK_NOFOLLOW,
-    )?)
+    super::set_times_at(CWD, path.as_os_str(), atime, mtime)
 }
 
 #[cfg(test)]
