@@ -199,7 +199,7 @@ fn precached_source_pages_stay_cached() {
     let mut buf = vec![0u8; 2 << 20];
     sys::fadvise(f.as_fd(), 0, 0, sys::Advice::Random).unwrap();
     sys::pread(f.as_fd(), &mut buf, 0).unwrap();
-    let before_head = sys::cachestat(f.as_fd(), 0, 2 << 20).unwrap().cache;
+    let before_head = resident_pages(&f, 0, 2 << 20);
     assert_eq!(before_head, 512);
     for strategy in ["direct", "dontcache", "drop-behind"] {
         let dst = t.path().join(format!("dst-{strategy}"));
@@ -209,8 +209,8 @@ fn precached_source_pages_stay_cached() {
             .arg(&dst))
         .status
         .success());
-        let head = sys::cachestat(f.as_fd(), 0, 2 << 20).unwrap().cache;
-        let tail = sys::cachestat(f.as_fd(), 2 << 20, 0).unwrap().cache;
+        let head = resident_pages(&f, 0, 2 << 20);
+        let tail = resident_pages(&f, 2 << 20, 0);
         // >= 98%: DAMON pageout may take a few behind our back (see above); dropping one
         // 128 KiB block of them would lose 32.
         assert!(

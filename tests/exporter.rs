@@ -250,7 +250,7 @@ fn prometheus_scrapes_the_exporter_and_the_textfile_with_cachestats_figures() {
     // a later scrape that matches the kernel's figure at that moment is waited for.
     wait_for(60, "Prometheus has scraped the kernel's figure", || {
         let r = query(pp, &cached_q)?;
-        (value(r.first()?) as u64 == cs(&f).cache * PAGE).then_some(())
+        (value(r.first()?) as u64 == cached(&f) * PAGE).then_some(())
     });
     for (q, want) in [
         (
@@ -311,7 +311,7 @@ fn prometheus_scrapes_the_exporter_and_the_textfile_with_cachestats_figures() {
     assert!(age < 5.0, "snapshot age {age}");
     // The exporter follows the kernel: evict the file, and Prometheus sees 0.
     assert!(run(bin().arg("evict").arg(&f)).status.success());
-    assert_eq!(cs(&f).cache, 0);
+    assert_eq!(cached(&f), 0);
     wait_for(30, "Prometheus sees the eviction", || {
         let r = query(pp, &cached_q)?;
         (value(&r[0]) == 0.0).then_some(())
@@ -347,7 +347,7 @@ fn once_prints_checkable_metrics_and_bad_configs_fail() {
     let line = format!(
         "pagewise_path_cached_bytes{{path=\"{}\"}} {}",
         f.display(),
-        cs(&f).cache * PAGE
+        cached(&f) * PAGE
     );
     assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     assert!(!text.contains("pagewise_cgroup_"));

@@ -107,7 +107,7 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
         .current_dir(work.path())
         .env("PAGEWISE_BIN", env!("CARGO_BIN_EXE_pagewise"))
         .env("PAGEWISE_EXPECT_PREFIX", &venv)
-        .env("PAGEWISE_TEST_DIR", env!("CARGO_TARGET_TMPDIR"))
+        .env("PAGEWISE_TEST_DIR", common::tmp_root())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -151,7 +151,7 @@ fn written_files_are_written_back_and_dropped_or_kept() {
         if !keep {
             let f = fs::File::open(&dst).unwrap();
             assert_eq!(
-                sys::cachestat(f.as_fd(), 0, 0).unwrap().cache,
+                resident_pages(&f, 0, 0),
                 0,
                 "written pages written back and dropped"
             );

@@ -24,7 +24,7 @@ fn can_trace() -> bool {
 
 fn page_cached(p: &Path, page: u64) -> bool {
     let f = File::open(p).unwrap();
-    sys::cachestat(f.as_fd(), page * PAGE, PAGE).unwrap().cache == 1
+    resident_pages(&f, page * PAGE, PAGE) == 1
 }
 
 fn write_pages(p: &Path, pages: u64) {

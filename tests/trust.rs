@@ -39,7 +39,7 @@ fn stderr(out: &Output) -> String {
 /// An anonymous file on the build's filesystem to take a command's output: unlike a pipe, a
 /// background process keeping it open cannot make the reader wait for it.
 fn capture_file() -> File {
-    tempfile::tempfile_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    tempfile::tempfile_in(tmp_root()).unwrap()
 }
 
 fn read_back(mut f: File) -> Vec<u8> {
@@ -486,7 +486,7 @@ fn range_past_eof_covers_nothing_for_stat_evict_and_load() {
     let f = t.path().join("F");
     write_file(&f, 5000);
     fs::File::open(&f).unwrap().sync_all().unwrap();
-    assert_eq!(cs(&f).cache, 2, "setup: fully cached");
+    assert_eq!(cached(&f), 2, "setup: fully cached");
 
     let out = run(bin()
         .args(["stat", "--json", "-l", "--range", "1M-3M"])
@@ -498,7 +498,7 @@ fn range_past_eof_covers_nothing_for_stat_evict_and_load() {
 
     let out = run(bin().args(["evict", "--range", "1M-3M"]).arg(&f));
     assert!(out.status.success());
-    assert_eq!(cs(&f).cache, 2, "evict of a range past EOF dropped nothing");
+    assert_eq!(cached(&f), 2, "evict of a range past EOF dropped nothing");
 
     sync_and_evict(&f);
     assert_eq!(cached(&f), 0);
@@ -823,7 +823,7 @@ fn non_owner_sees_unknown_and_its_evict_drops_the_pages() {
     sync_and_evict(&f);
     fs::read(&f).unwrap();
     let pages = (16u64 << 20) / PAGE;
-    assert_eq!(cs(&f).cache, pages, "setup: fully cached, clean");
+    assert_eq!(cached(&f), pages, "setup: fully cached, clean");
     assert_eq!(cs(&f).dirty, 0);
 
     let out = run(as_nobody().arg("stat").arg(&f));
@@ -851,7 +851,7 @@ fn non_owner_sees_unknown_and_its_evict_drops_the_pages() {
     let said = stdout(&out);
     assert!(!said.contains("dropped 0 B of 0 B"), "{said}");
     assert!(said.contains("unknown"), "{said}");
-    let left = cs(&f).cache;
+    let left = cached(&f);
     assert!(
         left * 100 <= pages,
         "fadvise(DONTNEED) works for readers: {left} pages left"
@@ -1434,10 +1434,10 @@ fn tmpfs_residue_says_no_backing_store() {
     let m = Mount::tmpfs("4m");
     let f = m.path().join("F");
     write_file(&f, 100_000);
-    assert_eq!(cs(&f).cache, 25);
+    assert_eq!(cached(&f), 25);
     let v = json(&run(bin().args(["evict", "--json"]).arg(&f)));
     assert_eq!(v["residue"][0]["reason"], "no_backing_store");
-    assert_eq!(cs(&f).cache, 25, "tmpfs pages cannot be dropped");
+    assert_eq!(cached(&f), 25, "tmpfs pages cannot be dropped");
     let out = run(bin().arg("evict").arg(&f));
     let all = format!("{}{}", stdout(&out), stderr(&out));
     assert!(all.contains("tmpfs"), "{all}");

@@ -13,9 +13,18 @@ pub fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_pagewise"))
 }
 
-/// A temp dir on the build's real filesystem (not tmpfs, whose pages cannot be evicted).
+/// Where tests keep their files: the build's real filesystem (not tmpfs, whose pages cannot be
+/// evicted), or PAGEWISE_TEST_TMPDIR (the kernel matrix's ext4 disk inside a guest, where the
+/// build's directory is a read-only 9p mount).
+pub fn tmp_root() -> std::path::PathBuf {
+    std::env::var_os("PAGEWISE_TEST_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_TARGET_TMPDIR").into())
+}
+
+/// A temp dir under [`tmp_root`].
 pub fn tmp() -> tempfile::TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    tempfile::tempdir_in(tmp_root()).unwrap()
 }
 
 /// The first line a child process writes to this pipe (blocks until it does).
@@ -59,15 +68,51 @@ pub fn run(cmd: &mut Command) -> Output {
     out
 }
 
-/// The kernel's view: cachestat of the whole file.
+/// The kernel's view: cachestat of the whole file (Linux 6.5+; fails the test elsewhere: use
+/// [`cached`] / [`resident_pages`] for residency, [`dirty_pages`] where dirty counts may be
+/// unknown).
 pub fn cs(p: &Path) -> sys::CacheStat {
     let f = File::open(p).unwrap();
     sys::cachestat(f.as_fd(), 0, 0).unwrap()
 }
 
-/// Cached pages of the whole file, from cachestat.
+/// True when this kernel has cachestat(2) (6.5+).
+pub fn has_cachestat() -> bool {
+    let f = File::open("/proc/self/exe").unwrap();
+    !matches!(sys::cachestat(f.as_fd(), 0, 1), Err(e) if e.raw_os_error() == Some(libc::ENOSYS))
+}
+
+/// Cached pages of `[off, off+len)` of an open file (`len` 0: to the end) as the kernel shows
+/// them: cachestat, or mmap+mincore where the kernel has no cachestat (before 6.5). `off` must
+/// be page aligned. Tests run as root or as the file's owner, so mincore tells the truth.
+pub fn resident_pages(f: &File, off: u64, len: u64) -> u64 {
+    match sys::cachestat(f.as_fd(), off, len) {
+        Ok(c) => c.cache,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let size = f.metadata().unwrap().len();
+            let end = if len == 0 { size } else { (off + len).min(size) };
+            if end <= off {
+                return 0;
+            }
+            sys::mincore_count(f.as_fd(), off, end - off, None).unwrap()
+        }
+        Err(e) => panic!("cachestat: {e}"),
+    }
+}
+
+/// Cached pages of the whole file, as the kernel shows them ([`resident_pages`]).
 pub fn cached(p: &Path) -> u64 {
-    cs(p).cache
+    resident_pages(&File::open(p).unwrap(), 0, 0)
+}
+
+/// Dirty pages of the whole file from cachestat; None where the kernel has no cachestat.
+pub fn dirty_pages(p: &Path) -> Option<u64> {
+    let f = File::open(p).unwrap();
+    match sys::cachestat(f.as_fd(), 0, 0) {
+        Ok(c) => Some(c.dirty),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => None,
+        Err(e) => panic!("cachestat: {e}"),
+    }
 }
 
 /// Writes the file back and drops it from the cache (test setup, not the code under test).

@@ -40,6 +40,9 @@ fn target_dir() -> PathBuf {
 
 /// A scratch directory on a disk filesystem (not tmpfs, whose pages cannot be evicted).
 fn scratch() -> tempfile::TempDir {
+    if let Some(d) = std::env::var_os("PAGEWISE_TEST_TMPDIR") {
+        return tempfile::tempdir_in(d).unwrap();
+    }
     let tmp = tempfile::tempdir().unwrap();
     let f = std::fs::File::open(tmp.path()).unwrap();
     if !pagewise_core::sys::is_shmem(f.as_fd()) {
@@ -73,21 +76,33 @@ fn field(out: &str, key: &str) -> String {
 }
 
 struct Installed {
-    prefix: tempfile::TempDir,
+    prefix: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
 }
 
 impl Installed {
+    /// install.sh into a fresh prefix; or PAGEWISE_CAPI_PREFIX, a prefix install.sh already
+    /// filled (the kernel matrix's guest, which cannot build).
     fn install() -> Installed {
-        let prefix = tempfile::tempdir().unwrap();
+        if let Some(p) = std::env::var_os("PAGEWISE_CAPI_PREFIX") {
+            return Installed {
+                prefix: p.into(),
+                _tmp: None,
+            };
+        }
+        let tmp = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh");
         run(Command::new("bash")
             .arg(script)
-            .arg(prefix.path())
+            .arg(tmp.path())
             .env("CARGO_TARGET_DIR", target_dir()));
-        Installed { prefix }
+        Installed {
+            prefix: tmp.path().to_path_buf(),
+            _tmp: Some(tmp),
+        }
     }
     fn path(&self, rel: &str) -> PathBuf {
-        self.prefix.path().join(rel)
+        self.prefix.join(rel)
     }
     fn pkg_config(&self, args: &[&str]) -> Vec<String> {
         let out = run(Command::new("pkg-config")

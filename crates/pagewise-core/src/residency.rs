@@ -457,6 +457,32 @@ fn mincore_pages(path: &Path, fd: BorrowedFd<'_>, off: u64, len: u64) -> Result<
     Ok(n)
 }
 
+/// Cached pages of the page-aligned `[off, off+len)` (`len` 0: to the end of the file) of an
+/// open file, for a verb's own bookkeeping (what copy found cached before it read, what it
+/// leaves behind): cachestat(2); where the kernel has none (before Linux 6.5), mmap+mincore when
+/// mincore tells this process the truth ([`sys::mincore_is_truthful_fd`]); None when neither can say (callers report `unknown`).
+pub fn cached_pages(fd: BorrowedFd<'_>, off: u64, len: u64) -> Option<u64> {
+    match sys::cachestat(fd, off, len) {
+        Ok(c) => Some(c.cache),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+            let st = sys::fstat(fd).ok()?;
+            if !sys::mincore_is_truthful_fd(fd, &st) {
+                return None;
+            }
+            let page = sys::page_size();
+            let end = match len {
+                0 => st.size.div_ceil(page) * page,
+                l => off.saturating_add(l).min(st.size.div_ceil(page) * page),
+            };
+            if end <= off {
+                return Some(0);
+            }
+            sys::mincore_count(fd, off, end - off, None).ok()
+        }
+        Err(_) => None,
+    }
+}
+
 /// Parts of a span handed over whole once cachestat finds a cached page in them: 64 MiB
 /// (16,384 pages, one mincore call or one pagemap window).
 const SPAN_LEAF: u64 = 64 << 20;

@@ -106,8 +106,8 @@ struct Cached {
     unknown: u64,
 }
 
-/// Measures the traced ranges (never mincore's word for a file cachestat refused: it would say
-/// "all cached").
+/// Measures the traced ranges (mincore's word only where it tells this process the truth: for a
+/// file cachestat refused it would say "all cached").
 fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
     let meter = Meter::new(Method::Auto);
     let mut c = Cached::default();
@@ -116,9 +116,12 @@ fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
         let Some(fd) = files.fds.get(f as usize).and_then(Option::as_ref) else {
             continue;
         };
-        let size = sys::fstat(fd.as_fd()).map_or(0, |s| s.size);
-        let end = (off + len).min(size);
-        let Ok(r) = meter.measure_fd(Path::new(""), fd.as_fd(), off.min(end), end, || false) else {
+        let Ok(st) = sys::fstat(fd.as_fd()) else {
+            continue;
+        };
+        let end = (off + len).min(st.size);
+        let truthful = || sys::mincore_is_truthful_fd(fd.as_fd(), &st);
+        let Ok(r) = meter.measure_fd(Path::new(""), fd.as_fd(), off.min(end), end, truthful) else {
             continue;
         };
         c.bytes += r.bytes;

@@ -407,9 +407,9 @@ impl PrecachedBlocks {
         for &(off, len) in job.extents {
             let (b0, b1) = (off / DROP_BLOCK, (off + len).div_ceil(DROP_BLOCK));
             for b in b0..b1 {
-                precached[b as usize] = sys::cachestat(job.src, b * DROP_BLOCK, DROP_BLOCK)
-                    .map(|c| c.cache > 0)
-                    .unwrap_or(true);
+                precached[b as usize] =
+                    crate::residency::cached_pages(job.src, b * DROP_BLOCK, DROP_BLOCK)
+                        .is_none_or(|c| c > 0);
             }
         }
         PrecachedBlocks(precached)

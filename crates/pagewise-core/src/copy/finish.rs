@@ -9,6 +9,7 @@ use super::worker::{Digest, Local, Open};
 use super::{Ctx, EntryKind, Strategy};
 use crate::chunks::pieces;
 use crate::error::{FileError, Op};
+use crate::residency::cached_pages;
 use crate::sys::{self, Advice, AlignedBuf};
 use std::fs;
 use std::io;
@@ -132,24 +133,23 @@ impl DestResidue {
 
     /// Measures one written file now, or keeps it for the end if pages are still cached.
     pub(super) fn measure(&self, fd: OwnedFd) {
-        let Ok(c) = sys::cachestat(fd.as_fd(), 0, 0) else {
+        let Some(cached) = cached_pages(fd.as_fd(), 0, 0) else {
             return;
         };
-        if c.cache > 0 {
+        if cached > 0 {
             let mut later = self.later.lock().unwrap();
             if later.len() < self.keep {
                 return later.push(fd);
             }
         }
-        self.pages.fetch_add(c.cache, Ordering::Relaxed);
+        self.pages.fetch_add(cached, Ordering::Relaxed);
     }
 
     /// Pages of the written files cached now.
     pub(super) fn pages(&self) -> u64 {
         let later: u64 = std::mem::take(&mut *self.later.lock().unwrap())
             .iter()
-            .filter_map(|fd| sys::cachestat(fd.as_fd(), 0, 0).ok())
-            .map(|c| c.cache)
+            .filter_map(|fd| cached_pages(fd.as_fd(), 0, 0))
             .sum();
         self.pages.load(Ordering::Relaxed) + later
     }
@@ -305,7 +305,7 @@ impl Ctx<'_> {
     fn account(&self, local: &mut Local, o: &Open, strat: Strategy) -> u64 {
         let size = o.st.size;
         let page = sys::page_size();
-        let src_after = sys::cachestat(o.sf.as_fd(), 0, 0).ok().map(|c| c.cache);
+        let src_after = cached_pages(o.sf.as_fd(), 0, 0);
         match (o.src_cached, src_after) {
             // Nothing of a pseudo file (procfs, sysfs) is ever in the page cache.
             _ if o.pseudo => {}
@@ -706,7 +706,7 @@ impl Ctx<'_> {
 /// and dropped first (they cannot be re-read from disk otherwise), and what the read brings
 /// in is dropped after.
 fn read_uncached(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, len: u64) -> io::Result<usize> {
-    let was = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(1);
+    let was = cached_pages(fd, off, len).unwrap_or(1);
     if was > 0 {
         let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
         sys::sync_file_range(fd, off, len, flags)?;

@@ -321,7 +321,7 @@ impl Ctx<'_> {
         } = task;
         let (sf, st, extents, pseudo) = self.open_source(&src)?;
         let sparse = !pseudo && st.allocated < st.size;
-        let src_cached = sys::cachestat(sf.as_fd(), 0, 0).ok().map(|c| c.cache);
+        let src_cached = crate::residency::cached_pages(sf.as_fd(), 0, 0);
         // Without --preserve the copy gets the source's permission bits less the umask, which
         // open(O_CREAT) applies itself: no fchmod afterwards. With --preserve the mode is set
         // after the owner (chown clears set-id bits), so the file starts private.
@@ -479,9 +479,9 @@ impl Ctx<'_> {
                 Moved::Fallback(Unsupported::Refused(op, e)) => {
                     self.refused.lock().unwrap().insert((dev, strat));
                     self.tally.notice(format!(
-                        "{} refused on {} ({op}: {e}): falling back",
+                        "{} refused on {} ({op}: {e}): falling back for its file system",
                         strat.name(),
-                        o.dst.parent().unwrap_or(Path::new(".")).display()
+                        crate::names::escape(o.dst.as_os_str().as_encoded_bytes())
                     ));
                     let _ = o.df.set_len(0);
                 }

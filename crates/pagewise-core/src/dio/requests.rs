@@ -233,10 +233,10 @@ impl Io {
         Ok(())
     }
 
-    /// Whether any page of `[off, off+len)` is cached (false where cachestat is missing,
-    /// before Linux 6.5: nothing is known to be cached, as in [`Precached`]).
+    /// Whether any page of `[off, off+len)` is cached (cachestat, else mincore; false where
+    /// neither can tell: nothing is known to be cached, as in [`Precached`]).
     pub(super) fn cached(&self, off: u64, len: u64) -> bool {
-        sys::cachestat(self.fd.as_fd(), off, len).is_ok_and(|c| c.cache > 0)
+        crate::residency::cached_pages(self.fd.as_fd(), off, len).is_some_and(|c| c > 0)
     }
 
     /// Writes back `[off, off+len)` and drops its pages: pages the kernel brought in itself
@@ -279,10 +279,11 @@ impl Precached {
 
     /// One cachestat for the range; only when something in it was cached, one per
     /// [`KEEP_BLOCK`], and one per page of a block cached in part, so what is kept is exact to
-    /// the page. Where cachestat is missing (before Linux 6.5) nothing is known to be cached.
+    /// the page. Without cachestat (before Linux 6.5) mincore answers where it tells the
+    /// truth; where nothing can tell, nothing is known to be cached.
     fn snapshot(fd: BorrowedFd<'_>, off: u64, len: u64) -> Self {
         let mut p = Precached::none(off, len);
-        let cached = |a: u64, b: u64| sys::cachestat(fd, a, b - a).map_or(0, |c| c.cache);
+        let cached = |a: u64, b: u64| crate::residency::cached_pages(fd, a, b - a).unwrap_or(0);
         if cached(p.lo, p.hi) == 0 {
             return p;
         }

@@ -370,7 +370,7 @@ impl Ctx<'_> {
         if b <= a {
             return true;
         }
-        sys::cachestat(fd.as_fd(), a, b - a).is_ok_and(|c| c.cache == 0)
+        crate::residency::cached_pages(fd.as_fd(), a, b - a).is_some_and(|c| c == 0)
     }
 
     #[allow(clippy::too_many_arguments)]

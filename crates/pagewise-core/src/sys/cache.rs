@@ -183,6 +183,24 @@ pub fn mincore_is_truthful(dir: BorrowedFd<'_>, name: &CStr, st: &Stat) -> bool 
     .is_ok()
 }
 
+/// [`mincore_is_truthful`] for an open file: root or its owner, or the file is writable to the
+/// caller — asked of the file itself through `/proc/self/fd/N` (faccessat follows that link to
+/// the open inode, never to a name that could have been replaced).
+pub fn mincore_is_truthful_fd(fd: BorrowedFd<'_>, st: &Stat) -> bool {
+    let euid = rustix::process::geteuid();
+    if euid.is_root() || st.uid == euid.as_raw() {
+        return true;
+    }
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    rustix::fs::accessat(
+        rustix::fs::CWD,
+        link.as_str(),
+        rustix::fs::Access::WRITE_OK,
+        rustix::fs::AtFlags::EACCESS,
+    )
+    .is_ok()
+}
+
 /// Advice values for [`fadvise`] (`POSIX_FADV_*`).
 #[derive(Debug, Clone, Copy)]
 pub enum Advice {
