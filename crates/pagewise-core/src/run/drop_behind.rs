@@ -216,7 +216,8 @@ impl Dropper {
     /// it cannot be known (mincore would lie about a file the caller may not write, or the
     /// measurement failed: the file is remembered for the notice).
     fn measure(&self, key: FileKey, fd: BorrowedFd, off: u64, len: u64) -> Option<Measured> {
-        let name = file_name(key);
+        // Named only in the notice (`finish_notices`): no string built per measurement.
+        let name = "";
         if self.mincore_route {
             let r =
                 crate::residency::resident_pages(std::path::Path::new(&name), fd, off, len, || {
