@@ -386,3 +386,98 @@ fn a_sequential_reader_reads_the_file_once() {
     );
     assert_eq!(cached(&data), 0);
 }
+
+/// Without cachestat(2) (Linux < 6.5, e.g. Debian 12's 6.1) `run` measures and drops with
+/// mmap+mincore(2) and posix_fadvise(DONTNEED); `--method mincore` forces that route here. A
+/// cold 64 MiB file read by `cksum` under `run` (drop-behind at 16M, and `--max-cache none`:
+/// everything at the end) is left <= 2% cached by the kernel's own count, and the report's
+/// figures are the kernel's: left = what cachestat finds, dropped = the file less that, within
+/// two pages. Figures it cannot know without cachestat (dirty, under writeback) are null with
+/// a reason once anything is left, never 0; the summary line says the same as the JSON.
+#[test]
+fn the_mincore_route_drops_and_reports_what_the_kernel_shows() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("data");
+    let size: u64 = 64 << 20;
+    let page = sys::page_size();
+    cold_file(&data, size as usize);
+    for max_cache in ["16M", "none"] {
+        sync_and_evict(&data);
+        let report = t.path().join(format!("r-{max_cache}.json"));
+        let out = run(bin()
+            .args([
+                "run",
+                "--method",
+                "mincore",
+                "--max-cache",
+                max_cache,
+                "--report",
+            ])
+            .arg(&report)
+            .args(["--", "cksum"])
+            .arg(&data));
+        assert!(out.status.success(), "{max_cache}");
+        let kernel_left = cached(&data) * page;
+        let v: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+        eprintln!("--max-cache {max_cache}: kernel shows {kernel_left} cached; {v}");
+        assert!(
+            kernel_left <= size / 50,
+            "{max_cache}: {kernel_left} of {size} bytes still cached after run"
+        );
+        assert_eq!(v["method"], "mincore", "{max_cache}");
+        let added = v["added_bytes"].as_u64().unwrap();
+        let dropped = v["dropped_bytes"].as_u64().unwrap();
+        let left = v["left_bytes"].as_u64().unwrap();
+        assert!(added >= size, "{max_cache}: added {added}");
+        assert!(
+            left.abs_diff(kernel_left) <= 2 * page,
+            "{max_cache}: report says {left} left, the kernel {kernel_left}"
+        );
+        // What the kernel's events say the command added (a page dropped before the command
+        // read it is read, and added, again) less what the kernel still has cached.
+        assert!(
+            dropped.abs_diff(added - kernel_left) <= 2 * page,
+            "{max_cache}: report says {dropped} dropped, the kernel {}",
+            added - kernel_left
+        );
+        if max_cache == "none" {
+            assert_eq!(v["drops_while_running"], 0, "nothing dropped while running");
+        }
+        if left > 0 {
+            assert!(v["left_dirty_bytes"].is_null(), "{v}");
+            assert!(v["left_mapped_or_busy_bytes"].is_null(), "{v}");
+            assert!(v["unknown_reason"].is_string(), "{v}");
+        } else {
+            assert_eq!(v["left_dirty_bytes"], 0, "{v}");
+        }
+    }
+    // The summary line on stderr (no --report).
+    sync_and_evict(&data);
+    let out = run(bin()
+        .args(["run", "--method", "mincore", "--", "cksum"])
+        .arg(&data));
+    assert!(out.status.success());
+    let kernel_left = cached(&data) * page;
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("kernel shows {kernel_left} cached; {err}");
+    assert!(kernel_left <= size / 50, "{kernel_left} cached");
+    let figure = |after: &str, before: &str| -> String {
+        let rest = &err[err.find(after).expect(after) + after.len()..];
+        rest[..rest.find(before).expect(before)].to_string()
+    };
+    let brought = figure("brought ", " into");
+    assert!(
+        brought.starts_with("6") && brought.ends_with("MiB"),
+        "{err}"
+    );
+    if kernel_left == 0 {
+        assert_eq!(figure("dropped ", ","), brought, "{err}");
+        assert!(
+            err.contains(", 0 B left (0 B dirty, 0 B mapped or busy)"),
+            "{err}"
+        );
+    }
+}

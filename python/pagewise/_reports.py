@@ -484,10 +484,14 @@ class DroppingReport(Report):
 
     __slots__ = ()
     added_bytes = _int("added_bytes", "Brought into the cache inside the block.")
-    dropped_bytes = _int("dropped_bytes", "Dropped again (cachestat before and after each drop).")
+    dropped_bytes = _int("dropped_bytes", "Dropped again (measured before and after each drop).")
     left_bytes = _int("left_bytes", "Of those pages, still cached at the end.")
-    left_dirty_bytes = _int("left_dirty_bytes", "Of ``left_bytes``, dirty or under writeback.")
-    left_mapped_or_busy_bytes = _int("left_mapped_or_busy_bytes", "Of ``left_bytes``, mapped or busy.")
+    left_dirty_bytes = _opt_int(
+        "left_dirty_bytes", "Of ``left_bytes``, dirty or under writeback (None: unknown, without cachestat)."
+    )
+    left_mapped_or_busy_bytes = _opt_int(
+        "left_mapped_or_busy_bytes", "Of ``left_bytes``, mapped or busy (None: unknown, without cachestat)."
+    )
     kept_written_bytes = _int("kept_written_bytes", "Bytes of written files left alone (``keep_written``).")
     drops_while_running = _int("drops_while_running", "Drop-behind passes inside the block (``max_cache``).")
     files = _int("files", "Files pages were added to.")

@@ -1,6 +1,6 @@
 //! `pagewise run`: run a command and drop again the pages it brings into the page cache.
 
-use super::args::{parse_limit_arg, AssistTuning, BackendArg};
+use super::args::{parse_limit_arg, AssistTuning, BackendArg, MethodArg};
 use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::render::{self, bytes};
@@ -47,6 +47,10 @@ pub struct RunArgs {
     /// How the command's page-cache events are followed (as for `record`)
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
+    /// How the command's pages are measured before and after each drop: cachestat, or
+    /// mmap+mincore (auto: cachestat when the kernel has it, Linux >= 6.5)
+    #[arg(long, value_enum, default_value_t = MethodArg::Auto)]
+    pub method: MethodArg,
     /// The command and its arguments ('--' before it is optional; needed when the command's
     /// own options could be taken for pagewise's)
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -62,6 +66,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
         buffer_kb: a.buffer_kb,
         backend: a.backend.into(),
         assist: a.assist.then(|| a.tuning.options(a.buffer_kb)),
+        method: a.method.into(),
     };
     // The report file first: a bad path is found before the command runs.
     let report_out = a.report.as_deref().map(Output::open).transpose()?;
@@ -103,15 +108,21 @@ fn write_summary(w: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
     } else {
         String::new()
     };
+    // Without cachestat (mincore) dirty pages cannot be told from the others.
+    let why_left = match (r.left_dirty_bytes, r.left_mapped_or_busy_bytes) {
+        (Some(d), Some(m)) => format!("{} dirty, {} mapped or busy", bytes(d), bytes(m)),
+        _ => format!(
+            "dirty unknown, mapped or busy unknown: {}",
+            r.unknown_reason.unwrap_or("not measured")
+        ),
+    };
     writeln!(
         w,
-        "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({} dirty, {} mapped or busy){kept}{lost}; {} files, {:.2} s",
+        "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({why_left}){kept}{lost}; {} files, {:.2} s",
         bytes(r.added_bytes),
         r.prefetched_bytes.map_or_else(String::new, |p| format!(" and --assist prefetched {}", bytes(p))),
         bytes(r.dropped_bytes),
         bytes(r.left_bytes),
-        bytes(r.left_dirty_bytes),
-        bytes(r.left_mapped_or_busy_bytes),
         r.files,
         r.outcome.elapsed_s
     )?;
@@ -134,8 +145,8 @@ mod tests {
             added_bytes: 96 << 20,
             dropped_bytes: 95 << 20,
             left_bytes: 1 << 20,
-            left_dirty_bytes: 768 << 10,
-            left_mapped_or_busy_bytes: 256 << 10,
+            left_dirty_bytes: Some(768 << 10),
+            left_mapped_or_busy_bytes: Some(256 << 10),
             files: 12,
             outcome: Outcome {
                 elapsed_s: 3.456,
@@ -157,6 +168,21 @@ mod tests {
             summary(&report()),
             "pagewise run: the command brought 96.0 MiB into the page cache; dropped 95.0 MiB, \
              1.0 MiB left (768 KiB dirty, 256 KiB mapped or busy); 12 files, 3.46 s\n"
+        );
+    }
+
+    #[test]
+    fn unknown_dirty_split_is_said_to_be_unknown() {
+        let r = RunReport {
+            left_dirty_bytes: None,
+            left_mapped_or_busy_bytes: None,
+            unknown_reason: Some("why"),
+            ..report()
+        };
+        assert_eq!(
+            summary(&r),
+            "pagewise run: the command brought 96.0 MiB into the page cache; dropped 95.0 MiB, \
+             1.0 MiB left (dirty unknown, mapped or busy unknown: why); 12 files, 3.46 s\n"
         );
     }
 

@@ -483,6 +483,35 @@ pub fn cached_pages(fd: BorrowedFd<'_>, off: u64, len: u64) -> Option<u64> {
     }
 }
 
+/// Which pages of the page-aligned `[off, off+len)` of an open file are resident, one bool per
+/// page, by the same mmap+mincore(2) as [`Meter`]'s counts; None when mincore would lie about
+/// the file (`truthful` false: see [`sys::mincore_is_truthful`]). mincore sees a page only
+/// once it is up to date: a page still being read in is not resident here (cachestat counts
+/// it). For callers that must know which pages, not how many (`run` without cachestat).
+pub fn resident_pages(
+    path: &Path,
+    fd: BorrowedFd<'_>,
+    off: u64,
+    len: u64,
+    truthful: impl FnOnce() -> bool,
+) -> Result<Option<Vec<bool>>, FileError> {
+    if !truthful() {
+        return Ok(None);
+    }
+    let pages = usize::try_from(len.div_ceil(sys::page_size())).unwrap_or(usize::MAX);
+    let mut v = Vec::new();
+    v.try_reserve_exact(pages).map_err(|_| {
+        FileError::io(
+            path,
+            Op::MmapMincore,
+            &std::io::Error::from_raw_os_error(libc::ENOMEM),
+        )
+    })?;
+    sys::mincore_count(fd, off, len, Some(&mut v))
+        .map_err(|e| FileError::io(path, Op::MmapMincore, &e))?;
+    Ok(Some(v))
+}
+
 /// Parts of a span handed over whole once cachestat finds a cached page in them: 64 MiB
 /// (16,384 pages, one mincore call or one pagemap window).
 const SPAN_LEAF: u64 = 64 << 20;

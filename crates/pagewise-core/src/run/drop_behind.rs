@@ -1,9 +1,11 @@
 //! Dropping the command's pages: the [`Dropper`] that writes back and drops pending ranges,
-//! counting with cachestat before and after, and the [`DropBehind`] thread that calls it
-//! whenever the command's outstanding footprint passes `max_cache`.
+//! measuring them before and after (cachestat(2), or mmap+mincore(2) where the kernel has no
+//! cachestat: the [`Meter`] every verb measures with), and the [`DropBehind`] thread that calls
+//! it whenever the command's outstanding footprint passes `max_cache`.
 
 use super::footprint::{FileKey, Footprint, Mappers, PageMap, Pending};
 use crate::error::{FileError, Op};
+use crate::residency::{MeasuredBy, Meter, Method};
 use crate::sys::{self, Advice};
 use crate::trace::Mounts;
 use crate::verb::Tally;
@@ -31,6 +33,11 @@ type ReadMaps = (Instant, Option<Vec<sys::FileMapping>>);
 /// Files dropped together: a tree of 100k files never holds more than a batch open.
 const BATCH_FILES: usize = 1024;
 
+/// Why `left_dirty_bytes` / `left_mapped_or_busy_bytes` are null: only cachestat(2) counts
+/// dirty pages and pages under writeback.
+pub const UNKNOWN_NO_CACHESTAT: &str = "measured with mmap+mincore(2), which sees only whether \
+a page is cached: dirty and writeback counts need cachestat(2) (Linux >= 6.5)";
+
 /// What the drops did, in bytes (see `RunReport` for each).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Counts {
@@ -39,12 +46,89 @@ pub(super) struct Counts {
     pub files_unreachable: u64,
     pub drops_while_running: u64,
     pub left_bytes: u64,
-    pub left_dirty_bytes: u64,
-    pub left_mapped_or_busy_bytes: u64,
+    /// None: unknown (mincore: see [`UNKNOWN_NO_CACHESTAT`]).
+    pub left_dirty_bytes: Option<u64>,
+    pub left_mapped_or_busy_bytes: Option<u64>,
+    /// How the pages were measured: cachestat, or mincore when any file was.
+    pub method: MeasuredBy,
+}
+
+impl Counts {
+    /// Why the left figures are null, when they are.
+    pub fn unknown_reason(&self) -> Option<&'static str> {
+        self.left_dirty_bytes
+            .is_none()
+            .then_some(UNKNOWN_NO_CACHESTAT)
+    }
+}
+
+/// One measurement of a range: cached pages, and cached pages dirty or under writeback
+/// (None: unknown, mmap+mincore cannot tell); with mincore, which pages (one bool each).
+#[derive(Debug, Clone)]
+struct Measured {
+    cached: u64,
+    dirty: Option<u64>,
+    pages: Option<Vec<bool>>,
+}
+
+impl Measured {
+    /// Pages cached in `self` (before a drop) and no longer in `after`.
+    fn dropped(&self, after: &Measured) -> u64 {
+        match (&self.pages, &after.pages) {
+            (Some(b), Some(a)) => b.iter().zip(a).filter(|(b, a)| **b && !**a).count() as u64,
+            _ => self.cached.saturating_sub(after.cached),
+        }
+    }
+
+    /// The parts `(first page, pages)` of the range `(i, n)` that may still hold pages after
+    /// a drop, and how many pages they count. cachestat sees every page in the cache, read
+    /// I/O in flight included: the pages still cached `after`. mincore sees a page only once
+    /// it is up to date, and the events report pages as they are inserted, before their read
+    /// completes: so a page unseen before the drop may be one still being read (DONTNEED
+    /// leaves it); it stays pending with those seen after, and is tried again.
+    fn stayed(&self, after: &Measured, (i, n): (u64, u64)) -> (Vec<(u64, u64)>, u64) {
+        let (Some(b), Some(a)) = (&self.pages, &after.pages) else {
+            return if after.cached > 0 {
+                (vec![(i, n)], after.cached)
+            } else {
+                (Vec::new(), 0)
+            };
+        };
+        let mut parts: Vec<(u64, u64)> = Vec::new();
+        let mut pages = 0;
+        for (j, (b, a)) in b.iter().zip(a).enumerate() {
+            if *b && !*a {
+                continue;
+            }
+            pages += 1;
+            let p = i + j as u64;
+            match parts.last_mut() {
+                Some(last) if last.0 + last.1 == p => last.1 += 1,
+                _ => parts.push((p, 1)),
+            }
+        }
+        (parts, pages)
+    }
 }
 
 /// Drops pending ranges of the command's files, opened by handle.
 pub(super) struct Dropper {
+    /// Measures every range before and after its drop: cachestat(2), falling back to
+    /// mmap+mincore(2) without it (probed at run time), or mincore only (`Method::Mincore`).
+    meter: Meter,
+    /// When the run started (`CLOCK_REALTIME`): without dirty counts (mincore), a file
+    /// modified since then counts as written by the command (`--keep-written`).
+    started: (i64, i64),
+    /// Whether mincore tells the truth about each file (see [`sys::mincore_is_truthful`]).
+    truthful: Mutex<HashMap<FileKey, bool>>,
+    /// Files whose residency could not be measured (why, for the notice): their pages are
+    /// dropped all the same but counted in neither `dropped_bytes` nor `left_bytes`.
+    unmeasured: Mutex<HashMap<FileKey, String>>,
+    /// Some file was measured with mincore (no cachestat, or cachestat refused it).
+    used_mincore: AtomicBool,
+    /// Every range is measured page by page with mincore: the kernel has no cachestat
+    /// (probed at run time), or `Method::Mincore`.
+    mincore_route: bool,
     keep_written: bool,
     /// Files kept open (at most [`MAX_OPEN`]) and dropped together (at most [`BATCH_FILES`]),
     /// less under a small RLIMIT_NOFILE.
@@ -73,9 +157,19 @@ const WRITE_AND_WAIT: u32 = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAI
 
 impl Dropper {
     /// With `keep_written`, the pages of files the command wrote stay.
-    pub fn new(keep_written: bool) -> Dropper {
+    pub fn new(keep_written: bool, method: Method) -> Dropper {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         let budget = sys::fd_budget();
+        let mincore_route = method == Method::Mincore || !sys::probe_cachestat();
         Dropper {
+            used_mincore: AtomicBool::new(mincore_route),
+            mincore_route,
+            meter: Meter::new(method),
+            started: (now.as_secs() as i64, now.subsec_nanos() as i64),
+            truthful: Mutex::default(),
+            unmeasured: Mutex::default(),
             keep_written,
             max_open: (budget / 4).clamp(1, MAX_OPEN),
             batch_files: (budget / 4).clamp(1, BATCH_FILES),
@@ -118,6 +212,111 @@ impl Dropper {
         }
     }
 
+    /// What is cached of the file's `[off, off+len)`, measured by the [`Meter`]; None when
+    /// it cannot be known (mincore would lie about a file the caller may not write, or the
+    /// measurement failed: the file is remembered for the notice).
+    fn measure(&self, key: FileKey, fd: BorrowedFd, off: u64, len: u64) -> Option<Measured> {
+        // Named only in the notice (`finish_notices`): no string built per measurement.
+        let name = "";
+        if self.mincore_route {
+            let r =
+                crate::residency::resident_pages(std::path::Path::new(&name), fd, off, len, || {
+                    self.truthful(key, fd)
+                });
+            let why = match r {
+                Ok(Some(pages)) => {
+                    return Some(Measured {
+                        cached: pages.iter().filter(|p| **p).count() as u64,
+                        dirty: None,
+                        pages: Some(pages),
+                    })
+                }
+                Ok(None) => crate::residency::UNKNOWN_NOT_WRITABLE.to_string(),
+                Err(e) => e.to_string(),
+            };
+            self.unmeasured.lock().unwrap().entry(key).or_insert(why);
+            return None;
+        }
+        let r = self
+            .meter
+            .measure_fd(std::path::Path::new(&name), fd, off, off + len, || {
+                self.truthful(key, fd)
+            });
+        let page = sys::page_size();
+        match r {
+            Ok(r) => {
+                if r.method == MeasuredBy::Mincore {
+                    self.used_mincore.store(true, Ordering::Relaxed);
+                }
+                match r.cached {
+                    Some(c) => Some(Measured {
+                        cached: c.div_ceil(page),
+                        dirty: r
+                            .dirty
+                            .zip(r.writeback)
+                            .map(|(d, w)| (d + w).div_ceil(page)),
+                        pages: None,
+                    }),
+                    None => {
+                        let why = r.unknown_reason.unwrap_or("unknown").to_string();
+                        self.unmeasured.lock().unwrap().entry(key).or_insert(why);
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                self.unmeasured
+                    .lock()
+                    .unwrap()
+                    .entry(key)
+                    .or_insert(e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Whether mincore tells the truth about the file (asked once per file, on the mincore
+    /// route only): root, its owner, or allowed to write it.
+    fn truthful(&self, key: FileKey, fd: BorrowedFd) -> bool {
+        if sys::euid() == 0 {
+            return true;
+        }
+        *self.truthful.lock().unwrap().entry(key).or_insert_with(|| {
+            let Ok(st) = sys::fstat(fd) else {
+                return false;
+            };
+            let path = sys::fd_path(fd);
+            let Ok(path) = std::ffi::CString::new(path.into_os_string().into_encoded_bytes())
+            else {
+                return false;
+            };
+            // An absolute name: the directory descriptor is not used.
+            sys::mincore_is_truthful(fd, &path, &st)
+        })
+    }
+
+    /// Without dirty counts (mincore): whether the file was modified since the run started,
+    /// i.e. written while the command ran.
+    fn modified_since_start(&self, fd: BorrowedFd) -> bool {
+        sys::fstat(fd).is_ok_and(|st| st.mtime >= self.started)
+    }
+
+    /// Notices of the measurements: the fallback taken, files that could not be measured.
+    pub fn finish_notices(&self) {
+        for n in self.meter.take_notices() {
+            self.tally.notice(n);
+        }
+        let unmeasured = self.unmeasured.lock().unwrap();
+        if let Some((key, why)) = unmeasured.iter().next() {
+            self.tally.notice(format!(
+                "the pages of {} file(s) were dropped but could not be measured, so they are \
+                 counted in neither dropped nor left bytes (e.g. {}: {why})",
+                unmeasured.len(),
+                file_name(*key)
+            ));
+        }
+    }
+
     fn kept(&self, key: &FileKey) -> bool {
         self.keep_written && self.written.lock().unwrap().contains(key)
     }
@@ -125,7 +324,7 @@ impl Dropper {
     /// Drops every pending range: writeback started for all dirty ranges first, then the
     /// ranges of files the command may map (`mappers`: its threads seen adding or faulting on
     /// each file's pages) paged out of their processes, then one wait per dirty range, then
-    /// DONTNEED; counts from cachestat before and after. Returns the ranges where pages
+    /// DONTNEED; counts measured before and after. Returns the ranges where pages
     /// stayed (typically still under read I/O: readahead reports pages when it queues them),
     /// so the caller can try them again.
     pub fn drop_pending(&self, pending: Pending, mappers: &Mappers) -> Pending {
@@ -158,7 +357,7 @@ impl Dropper {
         mappers: &Mappers,
         stayed: &mut Pending,
     ) -> (u64, u64) {
-        let before: Vec<Vec<(u64, bool)>> = batch
+        let before: Vec<Vec<(Option<Measured>, bool)>> = batch
             .iter()
             .zip(fds)
             .map(|((key, ranges), fd)| match fd {
@@ -179,7 +378,10 @@ impl Dropper {
                 continue;
             };
             if self.kept(key) {
-                kept += before.iter().map(|b| b.0).sum::<u64>();
+                kept += before
+                    .iter()
+                    .filter_map(|b| b.0.as_ref().map(|m| m.cached))
+                    .sum::<u64>();
                 continue;
             }
             dropped += self.drop_ranges(*key, fd, ranges, before, stayed);
@@ -194,52 +396,67 @@ impl Dropper {
         key: FileKey,
         fd: BorrowedFd,
         ranges: &[(u64, u64)],
-        before: &[(u64, bool)],
+        before: &[(Option<Measured>, bool)],
         stayed: &mut Pending,
     ) -> u64 {
+        // Nothing to drop where cachestat finds nothing; mincore may not see pages still
+        // being read in (see `Measured::stayed`), so its ranges are dropped all the same.
         ranges
             .iter()
             .zip(before)
-            .filter(|(_, &(cached, _))| cached > 0)
-            .map(|(&range, &(cached, dirty))| {
-                self.drop_range(key, fd, range, cached, dirty, stayed)
+            .filter(|(_, (m, _))| {
+                !m.as_ref()
+                    .is_some_and(|m| m.pages.is_none() && m.cached == 0)
             })
+            .map(|(&range, (m, dirty))| self.drop_range(key, fd, range, m.as_ref(), *dirty, stayed))
             .sum()
     }
 
-    /// One cachestat per range says what is cached and dirty: `(cached pages, dirty)` per
-    /// range. Writeback of everything dirty is started at once (unless written files are
-    /// kept), so the waits in [`Dropper::drop_range`] overlap.
+    /// One measurement per range says what is cached and dirty: `(cached pages, dirty)` per
+    /// range (cached None: unknown). Writeback of everything dirty is started at once (unless
+    /// written files are kept), so the waits in [`Dropper::drop_range`] overlap. Where dirty
+    /// pages cannot be counted (mincore), every range may be dirty: its writeback is started
+    /// and waited for all the same (cheap where nothing is dirty), and with `--keep-written`
+    /// a file modified since the run started counts as written.
     fn start_writeback(
         &self,
         key: FileKey,
         fd: BorrowedFd,
         ranges: &[(u64, u64)],
-    ) -> Vec<(u64, bool)> {
+    ) -> Vec<(Option<Measured>, bool)> {
         let page = sys::page_size();
         let mut v = Vec::with_capacity(ranges.len());
         for &(i, n) in ranges {
-            let c = sys::cachestat(fd, i * page, n * page).unwrap_or_default();
-            let dirty = c.dirty + c.writeback > 0;
-            if dirty {
+            let m = self.measure(key, fd, i * page, n * page);
+            let known_dirty = m.as_ref().and_then(|m| m.dirty);
+            let dirty = match known_dirty {
+                Some(d) => d > 0,
+                None => true,
+            };
+            let written = match known_dirty {
+                Some(d) => d > 0,
+                None => self.keep_written && self.modified_since_start(fd),
+            };
+            if written {
                 self.written.lock().unwrap().insert(key);
-                if !self.keep_written {
-                    let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
-                }
             }
-            v.push((c.cache, dirty));
+            if dirty && !self.kept(&key) {
+                let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
+            }
+            v.push((m, dirty));
         }
         v
     }
 
     /// Waits for the range's writeback when it was dirty, drops it, and returns the pages
-    /// dropped; a range where pages stayed goes to `stayed`.
+    /// dropped, measured (0 when the range could not be measured); a range where pages stayed
+    /// goes to `stayed`.
     fn drop_range(
         &self,
         key: FileKey,
         fd: BorrowedFd,
         (i, n): (u64, u64),
-        before: u64,
+        before: Option<&Measured>,
         dirty: bool,
         stayed: &mut Pending,
     ) -> u64 {
@@ -248,19 +465,25 @@ impl Dropper {
         if dirty {
             let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
         }
-        if let Err(e) = sys::fadvise(fd, off, len, Advice::DontNeed) {
-            let name = format!("<{}:{} inode {}>", key.0, key.1, key.2);
+        if let Err(e) = drop_seen(fd, (i, n), before) {
+            let name = file_name(key);
             let path = std::path::Path::new(&name);
             self.tally
                 .error(FileError::io(path, Op::FadviseDontneed, &e));
             return 0;
         }
-        let after = sys::cachestat(fd, off, len).map(|c| c.cache).unwrap_or(0);
-        if after > 0 {
-            stayed.files.entry(key).or_default().push((i, n));
-            stayed.pages += after;
+        let Some(before) = before else {
+            return 0;
+        };
+        let Some(after) = self.measure(key, fd, off, len) else {
+            return 0;
+        };
+        let (parts, pages) = before.stayed(&after, (i, n));
+        if pages > 0 {
+            stayed.files.entry(key).or_default().extend(parts);
+            stayed.pages += pages;
         }
-        before.saturating_sub(after)
+        before.dropped(&after)
     }
 
     /// Pages the command maps cannot be dropped with DONTNEED while they stay mapped (an
@@ -349,9 +572,11 @@ impl Dropper {
 
     /// After the final drop: what of the command's pages in `ranges` (those that stayed) is
     /// still cached, and why (a range still cached is dropped once more first).
+    /// With mincore, dirty pages cannot be told from clean ones: `left_dirty_bytes` and
+    /// `left_mapped_or_busy_bytes` are unknown (None) once anything is left.
     pub fn measure_left(&self, ranges: &PageMap) {
         let page = sys::page_size();
-        let (mut left, mut dirty) = (0, 0);
+        let (mut left, mut dirty) = (0, Some(0u64));
         for (key, ranges) in ranges {
             if self.kept(key) {
                 continue;
@@ -360,32 +585,76 @@ impl Dropper {
                 continue;
             };
             for &(i, n) in ranges {
-                if let Some(c) = self.last_try(fd.as_fd(), i * page, n * page) {
-                    left += c.cache;
-                    dirty += c.dirty + c.writeback;
+                if let Some(m) = self.last_try(*key, fd.as_fd(), i * page, n * page) {
+                    left += m.cached;
+                    if m.cached > 0 {
+                        dirty = dirty.zip(m.dirty).map(|(a, b)| a + b);
+                    }
                 }
             }
         }
+        self.finish_notices();
         let mut c = self.counts.lock().unwrap();
         c.left_bytes = left * page;
-        c.left_dirty_bytes = dirty * page;
-        c.left_mapped_or_busy_bytes = left.saturating_sub(dirty) * page;
+        c.left_dirty_bytes = dirty.map(|d| d * page);
+        c.left_mapped_or_busy_bytes = dirty.map(|d| left.saturating_sub(d) * page);
+        c.method = if self.used_mincore.load(Ordering::Relaxed) {
+            MeasuredBy::Mincore
+        } else {
+            MeasuredBy::Cachestat
+        };
     }
 
     /// A range missed by the passes so far (e.g. a lost retry) is dropped now; returns what
-    /// stays of it.
-    fn last_try(&self, fd: BorrowedFd, off: u64, len: u64) -> Option<sys::CacheStat> {
-        let mut c = sys::cachestat(fd, off, len).ok()?;
-        if c.cache > 0 {
-            let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
-            let _ = sys::fadvise(fd, off, len, Advice::DontNeed);
-            let was = c.cache;
-            c = sys::cachestat(fd, off, len).unwrap_or(c);
-            self.counts.lock().unwrap().dropped_bytes +=
-                was.saturating_sub(c.cache) * sys::page_size();
+    /// stays of it (None: it cannot be measured).
+    fn last_try(&self, key: FileKey, fd: BorrowedFd, off: u64, len: u64) -> Option<Measured> {
+        let m = self.measure(key, fd, off, len)?;
+        if m.cached == 0 {
+            return Some(m);
         }
-        Some(c)
+        let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
+        let page = sys::page_size();
+        let _ = drop_seen(fd, (off / page, len / page), Some(&m));
+        let after = self.measure(key, fd, off, len)?;
+        self.counts.lock().unwrap().dropped_bytes += m.dropped(&after) * sys::page_size();
+        Some(after)
     }
+}
+
+/// DONTNEED over the range `(first page, pages)`; with mincore's page-by-page view `before`,
+/// over the pages it saw cached only. A page it did not see may be one still being read in,
+/// which DONTNEED would drop once its read completed, uncounted: it stays pending (see
+/// [`Measured::stayed`]) and is dropped once seen.
+fn drop_seen(fd: BorrowedFd, (i, n): (u64, u64), before: Option<&Measured>) -> std::io::Result<()> {
+    let page = sys::page_size();
+    let Some(seen) = before.and_then(|m| m.pages.as_ref()) else {
+        return sys::fadvise(fd, i * page, n * page, Advice::DontNeed);
+    };
+    let mut j = 0;
+    while j < seen.len() {
+        if !seen[j] {
+            j += 1;
+            continue;
+        }
+        let start = j;
+        while j < seen.len() && seen[j] {
+            j += 1;
+        }
+        let first = i + start as u64;
+        sys::fadvise(
+            fd,
+            first * page,
+            (j - start) as u64 * page,
+            Advice::DontNeed,
+        )?;
+    }
+    Ok(())
+}
+
+/// How a file the command used is named in errors and notices: by device and inode (it was
+/// opened by handle; its path may be gone).
+fn file_name(key: FileKey) -> String {
+    format!("<{}:{} inode {}>", key.0, key.1, key.2)
 }
 
 /// A file's ranges `(first page, pages)` sorted, overlapping and touching ones merged.

@@ -5,6 +5,7 @@
 //! of them are outstanding). What the Python binding's `with pagewise.dropping():` is.
 
 use super::{Session, Settings, Whom};
+use crate::residency::MeasuredBy;
 use crate::trace::Backend;
 use crate::verb::{Observer, Outcome};
 use serde::Serialize;
@@ -40,14 +41,20 @@ pub struct DroppingReport {
     /// Bytes brought into the cache meanwhile (the kernel's events for the followed threads
     /// and processes).
     pub added_bytes: u64,
-    /// Bytes dropped again, as cachestat measured them before and after each drop.
+    /// Bytes dropped again, as measured before and after each drop (`method`).
     pub dropped_bytes: u64,
-    /// Of those pages, bytes still cached after the final drop.
+    /// Of those pages, bytes still cached after the final drop (measured).
     pub left_bytes: u64,
-    /// Of `left_bytes`, dirty or under writeback.
-    pub left_dirty_bytes: u64,
-    /// Of `left_bytes`, clean: mapped by a process, or busy.
-    pub left_mapped_or_busy_bytes: u64,
+    /// Of `left_bytes`, dirty or under writeback (None: unknown, see `unknown_reason`).
+    pub left_dirty_bytes: Option<u64>,
+    /// Of `left_bytes`, clean: mapped by a process, or busy (None: unknown).
+    pub left_mapped_or_busy_bytes: Option<u64>,
+    /// How the pages were measured: cachestat(2), or mmap+mincore(2) where the kernel has
+    /// no cachestat (before Linux 6.5) or it refused a file.
+    pub method: MeasuredBy,
+    /// Why `left_dirty_bytes` and `left_mapped_or_busy_bytes` are null (only when they are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
     /// Bytes of written files left alone (`keep_written`).
     pub kept_written_bytes: u64,
     /// Drop-behind passes before the final one (`max_cache`).
@@ -96,6 +103,7 @@ impl Dropping {
             keep_written: opts.keep_written,
             buffer_kb: opts.buffer_kb,
             backend: opts.backend,
+            method: crate::residency::Method::Auto,
         };
         let session = Session::start(&settings, None, Whom::Caller)?;
         if let Err(e) = session.follower.arm() {
@@ -124,6 +132,8 @@ impl Dropping {
             left_bytes: c.left_bytes,
             left_dirty_bytes: c.left_dirty_bytes,
             left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
+            method: c.method,
+            unknown_reason: c.unknown_reason(),
             kept_written_bytes: c.kept_written_bytes,
             drops_while_running: c.drops_while_running,
             files: ended.files,

@@ -22,6 +22,7 @@ mod footprint;
 pub use dropping::{Dropping, DroppingOptions, DroppingReport};
 
 use crate::assist::live::{AssistOptions, AssistReport};
+use crate::residency::{MeasuredBy, Method};
 use crate::sys;
 use crate::trace::{self, command, Backend, Follower};
 use crate::verb::Tally;
@@ -51,6 +52,11 @@ pub struct RunOptions {
     /// Also prefetch for the command (`run --assist`); its prefetches are dropped like its own
     /// pages. Default: None.
     pub assist: Option<AssistOptions>,
+    /// How the command's pages are measured before and after each drop:
+    /// [`Method::Auto`] uses cachestat(2) where the kernel has it (probed at run time) and
+    /// mmap+mincore(2) where it does not (Linux < 6.5); [`Method::Mincore`] forces the
+    /// latter. Default: [`Method::Auto`].
+    pub method: Method,
 }
 
 impl Default for RunOptions {
@@ -62,6 +68,7 @@ impl Default for RunOptions {
             buffer_kb: 4096,
             backend: Backend::Auto,
             assist: None,
+            method: Method::Auto,
         }
     }
 }
@@ -89,14 +96,20 @@ pub struct RunReport {
     /// Bytes `--assist` asked the kernel to prefetch for it (windows; dropped again too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetched_bytes: Option<u64>,
-    /// Bytes dropped again, as cachestat measured them before and after each drop.
+    /// Bytes dropped again, as measured before and after each drop (`method`).
     pub dropped_bytes: u64,
-    /// Bytes of the command's still cached after the final drop.
+    /// Bytes of the command's still cached after the final drop (measured).
     pub left_bytes: u64,
-    /// Of `left_bytes`, dirty or under writeback.
-    pub left_dirty_bytes: u64,
-    /// Of `left_bytes`, clean: mapped by a process, or busy.
-    pub left_mapped_or_busy_bytes: u64,
+    /// Of `left_bytes`, dirty or under writeback (None: unknown, see `unknown_reason`).
+    pub left_dirty_bytes: Option<u64>,
+    /// Of `left_bytes`, clean: mapped by a process, or busy (None: unknown).
+    pub left_mapped_or_busy_bytes: Option<u64>,
+    /// How the pages were measured: cachestat(2), or mmap+mincore(2) (no cachestat before
+    /// Linux 6.5, `--method mincore`, or cachestat refused a file).
+    pub method: MeasuredBy,
+    /// Why `left_dirty_bytes` and `left_mapped_or_busy_bytes` are null (only when they are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
     /// Bytes of written files left alone (--keep-written).
     pub kept_written_bytes: u64,
     /// Drop-behind passes while the command ran (beyond the final one).
@@ -186,6 +199,8 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
         left_bytes: c.left_bytes,
         left_dirty_bytes: c.left_dirty_bytes,
         left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
+        method: c.method,
+        unknown_reason: c.unknown_reason(),
         kept_written_bytes: c.kept_written_bytes,
         drops_while_running: c.drops_while_running,
         files: ended.files,
@@ -213,6 +228,7 @@ struct Settings {
     keep_written: bool,
     buffer_kb: u64,
     backend: Backend,
+    method: Method,
 }
 
 impl RunOptions {
@@ -222,6 +238,7 @@ impl RunOptions {
             keep_written: self.keep_written,
             buffer_kb: self.buffer_kb,
             backend: self.backend,
+            method: self.method,
         }
     }
 }
@@ -259,7 +276,7 @@ impl Session {
         let skip = matches!(whom, Whom::Command(_)).then(std::process::id);
         let footprint = Arc::new(Footprint::new(assist, page, skip));
         let follower = follow(settings, assist.is_some(), whom, footprint.clone())?;
-        let dropper = Arc::new(Dropper::new(settings.keep_written));
+        let dropper = Arc::new(Dropper::new(settings.keep_written, settings.method));
         if let Some(n) = &follower.notice {
             dropper.tally.notice(n.clone());
         }
@@ -340,8 +357,8 @@ fn follow(
 /// a drop-behind pass (they were queued again) and prefetch windows still in their grace
 /// period. Ranges where pages stayed (read I/O still in flight) are retried a few times; what
 /// stays then is measured and reported. Every page the command added produced an event and
-/// was dropped in some pass, measured by cachestat, so only the ranges that stayed need
-/// measuring again — not the whole set (a second open_by_handle_at + cachestat per file:
+/// was dropped in some pass, measured before and after, so only the ranges that stayed need
+/// measuring again — not the whole set (a second open_by_handle_at + measurement per file:
 /// ~0.5 s on a 100k-file tree).
 fn final_drop(footprint: &Footprint, dropper: &Dropper) {
     // The command has exited (or unmapped what it mapped): nothing to page out.
