@@ -204,7 +204,8 @@ impl PerfEventAttr {
         let mut a = PerfEventAttr::tracepoint(config, inherit, wake);
         a.type_ = PERF_TYPE_SOFTWARE;
         a.sample_type = SampleType::TID | SampleType::TIME | SampleType::ADDR;
-        a.flags.set(AttrFlags::EXCLUDE_KERNEL | AttrFlags::EXCLUDE_HV, user_only);
+        a.flags
+            .set(AttrFlags::EXCLUDE_KERNEL | AttrFlags::EXCLUDE_HV, user_only);
         a
     }
 }
@@ -279,7 +280,11 @@ pub fn perf_software_open_for(
     wake: PerfWake,
     user_only: bool,
 ) -> io::Result<OwnedFd> {
-    perf_event_open(&PerfEventAttr::software(config, inherit, wake, user_only), tid, cpu)
+    perf_event_open(
+        &PerfEventAttr::software(config, inherit, wake, user_only),
+        tid,
+        cpu,
+    )
 }
 
 /// `kernel.perf_event_paranoid` (/proc/sys/kernel/perf_event_paranoid), None when unreadable

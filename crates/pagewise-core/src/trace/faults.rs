@@ -151,7 +151,11 @@ impl Resolver {
             }
         }
         if self.procs.len() >= MAX_PROCESSES && !self.procs.contains_key(&pid) {
-            let oldest = self.procs.iter().min_by_key(|(_, m)| m.read_ns).map(|(p, _)| *p);
+            let oldest = self
+                .procs
+                .iter()
+                .min_by_key(|(_, m)| m.read_ns)
+                .map(|(p, _)| *p);
             if let Some(p) = oldest {
                 self.procs.remove(&p);
             }
@@ -230,7 +234,10 @@ mod tests {
             addr,
         };
         let e = r.event(&s(10, 0x10000 + page + 17), true, 20).unwrap();
-        assert_eq!((e.pid, e.ino, e.ofs, e.dev_major, e.dev_minor), (6, 42, 5 * page, 8, 1));
+        assert_eq!(
+            (e.pid, e.ino, e.ofs, e.dev_major, e.dev_minor),
+            (6, 42, 5 * page, 8, 1)
+        );
         assert!(e.fault && e.major == Some(true) && e.ts_us == 0);
         assert_eq!(r.reads, 1);
         // Anonymous memory, faulted before the maps were read: not read again.
@@ -248,9 +255,8 @@ mod tests {
 
     #[test]
     fn processes_kept_are_bounded() {
-        let mut r = Resolver::with_reader(Box::new(|pid| {
-            vec![mapping(0x1000, 0x2000, 0, pid as u64)]
-        }));
+        let mut r =
+            Resolver::with_reader(Box::new(|pid| vec![mapping(0x1000, 0x2000, 0, pid as u64)]));
         for pid in 0..(MAX_PROCESSES as u32 + 10) {
             let s = FaultSample {
                 pid,
@@ -285,9 +291,9 @@ mod tests {
                 return Ok(());
             };
             if let Some(e) = r.event(&s, true, 0) {
-                prop_assert!(list.iter().any(|m| m.start <= s.addr
-                    && s.addr < m.end
-                    && m.ino == e.ino));
+                prop_assert!(list
+                    .iter()
+                    .any(|m| m.start <= s.addr && s.addr < m.end && m.ino == e.ino));
             }
             Ok(())
         });

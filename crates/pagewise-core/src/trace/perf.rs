@@ -469,11 +469,14 @@ impl Session {
                     // Without CAP_SYS_NICE: the short slice alone needs no privilege.
                     let slice = sys::set_thread_latency(tid, 0, READER_SLICE_NS).is_ok();
                     let before = self.notice.take().map(|n| n + "; ").unwrap_or_default();
-                    self.notice = Some(before + &format!(
-                        "the prefetching thread runs at normal priority{} \
+                    self.notice = Some(
+                        before
+                            + &format!(
+                                "the prefetching thread runs at normal priority{} \
                          (sched_setattr(nice {READER_NICE}): {e})",
-                        if slice { " with a 0.1 ms slice" } else { "" }
-                    ));
+                                if slice { " with a 0.1 ms slice" } else { "" }
+                            ),
+                    );
                 }
             }
         }
