@@ -363,3 +363,76 @@ fn assist_refuses_a_kernel_thread_at_once() {
         "{err}"
     );
 }
+
+/// Where the kernel has no `mm_filemap_fault` tracepoint (Linux 6.1), the faults come from
+/// perf's software events (major and minor page faults sampled with their address, resolved
+/// through /proc/PID/maps); `PAGEWISE_FAULTS_FROM=samples` takes that route here. Attached
+/// by PID and under `run --assist`, the reader takes about one major fault per chunk instead of
+/// one per page (getrusage), the chunks are in the cache right after (cachestat), and
+/// `run --assist` drops them at the end.
+#[test]
+fn sampled_faults_drive_the_assistant_without_the_fault_tracepoint() {
+    let Some(Setup { t, exe, data, go }) = setup() else {
+        return;
+    };
+    let bare = start_reader(&exe, &data, &go).wait_with_output().unwrap();
+    assert!(major_faults(&bare) >= 90, "bare: {}", major_faults(&bare));
+
+    // assist -p, forced onto the samples.
+    let mut v = serde_json::Value::Null;
+    let faults = attempts(|| {
+        sync_and_evict(&data);
+        let _ = std::fs::remove_file(&go);
+        let reader = start_reader(&exe, &data, &go);
+        let assist = bin()
+            .env("PAGEWISE_FAULTS_FROM", "samples")
+            .args(["assist", "--json", "-p", &reader.id().to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        std::fs::write(&go, b"").unwrap();
+        let out = reader.wait_with_output().unwrap();
+        let rep = assist.wait_with_output().unwrap();
+        assert!(rep.status.success());
+        v = serde_json::from_slice(&rep.stdout).unwrap();
+        major_faults(&out)
+    });
+    assert_eq!(v["source"], "perf-faults", "{v}");
+    assert!(
+        faults[faults.len() - 1] <= 12,
+        "assisted: {faults:?} major faults; last report {v}"
+    );
+    assert!(v["faults"].as_u64().unwrap() >= 32 + 3, "{v}");
+    assert!(v["prefetches"].as_u64().unwrap() >= 3, "{v}");
+    let f = std::fs::File::open(&data).unwrap();
+    use std::os::fd::AsFd;
+    for off in [16u64 << 20, 40 << 20, 8 << 20] {
+        let c = sys::cachestat(f.as_fd(), off, 128 << 10).unwrap();
+        assert_eq!(c.cache, 32, "chunk at {off}; {v}");
+    }
+
+    // run --assist, forced onto the samples: fewer major faults, nothing left cached.
+    let report = t.path().join("r.json");
+    let faults = attempts(|| {
+        sync_and_evict(&data);
+        let out = run(bin()
+            .env("PAGEWISE_FAULTS_FROM", "samples")
+            .args(["run", "--assist", "--report"])
+            .arg(&report)
+            .arg("--")
+            .arg(&exe)
+            .arg(&data)
+            .arg(&go));
+        assert!(out.status.success());
+        assert_eq!(cached(&data), 0, "prefetched pages must be dropped too");
+        major_faults(&out)
+    });
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["assist"]["source"], "perf-faults", "{r}");
+    assert!(
+        faults[faults.len() - 1] <= 12,
+        "run --assist: {faults:?} major faults; {r}"
+    );
+    assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");
+}

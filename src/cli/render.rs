@@ -202,7 +202,7 @@ pub fn write_assist_summary(
 ) -> std::io::Result<()> {
     writeln!(
         w,
-        "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us (reads queued by p50 {} us, p99 {} us); {} files{}{}",
+        "pagewise assist: {} faults ({} misses, {} on prefetched pages); {} prefetches ({} range, {} sequential, {} stride) of {}, ~{} wasted; fault-to-prefetch latency p50 {} us, p90 {} us, p99 {} us (reads queued by p50 {} us, p99 {} us); {} files{}{}{}",
         r.faults,
         r.misses,
         r.faults_on_prefetched,
@@ -227,6 +227,14 @@ pub fn write_assist_summary(
             format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events)
         } else {
             String::new()
+        },
+        match r.source {
+            Some(pagewise_core::trace::Source::PerfFaults) => {
+                "; faults sampled (perf software events: no mm_filemap_fault tracepoint)"
+            }
+            Some(pagewise_core::trace::Source::Perf) => "; faults traced (perf)",
+            Some(pagewise_core::trace::Source::Tracefs) => "; faults traced (tracefs)",
+            None => "",
         },
     )
 }
@@ -364,5 +372,22 @@ mod tests {
              files (2 unreachable); WARNING: 9 \
              events lost (raise --buffer-kb)\n"
         );
+    }
+
+    #[test]
+    fn assist_summary_says_how_faults_were_followed() {
+        use pagewise_core::trace::Source;
+        let line = |source| {
+            let r = pagewise_core::assist::live::AssistReport {
+                source,
+                ..assist_report()
+            };
+            text(|w| write_assist_summary(w, &r))
+        };
+        assert!(line(Some(Source::PerfFaults)).ends_with(
+            "7 files; faults sampled (perf software events: no mm_filemap_fault tracepoint)\n"
+        ));
+        assert!(line(Some(Source::Perf)).ends_with("7 files; faults traced (perf)\n"));
+        assert!(line(Some(Source::Tracefs)).ends_with("7 files; faults traced (tracefs)\n"));
     }
 }

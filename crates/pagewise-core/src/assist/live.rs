@@ -415,7 +415,15 @@ impl Assistant {
         self.slot(key);
         let s = self.slots.get_mut(&key).unwrap();
         let id = s.id;
-        let cached = s.known.iter().any(|&(a, b)| a <= p && p < b);
+        // A sampled fault says whether it waited for I/O: a major fault is a miss (its page
+        // entered the cache, and was seen doing so, before the sample) unless it waited for
+        // a window we issued; a minor one found its page cached. The tracepoint does not say:
+        // the pages recently seen entering the cache tell.
+        let cached = match e.major {
+            Some(true) => s.issued.iter().any(|w| w.start <= p && p < w.end),
+            Some(false) => true,
+            None => s.known.iter().any(|&(a, b)| a <= p && p < b),
+        };
         let mut on_prefetched = false;
         let fa = self.pred.config().fault_around;
         for w in s.issued.iter_mut() {
@@ -697,6 +705,11 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
     let (lost, source) = match perf::Session::start_on(&EVENTS, opts.assist.buffer_kb, true, &ptids)
     {
         Ok(mut session) => {
+            let source = if session.sampled_faults {
+                Source::PerfFaults
+            } else {
+                Source::Perf
+            };
             let reader = session
                 .stream(Duration::from_millis(50), true, on_event)
                 .map_err(crate::Error::TracePipe)?;
@@ -705,14 +718,14 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
             }
             wait_for(&opts.pids, opts.duration, &tally, observer);
             session.stop();
-            (reader.join().unwrap_or(0), Source::Perf)
+            (reader.join().unwrap_or(0), source)
         }
         Err(why) => {
             tally.notice(format!(
                 "perf events unavailable ({why}): following through tracefs"
             ));
             (
-                watch_tracefs(opts, &tids, &tally, observer, on_event)?,
+                watch_tracefs(opts, &tids, &tally, observer, on_event, &why)?,
                 Source::Tracefs,
             )
         }
@@ -745,10 +758,12 @@ fn watch_tracefs(
     tally: &Tally,
     observer: &dyn Observer,
     mut sink: impl EventSink,
+    perf_why: &crate::trace::TraceUnavailable,
 ) -> Result<u64, crate::Error> {
     let inst = Instance::new(&EVENTS, opts.assist.buffer_kb).map_err(|e| {
         crate::Error::TracingUnavailable {
-            reason: e.0,
+            // Both reasons: neither way works.
+            reason: format!("perf events unavailable ({perf_why}); {e}"),
             needed_by: Some("assist"),
             hint: "",
         }
@@ -880,6 +895,7 @@ mod tests {
                 order: 0,
                 fault: true,
                 mapped: 0,
+                major: None,
             };
             a.on_event(&e)
         };

@@ -13,6 +13,11 @@ use std::sync::Arc;
 pub enum Source {
     /// Perf events, one per CPU and tracepoint, inherited by the command's process tree.
     Perf,
+    /// Perf events as [`Source::Perf`], with the page faults from perf's software events
+    /// (sampled major and minor faults, their addresses resolved through /proc/PID/maps)
+    /// where the kernel has no `mm_filemap_fault` tracepoint (see [`super::faults`]).
+    #[serde(rename = "perf-faults")]
+    PerfFaults,
     /// A tracefs instance following the command with `set_event_pid`.
     Tracefs,
 }
@@ -22,6 +27,7 @@ impl Source {
     pub fn name(self) -> &'static str {
         match self {
             Source::Perf => "perf",
+            Source::PerfFaults => "perf-faults",
             Source::Tracefs => "tracefs",
         }
     }
@@ -116,10 +122,15 @@ impl Follower {
                 let poll = every.unwrap_or(std::time::Duration::from_millis(50));
                 let reader = session.stream(poll, skip_own, sink).map_err(reader_err)?;
                 let notice = session.notice.take();
+                let source = if session.sampled_faults {
+                    Source::PerfFaults
+                } else {
+                    Source::Perf
+                };
                 Ok(Follower {
                     tracer: Tracer::Perf(session, reader),
                     tid,
-                    source: Source::Perf,
+                    source,
                     notice,
                 })
             }

@@ -11,6 +11,7 @@
 //! - [`text`] prints a trace.
 
 pub mod command;
+pub mod faults;
 pub mod files;
 mod follower;
 pub mod format;

@@ -12,7 +12,13 @@
 //! ([`sys::linger_detached`]): a recording that follows finds the tracepoint still
 //! registered and pays nothing. Samples of pagewise's own threads (started after the events,
 //! so they inherit them) are skipped by process id.
+//!
+//! Where the kernel has no `mm_filemap_fault` tracepoint (before 6.7: Debian 12's 6.1), the
+//! page faults come from perf's software events instead (see [`super::faults`]), in rings of
+//! their own, opened the same way (per CPU, per thread, inherited) and read by the same
+//! reader, merged in time order with the tracepoints' events.
 
+use super::faults::{self, FaultsFrom, Resolver};
 use super::tracefs::{tracefs_root, RawEvent, TraceUnavailable};
 use crate::sys::{self, PerfRing};
 use std::collections::HashMap;
@@ -112,20 +118,39 @@ fn layout(event: &str) -> Result<(u64, Layout), TraceUnavailable> {
     ))
 }
 
+/// What a ring holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Tracepoint samples (their raw records).
+    Tracepoints,
+    /// `PERF_COUNT_SW_PAGE_FAULTS_MAJ` samples.
+    Major,
+    /// `PERF_COUNT_SW_PAGE_FAULTS_MIN` samples.
+    Minor,
+}
+
+/// A ring: the descriptor polled, the mapping, what it holds.
+type Ring = (OwnedFd, PerfRing, Kind);
+
 /// The perf events of one recording: per CPU, one event per tracepoint, all writing into the
-/// first one's ring.
+/// first one's ring (and, where faults are sampled, a ring for the major faults and one for
+/// the minor ones).
 pub struct Session {
     events: Vec<OwnedFd>,
     /// Wakes the reader at the end.
     wake: OwnedFd,
-    rings: Vec<(OwnedFd, PerfRing)>,
+    rings: Vec<Ring>,
     layouts: HashMap<u16, Layout>,
     stop: Arc<AtomicBool>,
     /// The reader issues prefetches (`--assist`): it runs at [`READER_NICE`] with a
     /// [`READER_SLICE_NS`] time slice.
     urgent: bool,
-    /// Why the reader could not be given its priority (set by [`Session::stream`]).
+    /// Why the reader could not be given its priority (set by [`Session::stream`]), and
+    /// why faults are sampled rather than traced (set at start).
     pub notice: Option<String>,
+    /// The page faults come from perf's software events (see [`super::faults`]), not from
+    /// the `mm_filemap_fault` tracepoint.
+    pub sampled_faults: bool,
 }
 
 /// The nice value of `--assist`'s event reader. It issues each prefetch the moment a miss is
@@ -161,9 +186,40 @@ impl Session {
         wake_each: bool,
         tids: &[i32],
     ) -> Result<Session, TraceUnavailable> {
+        let want_faults = events.iter().any(|e| is_fault(e));
+        // The fault tracepoint where the kernel has it (unless told otherwise), else samples.
+        let mut notice = None;
+        let sampled = want_faults
+            && match FaultsFrom::from_env() {
+                FaultsFrom::Samples => {
+                    notice = Some(format!(
+                        "page faults sampled through perf software events \
+                         ({}=samples)",
+                        faults::FAULTS_FROM_ENV
+                    ));
+                    true
+                }
+                FaultsFrom::Tracepoint => false,
+                FaultsFrom::Auto => match layout(super::FAULT_EVENT) {
+                    Ok(_) => false,
+                    Err(why) => {
+                        notice = Some(format!(
+                            "page faults sampled through perf software events (major and \
+                             minor page faults, addresses resolved through /proc/PID/maps): \
+                             {why}"
+                        ));
+                        true
+                    }
+                },
+            };
+        let events: Vec<&str> = events
+            .iter()
+            .copied()
+            .filter(|e| !(sampled && is_fault(e)))
+            .collect();
         let mut layouts = HashMap::new();
         let mut ids = Vec::new();
-        for ev in events {
+        for ev in &events {
             let (id, l) = layout(ev)?;
             layouts.insert(id as u16, l);
             ids.push(id);
@@ -177,7 +233,7 @@ impl Session {
         let has_faults = events.iter().any(|e| is_fault(e));
         let mut wakes: Vec<sys::PerfWake> = events
             .iter()
-            .map(|e| match (wake_each, has_faults && !is_fault(e)) {
+            .map(|e| match (wake_each, want_faults && !is_fault(e)) {
                 (false, _) => sys::PerfWake::Bytes((pages as u64 * page / 2) as u32),
                 (true, false) => sys::PerfWake::Samples(1),
                 (true, true) => sys::PerfWake::Samples(64),
@@ -220,11 +276,15 @@ impl Session {
             rings: Vec::new(),
             layouts,
             stop: Arc::default(),
-            urgent: wake_each && has_faults,
-            notice: None,
+            urgent: wake_each && want_faults,
+            notice,
+            sampled_faults: sampled,
         };
         for cpu in sys::online_cpus() {
             s.open_cpu(cpu, tids, &ids, pages, &wakes)?;
+            if sampled {
+                s.open_faults_cpu(cpu, tids, pages, wake_each)?;
+            }
         }
         if s.rings.is_empty() {
             return Err(TraceUnavailable("no CPU accepted a perf event".into()));
@@ -259,13 +319,7 @@ impl Session {
                 }
             };
             let Some(f) = &first else {
-                let ring = PerfRing::map(fd.as_fd(), pages).map_err(|e| {
-                    TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}"))
-                })?;
-                let poll = fd
-                    .try_clone()
-                    .map_err(|e| TraceUnavailable(format!("dup of a perf event failed: {e}")))?;
-                self.rings.push((poll, ring));
+                self.add_ring(&fd, pages, Kind::Tracepoints)?;
                 first = Some(fd);
                 continue;
             };
@@ -274,6 +328,86 @@ impl Session {
             self.events.push(fd);
         }
         self.events.extend(first);
+        Ok(())
+    }
+
+    /// Maps a ring of `pages` for event `fd`, the first of its CPU and kind (the others'
+    /// samples can only be sent to an event with a ring).
+    fn add_ring(&mut self, fd: &OwnedFd, pages: usize, kind: Kind) -> Result<(), TraceUnavailable> {
+        let ring = PerfRing::map(fd.as_fd(), pages)
+            .map_err(|e| TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}")))?;
+        let poll = fd
+            .try_clone()
+            .map_err(|e| TraceUnavailable(format!("dup of a perf event failed: {e}")))?;
+        self.rings.push((poll, ring, kind));
+        Ok(())
+    }
+
+    /// Opens the page-fault software events on `cpu` for every thread of `tids`: the major
+    /// faults into one ring (the reader woken at each with `wake_each`: they are the misses),
+    /// the minor ones into another (woken every 64: the hits, which drive the sequential
+    /// windows, need not wake it). Counted in the kernel too where allowed, else in user
+    /// space only (`perf_event_paranoid` 2 without CAP_PERFMON).
+    fn open_faults_cpu(
+        &mut self,
+        cpu: i32,
+        tids: &[i32],
+        pages: usize,
+        wake_each: bool,
+    ) -> Result<(), TraceUnavailable> {
+        let lazy = sys::PerfWake::Bytes((pages as u64 * sys::page_size() / 2) as u32);
+        let kinds = [
+            (sys::PERF_COUNT_SW_PAGE_FAULTS_MAJ, Kind::Major, "major", 1),
+            (sys::PERF_COUNT_SW_PAGE_FAULTS_MIN, Kind::Minor, "minor", 64),
+        ];
+        for (config, kind, name, every) in kinds {
+            let wake = if wake_each {
+                sys::PerfWake::Samples(every)
+            } else {
+                lazy
+            };
+            let mut first: Option<OwnedFd> = None;
+            for &tid in tids {
+                let open = |user_only| {
+                    sys::perf_software_open_for(config, tid, cpu, true, wake, user_only)
+                };
+                let fd = match open(false).or_else(|e| match e.raw_os_error() {
+                    Some(libc::EACCES | libc::EPERM) => open(true),
+                    _ => Err(e),
+                }) {
+                    Ok(fd) => fd,
+                    Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != 0 => continue,
+                    Err(e) => {
+                        let paranoid = match (e.raw_os_error(), sys::perf_event_paranoid()) {
+                            (Some(libc::EACCES | libc::EPERM), Some(p)) => format!(
+                                " (kernel.perf_event_paranoid is {p}: perf events of \
+                                 another user's process need root or CAP_PERFMON, and \
+                                 above 2 any at all)"
+                            ),
+                            _ => String::new(),
+                        };
+                        return Err(TraceUnavailable(format!(
+                            "perf_event_open(software event: {name} page faults, thread {tid}, \
+                             cpu {cpu}) failed: {e}{paranoid}"
+                        )));
+                    }
+                };
+                match &first {
+                    None => {
+                        self.add_ring(&fd, pages, kind)?;
+                        first = Some(fd);
+                    }
+                    Some(f) => {
+                        sys::perf_set_output(fd.as_fd(), f.as_fd()).map_err(|e| {
+                            TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}"))
+                        })?;
+                        self.events.push(fd);
+                    }
+                }
+            }
+            self.events.extend(first);
+        }
         Ok(())
     }
 
@@ -305,10 +439,18 @@ impl Session {
                 let _ = tid_tx.send(sys::gettid());
                 let mut lost = 0u64;
                 let mut batch = Vec::new();
+                let mut resolver = Resolver::default();
                 loop {
                     // Read the flag first: a ring emptied after it was set holds everything.
                     let last = stop.load(Ordering::Acquire);
-                    lost += drain_all(&mut rings, &layouts, me, &mut batch, &mut |e| sink.event(e));
+                    lost += drain_all(
+                        &mut rings,
+                        &layouts,
+                        &mut resolver,
+                        me,
+                        &mut batch,
+                        &mut |e| sink.event(e),
+                    );
                     if last {
                         return lost;
                     }
@@ -316,7 +458,7 @@ impl Session {
                     if sink.idle() {
                         continue;
                     }
-                    let mut fds: Vec<_> = rings.iter().map(|(fd, _)| fd.as_fd()).collect();
+                    let mut fds: Vec<_> = rings.iter().map(|(fd, _, _)| fd.as_fd()).collect();
                     fds.push(wake.as_fd());
                     let _ = sys::poll_any_readable(&fds, every_ms);
                 }
@@ -326,11 +468,15 @@ impl Session {
                 if let Err(e) = sys::set_thread_latency(tid, READER_NICE, READER_SLICE_NS) {
                     // Without CAP_SYS_NICE: the short slice alone needs no privilege.
                     let slice = sys::set_thread_latency(tid, 0, READER_SLICE_NS).is_ok();
-                    self.notice = Some(format!(
-                        "the prefetching thread runs at normal priority{} \
+                    let before = self.notice.take().map(|n| n + "; ").unwrap_or_default();
+                    self.notice = Some(
+                        before
+                            + &format!(
+                                "the prefetching thread runs at normal priority{} \
                          (sched_setattr(nice {READER_NICE}): {e})",
-                        if slice { " with a 0.1 ms slice" } else { "" }
-                    ));
+                                if slice { " with a 0.1 ms slice" } else { "" }
+                            ),
+                    );
                 }
             }
         }
@@ -356,17 +502,26 @@ impl Session {
 /// built from the order of a thread's faults. (The sort is stable and runs in linear time on
 /// rings that do not interleave.)
 fn drain_all<F: FnMut(RawEvent)>(
-    rings: &mut [(OwnedFd, PerfRing)],
+    rings: &mut [Ring],
     layouts: &HashMap<u16, Layout>,
+    resolver: &mut Resolver,
     me: u32,
     batch: &mut Vec<RawEvent>,
     on_event: &mut F,
 ) -> u64 {
     let mut lost = 0;
-    for (_, ring) in rings.iter_mut() {
+    let now = sys::monotonic_ns();
+    for (_, ring, kind) in rings.iter_mut() {
+        let kind = *kind;
         ring.drain(|typ, body| match typ {
             sys::PERF_RECORD_SAMPLE => {
-                if let Some(e) = parse_sample(body, layouts, me) {
+                let e = match kind {
+                    Kind::Tracepoints => parse_sample(body, layouts, me),
+                    Kind::Major | Kind::Minor => faults::parse_fault_sample(body)
+                        .filter(|s| s.pid != me)
+                        .and_then(|s| resolver.event(&s, kind == Kind::Major, now)),
+                };
+                if let Some(e) = e {
                     batch.push(e);
                 }
             }
@@ -419,5 +574,6 @@ fn parse_sample(b: &[u8], layouts: &HashMap<u16, Layout>, me: u32) -> Option<Raw
         order,
         fault: l.fault,
         mapped,
+        major: None,
     })
 }

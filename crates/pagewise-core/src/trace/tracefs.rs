@@ -368,6 +368,11 @@ pub struct RawEvent {
     /// Pages mapped by fault-around from `ofs` on (`mm_filemap_map_pages`: a fault the kernel
     /// served from pages already cached, without `mm_filemap_fault`); 0 for the other events.
     pub mapped: u32,
+    /// For a fault sampled through perf's software events (where the kernel has no
+    /// `mm_filemap_fault`, see [`super::perf`]): whether the kernel counted it major (it
+    /// waited for the page to be read) or minor (the page was cached). None for the
+    /// tracepoints, which do not say.
+    pub major: Option<bool>,
 }
 
 /// Parses one trace_pipe line of the filemap events, e.g.
@@ -416,6 +421,7 @@ pub fn parse_line(line: &str) -> Option<RawEvent> {
         order,
         fault,
         mapped: 0,
+        major: None,
     })
 }
 
@@ -438,6 +444,7 @@ mod tests {
                 order: 2,
                 fault: false,
                 mapped: 0,
+                major: None,
             })
         );
         // A command name with spaces and dashes.
@@ -457,6 +464,7 @@ mod tests {
                 order: 0,
                 fault: true,
                 mapped: 0,
+                major: None,
             })
         );
         assert_eq!(parse_line("garbage"), None);
