@@ -5,7 +5,6 @@ mod common;
 use common::*;
 use pagewise_core::sys;
 use std::fs;
-use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

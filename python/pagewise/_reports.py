@@ -334,7 +334,9 @@ class EvictTotals(View):
     cached_bytes_after = _int("cached_bytes_after", "Cached after.")
     dropped_bytes = _int("dropped_bytes", "Dropped.")
     stayed_bytes = _int("stayed_bytes", "Still cached after.")
-    dirty_bytes_written = _int("dirty_bytes_written", "Dirty bytes written back first.")
+    dirty_bytes_written = _opt_int(
+        "dirty_bytes_written", "Dirty bytes written back first (None: unknown without cachestat)."
+    )
     files_with_residue = _int("files_with_residue", "Files with pages left.")
     not_owned_skipped = _int("not_owned_skipped", "Files left alone (``owned=True``).")
     unknown_files = _int("unknown_files", "Files whose residency could not be known.")

@@ -129,3 +129,20 @@ def without(doc: Any, *keys: str) -> Any:
 def run_python(code: str, **kw: Any) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter (this one's), returning the finished process."""
     return subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def has_cachestat() -> bool:
+    """True when the kernel has cachestat(2) (6.5+); before it, dirty and writeback counts are
+    unknown (None) and only residency is measured (mincore)."""
+    import ctypes
+    import errno
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open("/proc/self/exe", os.O_RDONLY)
+    try:
+        rng, cs = (ctypes.c_uint64 * 2)(0, 1), (ctypes.c_uint64 * 5)()
+        if libc.syscall(451, fd, rng, cs, 0) == 0:
+            return True
+        return ctypes.get_errno() != errno.ENOSYS
+    finally:
+        os.close(fd)

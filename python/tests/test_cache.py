@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import pagewise
-from conftest import cached, cold, without, write_file
+from conftest import cached, cold, has_cachestat, without, write_file
 
 MIB = 1 << 20
 
@@ -26,7 +26,10 @@ def test_stat_reports_bytes_the_kernel_holds(scratch: Path) -> None:
         fh.read(2 * MIB)
     r = pagewise.stat(f, range="0-2M")
     assert r.bytes == 2 * MIB and r.cached_bytes == 2 * MIB
-    assert r.dirty_bytes == 0 and r.writeback_bytes == 0
+    if has_cachestat():
+        assert r.dirty_bytes == 0 and r.writeback_bytes == 0
+    else:  # mincore sees residency only: the rest is unknown, never 0
+        assert r.dirty_bytes is None and r.writeback_bytes is None
     assert isinstance(r.evicted_bytes, int)
 
 
@@ -70,7 +73,7 @@ def test_evict_drops_and_says_what_stayed(scratch: Path) -> None:
     assert cached(f) == 4 * MIB
     r = pagewise.evict(f)
     assert r.error_count == 0 and r.dropped_bytes == 4 * MIB and r.stayed_bytes == 0
-    assert r.total.dirty_bytes_written == 4 * MIB
+    assert r.total.dirty_bytes_written == (4 * MIB if has_cachestat() else None)
     assert cached(f) == 0
     assert pagewise.evict(f, dry_run=True).cached_bytes_before == 0
 

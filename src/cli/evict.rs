@@ -229,13 +229,10 @@ fn write_summary(w: &mut dyn Write, report: &EvictReport) -> std::io::Result<()>
         } else {
             format!("; {} still cached", b(t.stayed_bytes))
         },
-        if t.dirty_bytes_written > 0 {
-            format!(
-                " ({} of dirty pages written back first)",
-                bytes(t.dirty_bytes_written)
-            )
-        } else {
-            String::new()
+        match t.dirty_bytes_written {
+            Some(0) => String::new(),
+            Some(w) => format!(" ({} of dirty pages written back first)", bytes(w)),
+            None => " (dirty pages written back first: how many unknown without cachestat)".into(),
         }
     )?;
     if t.not_owned_skipped > 0 {
@@ -317,7 +314,7 @@ mod tests {
                 cached_bytes_after: 1 << 20,
                 dropped_bytes: 2 << 20,
                 stayed_bytes: 1 << 20,
-                dirty_bytes_written: 4096,
+                dirty_bytes_written: Some(4096),
                 files_with_residue: 1,
                 not_owned_skipped: 2,
                 ..EvictTotals::default()

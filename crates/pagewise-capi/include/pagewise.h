@@ -236,7 +236,8 @@ typedef struct pagewise_evict_report {
     uint64_t dropped_bytes;
     // Still cached (mapped, locked, dirty, tmpfs...).
     uint64_t stayed_bytes;
-    // Dirty bytes written back so they could be dropped.
+    // Dirty bytes written back so they could be dropped (PAGEWISE_UNKNOWN when unknown:
+    // before Linux 6.5 only cachestat counts dirty pages).
     uint64_t dirty_bytes_written;
     // Files where some pages stayed.
     uint64_t files_with_residue;

@@ -189,7 +189,8 @@ pub struct pagewise_evict_report {
     pub dropped_bytes: u64,
     /// Still cached (mapped, locked, dirty, tmpfs...).
     pub stayed_bytes: u64,
-    /// Dirty bytes written back so they could be dropped.
+    /// Dirty bytes written back so they could be dropped (PAGEWISE_UNKNOWN when unknown:
+    /// before Linux 6.5 only cachestat counts dirty pages).
     pub dirty_bytes_written: u64,
     /// Files where some pages stayed.
     pub files_with_residue: u64,
@@ -599,7 +600,7 @@ pub unsafe extern "C" fn pagewise_evict(
             cached_bytes_after: t.cached_bytes_after,
             dropped_bytes: t.dropped_bytes,
             stayed_bytes: t.stayed_bytes,
-            dirty_bytes_written: t.dirty_bytes_written,
+            dirty_bytes_written: known(t.dirty_bytes_written),
             files_with_residue: t.files_with_residue,
             not_owned_skipped: t.not_owned_skipped,
             unknown_files: t.unknown_files,

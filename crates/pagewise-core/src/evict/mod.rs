@@ -128,7 +128,7 @@ pub struct EvictFile {
 /// Totals of an eviction, in bytes (each file's counts capped at its measured bytes). The
 /// cached figures cover the files whose residency is known; `unknown_files` were advised out
 /// all the same, but what they held cannot be measured.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct EvictTotals {
     /// Files evicted (or measured, with `dry_run`).
     pub files: u64,
@@ -142,8 +142,10 @@ pub struct EvictTotals {
     pub dropped_bytes: u64,
     /// Bytes still cached afterwards.
     pub stayed_bytes: u64,
-    /// Dirty bytes written back so they could be dropped.
-    pub dirty_bytes_written: u64,
+    /// Dirty bytes written back so they could be dropped; None (`null`) when some file's
+    /// dirty count is unknown (measured by mincore: before Linux 6.5 only cachestat(2)
+    /// counts dirty pages), though its pages were written back all the same.
+    pub dirty_bytes_written: Option<u64>,
     /// Files where some pages stayed.
     pub files_with_residue: u64,
     /// Files left alone because another user owns them (`owned`).
@@ -155,6 +157,25 @@ pub struct EvictTotals {
     #[serde(skip_serializing_if = "Option::is_none")]
     /// Why they could not be measured.
     pub unknown_reason: Option<&'static str>,
+}
+
+impl Default for EvictTotals {
+    fn default() -> Self {
+        EvictTotals {
+            files: 0,
+            bytes: 0,
+            cached_bytes_before: 0,
+            cached_bytes_after: 0,
+            dropped_bytes: 0,
+            stayed_bytes: 0,
+            dirty_bytes_written: Some(0),
+            files_with_residue: 0,
+            not_owned_skipped: 0,
+            unknown_files: 0,
+            unknown_bytes: 0,
+            unknown_reason: None,
+        }
+    }
 }
 
 /// What `evict` did.
@@ -243,7 +264,11 @@ impl Batched for Ctx<'_> {
                 self.tally
                     .error(FileError::io(f.path, Op::SyncFileRangeWrite, &e));
             }
-            local.totals.dirty_bytes_written += before.dirty.unwrap_or(0);
+            local.totals.dirty_bytes_written = local
+                .totals
+                .dirty_bytes_written
+                .zip(before.dirty)
+                .map(|(a, b)| a + b);
             local.pending.push(Pending {
                 path: f.path.to_path_buf(),
                 size: f.stat.size,
@@ -511,7 +536,10 @@ fn merge_totals(a: &mut EvictTotals, b: &EvictTotals) {
     a.cached_bytes_after += b.cached_bytes_after;
     a.dropped_bytes += b.dropped_bytes;
     a.stayed_bytes += b.stayed_bytes;
-    a.dirty_bytes_written += b.dirty_bytes_written;
+    a.dirty_bytes_written = a
+        .dirty_bytes_written
+        .zip(b.dirty_bytes_written)
+        .map(|(a, b)| a + b);
     a.files_with_residue += b.files_with_residue;
     a.not_owned_skipped += b.not_owned_skipped;
     a.unknown_files += b.unknown_files;

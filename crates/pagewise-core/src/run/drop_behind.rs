@@ -278,21 +278,12 @@ impl Dropper {
     /// Whether mincore tells the truth about the file (asked once per file, on the mincore
     /// route only): root, its owner, or allowed to write it.
     fn truthful(&self, key: FileKey, fd: BorrowedFd) -> bool {
-        if sys::euid() == 0 {
-            return true;
-        }
-        *self.truthful.lock().unwrap().entry(key).or_insert_with(|| {
-            let Ok(st) = sys::fstat(fd) else {
-                return false;
-            };
-            let path = sys::fd_path(fd);
-            let Ok(path) = std::ffi::CString::new(path.into_os_string().into_encoded_bytes())
-            else {
-                return false;
-            };
-            // An absolute name: the directory descriptor is not used.
-            sys::mincore_is_truthful(fd, &path, &st)
-        })
+        *self
+            .truthful
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_insert_with(|| sys::fstat(fd).is_ok_and(|st| sys::mincore_is_truthful_fd(fd, &st)))
     }
 
     /// Without dirty counts (mincore): whether the file was modified since the run started,
