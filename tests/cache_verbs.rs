@@ -160,10 +160,7 @@ fn evict_range_drops_only_the_range() {
     let out = run(bin().args(["evict", "--range", "2M-6M"]).arg(&p));
     assert!(out.status.success());
     let f = File::open(&p).unwrap();
-    assert_eq!(
-        resident_pages(&f, 2 << 20, 4 << 20),
-        0
-    );
+    assert_eq!(resident_pages(&f, 2 << 20, 4 << 20), 0);
     assert_eq!(resident_pages(&f, 0, 2 << 20), 512);
     assert_eq!(resident_pages(&f, 6 << 20, 0), 512);
     // An unaligned range: whatever stays is reported as the kernel shows it, with the reason.
@@ -178,11 +175,7 @@ fn evict_range_drops_only_the_range() {
     if inside > 0 {
         assert_eq!(v["residue"][0]["reason"], "partial_folio");
     }
-    assert_eq!(
-        resident_pages(&f2, 0, 1 << 20),
-        256,
-        "outside untouched"
-    );
+    assert_eq!(resident_pages(&f2, 0, 1 << 20), 256, "outside untouched");
 }
 
 #[test]
@@ -268,10 +261,7 @@ fn load_range_reads_only_the_range() {
     sync_and_evict(&p);
     run(bin().args(["load", "--range", "2M-4M"]).arg(&p));
     let f = File::open(&p).unwrap();
-    assert_eq!(
-        resident_pages(&f, 2 << 20, 2 << 20),
-        512
-    );
+    assert_eq!(resident_pages(&f, 2 << 20, 2 << 20), 512);
     // Outside the range only what kernel readahead may add; far outside nothing.
     assert_eq!(resident_pages(&f, 6 << 20, 0), 0);
 }

@@ -90,7 +90,11 @@ pub fn resident_pages(f: &File, off: u64, len: u64) -> u64 {
         Ok(c) => c.cache,
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
             let size = f.metadata().unwrap().len();
-            let end = if len == 0 { size } else { (off + len).min(size) };
+            let end = if len == 0 {
+                size
+            } else {
+                (off + len).min(size)
+            };
             if end <= off {
                 return 0;
             }
