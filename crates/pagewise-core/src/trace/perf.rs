@@ -280,14 +280,19 @@ impl Session {
             notice,
             sampled_faults: sampled,
         };
-        for cpu in sys::online_cpus() {
+        let cpus = sys::online_cpus();
+        for &cpu in &cpus {
             s.open_cpu(cpu, tids, &ids, pages, &wakes)?;
             if sampled {
                 s.open_faults_cpu(cpu, tids, pages, wake_each)?;
             }
         }
         if s.rings.is_empty() {
-            return Err(TraceUnavailable("no CPU accepted a perf event".into()));
+            let shown: Vec<i32> = tids.iter().take(8).copied().collect();
+            return Err(TraceUnavailable(format!(
+                "no CPU accepted a perf event (CPUs {cpus:?}, threads {shown:?}: each CPU went \
+                 offline (ENODEV) or each thread exited (ESRCH))"
+            )));
         }
         Ok(s)
     }
