@@ -5,7 +5,6 @@
 
 mod common;
 use common::*;
-use pagewise_core::sys;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -88,6 +87,37 @@ fn attempts(mut one: impl FnMut() -> u64) -> Vec<u64> {
     faults
 }
 
+/// `pagewise assist -p` of the reader started cold, with `env` set for pagewise, in up to
+/// three [`attempts`]: the reader's major faults of each, and the last assist report.
+fn assist_by_pid(
+    exe: &Path,
+    data: &Path,
+    go: &Path,
+    env: &[(&str, &str)],
+) -> (Vec<u64>, serde_json::Value) {
+    let mut v = serde_json::Value::Null;
+    let faults = attempts(|| {
+        sync_and_evict(data);
+        let _ = std::fs::remove_file(go);
+        let reader = start_reader(exe, data, go);
+        let assist = bin()
+            .envs(env.iter().copied())
+            .args(["assist", "--json", "-p", &reader.id().to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Give the tracer time to start before the reader begins.
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        std::fs::write(go, b"").unwrap();
+        let out = reader.wait_with_output().unwrap();
+        let rep = assist.wait_with_output().unwrap();
+        assert!(rep.status.success());
+        v = serde_json::from_slice(&rep.stdout).unwrap();
+        major_faults(&out)
+    });
+    (faults, v)
+}
+
 fn start_reader(exe: &Path, data: &Path, go: &Path) -> std::process::Child {
     Command::new(exe)
         .arg(data)
@@ -114,25 +144,7 @@ fn assisted_reader_takes_one_major_fault_per_chunk() {
     assert!(major_faults(&bare) >= 90, "bare: {}", major_faults(&bare));
 
     // Assisted, attached by PID.
-    let mut v = serde_json::Value::Null;
-    let faults = attempts(|| {
-        sync_and_evict(&data);
-        let _ = std::fs::remove_file(&go);
-        let reader = start_reader(&exe, &data, &go);
-        let assist = bin()
-            .args(["assist", "--json", "-p", &reader.id().to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Give the tracer time to start before the reader begins.
-        std::thread::sleep(std::time::Duration::from_millis(700));
-        std::fs::write(&go, b"").unwrap();
-        let out = reader.wait_with_output().unwrap();
-        let rep = assist.wait_with_output().unwrap();
-        assert!(rep.status.success());
-        v = serde_json::from_slice(&rep.stdout).unwrap();
-        major_faults(&out)
-    });
+    let (faults, v) = assist_by_pid(&exe, &data, &go, &[]);
     assert!(
         faults[faults.len() - 1] <= 12,
         "assisted: {faults:?} major faults; last report {v}"
@@ -381,25 +393,7 @@ fn sampled_faults_drive_the_assistant_without_the_fault_tracepoint() {
     assert!(major_faults(&bare) >= 90, "bare: {}", major_faults(&bare));
 
     // assist -p, forced onto the samples.
-    let mut v = serde_json::Value::Null;
-    let faults = attempts(|| {
-        sync_and_evict(&data);
-        let _ = std::fs::remove_file(&go);
-        let reader = start_reader(&exe, &data, &go);
-        let assist = bin()
-            .env("PAGEWISE_FAULTS_FROM", "samples")
-            .args(["assist", "--json", "-p", &reader.id().to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(700));
-        std::fs::write(&go, b"").unwrap();
-        let out = reader.wait_with_output().unwrap();
-        let rep = assist.wait_with_output().unwrap();
-        assert!(rep.status.success());
-        v = serde_json::from_slice(&rep.stdout).unwrap();
-        major_faults(&out)
-    });
+    let (faults, v) = assist_by_pid(&exe, &data, &go, &[("PAGEWISE_FAULTS_FROM", "samples")]);
     assert_eq!(v["source"], "perf-faults", "{v}");
     assert!(
         faults[faults.len() - 1] <= 12,
@@ -408,10 +402,12 @@ fn sampled_faults_drive_the_assistant_without_the_fault_tracepoint() {
     assert!(v["faults"].as_u64().unwrap() >= 32 + 3, "{v}");
     assert!(v["prefetches"].as_u64().unwrap() >= 3, "{v}");
     let f = std::fs::File::open(&data).unwrap();
-    use std::os::fd::AsFd;
     for off in [16u64 << 20, 40 << 20, 8 << 20] {
-        let c = sys::cachestat(f.as_fd(), off, 128 << 10).unwrap();
-        assert_eq!(c.cache, 32, "chunk at {off}; {v}");
+        assert_eq!(
+            resident_pages(&f, off, 128 << 10),
+            32,
+            "chunk at {off}; {v}"
+        );
     }
 
     // run --assist, forced onto the samples: fewer major faults, nothing left cached.
