@@ -154,7 +154,7 @@ fn assisted_reader_takes_one_major_fault_per_chunk() {
     assert_eq!(v["files_unreachable"].as_u64(), Some(0), "{v}");
     // Followed through perf events on the target's threads (root here), with a histogram
     // that counts every prefetch.
-    // (Where the kernel has no fault tracepoint, before 6.x as Debian's 6.1, from perf's
+    // (Where the kernel has no mm_filemap_fault tracepoint, as Debian's 6.1: from perf's
     // sampled page faults.)
     let traced = Path::new("/sys/kernel/tracing/events/filemap/mm_filemap_fault").exists();
     assert_eq!(
