@@ -13,4 +13,6 @@ fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libpagewise.so.{abi}");
     println!("cargo:rustc-env=PAGEWISE_ABI={abi}");
     println!("cargo:rerun-if-changed=build.rs");
+    // pagewise_build_info(): the commit, date and target the CLI's --version prints too.
+    pagewise_build_info::emit();
 }

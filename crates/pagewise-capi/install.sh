@@ -6,7 +6,9 @@
 # Then:  cc prog.c $(pkg-config --cflags --libs pagewise)
 #        (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not /usr or /usr/local)
 # Environment: LIBDIR (default PREFIX/lib), DESTDIR (staged install, for packagers),
-#   CARGO (default cargo), NO_BUILD=1 (install what target/release already has).
+#   CARGO (default cargo), NO_BUILD=1 (install what target/release already has),
+#   LIBSRC (the directory holding the built libraries; default the target's release/),
+#   PC_RELOCATABLE=1 (the .pc finds the tree from its own place: ${pcfiledir}, for tarballs).
 set -euo pipefail
 
 usage() { sed -n '2,10s/^# \{0,1\}//p' "$0"; }
@@ -29,9 +31,13 @@ if [ "$major" = 0 ]; then abi="0.$minor"; else abi=$major; fi
 if [ "${NO_BUILD:-0}" != 1 ]; then
   "$cargo" build --release --manifest-path "$repo/Cargo.toml" -p pagewise-capi
 fi
-target=$("$cargo" metadata --no-deps --format-version 1 --manifest-path "$repo/Cargo.toml" |
-  sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-out="$target/release"
+if [ -n "${LIBSRC:-}" ]; then
+  out=$LIBSRC
+else
+  target=$("$cargo" metadata --no-deps --format-version 1 --manifest-path "$repo/Cargo.toml" |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+  out="$target/release"
+fi
 for f in libpagewise.so libpagewise.a; do
   [ -f "$out/$f" ] || { echo "install.sh: $out/$f is missing (build failed?)" >&2; exit 1; }
 done
@@ -43,9 +49,16 @@ ln -sfn "libpagewise.so.$abi" "$dest$libdir/libpagewise.so"
 install -m 0644 "$out/libpagewise.a" "$dest$libdir/libpagewise.a"
 install -m 0644 "$here/include/pagewise.h" "$here/include/pagewise.hpp" "$dest$prefix/include/"
 # What Rust's standard library needs from the system when linking libpagewise.a
-# (`rustc --print native-static-libs` on linux-gnu).
-libs_private="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
-sed -e "s|@PREFIX@|$prefix|" -e "s|@LIBDIR@|$libdir|" -e "s|@VERSION@|$version|" \
+# (`rustc --print native-static-libs` on linux-gnu), less -lgcc_s: cc links the unwinder itself
+# (libgcc_s for a dynamic program, libgcc_eh with -static, where -lgcc_s cannot be found).
+libs_private="-lutil -lrt -lpthread -lm -ldl -lc"
+pc_prefix=$prefix
+pc_libdir=$libdir
+if [ "${PC_RELOCATABLE:-0}" = 1 ]; then
+  pc_prefix='${pcfiledir}/../..'
+  pc_libdir='${prefix}/lib'
+fi
+sed -e "s|@PREFIX@|$pc_prefix|" -e "s|@LIBDIR@|$pc_libdir|" -e "s|@VERSION@|$version|" \
   -e "s|@LIBS_PRIVATE@|$libs_private|" "$here/pagewise.pc.in" >"$dest$libdir/pkgconfig/pagewise.pc"
 chmod 0644 "$dest$libdir/pkgconfig/pagewise.pc"
 

@@ -99,6 +99,8 @@ __all__ = [
     "TraceEvent",
     "LoadHandle",
     "page_size",
+    "build_info",
+    "BuildInfo",
     "Error",
     "NotFoundError",
     "PermissionDeniedError",
@@ -141,6 +143,27 @@ SizeArg = Union[int, str]
 #: ``progress(files_done, bytes_done)``, called from the calling thread about every 0.1 s and
 #: once at the end; an exception it raises cancels the call and is raised.
 ProgressCallback = Callable[[int, int], Any]
+
+
+class BuildInfo(NamedTuple):
+    """What the extension was built from (:func:`build_info`)."""
+
+    line: str
+    """``"VERSION (commit HEX12, built YYYY-MM-DD, TARGET)"``: what ``pagewise --version``
+    prints after ``pagewise``, and libpagewise's ``pagewise_build_info()``."""
+    version: str
+    commit: str
+    """12 hex digits, or ``"unknown"`` when built outside a git checkout (e.g. from an sdist)."""
+    date: str
+    """UTC build date, ``YYYY-MM-DD`` (``SOURCE_DATE_EPOCH`` when the build set it)."""
+    target: str
+
+
+def build_info() -> BuildInfo:
+    """The version, commit, build date and target of this extension, e.g.
+    ``build_info().commit == "0123456789ab"``; the CLI and the C library built from the same
+    source say the same."""
+    return BuildInfo(*_pagewise.build_info())
 
 
 def page_size() -> int:

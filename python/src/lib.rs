@@ -20,6 +20,25 @@ fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// What the extension was built from: (line, version, commit, build date, target); the line is
+/// the one `pagewise --version` and libpagewise's `pagewise_build_info()` print.
+#[pyfunction]
+fn build_info() -> (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+) {
+    (
+        env!("PAGEWISE_BUILD_INFO"),
+        env!("CARGO_PKG_VERSION"),
+        env!("PAGEWISE_COMMIT"),
+        env!("PAGEWISE_BUILD_DATE"),
+        env!("PAGEWISE_TARGET"),
+    )
+}
+
 /// The kernel's page size, bytes.
 #[pyfunction]
 fn page_size() -> u64 {
@@ -30,6 +49,7 @@ fn page_size() -> u64 {
 fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(version, m)?)?;
     m.add_function(wrap_pyfunction!(page_size, m)?)?;
+    m.add_function(wrap_pyfunction!(build_info, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::stat, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::evict, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::load, m)?)?;

@@ -41,7 +41,7 @@ Exit codes:
 #[derive(Parser, Debug)]
 #[command(
     name = "pagewise",
-    version,
+    version = env!("PAGEWISE_BUILD_INFO"),
     about = "Exact control of the Linux page cache: see what is cached, evict it, load it",
     after_help = EXIT_CODES,
     propagate_version = true

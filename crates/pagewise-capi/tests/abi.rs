@@ -53,6 +53,40 @@ fn version_is_the_crates() {
     assert_eq!(v.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
 
+/// `pagewise_build_info()` names the commit git has checked out (the CLI's `--version` and
+/// Python's `build_info()` are checked against the same commit).
+#[test]
+fn build_info_names_the_checked_out_commit() {
+    let line = unsafe { CStr::from_ptr(pagewise_build_info()) }
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim()[..12].to_owned());
+    let commit = head.unwrap_or_else(|| "unknown".to_owned());
+    let prefix = format!("{} (commit {commit}, built ", env!("CARGO_PKG_VERSION"));
+    assert!(
+        line.starts_with(&prefix),
+        "{line:?} does not start with {prefix:?}"
+    );
+    let rest = &line[prefix.len()..];
+    let (date, target) = rest.split_once(", ").unwrap();
+    assert!(
+        date.len() == 10 && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-',
+        "{line:?}"
+    );
+    assert!(
+        target.starts_with("x86_64-") || target.ends_with("-linux-gnu)"),
+        "{line:?}"
+    );
+    assert!(target.ends_with(')'), "{line:?}");
+}
+
 #[test]
 fn file_handles_round_trip_and_fail_with_errno_and_message() {
     let dir = scratch();

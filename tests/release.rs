@@ -1,0 +1,400 @@
+//! The release artifacts (`./release`), built once for this test binary and checked as a user
+//! would use them: the CLI runs and needs nothing above glibc 2.17; the .deb installs, runs,
+//! has its man page found and removes without a trace in a Debian chroot made by debootstrap;
+//! the manylinux wheel installs into a fresh virtualenv and measures what the kernel shows; the
+//! C tarball links dynamically and with `cc -static`; `contrib/install-extras` (what
+//! ./install-deps runs) makes `man -w pagewise` succeed.
+//!
+//! The build uses the `dist-check` profile (unoptimized, no debug info: the same code, link and
+//! glibc floor as the release profile in a third of the time). PAGEWISE_SKIP_RELEASE=1 skips all of it, saying so
+//! (it needs PyPI the first time, for ziglang, cargo-zigbuild and maturin, and Debian's mirror
+//! for debootstrap; both are cached under /var/lib/pagewise-release).
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn skipped() -> bool {
+    if std::env::var_os("PAGEWISE_SKIP_RELEASE").is_some_and(|v| v == "1") {
+        eprintln!("skipped: PAGEWISE_SKIP_RELEASE=1");
+        return true;
+    }
+    !common::require_root("the release checks (a chroot, dpkg, mounts)")
+}
+
+/// The artifacts of one `./release` run (PROFILE=dist-check), made by the first test that asks.
+fn dist() -> &'static Path {
+    static DIST: OnceLock<PathBuf> = OnceLock::new();
+    DIST.get_or_init(|| {
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("release-dist");
+        let o = Command::new("bash")
+            .arg(Path::new(REPO).join("release"))
+            .env("PROFILE", "dist-check")
+            .env("OUT", &out)
+            .output()
+            .unwrap();
+        eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "./release failed: {o:?}");
+        out
+    })
+}
+
+fn sh(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The highest GLIBC_x.y symbol version an ELF file needs, as (x, y); None for none.
+fn glibc_max(elf: &Path) -> Option<(u32, u32)> {
+    let dump = sh(Command::new("objdump").arg("-T").arg(elf));
+    dump.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .filter_map(|w| w.strip_prefix("GLIBC_"))
+        .filter_map(|v| {
+            let mut it = v.split('.').map(|n| n.parse::<u32>().ok());
+            Some((it.next()??, it.next().flatten().unwrap_or(0)))
+        })
+        .max()
+}
+
+/// A file of `size` bytes, read once so the kernel has it cached, with what cachestat/mincore
+/// say is cached.
+fn cached_file(dir: &Path, size: usize) -> (PathBuf, u64) {
+    let p = dir.join("data");
+    common::write_file(&p, size);
+    fs::read(&p).unwrap();
+    let c = common::cached(&p);
+    (p, c)
+}
+
+#[test]
+fn the_cli_needs_no_glibc_above_2_17_and_reports_what_the_kernel_shows() {
+    if skipped() {
+        return;
+    }
+    let exe = dist().join(format!("pagewise-{VERSION}-x86_64-linux"));
+    let max = glibc_max(&exe);
+    assert!(
+        max.is_none_or(|m| m <= (2, 17)),
+        "{exe:?} needs GLIBC {max:?}"
+    );
+    let v = sh(Command::new(&exe).arg("--version"));
+    let head = sh(Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(REPO));
+    assert!(
+        v.starts_with(&format!(
+            "pagewise {VERSION} (commit {}, built ",
+            &head[..12]
+        )),
+        "{v}"
+    );
+    let dir = common::tmp();
+    let (p, cached) = cached_file(dir.path(), 3 << 20);
+    let doc: serde_json::Value =
+        serde_json::from_str(&sh(Command::new(&exe).arg("stat").arg("--json").arg(&p))).unwrap();
+    assert_eq!(doc["total"]["cached_bytes"].as_u64(), Some(cached), "{doc}");
+
+    // Every artifact is in SHA256SUMS and matches it.
+    let sums = fs::read_to_string(dist().join("SHA256SUMS")).unwrap();
+    for e in fs::read_dir(dist()).unwrap() {
+        let n = e.unwrap().file_name().into_string().unwrap();
+        assert!(
+            n == "SHA256SUMS" || sums.contains(&format!("  {n}\n")),
+            "{n} not in SHA256SUMS"
+        );
+    }
+    sh(Command::new("sha256sum")
+        .arg("-c")
+        .arg("SHA256SUMS")
+        .current_dir(dist()));
+}
+
+/// A mount this test made, unmounted when dropped (also when the test fails).
+struct Mounted(PathBuf);
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A Debian (bookworm, minbase + man-db) root made by debootstrap the first time and kept as a
+/// tarball under /var/lib/pagewise-release, unpacked into `dir`.
+fn debian_root(dir: &Path) -> PathBuf {
+    let cache = Path::new("/var/lib/pagewise-release/bookworm-minbase-man.tar");
+    if !cache.exists() {
+        let build = Path::new("/var/lib/pagewise-release/bookworm.partial");
+        let _ = fs::remove_dir_all(build);
+        fs::create_dir_all(build).unwrap();
+        sh(Command::new("debootstrap").args([
+            "--variant=minbase",
+            "--include=man-db",
+            "bookworm",
+            build.to_str().unwrap(),
+            "http://deb.debian.org/debian",
+        ]));
+        let part = cache.with_extension("tar.partial");
+        sh(Command::new("tar")
+            .arg("-C")
+            .arg(build)
+            .arg("-cf")
+            .arg(&part)
+            .arg("."));
+        fs::rename(&part, cache).unwrap();
+        fs::remove_dir_all(build).unwrap();
+    }
+    let root = dir.join("root");
+    fs::create_dir(&root).unwrap();
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(&root)
+        .arg("-xf")
+        .arg(cache));
+    root
+}
+
+/// Every path under `root` but the ones dpkg and man-db keep as their own bookkeeping.
+fn tree(root: &Path) -> Vec<String> {
+    let out = sh(Command::new("find").arg(".").arg("-xdev").current_dir(root));
+    let mut v: Vec<String> = out
+        .lines()
+        .filter(|l| {
+            !(l.starts_with("./proc")
+                || l.starts_with("./var/lib/dpkg")
+                || l.starts_with("./var/cache/man")
+                || l.starts_with("./var/log"))
+        })
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn the_deb_installs_runs_and_removes_cleanly_in_a_debian_chroot() {
+    if skipped() {
+        return;
+    }
+    let deb = dist().join(format!("pagewise_{VERSION}_amd64.deb"));
+    let info = sh(Command::new("dpkg-deb").arg("--info").arg(&deb));
+    assert!(info.contains("Depends: libc6 (>= 2.17)"), "{info}");
+    let files = sh(Command::new("dpkg-deb").arg("--contents").arg(&deb));
+    for want in [
+        "./usr/bin/pagewise",
+        "./usr/share/man/man1/pagewise.1.gz",
+        "./usr/share/man/man1/pagewise-copy.1.gz",
+        "./usr/share/bash-completion/completions/pagewise",
+        "./usr/share/zsh/vendor-completions/_pagewise",
+        "./usr/share/fish/vendor_completions.d/pagewise.fish",
+        "./usr/share/doc/pagewise/copyright",
+        "./usr/share/doc/pagewise/changelog.gz",
+        "./usr/share/doc/pagewise/examples/pagewise-exporter.service",
+    ] {
+        assert!(
+            files.contains(&format!("{want}\n")),
+            "{want} not in the .deb:\n{files}"
+        );
+    }
+
+    let dir = tempfile::tempdir_in("/var/lib/pagewise-release").unwrap();
+    let root = debian_root(dir.path());
+    fs::copy(&deb, root.join("tmp/pagewise.deb")).unwrap();
+    sh(Command::new("mount")
+        .args(["-t", "proc", "proc"])
+        .arg(root.join("proc")));
+    let _proc = Mounted(root.join("proc"));
+    let chroot = |args: &[&str]| -> String {
+        sh(Command::new("chroot")
+            .arg(&root)
+            .args(args)
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("LANG", "C"))
+    };
+    let before = tree(&root);
+    chroot(&["dpkg", "-i", "/tmp/pagewise.deb"]);
+    assert_eq!(
+        chroot(&["man", "-w", "pagewise"]).trim(),
+        "/usr/share/man/man1/pagewise.1.gz"
+    );
+    assert!(chroot(&["pagewise", "--version"]).starts_with(&format!("pagewise {VERSION} (commit ")));
+    // A tree the chroot's own files make: every file's line, and a total the kernel agrees with.
+    let doc: serde_json::Value = serde_json::from_str(&chroot(&[
+        "pagewise",
+        "stat",
+        "--json",
+        "/usr/share/doc/pagewise",
+    ]))
+    .unwrap();
+    assert!(doc["total"]["files"].as_u64().unwrap() >= 3, "{doc}");
+    let cached = common::cached(&root.join("usr/share/doc/pagewise/copyright"));
+    let one: serde_json::Value = serde_json::from_str(&chroot(&[
+        "pagewise",
+        "stat",
+        "--json",
+        "/usr/share/doc/pagewise/copyright",
+    ]))
+    .unwrap();
+    assert_eq!(one["total"]["cached_bytes"].as_u64(), Some(cached), "{one}");
+    chroot(&["dpkg", "-r", "pagewise"]);
+    let status = chroot(&["dpkg-query", "-W", "-f=${db:Status-Abbrev}", "pagewise"]);
+    assert_eq!(
+        status.trim(),
+        "un",
+        "dpkg still knows the package: {status}"
+    );
+    assert_eq!(tree(&root), before, "dpkg -r left files behind");
+    drop(_proc);
+    let _ = fs::remove_dir_all(dir.path());
+}
+
+#[test]
+fn the_manylinux_wheel_installs_in_a_fresh_venv_and_measures_the_kernel() {
+    if skipped() {
+        return;
+    }
+    let whl: Vec<PathBuf> = fs::read_dir(dist())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    assert_eq!(whl.len(), 1, "{whl:?}");
+    let name = whl[0].file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.starts_with(&format!("pagewise-{VERSION}-cp39-abi3-manylinux"))
+            && name.contains("manylinux_2_17_x86_64"),
+        "{name}"
+    );
+    assert!(
+        dist().join(format!("pagewise-{VERSION}.tar.gz")).exists(),
+        "no sdist"
+    );
+    let dir = common::tmp();
+    let venv = dir.path().join("venv");
+    sh(Command::new("python3").arg("-m").arg("venv").arg(&venv));
+    sh(Command::new(venv.join("bin/pip"))
+        .args(["install", "-q", "--no-index", "--disable-pip-version-check"])
+        .arg(&whl[0]));
+    let (p, cached) = cached_file(dir.path(), 5 << 20);
+    let out = sh(Command::new(venv.join("bin/python"))
+        .arg("-c")
+        .arg("import sys, pagewise; r = pagewise.stat(sys.argv[1]); print(r.cached_bytes, pagewise.build_info().commit)")
+        .arg(&p)
+        .current_dir(dir.path()));
+    let head = sh(Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(REPO));
+    assert_eq!(out.trim(), format!("{cached} {}", &head[..12]));
+}
+
+#[test]
+fn the_c_tarball_links_dynamically_and_statically() {
+    if skipped() {
+        return;
+    }
+    let dir = common::tmp();
+    let tgz = dist().join(format!("libpagewise-{VERSION}-x86_64-linux.tar.gz"));
+    sh(Command::new("tar")
+        .arg("-C")
+        .arg(dir.path())
+        .arg("-xzf")
+        .arg(&tgz));
+    let top = dir
+        .path()
+        .join(format!("libpagewise-{VERSION}-x86_64-linux"));
+    let so = fs::canonicalize(top.join("lib/libpagewise.so")).unwrap();
+    let max = glibc_max(&so);
+    assert!(
+        max.is_none_or(|m| m <= (2, 17)),
+        "{so:?} needs GLIBC {max:?}"
+    );
+    let pc = |args: &[&str]| -> Vec<String> {
+        sh(Command::new("pkg-config")
+            .args(args)
+            .arg("pagewise")
+            .env("PKG_CONFIG_PATH", top.join("lib/pkgconfig")))
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+    };
+    let src = Path::new(REPO).join("crates/pagewise-capi/examples/direct_copy.c");
+    let dynamic = dir.path().join("copy-dyn");
+    sh(Command::new("cc")
+        .arg("-o")
+        .arg(&dynamic)
+        .arg(&src)
+        .args(pc(&["--cflags", "--libs"]))
+        .arg(format!("-Wl,-rpath,{}", top.join("lib").display())));
+    let stat = dir.path().join("copy-static");
+    sh(Command::new("cc")
+        .arg("-static")
+        .arg("-o")
+        .arg(&stat)
+        .arg(&src)
+        .args(pc(&["--cflags", "--static", "--libs"])));
+    let file = sh(Command::new("file").arg(&stat));
+    assert!(file.contains("statically linked"), "{file}");
+    let (p, _) = cached_file(dir.path(), (4 << 20) + 123);
+    for exe in [&dynamic, &stat] {
+        let dst = dir.path().join("copy");
+        let _ = fs::remove_file(&dst);
+        sh(Command::new(exe).arg(&p).arg(&dst));
+        assert_eq!(fs::read(&dst).unwrap(), fs::read(&p).unwrap());
+        // direct_copy writes through O_DIRECT: the copy is not in the page cache.
+        let f = fs::File::open(&dst).unwrap();
+        assert_eq!(
+            common::resident_pages(&f, 0, 0),
+            0,
+            "{exe:?} left the copy cached"
+        );
+    }
+}
+
+#[test]
+fn install_extras_makes_man_find_the_pages_and_writes_completions() {
+    if skipped() {
+        return;
+    }
+    let dir = common::tmp();
+    let prefix = dir.path().join("prefix");
+    sh(Command::new("bash")
+        .arg(Path::new(REPO).join("contrib/install-extras"))
+        .arg(&prefix)
+        .env("PAGEWISE", env!("CARGO_BIN_EXE_pagewise")));
+    let man = prefix.join("share/man");
+    let found = sh(Command::new("man")
+        .arg("-M")
+        .arg(&man)
+        .args(["-w", "pagewise"]));
+    assert_eq!(Path::new(found.trim()), man.join("man1/pagewise.1"));
+    let found = sh(Command::new("man")
+        .arg("-M")
+        .arg(&man)
+        .args(["-w", "pagewise-copy"]));
+    assert_eq!(Path::new(found.trim()), man.join("man1/pagewise-copy.1"));
+    for f in [
+        "share/bash-completion/completions/pagewise",
+        "share/zsh/site-functions/_pagewise",
+        "share/fish/vendor_completions.d/pagewise.fish",
+    ] {
+        let m = fs::metadata(prefix.join(f)).unwrap();
+        assert!(
+            m.len() > 100 && m.permissions().mode() & 0o777 == 0o644,
+            "{f}"
+        );
+    }
+    let bash =
+        fs::read_to_string(prefix.join("share/bash-completion/completions/pagewise")).unwrap();
+    assert!(bash.contains("complete -F _pagewise"), "{bash}");
+}
