@@ -395,6 +395,12 @@ extern "C" {
 // The version of the library, e.g. `"0.1.0"` (a static string).
 const char *pagewise_version(void);
 
+// What the library was built from, as `pagewise --version` and Python's
+// `pagewise.build_info()` say it: `"VERSION (commit HEX12, built YYYY-MM-DD, TARGET)"`, e.g.
+// `"0.1.0 (commit 0123456789ab, built 2026-11-26, x86_64-unknown-linux-gnu)"`; the commit is
+// `unknown` when the source was built outside a git checkout (a static string).
+const char *pagewise_build_info(void);
+
 // The message of the last failure on this thread (NULL before any): what failed, on which
 // path, in which call, e.g. `"evict: /data/x: open failed: Permission denied (os error 13)"`.
 // Set by a call that returns a negative errno or NULL, and by a verb that reports per-file

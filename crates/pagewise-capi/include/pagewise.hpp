@@ -76,6 +76,7 @@ template <class T> T defaults() {
 
 // The library's version, e.g. "0.1.0".
 inline std::string version() { return pagewise_version(); }
+inline std::string build_info() { return pagewise_build_info(); }
 
 // The name of a cache policy: "direct", "dontcache", "drop-behind".
 inline const char *policy_name(int policy) {
