@@ -272,28 +272,28 @@ fn prometheus_scrapes_the_exporter_and_the_textfile_with_cachestats_figures() {
             ),
             5,
         ),
-        (
-            format!(
-                "pagewise_file_cached_bytes{{job=\"pagewise\",path=\"{path}\",file=\"{path}\"}}"
-            ),
-            kernel.cache * PAGE,
-        ),
     ] {
         let r = wait_for(30, &q, || query(pp, &q));
         assert_eq!(value(&r[0]) as u64, want, "{q}");
     }
-    // The tree's cached bytes: the sum of cachestat over its files.
-    let tree_cached: u64 = (0..5)
-        .map(|i| cs(&tree.join(format!("f{i}"))).cache * PAGE)
-        .sum();
+    // The per-file series: like the path's, matched against the kernel's figure at that moment.
+    let file_q =
+        format!("pagewise_file_cached_bytes{{job=\"pagewise\",path=\"{path}\",file=\"{path}\"}}");
+    wait_for(60, "Prometheus has scraped the file's cached bytes", || {
+        let r = query(pp, &file_q)?;
+        (value(r.first()?) as u64 == cached(&f) * PAGE).then_some(())
+    });
+    // The tree's cached bytes: the sum of cachestat over its files (at the moment compared).
     let q = format!(
         "pagewise_path_cached_bytes{{job=\"pagewise\",path=\"{}\"}}",
         tree.display()
     );
-    assert_eq!(
-        value(&wait_for(30, &q, || query(pp, &q))[0]) as u64,
-        tree_cached
-    );
+    wait_for(60, "Prometheus has scraped the tree's cached bytes", || {
+        let tree_cached: u64 = (0..5)
+            .map(|i| cs(&tree.join(format!("f{i}"))).cache * PAGE)
+            .sum();
+        (value(query(pp, &q)?.first()?) as u64 == tree_cached).then_some(())
+    });
     // Cgroups, machine totals and the exporter's own series are there.
     for q in [
         "pagewise_cgroup_file_bytes{job=\"pagewise\"}",
