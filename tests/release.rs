@@ -2,8 +2,8 @@
 //! would use them: the CLI runs and needs nothing above glibc 2.17; the .deb installs, runs,
 //! has its man page found and removes without a trace in a Debian chroot made by debootstrap;
 //! the manylinux wheel installs into a fresh virtualenv and measures what the kernel shows; the
-//! C tarball links dynamically and with `cc -static`; `contrib/install-extras` (what
-//! ./install-deps runs) makes `man -w pagewise` succeed.
+//! C tarball links dynamically and with `cc -static`; `make install` (contrib/install-extras,
+//! which ./install-deps runs too) puts the man pages where `man -w pagewise` finds them.
 //!
 //! The build uses the `dist-check` profile (unoptimized, no debug info: the same code, link and
 //! glibc floor as the release profile in a third of the time). PAGEWISE_SKIP_RELEASE=1 skips all of it, saying so
@@ -367,17 +367,24 @@ fn the_c_tarball_links_dynamically_and_statically() {
 }
 
 #[test]
-fn install_extras_makes_man_find_the_pages_and_writes_completions() {
+fn make_install_puts_the_binary_man_pages_and_completions_where_man_and_shells_look() {
     if skipped() {
         return;
     }
     let dir = common::tmp();
-    let prefix = dir.path().join("prefix");
-    sh(Command::new("bash")
-        .arg(Path::new(REPO).join("contrib/install-extras"))
-        .arg(&prefix)
-        .env("PAGEWISE", env!("CARGO_BIN_EXE_pagewise")));
-    let man = prefix.join("share/man");
+    let dest = dir.path().join("dest");
+    sh(Command::new("make")
+        .arg("-C")
+        .arg(REPO)
+        .arg("install")
+        .arg(format!("DESTDIR={}", dest.display()))
+        .arg("PREFIX=/usr"));
+    let v = sh(Command::new(dest.join("usr/bin/pagewise")).arg("--version"));
+    assert!(
+        v.starts_with(&format!("pagewise {VERSION} (commit ")),
+        "{v}"
+    );
+    let man = dest.join("usr/share/man");
     let found = sh(Command::new("man")
         .arg("-M")
         .arg(&man)
@@ -388,18 +395,26 @@ fn install_extras_makes_man_find_the_pages_and_writes_completions() {
         .arg(&man)
         .args(["-w", "pagewise-copy"]));
     assert_eq!(Path::new(found.trim()), man.join("man1/pagewise-copy.1"));
+    // The page renders (man's own formatter) and names the verbs.
+    let page = sh(Command::new("man")
+        .arg("-M")
+        .arg(&man)
+        .arg("pagewise")
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100"));
+    assert!(page.contains("evict") && page.contains("copy"), "{page}");
     for f in [
-        "share/bash-completion/completions/pagewise",
-        "share/zsh/site-functions/_pagewise",
-        "share/fish/vendor_completions.d/pagewise.fish",
+        "usr/share/bash-completion/completions/pagewise",
+        "usr/share/zsh/site-functions/_pagewise",
+        "usr/share/fish/vendor_completions.d/pagewise.fish",
     ] {
-        let m = fs::metadata(prefix.join(f)).unwrap();
+        let m = fs::metadata(dest.join(f)).unwrap();
         assert!(
             m.len() > 100 && m.permissions().mode() & 0o777 == 0o644,
             "{f}"
         );
     }
     let bash =
-        fs::read_to_string(prefix.join("share/bash-completion/completions/pagewise")).unwrap();
+        fs::read_to_string(dest.join("usr/share/bash-completion/completions/pagewise")).unwrap();
     assert!(bash.contains("complete -F _pagewise"), "{bash}");
 }
