@@ -118,6 +118,43 @@ fn assist_by_pid(
     (faults, v)
 }
 
+/// `pagewise run --assist` of the reader (ENV and the reader's EXTRA arguments added), retried
+/// by [`attempts`] from a cold file each time: every run succeeds and leaves nothing of the file
+/// cached, the last takes at most 12 major faults, and its report counts >= 3 prefetches.
+/// Returns the report.
+fn run_assisted(
+    t: &Path,
+    exe: &Path,
+    data: &Path,
+    go: &Path,
+    env: &[(&str, &str)],
+    extra: &[&str],
+) -> serde_json::Value {
+    let report = t.join("r.json");
+    let faults = attempts(|| {
+        sync_and_evict(data);
+        let out = run(bin()
+            .envs(env.iter().copied())
+            .args(["run", "--assist", "--report"])
+            .arg(&report)
+            .arg("--")
+            .arg(exe)
+            .arg(data)
+            .arg(go)
+            .args(extra));
+        assert!(out.status.success());
+        assert_eq!(cached(data), 0, "prefetched pages must be dropped too");
+        major_faults(&out)
+    });
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert!(
+        faults[faults.len() - 1] <= 12,
+        "run --assist: {faults:?} major faults; {r}"
+    );
+    assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");
+    r
+}
+
 fn start_reader(exe: &Path, data: &Path, go: &Path) -> std::process::Child {
     Command::new(exe)
         .arg(data)
@@ -182,26 +219,7 @@ fn run_assist_drops_its_prefetches_and_simulate_reads_a_fault_trace() {
         return;
     };
     // run --assist: fewer major faults, and nothing of the file left cached afterwards.
-    let faults = attempts(|| {
-        sync_and_evict(&data);
-        let out = run(bin()
-            .args(["run", "--assist", "--report"])
-            .arg(t.path().join("r.json"))
-            .arg("--")
-            .arg(&exe)
-            .arg(&data)
-            .arg(&go));
-        assert!(out.status.success());
-        assert_eq!(cached(&data), 0, "prefetched pages must be dropped too");
-        major_faults(&out)
-    });
-    assert!(
-        faults[faults.len() - 1] <= 12,
-        "run --assist: {faults:?} major faults"
-    );
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(t.path().join("r.json")).unwrap()).unwrap();
-    assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");
+    run_assisted(t.path(), &exe, &data, &go, &[], &[]);
 
     // record --faults, then the simulator: the range detector turns the chunks' faults into hits.
     sync_and_evict(&data);
@@ -323,27 +341,8 @@ fn windows_issued_in_pieces_cover_whole_1m_chunks() {
     let out = run(Command::new(&exe).arg(&data).arg(&go).arg("1024"));
     assert!(out.status.success());
     let bare = major_faults(&out);
-    let report = t.path().join("r.json");
-    let faults = attempts(|| {
-        sync_and_evict(&data);
-        let out = run(bin()
-            .args(["run", "--assist", "--report"])
-            .arg(&report)
-            .arg("--")
-            .arg(&exe)
-            .arg(&data)
-            .arg(&go)
-            .arg("1024"));
-        assert!(out.status.success());
-        major_faults(&out)
-    });
     assert!(bare >= 3 * 250, "bare: {bare} major faults");
-    assert!(
-        faults[faults.len() - 1] <= 12,
-        "run --assist: {faults:?} major faults"
-    );
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");
+    let r = run_assisted(t.path(), &exe, &data, &go, &[], &["1024"]);
     assert!(
         r["assist"]["prefetched_bytes"].as_u64().unwrap() >= 3 << 20,
         "{r}"
@@ -418,26 +417,13 @@ fn sampled_faults_drive_the_assistant_without_the_fault_tracepoint() {
     }
 
     // run --assist, forced onto the samples: fewer major faults, nothing left cached.
-    let report = t.path().join("r.json");
-    let faults = attempts(|| {
-        sync_and_evict(&data);
-        let out = run(bin()
-            .env("PAGEWISE_FAULTS_FROM", "samples")
-            .args(["run", "--assist", "--report"])
-            .arg(&report)
-            .arg("--")
-            .arg(&exe)
-            .arg(&data)
-            .arg(&go));
-        assert!(out.status.success());
-        assert_eq!(cached(&data), 0, "prefetched pages must be dropped too");
-        major_faults(&out)
-    });
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    assert_eq!(r["assist"]["source"], "perf-faults", "{r}");
-    assert!(
-        faults[faults.len() - 1] <= 12,
-        "run --assist: {faults:?} major faults; {r}"
+    let r = run_assisted(
+        t.path(),
+        &exe,
+        &data,
+        &go,
+        &[("PAGEWISE_FAULTS_FROM", "samples")],
+        &[],
     );
-    assert!(r["assist"]["prefetches"].as_u64().unwrap() >= 3, "{r}");
+    assert_eq!(r["assist"]["source"], "perf-faults", "{r}");
 }
