@@ -87,6 +87,34 @@ fn attempts(mut one: impl FnMut() -> u64) -> Vec<u64> {
     faults
 }
 
+/// Waits (up to 60 s) until the child holds a perf event file descriptor, then 100 ms more for
+/// the events to be enabled; returns at once if the child exits (its status tells why).
+fn wait_for_perf_events(child: &mut std::process::Child) {
+    let pid = child.id();
+    let start = std::time::Instant::now();
+    let has = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.filter_map(Result::ok).any(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.as_os_str() == "anon_inode:[perf_event]")
+                })
+            })
+            .unwrap_or(false)
+    };
+    while !has() {
+        if child.try_wait().unwrap().is_some() {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "assist (pid {pid}) opened no perf event within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+}
+
 /// `pagewise assist -p` of the reader started cold, with `env` set for pagewise, in up to
 /// three [`attempts`]: the reader's major faults of each, and the last assist report.
 fn assist_by_pid(
@@ -100,14 +128,15 @@ fn assist_by_pid(
         sync_and_evict(data);
         let _ = std::fs::remove_file(go);
         let reader = start_reader(exe, data, go);
-        let assist = bin()
+        let mut assist = bin()
             .envs(env.iter().copied())
             .args(["assist", "--json", "-p", &reader.id().to_string()])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        // Give the tracer time to start before the reader begins.
-        std::thread::sleep(std::time::Duration::from_millis(700));
+        // The reader begins once the assistant has its perf events open (a fixed sleep was
+        // too short on a loaded, emulated guest: the reader finished before `assist` looked).
+        wait_for_perf_events(&mut assist);
         std::fs::write(go, b"").unwrap();
         let out = reader.wait_with_output().unwrap();
         let rep = assist.wait_with_output().unwrap();
