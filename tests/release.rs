@@ -97,6 +97,27 @@ fn the_cli_needs_no_glibc_above_2_17_and_reports_what_the_kernel_shows() {
         max.is_none_or(|m| m <= (2, 17)),
         "{exe:?} needs GLIBC {max:?}"
     );
+    // Nothing but glibc's own libraries is needed, so the .deb's `Depends: libc6` is whole.
+    let dynamic = sh(Command::new("objdump").arg("-p").arg(&exe));
+    for lib in dynamic
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("NEEDED"))
+    {
+        let lib = lib.trim();
+        assert!(
+            [
+                "libc.so.6",
+                "libm.so.6",
+                "libpthread.so.0",
+                "libdl.so.2",
+                "librt.so.1",
+                "libutil.so.1"
+            ]
+            .contains(&lib)
+                || lib.starts_with("ld-linux-x86-64.so"),
+            "{exe:?} needs {lib}, which libc6 does not provide"
+        );
+    }
     let v = sh(Command::new(&exe).arg("--version"));
     let head = sh(Command::new("git")
         .args(["rev-parse", "HEAD"])
