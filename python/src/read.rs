@@ -79,14 +79,15 @@ pub fn read_into(
 ) -> io::Result<Outcome> {
     let size = file.len()?;
     let n = (buf.len() as u64).min(size.saturating_sub(off)) as usize;
-    let buf = &mut buf[..n];
     ctl.progress.total_bytes.store(n as u64, Ordering::Relaxed);
     if n == 0 {
+        // At or past the end: the library's read says 0, or EINVAL past the largest offset.
         return Ok(Outcome {
-            n: 0,
+            n: file.read_at(buf, off)?,
             misaligned: false,
         });
     }
+    let buf = &mut buf[..n];
     let a = file.alignment();
     let head = head_len(off, a.offset).min(n);
     let got = serial(file, &mut buf[..head], off, ctl)?;
