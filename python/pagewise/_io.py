@@ -16,7 +16,7 @@ import io
 import os
 import sys
 import warnings
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 from . import _pagewise
 
@@ -189,8 +189,16 @@ def read(
 
 
 def _writable(b: Any) -> Tuple[int, int, Any]:
-    """(address, length, keep-alive) of a writable, contiguous buffer, without a copy."""
-    mv = memoryview(b)
+    """(address, length, keep-alive) of a writable, contiguous buffer, without a copy: the
+    buffer protocol, else numpy's ``__array_interface__`` (objects that only describe their
+    memory that way)."""
+    try:
+        mv = memoryview(b)
+    except TypeError:
+        iface = getattr(b, "__array_interface__", None)
+        if not isinstance(iface, dict):
+            raise
+        return _from_array_interface(b, iface)
     if mv.readonly:
         raise TypeError(f"readinto() needs a writable buffer, not {type(b).__name__}")
     if not mv.c_contiguous:
@@ -202,6 +210,33 @@ def _writable(b: Any) -> Tuple[int, int, Any]:
         mv = mv.cast("B")
     holder = (ctypes.c_char * n).from_buffer(mv)
     return ctypes.addressof(holder), n, holder
+
+
+def _from_array_interface(b: Any, iface: Dict[str, Any]) -> Tuple[int, int, Any]:
+    """``_writable`` of an object with ``__array_interface__`` (version 3): its memory stays
+    alive with the object, kept for the call."""
+    data = iface.get("data")
+    if not isinstance(data, tuple) or len(data) != 2 or not isinstance(data[0], int):
+        raise TypeError(f"{type(b).__name__}: __array_interface__ without a data address")
+    address, readonly = data
+    if readonly:
+        raise TypeError(f"readinto() needs a writable buffer, not a read-only {type(b).__name__}")
+    itemsize = int(str(iface.get("typestr", "|u1"))[2:] or 1)
+    shape = tuple(iface.get("shape", ()))
+    count = 1
+    for d in shape:
+        count *= int(d)
+    strides = iface.get("strides")
+    if strides is not None:
+        # C order has strides None, or the strides C order would have.
+        expect, step = [], itemsize
+        for d in reversed(shape):
+            expect.append(step)
+            step *= int(d)
+        if tuple(reversed(expect)) != tuple(strides) and count > 1:
+            raise BufferError("readinto() needs a contiguous buffer")
+    n = count * itemsize
+    return (address, n, b) if n else (0, 0, None)
 
 
 class DirectIO(io.RawIOBase):

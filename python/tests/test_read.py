@@ -74,6 +74,31 @@ def test_read_into_any_buffer_unaligned_offset_and_length(data_file: tuple) -> N
     assert cached(f) == 0
 
 
+class OnlyArrayInterface:
+    """Memory described only by ``__array_interface__`` (as some tensor libraries do)."""
+
+    def __init__(self, arr: numpy.ndarray) -> None:
+        self.arr = arr
+        self.__array_interface__ = arr.__array_interface__
+
+
+def test_read_into_array_interface_objects(data_file: tuple) -> None:
+    f, data = data_file
+    arr = pagewise.empty(1000, dtype=numpy.float64)
+    obj = OnlyArrayInterface(arr)
+    with pytest.raises(TypeError):
+        memoryview(obj)  # type: ignore[arg-type]
+    assert pagewise.read_into(f, obj, 4096) == 8000
+    assert arr.tobytes() == data[4096:12096]
+    ro = numpy.zeros(10, dtype=numpy.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError):
+        pagewise.read_into(f, OnlyArrayInterface(ro))
+    with pytest.raises(BufferError):
+        pagewise.read_into(f, OnlyArrayInterface(numpy.zeros((8, 8))[:, ::2]))
+    assert cached(f) == 0
+
+
 def test_read_into_is_short_at_the_end_of_the_file(data_file: tuple) -> None:
     f, data = data_file
     buf = pagewise.empty(2 * MIB)
