@@ -215,18 +215,18 @@ fn middle(
             let r = if aligned {
                 pread_full(fd, piece, pos, align)
             } else {
-                if bounce.is_none() {
-                    match AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize)) {
-                        Ok(b) => bounce = Some(b),
-                        Err(e) => return record_error(fail(path, "posix_memalign", e)),
+                let b = match bounce {
+                    Some(ref mut b) => b,
+                    None => {
+                        match AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize)) {
+                            Ok(b) => bounce.insert(b),
+                            Err(e) => return record_error(fail(path, "posix_memalign", e)),
+                        }
                     }
-                }
-                let b = bounce.as_mut().expect("allocated above");
+                };
                 let len = piece.len();
-                pread_full(fd, &mut b[..len], pos, align).map(|got| {
-                    piece[..got].copy_from_slice(&b[..got]);
-                    got
-                })
+                pread_full(fd, &mut b[..len], pos, align)
+                    .inspect(|&got| piece[..got].copy_from_slice(&b[..got]))
             };
             match r {
                 Ok(got) => {
@@ -265,8 +265,10 @@ fn middle(
     if ctl.cancel.load(Ordering::Relaxed) {
         return Err(interrupted());
     }
-    Ok(match short.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some((i, got)) => i * PIECE + got,
-        None => total,
-    })
+    Ok(
+        match short.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some((i, got)) => i * PIECE + got,
+            None => total,
+        },
+    )
 }
