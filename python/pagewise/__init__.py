@@ -13,6 +13,8 @@ The verbs of the ``pagewise`` command, with keyword options named like its flags
         train_one_epoch()
     with pagewise.open("/data/big", "rb", cache="direct") as f:
         f.readinto(pagewise.aligned_buffer(1 << 20))  # O_DIRECT, alignment handled
+    arr = pagewise.empty(n)                          # page-aligned numpy array
+    pagewise.read_into("/data/model.bin", arr)       # O_DIRECT, many reads in flight
 
 Every call returns a report whose attributes are bytes; ``report.to_dict()`` is the document
 ``pagewise VERB --json`` prints. Long calls release the GIL; Ctrl-C raises
