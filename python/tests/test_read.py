@@ -139,6 +139,21 @@ def test_read_into_depth_progress_and_dontcache(data_file: tuple) -> None:
     assert cached(f) == 0
 
 
+def test_read_into_progress_exception_propagates(data_file: tuple) -> None:
+    f, _ = data_file
+
+    def stop(done: int, total: int) -> None:
+        raise ZeroDivisionError(f"stop at {done} of {total}")
+
+    with pytest.raises(ZeroDivisionError):
+        pagewise.read_into(f, pagewise.empty(8 * MIB), progress=stop)
+    with pagewise.open(f) as d:
+        with pytest.raises(ZeroDivisionError):
+            d.read_into(pagewise.empty(8 * MIB), progress=stop)
+        assert d.pread(3, 0) == pattern(3)  # the handle still works
+    assert cached(f) == 0
+
+
 def test_handle_read_into_and_readinto_at_do_not_move_the_position(data_file: tuple) -> None:
     f, data = data_file
     with pagewise.open(f) as d:
