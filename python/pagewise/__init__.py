@@ -13,6 +13,8 @@ The verbs of the ``pagewise`` command, with keyword options named like its flags
         train_one_epoch()
     with pagewise.open("/data/big", "rb", cache="direct") as f:
         f.readinto(pagewise.aligned_buffer(1 << 20))  # O_DIRECT, alignment handled
+    arr = pagewise.empty(n)                          # page-aligned numpy array
+    pagewise.read_into("/data/model.bin", arr)       # O_DIRECT, many reads in flight
 
 Every call returns a report whose attributes are bytes; ``report.to_dict()`` is the document
 ``pagewise VERB --json`` prints. Long calls release the GIL; Ctrl-C raises
@@ -45,13 +47,13 @@ from typing import (
 )
 
 from . import _pagewise
-from ._io import Alignment, DirectIO, aligned_buffer, open
+from ._io import Alignment, DirectIO, aligned_buffer, empty, open, read, read_into
 from ._errors import (
     Error,
     ExistsError,
-    IsADirectoryError_,
+    IsADirectoryError,
     NoSuchProcessError,
-    NotADirectoryError_,
+    NotADirectoryError,
     NotFoundError,
     PermissionDeniedError,
     TraceError,
@@ -82,8 +84,12 @@ from ._reports import (
 
 __version__: str = _pagewise.version()
 
+# `open`, `IsADirectoryError` and `NotADirectoryError` are left out: `from pagewise import *`
+# must not shadow the builtins of those names (they are `pagewise.open`, ...).
 __all__ = [
-    "open",
+    "read_into",
+    "read",
+    "empty",
     "aligned_buffer",
     "DirectIO",
     "Alignment",
@@ -105,8 +111,6 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "ExistsError",
-    "IsADirectoryError_",
-    "NotADirectoryError_",
     "NoSuchProcessError",
     "TraceError",
     "Report",
@@ -130,6 +134,44 @@ __all__ = [
     "FileError",
     "WalkSummary",
 ]
+
+#: Public names that are not in ``__all__`` (they would shadow builtins on a star import), and
+#: the type aliases of the signatures.
+_PUBLIC_EXTRA = [
+    "open",
+    "IsADirectoryError",
+    "NotADirectoryError",
+    "PathArg",
+    "Paths",
+    "RangeArg",
+    "SizeArg",
+    "ProgressCallback",
+]
+
+
+def __dir__() -> List[str]:
+    # What the package offers: not the names its annotations import (typing's, os...).
+    dunders = [n for n in globals() if n.startswith("__") and n.endswith("__")]
+    return sorted(set(__all__) | set(_PUBLIC_EXTRA) | set(dunders) - {"annotations"})
+
+
+def __getattr__(name: str) -> Any:
+    # The old exception names (IsADirectoryError_, NotADirectoryError_), with a warning.
+    from ._errors import deprecated
+
+    return deprecated(name)
+
+
+def _raise_single(paths: Any, report: Any) -> None:
+    """One explicit path given and it failed: its error is raised (the ``OSError`` subclass its
+    errno names). Failures below it in a tree, or with several paths, stay in the report."""
+    if not isinstance(paths, (str, bytes, os.PathLike)) or not report.error_count:
+        return
+    given = os.fsencode(paths)
+    for e in report.errors:
+        if e.path_bytes == given:
+            raise e.exception()
+
 
 #: A path as the ``os`` module takes one.
 PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
@@ -235,7 +277,10 @@ def stat(
     :returns: totals (``cached_bytes``, ``dirty_bytes``...), per root, per file.
     """
     walk = _walk(range, include, exclude, follow, one_file_system, max_depth, threads, method)
-    return StatReport(_pagewise.stat(_paths(paths), walk, files, progress))
+    report = StatReport(_pagewise.stat(_paths(paths), walk, files, progress))
+    report._given = _paths(paths)
+    _raise_single(paths, report)
+    return report
 
 
 @overload
@@ -306,9 +351,12 @@ def evict(
     if paths is None:
         raise ValueError("evict: no paths given")
     walk = _walk(range, include, exclude, follow, one_file_system, max_depth, threads, method)
-    return EvictReport(
+    report = EvictReport(
         _pagewise.evict(_paths(paths), walk, dry_run, owned, no_sync, why, progress)
     )
+    report._given = _paths(paths)
+    _raise_single(paths, report)
+    return report
 
 
 class LoadHandle:
@@ -452,6 +500,13 @@ def load(
         _paths(paths), walk, lock, batch, window, 16 if depth is None else depth, progress
     )
     report = LoadReport(raw)
+    report._given = _paths(paths)
+    try:
+        _raise_single(paths, report)
+    except OSError:
+        if locks is not None:
+            locks.release()
+        raise
     if lock:
         return LoadHandle(report, locks)
     return report

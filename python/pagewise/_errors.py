@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import builtins as _builtins
 import errno as _errno
 import os
+import warnings as _warnings
 from typing import Any, Dict, Optional, Tuple, Type, Union
 
 __all__ = [
@@ -14,8 +16,8 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "ExistsError",
-    "IsADirectoryError_",
-    "NotADirectoryError_",
+    "IsADirectoryError",
+    "NotADirectoryError",
     "NoSuchProcessError",
     "TraceError",
     "error_from",
@@ -68,12 +70,34 @@ class ExistsError(Error, FileExistsError):
     """EEXIST."""
 
 
-class IsADirectoryError_(Error, IsADirectoryError):
-    """EISDIR."""
+class IsADirectoryError(Error, _builtins.IsADirectoryError):  # noqa: A001
+    """EISDIR (``pagewise.IsADirectoryError``: also the builtin ``IsADirectoryError``)."""
 
 
-class NotADirectoryError_(Error, NotADirectoryError):
-    """ENOTDIR."""
+class NotADirectoryError(Error, _builtins.NotADirectoryError):  # noqa: A001
+    """ENOTDIR (``pagewise.NotADirectoryError``: also the builtin ``NotADirectoryError``)."""
+
+
+#: Old names (with a trailing underscore), deprecated: reached through ``__getattr__``.
+_DEPRECATED = {"IsADirectoryError_": IsADirectoryError, "NotADirectoryError_": NotADirectoryError}
+
+
+def deprecated(name: str) -> Any:
+    """The class an old name stands for, with a ``DeprecationWarning``; AttributeError for
+    other names."""
+    cls = _DEPRECATED.get(name)
+    if cls is None:
+        raise AttributeError(f"module 'pagewise' has no attribute {name!r}")
+    _warnings.warn(
+        f"pagewise.{name} is deprecated: use pagewise.{cls.__name__}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    return deprecated(name)
 
 
 class NoSuchProcessError(Error, ProcessLookupError):
@@ -89,8 +113,8 @@ _BY_ERRNO: Dict[int, Type[Error]] = {
     _errno.EACCES: PermissionDeniedError,
     _errno.EPERM: PermissionDeniedError,
     _errno.EEXIST: ExistsError,
-    _errno.EISDIR: IsADirectoryError_,
-    _errno.ENOTDIR: NotADirectoryError_,
+    _errno.EISDIR: IsADirectoryError,
+    _errno.ENOTDIR: NotADirectoryError,
     _errno.ESRCH: NoSuchProcessError,
 }
 

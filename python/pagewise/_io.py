@@ -16,11 +16,11 @@ import io
 import os
 import sys
 import warnings
-from typing import Any, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
 
 from . import _pagewise
 
-__all__ = ["DirectIO", "open", "aligned_buffer", "Alignment"]
+__all__ = ["DirectIO", "open", "aligned_buffer", "Alignment", "read_into", "read", "empty"]
 
 PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -71,9 +71,134 @@ def aligned_buffer(size: int, align: int = 4096) -> memoryview:
     return view if size > 0 else view[:0]
 
 
+def empty(n: Union[int, Tuple[int, ...]], dtype: Any = None) -> Any:
+    """An uninitialised (in fact zeroed) buffer whose memory starts on a page, so direct reads
+    into it (:func:`read_into`, ``f.readinto``) go from the device straight into it:
+
+    - with numpy importable, ``numpy.empty(n, dtype)`` laid out on a page (``n`` elements of
+      ``dtype``, default ``uint8``; ``n`` may be a shape tuple);
+    - without numpy, a writable ``memoryview`` of ``n`` bytes (:func:`aligned_buffer`); a
+      ``dtype`` is then a ``TypeError``.
+
+    The memory is the library's, freed when the last view of it goes.
+
+    :raises ValueError: a negative size."""
+    shape = (n,) if isinstance(n, int) else tuple(n)
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise ValueError(f"empty: {n!r} is not a size (a count, or a tuple of counts >= 0)")
+    page = _pagewise.page_size()
+    try:
+        import numpy
+    except ImportError:
+        numpy = None  # type: ignore[assignment]
+    if numpy is None:
+        if dtype is not None:
+            raise TypeError("empty: dtype needs numpy, which cannot be imported")
+        count = 1
+        for d in shape:
+            count *= d
+        return aligned_buffer(count, page)
+    dt = numpy.dtype(numpy.uint8 if dtype is None else dtype)
+    count = 1
+    for d in shape:
+        count *= d
+    mem = aligned_buffer(count * dt.itemsize, page)
+    return numpy.frombuffer(mem, dtype=dt, count=count).reshape(shape)
+
+
+_warned_misaligned = False
+
+
+def _warn_misaligned(stacklevel: int) -> None:
+    """Says once per process that a direct read went through bounce buffers."""
+    global _warned_misaligned
+    if _warned_misaligned:
+        return
+    _warned_misaligned = True
+    warnings.warn(
+        "pagewise: a direct (O_DIRECT) read landed in a buffer whose address is not aligned "
+        "to the file for the device, so it went through a bounce buffer (a copy, slower); "
+        "allocate it with pagewise.empty() (page-aligned) for zero-copy reads "
+        "(said once)",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+def _check_read_args(offset: int, depth: Optional[int]) -> None:
+    if offset < 0:
+        raise ValueError(f"offset: {offset} is negative")
+    if depth is not None and not 1 <= depth <= 256:
+        raise ValueError(f"depth: {depth} is not a number of requests in flight (1 to 256)")
+
+
+def read_into(
+    path: PathArg,
+    buffer: Any,
+    offset: int = 0,
+    *,
+    depth: Optional[int] = None,
+    cache: str = "direct",
+    progress: Optional[Any] = None,
+) -> int:
+    """Fills ``buffer`` (any writable, contiguous buffer: numpy array, bytearray, memoryview,
+    mmap, ctypes array...) with the file's bytes from ``offset``, leaving the page cache as it
+    was. Large reads have ``depth`` requests of 1 MiB in flight (default 16) and run without
+    the GIL.
+
+    With ``cache="direct"`` (O_DIRECT) the bytes go from the device straight into ``buffer``
+    when its address suits the device (:func:`empty` makes such buffers); an unaligned start
+    or end of the range is read through a one-block bounce buffer, and a buffer whose address
+    cannot be aligned to the file goes through bounce buffers (a copy; a ``UserWarning`` says
+    so, once). ``cache`` is as for :func:`open`; a fallback is a ``RuntimeWarning``.
+
+    :param progress: ``progress(bytes_done, bytes_total)``, called from this thread.
+    :returns: bytes read: ``len`` of the buffer in bytes, fewer only at the end of the file.
+    :raises FileNotFoundError, PermissionError, ...: (:class:`pagewise.Error`) the file cannot
+        be opened or read.
+    """
+    _check_read_args(offset, depth)
+    addr, n, keep = _writable(buffer)
+    got, misaligned, notice = _pagewise.read_file_into(
+        os.fsencode(path), cache, addr, n, min(offset, _U64_MAX), depth, progress
+    )
+    del keep
+    if notice is not None:
+        warnings.warn(f"pagewise.read_into: {notice}", RuntimeWarning, stacklevel=2)
+    if misaligned:
+        _warn_misaligned(stacklevel=2)
+    return got
+
+
+def read(
+    path: PathArg,
+    *,
+    cache: str = "direct",
+    depth: Optional[int] = None,
+    progress: Optional[Any] = None,
+) -> bytes:
+    """The file's bytes, read as :func:`read_into` reads (``depth`` requests in flight,
+    leaving the page cache as it was) into the ``bytes`` object returned: no second copy, so
+    the memory it takes is the file's size (and a few MiB of bounce buffers)."""
+    if depth is not None and not 1 <= depth <= 256:
+        raise ValueError(f"depth: {depth} is not a number of requests in flight (1 to 256)")
+    data, notice = _pagewise.read_file(os.fsencode(path), cache, depth, progress)
+    if notice is not None:
+        warnings.warn(f"pagewise.read: {notice}", RuntimeWarning, stacklevel=2)
+    return data
+
+
 def _writable(b: Any) -> Tuple[int, int, Any]:
-    """(address, length, keep-alive) of a writable, contiguous buffer, without a copy."""
-    mv = memoryview(b)
+    """(address, length, keep-alive) of a writable, contiguous buffer, without a copy: the
+    buffer protocol, else numpy's ``__array_interface__`` (objects that only describe their
+    memory that way)."""
+    try:
+        mv = memoryview(b)
+    except TypeError:
+        iface = getattr(b, "__array_interface__", None)
+        if not isinstance(iface, dict):
+            raise
+        return _from_array_interface(b, iface)
     if mv.readonly:
         raise TypeError(f"readinto() needs a writable buffer, not {type(b).__name__}")
     if not mv.c_contiguous:
@@ -85,6 +210,33 @@ def _writable(b: Any) -> Tuple[int, int, Any]:
         mv = mv.cast("B")
     holder = (ctypes.c_char * n).from_buffer(mv)
     return ctypes.addressof(holder), n, holder
+
+
+def _from_array_interface(b: Any, iface: Dict[str, Any]) -> Tuple[int, int, Any]:
+    """``_writable`` of an object with ``__array_interface__`` (version 3): its memory stays
+    alive with the object, kept for the call."""
+    data = iface.get("data")
+    if not isinstance(data, tuple) or len(data) != 2 or not isinstance(data[0], int):
+        raise TypeError(f"{type(b).__name__}: __array_interface__ without a data address")
+    address, readonly = data
+    if readonly:
+        raise TypeError(f"readinto() needs a writable buffer, not a read-only {type(b).__name__}")
+    itemsize = int(str(iface.get("typestr", "|u1"))[2:] or 1)
+    shape = tuple(iface.get("shape", ()))
+    count = 1
+    for d in shape:
+        count *= int(d)
+    strides = iface.get("strides")
+    if strides is not None:
+        # C order has strides None, or the strides C order would have.
+        expect, step = [], itemsize
+        for d in reversed(shape):
+            expect.append(step)
+            step *= int(d)
+        if tuple(reversed(expect)) != tuple(strides) and count > 1:
+            raise BufferError("readinto() needs a contiguous buffer")
+    n = count * itemsize
+    return (address, n, b) if n else (0, 0, None)
 
 
 class DirectIO(io.RawIOBase):
@@ -101,6 +253,11 @@ class DirectIO(io.RawIOBase):
         super().__init__()
         if not isinstance(mode, str):
             raise TypeError("mode must be a str such as 'rb' or 'wb'")
+        if "b" not in mode:
+            raise ValueError(
+                f"mode {mode!r}: pagewise.open is binary only (text modes are refused): "
+                f"use {mode.replace('t', '') + 'b'!r}"
+            )
         self.name = path
         self.mode = mode
         self._f = _pagewise.DirectFile(os.fsencode(path), mode, cache)
@@ -164,22 +321,64 @@ class DirectIO(io.RawIOBase):
         self._check_closed()
         if not self._readable:
             raise io.UnsupportedOperation("not readable")
-        addr, n, keep = _writable(b)
-        got = self._f.read_into(addr, n, min(self._pos, _U64_MAX))
-        del keep
+        got = self._read_at(b, self._pos, None, None)
         self._pos += got
-        if not self._checked:
-            self._check_notice()
         return got
 
-    def readall(self) -> bytes:
-        """The rest of the file, read in one request."""
+    def _read_at(self, b: Any, offset: int, depth: Optional[int], progress: Optional[Any]) -> int:
+        addr, n, keep = _writable(b)
+        got, misaligned = self._f.read_into(addr, n, min(offset, _U64_MAX), depth, progress)
+        del keep
+        if not self._checked:
+            self._check_notice(stacklevel=4)
+        if misaligned:
+            _warn_misaligned(stacklevel=3)
+        return got
+
+    def read_into(
+        self,
+        buffer: Any,
+        offset: int = 0,
+        *,
+        depth: Optional[int] = None,
+        progress: Optional[Any] = None,
+    ) -> int:
+        """Fills ``buffer`` with the file's bytes from ``offset`` as :func:`pagewise.read_into`
+        does (``depth`` requests in flight); the position does not move. Returns bytes read
+        (fewer only at the end of the file). Safe to call from several threads at once."""
         self._check_closed()
-        size = self._f.len()
-        out = bytearray(max(size - self._pos, 0))
-        got = self.readinto(out) if out else 0
-        del out[got:]
-        return bytes(out)
+        if not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        _check_read_args(offset, depth)
+        return self._read_at(buffer, offset, depth, progress)
+
+    def readinto_at(self, buffer: Any, offset: int) -> int:
+        """Positional ``readinto``: up to ``len(buffer)`` bytes at ``offset`` (as pread(2));
+        the position does not move, and threads may share the file."""
+        return self.read_into(buffer, offset)
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """Up to ``size`` bytes at ``offset`` (fewer only at the end of the file), as
+        pread(2); the position does not move."""
+        self._check_closed()
+        if not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        if size < 0:
+            raise ValueError(f"size: {size} is negative")
+        _check_read_args(offset, None)
+        return self._f.read_bytes(min(offset, _U64_MAX), size)
+
+    def readall(self) -> bytes:
+        """The rest of the file, read into the ``bytes`` returned (one copy: no more memory
+        than the rest of the file and a few MiB), many requests in flight."""
+        self._check_closed()
+        if not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        data = self._f.read_bytes(min(self._pos, _U64_MAX))
+        self._pos += len(data)
+        if not self._checked:
+            self._check_notice()
+        return data
 
     def write(self, b: Any) -> int:
         """Writes all of ``b`` (any buffer) at the position (at the end in append mode);

@@ -76,7 +76,15 @@ class DirectFile:
     """A file opened for cache-neutral I/O (``dio::DirectFile``); every request positioned."""
 
     def __init__(self, path: bytes, mode: str, cache: str) -> None: ...
-    def read_into(self, address: int, len: int, offset: int) -> int: ...
+    def read_into(
+        self,
+        address: int,
+        len: int,
+        offset: int,
+        depth: Optional[int] = None,
+        progress: Optional[Callable[[int, int], Any]] = None,
+    ) -> Tuple[int, bool]: ...
+    def read_bytes(self, offset: int, limit: Optional[int] = None, depth: Optional[int] = None) -> bytes: ...
     def write_from(self, address: int, len: int, offset: int) -> int: ...
     def write_bytes(self, data: bytes, offset: int) -> int: ...
     def len(self) -> int: ...
@@ -92,3 +100,19 @@ class DirectFile:
     def notice(self) -> Optional[str]: ...
     @property
     def alignment(self) -> Tuple[int, int]: ...
+
+def read_file_into(
+    path: bytes,
+    cache: str,
+    address: int,
+    len: int,
+    offset: int,
+    depth: Optional[int] = None,
+    progress: Optional[Callable[[int, int], Any]] = None,
+) -> Tuple[int, bool, Optional[str]]: ...
+def read_file(
+    path: bytes,
+    cache: str,
+    depth: Optional[int] = None,
+    progress: Optional[Callable[[int, int], Any]] = None,
+) -> Tuple[bytes, Optional[str]]: ...

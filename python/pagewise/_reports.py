@@ -157,7 +157,12 @@ class FileError(PathView):
         """This failure as the :class:`pagewise.Error` that would be raised for it."""
         from ._errors import error_from
 
-        return error_from(self.errno or 0, self.message, self.path_bytes, self.syscall)
+        message = self.message
+        # The errno is an attribute: not repeated in the text (Rust's " (os error N)").
+        suffix = f" (os error {self.errno})"
+        if self.errno and message.endswith(suffix):
+            message = message[: -len(suffix)]
+        return error_from(self.errno or 0, message, self.path_bytes, self.syscall)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.syscall} failed: {self.message}"
@@ -166,7 +171,20 @@ class FileError(PathView):
 class Report(View):
     """What every report carries: per-file errors, notices, time, interruption."""
 
-    __slots__ = ()
+    # The paths the call was given (as bytes), for ``repr``; not part of the document.
+    __slots__ = ("_given",)
+
+    def _summary(self, size: int, cached: int) -> str:
+        """``<pagewise.XReport path=... size=... cached=... errors=...>``."""
+        given = getattr(self, "_given", None)
+        if given is None:
+            given = [_path_bytes(r) or b"" for r in self._raw.get("roots") or []]
+        names = [os.fsdecode(p) for p in given]
+        path: Any = names[0] if len(names) == 1 else names
+        return (
+            f"<pagewise.{type(self).__name__} path={path!r} size={size} cached={cached} "
+            f"errors={self.error_count}>"
+        )
     error_count = _int("error_count", "Files that failed, all of them (``errors`` keeps the first 10,000).")
     notices = _Field("notices", lambda v: list(v or []), "One-line notes: fallbacks taken, figures that cannot be known and why.")
     elapsed_s = _float("elapsed_s", "Wall time of the call, seconds.")
@@ -307,6 +325,9 @@ class StatReport(Report):
     def __iter__(self) -> Iterator[FileStat]:
         return iter(self.files)
 
+    def __repr__(self) -> str:
+        return self._summary(self.total.size_bytes, self.total.cached_bytes)
+
     def __len__(self) -> int:
         return len(self._raw.get("files") or [])
 
@@ -368,6 +389,9 @@ class EvictReport(Report):
         """``total.cached_bytes_before``."""
         return self.total.cached_bytes_before
 
+    def __repr__(self) -> str:
+        return self._summary(self.total.bytes, self.total.cached_bytes_after)
+
     @property
     def cached_bytes_after(self) -> int:
         """``total.cached_bytes_after``."""
@@ -402,6 +426,9 @@ class LoadReport(Report):
     def cached_bytes_before(self) -> int:
         """``total.cached_bytes_before``."""
         return self.total.cached_bytes_before
+
+    def __repr__(self) -> str:
+        return self._summary(self.total.bytes, self.total.cached_bytes_after)
 
     @property
     def cached_bytes_after(self) -> int:

@@ -9,17 +9,132 @@
 
 use crate::convert;
 use crate::errors;
+use crate::read;
+use crate::wait;
 use pagewise_core::dio::{self, CachePolicy, OpenMode};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// A file opened for cache-neutral I/O; every request is positioned.
+/// A file opened for cache-neutral I/O; every request is positioned. Requests from several
+/// threads take turns (each may have many reads in flight itself).
 #[pyclass(module = "pagewise._pagewise", frozen)]
 pub struct DirectFile {
     inner: Mutex<Option<dio::DirectFile>>,
     fd: i32,
+    path: PathBuf,
+    /// Opened for writing: writes may be staged, so reads go through the library's file.
+    writable: bool,
+}
+
+/// `depth` as the number of requests in flight (1 to `read::MAX_DEPTH`).
+fn depth_of(depth: Option<usize>) -> PyResult<usize> {
+    match depth {
+        None => Ok(read::DEFAULT_DEPTH),
+        Some(d) if (1..=read::MAX_DEPTH).contains(&d) => Ok(d),
+        Some(d) => Err(PyValueError::new_err(format!(
+            "depth: {d} is not a number of requests in flight (1 to {})",
+            read::MAX_DEPTH
+        ))),
+    }
+}
+
+/// A `bytes` of `len` bytes filled by `fill` (bytes read), cut to what it read: the read goes
+/// into the final object (one copy more only when the file shrank meanwhile).
+fn bytes_filled<'py>(
+    py: Python<'py>,
+    len: u64,
+    fill: impl FnOnce(&mut [u8]) -> PyResult<usize>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l <= isize::MAX as usize)
+        .ok_or_else(|| PyMemoryError::new_err(format!("read: {len} bytes cannot be allocated")))?;
+    let mut got = 0;
+    let obj = PyBytes::new_with(py, len, |b| {
+        got = fill(b)?;
+        Ok(())
+    })?;
+    if got < len {
+        return Ok(PyBytes::new(py, &obj.as_bytes()[..got]));
+    }
+    Ok(obj)
+}
+
+/// Reads the file at `path` (bytes) into the memory at `address` (`len` bytes) from `offset`
+/// with `depth` requests in flight; returns (bytes read, whether the memory was misaligned for
+/// O_DIRECT, the fallback notice).
+#[pyfunction]
+#[pyo3(signature = (path, cache, address, len, offset, depth=None, progress=None))]
+#[allow(clippy::too_many_arguments)]
+pub fn read_file_into(
+    py: Python<'_>,
+    path: Vec<u8>,
+    cache: &str,
+    address: usize,
+    len: usize,
+    offset: u64,
+    depth: Option<usize>,
+    progress: Option<Bound<'_, PyAny>>,
+) -> PyResult<(usize, bool, Option<String>)> {
+    let depth = depth_of(depth)?;
+    let path = convert::path(path);
+    let policy: CachePolicy = cache.parse().map_err(|e| errors::to_py(py, e))?;
+    let mut file = py
+        .detach(|| dio::DirectFile::open(&path, OpenMode::read(), policy))
+        .map_err(|e| errors::to_py(py, e))?;
+    let buf: &mut [u8] = if len == 0 {
+        &mut []
+    } else {
+        // SAFETY: the Python layer passes the address and length of a writable buffer it
+        // holds an export of (ctypes from_buffer) for the whole call.
+        unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) }
+    };
+    let f = &mut file;
+    let p = &path;
+    let out = wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
+        read::read_into(f, p, buf, offset, depth, true, c)
+    })?
+    .map_err(|e| io_err(py, e))?;
+    let notice = file.notice().map(str::to_string);
+    py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
+    Ok((out.n, out.misaligned, notice))
+}
+
+/// The bytes of the file at `path` (bytes), read into the returned object with `depth`
+/// requests in flight; returns (bytes, the fallback notice).
+#[pyfunction]
+#[pyo3(signature = (path, cache, depth=None, progress=None))]
+pub fn read_file<'py>(
+    py: Python<'py>,
+    path: Vec<u8>,
+    cache: &str,
+    depth: Option<usize>,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyBytes>, Option<String>)> {
+    let depth = depth_of(depth)?;
+    let path = convert::path(path);
+    let policy: CachePolicy = cache.parse().map_err(|e| errors::to_py(py, e))?;
+    let mut file = py
+        .detach(|| dio::DirectFile::open(&path, OpenMode::read(), policy))
+        .map_err(|e| errors::to_py(py, e))?;
+    let fm = &mut file; // (a `&mut`: the file is Send, not Sync)
+    let size = py.detach(move || fm.len()).map_err(|e| io_err(py, e))?;
+    let data = bytes_filled(py, size, |b| {
+        let f = &mut file;
+        let p = &path;
+        wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
+            read::read_into(f, p, b, 0, depth, true, c)
+        })?
+        .map(|o| o.n)
+        .map_err(|e| io_err(py, e))
+    })?;
+    let notice = file.notice().map(str::to_string);
+    py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
+    Ok((data, notice))
 }
 
 /// An I/O error of a `DirectFile` as the `pagewise.Error` naming its path and call.
@@ -84,26 +199,77 @@ impl DirectFile {
         Ok(DirectFile {
             fd: file.as_fd().as_raw_fd(),
             inner: Mutex::new(Some(file)),
+            path,
+            writable: mode.write,
         })
     }
 
     /// Reads up to `len` bytes at `offset` into the memory at `address` (fewer only at the
-    /// end of the file); returns the count.
+    /// end of the file), with up to `depth` requests in flight for large reads; returns (the
+    /// count, whether the memory was misaligned for O_DIRECT).
+    #[pyo3(signature = (address, len, offset, depth=None, progress=None))]
     fn read_into(
         &self,
         py: Python<'_>,
         address: usize,
         len: usize,
         offset: u64,
-    ) -> PyResult<usize> {
+        depth: Option<usize>,
+        progress: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<(usize, bool)> {
+        let depth = depth_of(depth)?;
         if len == 0 {
-            return Ok(0);
+            return Ok((0, false));
         }
         // SAFETY: the Python layer passes the address and length of a writable buffer it
         // holds an export of (ctypes from_buffer) for the whole call; nothing else reads or
         // writes it through pagewise meanwhile.
         let buf = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
-        self.with(py, move |f| f.read_at(buf, offset))
+        let parallel = !self.writable;
+        let path = &self.path;
+        if len < read::PARALLEL_MIN && progress.is_none() {
+            // Small: on this thread without the GIL (no worker to start).
+            let ctl = wait::Control {
+                cancel: Default::default(),
+                progress: Default::default(),
+            };
+            let out = self.with(py, move |f| {
+                read::read_into(f, path, buf, offset, depth, parallel, &ctl)
+            })?;
+            return Ok((out.n, out.misaligned));
+        }
+        let r = wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            g.as_mut()
+                .map(|f| read::read_into(f, path, buf, offset, depth, parallel, c))
+        })?;
+        let out = r.ok_or_else(closed)?.map_err(|e| io_err(py, e))?;
+        Ok((out.n, out.misaligned))
+    }
+
+    /// The bytes at `offset` up to the end of the file (at most `limit` of them), read into
+    /// the returned object.
+    #[pyo3(signature = (offset, limit=None, depth=None))]
+    fn read_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        offset: u64,
+        limit: Option<u64>,
+        depth: Option<usize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let depth = depth_of(depth)?;
+        let size = self.with(py, |f| f.len())?;
+        let len = size.saturating_sub(offset).min(limit.unwrap_or(u64::MAX));
+        let parallel = !self.writable;
+        let path = &self.path;
+        bytes_filled(py, len, |b| {
+            let r = wait::run_reporting(py, None, wait::bytes_of_total, move |c| {
+                let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                g.as_mut()
+                    .map(|f| read::read_into(f, path, b, offset, depth, parallel, c))
+            })?;
+            Ok(r.ok_or_else(closed)?.map_err(|e| io_err(py, e))?.n)
+        })
     }
 
     /// Writes the `len` bytes at `address` at `offset`; returns `len`.

@@ -8,6 +8,7 @@ mod convert;
 mod dropping;
 mod errors;
 mod file;
+mod read;
 mod trace;
 mod verbs;
 mod wait;
@@ -63,5 +64,7 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dropping::Dropping>()?;
     m.add_class::<buffer::AlignedAlloc>()?;
     m.add_class::<file::DirectFile>()?;
+    m.add_function(wrap_pyfunction!(file::read_file_into, m)?)?;
+    m.add_function(wrap_pyfunction!(file::read_file, m)?)?;
     Ok(())
 }

@@ -59,6 +59,36 @@ where
     F: FnOnce(&Control) -> T + Send,
     T: Send,
 {
+    run_reporting(py, progress, files_and_bytes, verb)
+}
+
+/// `progress(files, bytes)`: what the verbs report.
+fn files_and_bytes(p: &Progress) -> (u64, u64) {
+    (
+        p.files.load(Ordering::Relaxed),
+        p.bytes.load(Ordering::Relaxed),
+    )
+}
+
+/// `progress(bytes, total_bytes)`: what the reads report.
+pub fn bytes_of_total(p: &Progress) -> (u64, u64) {
+    (
+        p.bytes.load(Ordering::Relaxed),
+        p.total_bytes.load(Ordering::Relaxed),
+    )
+}
+
+/// [`run`], with the progress callback called with `args` of the counters.
+pub fn run_reporting<T, F>(
+    py: Python<'_>,
+    progress: Option<&Bound<'_, PyAny>>,
+    args: fn(&Progress) -> (u64, u64),
+    verb: F,
+) -> PyResult<T>
+where
+    F: FnOnce(&Control) -> T + Send,
+    T: Send,
+{
     let control = Control {
         cancel: AtomicBool::new(false),
         progress: Progress::default(),
@@ -93,7 +123,7 @@ where
             let mut stop = py.check_signals().err();
             if stop.is_none() && last_progress.elapsed() >= PROGRESS_EVERY {
                 last_progress = Instant::now();
-                stop = call_progress(progress, &control.progress).err();
+                stop = call_progress(progress, args, &control.progress).err();
             }
             if let Some(e) = stop {
                 control.cancel.store(true, Ordering::Relaxed);
@@ -107,17 +137,18 @@ where
     if let Some(e) = raised {
         return Err(e);
     }
-    call_progress(progress, &control.progress)?;
+    call_progress(progress, args, &control.progress)?;
     Ok(result)
 }
 
-/// Calls `progress(files, bytes)` with the counters' values, when there is a callback.
-fn call_progress(progress: Option<&Bound<'_, PyAny>>, p: &Progress) -> PyResult<()> {
+/// Calls `progress(*args(counters))`, when there is a callback.
+fn call_progress(
+    progress: Option<&Bound<'_, PyAny>>,
+    args: fn(&Progress) -> (u64, u64),
+    p: &Progress,
+) -> PyResult<()> {
     if let Some(cb) = progress {
-        cb.call1((
-            p.files.load(Ordering::Relaxed),
-            p.bytes.load(Ordering::Relaxed),
-        ))?;
+        cb.call1(args(p))?;
     }
     Ok(())
 }

@@ -1,0 +1,274 @@
+//! Reads of one large range into the caller's memory with many requests in flight, for
+//! `pagewise.read_into`, `pagewise.read` and the `read_into`/`readinto_at` methods of
+//! `pagewise.open` objects.
+//!
+//! A range is cut at the file's offset alignment into a head (up to the first aligned offset,
+//! or the first block), a middle of whole blocks and a tail (the partial last block). The head
+//! and the tail go through the library's `DirectFile` (its read-ahead window bounces them: one
+//! block each), which also proves the policy: O_DIRECT refused on the first request falls back
+//! there. The middle is cut into [`PIECE`]s read by `depth` threads with pread(2) on the same
+//! descriptor (O_DIRECT): straight into the caller's memory when it is aligned for the
+//! device, else through one aligned bounce buffer per thread (the case `pagewise.empty`
+//! avoids, and the Python layer warns about once). With the buffered policies, and for short
+//! ranges, the whole range goes through `DirectFile` (which keeps pages cached before and drops
+//! what it brought in).
+
+use crate::wait::Control;
+use pagewise_core::dio::{self, CachePolicy, DioError};
+use pagewise_core::sys::{self, AlignedBuf};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Bytes per request of the middle (what fio's `bs=1M` reads).
+pub const PIECE: usize = 1 << 20;
+/// Requests in flight when the caller does not say.
+pub const DEFAULT_DEPTH: usize = 16;
+/// The most requests in flight (threads) one call starts.
+pub const MAX_DEPTH: usize = 256;
+/// Threads that need a bounce buffer (of [`PIECE`] bytes each): at most this many, so a
+/// misaligned read never holds more than 32 MiB besides the caller's memory.
+const MAX_BOUNCE_THREADS: usize = 32;
+/// Ranges shorter than this are read by `DirectFile` alone (its read-ahead window serves
+/// small sequential reads better than threads).
+pub const PARALLEL_MIN: usize = 2 << 20;
+/// The step of serial reads, between looks at cancellation (and progress).
+const SERIAL_STEP: usize = 8 << 20;
+
+/// What a read did: bytes read, and whether the middle of the range had to go through bounce
+/// buffers because the caller's memory is not aligned to the file (O_DIRECT only).
+pub struct Outcome {
+    pub n: usize,
+    pub misaligned: bool,
+}
+
+fn interrupted() -> io::Error {
+    io::Error::new(io::ErrorKind::Interrupted, "interrupted")
+}
+
+fn fail(path: &Path, syscall: &'static str, source: io::Error) -> io::Error {
+    io::Error::new(
+        source.kind(),
+        DioError {
+            path: path.to_path_buf(),
+            syscall,
+            source,
+        },
+    )
+}
+
+/// The head of a range at `off`: up to the next aligned offset, or one block when `off` is
+/// aligned.
+fn head_len(off: u64, align: usize) -> usize {
+    let r = (off % align as u64) as usize;
+    align - r
+}
+
+/// Reads up to `buf.len()` bytes at `off` (fewer only at the end of the file). `parallel`:
+/// the middle may be read with raw preads (false for a file with writes that may be staged).
+pub fn read_into(
+    file: &mut dio::DirectFile,
+    path: &Path,
+    buf: &mut [u8],
+    off: u64,
+    depth: usize,
+    parallel: bool,
+    ctl: &Control,
+) -> io::Result<Outcome> {
+    let size = file.len()?;
+    let n = (buf.len() as u64).min(size.saturating_sub(off)) as usize;
+    ctl.progress.total_bytes.store(n as u64, Ordering::Relaxed);
+    if n == 0 {
+        // At or past the end: the library's read says 0, or EINVAL past the largest offset.
+        return Ok(Outcome {
+            n: file.read_at(buf, off)?,
+            misaligned: false,
+        });
+    }
+    let buf = &mut buf[..n];
+    let a = file.alignment();
+    let head = head_len(off, a.offset).min(n);
+    let got = serial(file, &mut buf[..head], off, ctl)?;
+    // The first request has proven the policy (or fallen back).
+    let a = file.alignment();
+    let direct = file.policy() == CachePolicy::Direct;
+    let middle_ptr = buf.as_ptr() as usize + head;
+    let misaligned = direct && n - head >= a.offset && !middle_ptr.is_multiple_of(a.memory);
+    if got < head {
+        return Ok(Outcome { n: got, misaligned });
+    }
+    let use_threads = parallel && direct && n >= PARALLEL_MIN && a.offset <= PIECE;
+    if !use_threads {
+        let rest = serial(file, &mut buf[head..], off + head as u64, ctl)?;
+        return Ok(Outcome {
+            n: head + rest,
+            misaligned,
+        });
+    }
+    let mid_len = (n - head) / a.offset * a.offset;
+    let (_, rest) = buf.split_at_mut(head);
+    let (mid, tail) = rest.split_at_mut(mid_len);
+    let mid_off = off + head as u64;
+    let got_mid = middle(
+        file.as_fd(),
+        path,
+        mid,
+        mid_off,
+        depth,
+        !misaligned,
+        a.offset,
+        ctl,
+    )?;
+    if got_mid < mid_len || tail.is_empty() {
+        return Ok(Outcome {
+            n: head + got_mid,
+            misaligned,
+        });
+    }
+    let got_tail = serial(file, tail, mid_off + mid_len as u64, ctl)?;
+    Ok(Outcome {
+        n: head + mid_len + got_tail,
+        misaligned,
+    })
+}
+
+/// Reads through `DirectFile` in steps, counting progress; fewer bytes only at the end.
+fn serial(
+    file: &mut dio::DirectFile,
+    buf: &mut [u8],
+    off: u64,
+    ctl: &Control,
+) -> io::Result<usize> {
+    let mut done = 0;
+    for step in buf.chunks_mut(SERIAL_STEP) {
+        if ctl.cancel.load(Ordering::Relaxed) {
+            return Err(interrupted());
+        }
+        let want = step.len();
+        let got = file.read_at(step, off + done as u64)?;
+        done += got;
+        ctl.progress.bytes.fetch_add(got as u64, Ordering::Relaxed);
+        if got < want {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+/// Reads `buf.len()` bytes at `off` (aligned, O_DIRECT) with pread until the end of the file:
+/// a short count there.
+fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, align: usize) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let n = sys::pread(fd, &mut buf[got..], off + got as u64)?;
+        got += n;
+        if n == 0 || !got.is_multiple_of(align) {
+            break;
+        }
+    }
+    Ok(got)
+}
+
+/// The middle: whole blocks at an aligned offset, in [`PIECE`]s, `depth` in flight.
+#[allow(clippy::too_many_arguments)]
+fn middle(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+    mid: &mut [u8],
+    off: u64,
+    depth: usize,
+    aligned: bool,
+    align: usize,
+    ctl: &Control,
+) -> io::Result<usize> {
+    let total = mid.len();
+    let pieces = total.div_ceil(PIECE);
+    let cap = if aligned {
+        MAX_DEPTH
+    } else {
+        MAX_BOUNCE_THREADS
+    };
+    let threads = depth.min(pieces).min(cap).max(1);
+    let queue = Mutex::new(mid.chunks_mut(PIECE).enumerate());
+    let stop = AtomicBool::new(false);
+    let first_error: Mutex<Option<io::Error>> = Mutex::new(None);
+    // The first piece that came short (the end of the file): (index, bytes).
+    let short: Mutex<Option<(usize, usize)>> = Mutex::new(None);
+    let record_error = |e: io::Error| {
+        stop.store(true, Ordering::Relaxed);
+        let mut g = first_error.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(e);
+        }
+    };
+    let worker = || {
+        let mut bounce: Option<AlignedBuf> = None;
+        loop {
+            if stop.load(Ordering::Relaxed) || ctl.cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
+            let Some((i, piece)) = next else { return };
+            let pos = off + (i * PIECE) as u64;
+            let r = if aligned {
+                pread_full(fd, piece, pos, align)
+            } else {
+                let b = match bounce {
+                    Some(ref mut b) => b,
+                    None => {
+                        match AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize)) {
+                            Ok(b) => bounce.insert(b),
+                            Err(e) => return record_error(fail(path, "posix_memalign", e)),
+                        }
+                    }
+                };
+                let len = piece.len();
+                pread_full(fd, &mut b[..len], pos, align)
+                    .inspect(|&got| piece[..got].copy_from_slice(&b[..got]))
+            };
+            match r {
+                Ok(got) => {
+                    ctl.progress.bytes.fetch_add(got as u64, Ordering::Relaxed);
+                    if got < piece.len() {
+                        let mut s = short.lock().unwrap_or_else(|p| p.into_inner());
+                        if s.is_none_or(|(j, _)| i < j) {
+                            *s = Some((i, got));
+                        }
+                    }
+                }
+                Err(e) => return record_error(fail(path, "pread(O_DIRECT)", e)),
+            }
+        }
+    };
+    let spawned = std::thread::scope(|s| {
+        let mut spawned = 0;
+        for _ in 0..threads {
+            let started = std::thread::Builder::new()
+                .name("pagewise-read".into())
+                .spawn_scoped(s, worker);
+            match started {
+                Ok(_) => spawned += 1,
+                Err(e) if spawned == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(spawned)
+    });
+    if let Err(e) = spawned {
+        return Err(fail(path, "pthread_create", e));
+    }
+    if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    if ctl.cancel.load(Ordering::Relaxed) {
+        return Err(interrupted());
+    }
+    Ok(
+        match short.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some((i, got)) => i * PIECE + got,
+            None => total,
+        },
+    )
+}
