@@ -42,6 +42,20 @@ fn depth_of(depth: Option<usize>) -> PyResult<usize> {
     }
 }
 
+/// The file at `path` opened for reading with the `cache` policy (without the GIL), and its path.
+fn open_for_reading(
+    py: Python<'_>,
+    path: Vec<u8>,
+    cache: &str,
+) -> PyResult<(PathBuf, dio::DirectFile)> {
+    let path = convert::path(path);
+    let policy: CachePolicy = cache.parse().map_err(|e| errors::to_py(py, e))?;
+    let file = py
+        .detach(|| dio::DirectFile::open(&path, OpenMode::read(), policy))
+        .map_err(|e| errors::to_py(py, e))?;
+    Ok((path, file))
+}
+
 /// A `bytes` of `len` bytes filled by `fill` (bytes read), cut to what it read: the read goes
 /// into the final object (one copy more only when the file shrank meanwhile).
 fn bytes_filled<'py>(
@@ -81,11 +95,7 @@ pub fn read_file_into(
     progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<(usize, bool, Option<String>)> {
     let depth = depth_of(depth)?;
-    let path = convert::path(path);
-    let policy: CachePolicy = cache.parse().map_err(|e| errors::to_py(py, e))?;
-    let mut file = py
-        .detach(|| dio::DirectFile::open(&path, OpenMode::read(), policy))
-        .map_err(|e| errors::to_py(py, e))?;
+    let (path, mut file) = open_for_reading(py, path, cache)?;
     let buf: &mut [u8] = if len == 0 {
         &mut []
     } else {
@@ -116,11 +126,7 @@ pub fn read_file<'py>(
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyBytes>, Option<String>)> {
     let depth = depth_of(depth)?;
-    let path = convert::path(path);
-    let policy: CachePolicy = cache.parse().map_err(|e| errors::to_py(py, e))?;
-    let mut file = py
-        .detach(|| dio::DirectFile::open(&path, OpenMode::read(), policy))
-        .map_err(|e| errors::to_py(py, e))?;
+    let (path, mut file) = open_for_reading(py, path, cache)?;
     let fm = &mut file; // (a `&mut`: the file is Send, not Sync)
     let size = py.detach(move || fm.len()).map_err(|e| io_err(py, e))?;
     let data = bytes_filled(py, size, |b| {
