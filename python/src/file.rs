@@ -42,6 +42,20 @@ fn depth_of(depth: Option<usize>) -> PyResult<usize> {
     }
 }
 
+/// The caller's writable memory of `len` bytes at `address` (an empty slice when `len` is 0,
+/// whatever the address).
+///
+/// # Safety
+/// `address..address + len` must be writable memory that nothing else touches while the
+/// returned slice lives.
+unsafe fn caller_memory_mut<'a>(address: usize, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) }
+}
+
 /// The file at `path` opened for reading with the `cache` policy (without the GIL), and its path.
 fn open_for_reading(
     py: Python<'_>,
@@ -96,13 +110,9 @@ pub fn read_file_into(
 ) -> PyResult<(usize, bool, Option<String>)> {
     let depth = depth_of(depth)?;
     let (path, mut file) = open_for_reading(py, path, cache)?;
-    let buf: &mut [u8] = if len == 0 {
-        &mut []
-    } else {
-        // SAFETY: the Python layer passes the address and length of a writable buffer it
-        // holds an export of (ctypes from_buffer) for the whole call.
-        unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) }
-    };
+    // SAFETY: the Python layer passes the address and length of a writable buffer it holds
+    // an export of (ctypes from_buffer) for the whole call.
+    let buf = unsafe { caller_memory_mut(address, len) };
     let f = &mut file;
     let p = &path;
     let out = wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
@@ -230,7 +240,7 @@ impl DirectFile {
         // SAFETY: the Python layer passes the address and length of a writable buffer it
         // holds an export of (ctypes from_buffer) for the whole call; nothing else reads or
         // writes it through pagewise meanwhile.
-        let buf = unsafe { std::slice::from_raw_parts_mut(address as *mut u8, len) };
+        let buf = unsafe { caller_memory_mut(address, len) };
         let parallel = !self.writable;
         let path = &self.path;
         if len < read::PARALLEL_MIN && progress.is_none() {
