@@ -57,6 +57,14 @@ fn sh(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The commit git has checked out, as the artifacts name it (12 hex digits).
+fn head12() -> String {
+    sh(Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(REPO))[..12]
+        .to_owned()
+}
+
 /// The highest GLIBC_x.y symbol version an ELF file needs, as (x, y); None for none.
 fn glibc_max(elf: &Path) -> Option<(u32, u32)> {
     let dump = sh(Command::new("objdump").arg("-T").arg(elf));
@@ -119,14 +127,8 @@ fn the_cli_needs_no_glibc_above_2_17_and_reports_what_the_kernel_shows() {
         );
     }
     let v = sh(Command::new(&exe).arg("--version"));
-    let head = sh(Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(REPO));
     assert!(
-        v.starts_with(&format!(
-            "pagewise {VERSION} (commit {}, built ",
-            &head[..12]
-        )),
+        v.starts_with(&format!("pagewise {VERSION} (commit {}, built ", head12())),
         "{v}"
     );
     let dir = common::tmp();
@@ -321,10 +323,7 @@ fn the_manylinux_wheel_installs_in_a_fresh_venv_and_measures_the_kernel() {
         .arg("import sys, pagewise; r = pagewise.stat(sys.argv[1]); print(r.cached_bytes, pagewise.build_info().commit)")
         .arg(&p)
         .current_dir(dir.path()));
-    let head = sh(Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(REPO));
-    assert_eq!(out.trim(), format!("{cached} {}", &head[..12]));
+    assert_eq!(out.trim(), format!("{cached} {}", head12()));
 }
 
 #[test]
