@@ -4,6 +4,7 @@
 //! it whenever the command's outstanding footprint passes `max_cache`.
 
 use super::footprint::{FileKey, Footprint, Mappers, PageMap, Pending};
+use super::priority::Priority;
 use crate::error::{FileError, Op};
 use crate::residency::{MeasuredBy, Meter, Method};
 use crate::sys::{self, Advice};
@@ -669,16 +670,21 @@ pub(super) struct DropBehind {
 
 impl DropBehind {
     /// Starts the thread, dropping whenever more than `limit_pages` are pending.
-    pub fn start(footprint: Arc<Footprint>, dropper: Arc<Dropper>, limit_pages: u64) -> Self {
+    pub fn start(
+        footprint: Arc<Footprint>,
+        dropper: Arc<Dropper>,
+        priority: Arc<Priority>,
+        limit_pages: u64,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("pw-drop-behind".into())
             .spawn(move || {
                 let mut retries = Retries::default();
-                let mut class = Class::start(&dropper);
+                priority.start(&dropper.tally);
                 while !stop2.load(Ordering::Acquire) {
-                    let pause = pass(&footprint, &dropper, limit_pages, &mut retries, &mut class);
+                    let pause = pass(&footprint, &dropper, limit_pages, &mut retries, &priority);
                     if !pause.is_zero() {
                         std::thread::sleep(pause);
                     }
@@ -694,73 +700,6 @@ impl DropBehind {
     pub fn stop(self) -> Pending {
         self.stop.store(true, Ordering::Release);
         self.thread.join().unwrap_or_default()
-    }
-}
-
-/// How the drop-behind thread is scheduled. It runs as background work (`SCHED_IDLE`) while
-/// it keeps up, so any thread that wakes takes the CPU from it at once: with the kernel
-/// not preempting inside system calls, a normal-priority drop-behind delayed the wake-ups of
-/// `--assist`'s prefetch threads by its fadvise calls (measured: fio mmap randread on 2 CPUs,
-/// fault-to-prefetch p99 466–567 us, 270–273 us as background). When it falls behind (more than
-/// `--max-cache` waiting to be dropped: the CPUs are busy with other work), it returns to
-/// normal priority until it has caught up, so the limit still holds on a busy machine.
-struct Class {
-    background: bool,
-    /// Leaving background priority was refused (it needs CAP_SYS_NICE): not tried again.
-    stuck: bool,
-}
-
-impl Class {
-    fn start(dropper: &Dropper) -> Class {
-        match sys::set_thread_class(sys::ThreadClass::Background) {
-            Ok(()) => Class {
-                background: true,
-                stuck: false,
-            },
-            Err(e) => {
-                dropper.tally.notice(format!(
-                    "drop-behind runs at normal priority (sched_setscheduler(SCHED_IDLE): {e})"
-                ));
-                Class {
-                    background: false,
-                    stuck: true,
-                }
-            }
-        }
-    }
-
-    /// Normal priority while more than the limit waits to be dropped (`droppable` pages:
-    /// prefetches in their grace time and ranges being retried are not counted, the thread
-    /// cannot drop them yet), background again once a quarter of it does.
-    fn adjust(&mut self, droppable: u64, limit: u64, dropper: &Dropper) {
-        if self.stuck {
-            return;
-        }
-        let want = if droppable > limit {
-            false
-        } else if droppable <= limit / 4 {
-            true
-        } else {
-            self.background
-        };
-        if want == self.background {
-            return;
-        }
-        let class = if want {
-            sys::ThreadClass::Background
-        } else {
-            sys::ThreadClass::Normal
-        };
-        match sys::set_thread_class(class) {
-            Ok(()) => self.background = want,
-            Err(e) => {
-                self.stuck = true;
-                dropper.tally.notice(format!(
-                    "drop-behind stays at background priority (sched_setscheduler: {e}): \
-                     --max-cache may be exceeded while the CPUs are busy"
-                ));
-            }
-        }
     }
 }
 
@@ -870,12 +809,12 @@ fn pass(
     dropper: &Dropper,
     limit_pages: u64,
     retries: &mut Retries,
-    class: &mut Class,
+    priority: &Priority,
 ) -> Duration {
     footprint.promote_prefetches();
     // Prefetches past their grace time count as waiting, so a thread that got no CPU for a
     // while sees how far behind it is.
-    class.adjust(footprint.pending_pages(), limit_pages, dropper);
+    priority.adjust(footprint.pending_pages(), &dropper.tally);
     retries.retry(dropper, footprint);
     // Windows prefetched for the command count against the limit from the moment they are
     // issued, but are dropped only once used or after their grace time (see `Footprint`);

@@ -103,14 +103,22 @@ impl Pending {
 
 /// The follower's sink: events into the footprint, and the assistant's deferred pieces when
 /// no event waits.
-pub(super) struct Sink(pub std::sync::Arc<Footprint>);
+/// It raises the drop-behind thread's priority the moment the command's pending pages pass
+/// `--max-cache` (see `Priority`).
+pub(super) struct Sink {
+    pub footprint: std::sync::Arc<Footprint>,
+    pub priority: std::sync::Arc<super::priority::Priority>,
+    pub dropper: std::sync::Arc<super::drop_behind::Dropper>,
+}
 
 impl crate::trace::EventSink for Sink {
     fn event(&mut self, e: RawEvent) {
-        self.0.on_event(e)
+        if let Some(pending) = self.footprint.on_event(e) {
+            self.priority.behind(pending, &self.dropper.tally);
+        }
     }
     fn idle(&mut self) -> bool {
-        self.0.issue_deferred()
+        self.footprint.issue_deferred()
     }
 }
 
@@ -151,10 +159,10 @@ impl Footprint {
     }
 
     /// One event of the command's: prefetches for it (with `--assist`), and the pages it
-    /// added become pending.
-    pub fn on_event(&self, e: RawEvent) {
+    /// added become pending; the pages pending then when it added some.
+    pub fn on_event(&self, e: RawEvent) -> Option<u64> {
         if Some(e.pid) == self.skip_pid {
-            return;
+            return None;
         }
         if let Some(a) = &self.assistant {
             let (windows, consumed) = {
@@ -177,18 +185,23 @@ impl Footprint {
         }
         let key = (e.dev_major, e.dev_minor, e.ino);
         if e.mapped > 0 {
-            return;
+            return None;
         }
         if e.fault {
             if let Some(u) = self.files.lock().unwrap().get_mut(&key) {
                 user(u, e.pid);
             }
-            return;
+            return None;
         }
         let r = (e.ofs / self.page, 1u64 << e.order.min(20));
         self.added.fetch_add(r.1, Ordering::Relaxed);
-        self.pending.lock().unwrap().add(key, r);
+        let pending = {
+            let mut p = self.pending.lock().unwrap();
+            p.add(key, r);
+            p.pages
+        };
         user(self.files.lock().unwrap().entry(key).or_default(), e.pid);
+        Some(pending)
     }
 
     /// Issues one piece of a prefetched window the assistant deferred (see

@@ -18,6 +18,7 @@
 mod drop_behind;
 mod dropping;
 mod footprint;
+mod priority;
 
 pub use dropping::{Dropping, DroppingOptions, DroppingReport};
 
@@ -29,6 +30,7 @@ use crate::verb::Tally;
 use crate::verb::{Observer, Outcome};
 use drop_behind::{Counts, DropBehind, Dropper};
 use footprint::Footprint;
+use priority::Priority;
 use serde::Serialize;
 use std::ffi::OsString;
 use std::sync::Arc;
@@ -275,13 +277,19 @@ impl Session {
         let page = sys::page_size();
         let skip = matches!(whom, Whom::Command(_)).then(std::process::id);
         let footprint = Arc::new(Footprint::new(assist, page, skip));
-        let follower = follow(settings, assist.is_some(), whom, footprint.clone())?;
         let dropper = Arc::new(Dropper::new(settings.keep_written, settings.method));
+        let limit_pages = (settings.max_cache / page).max(1);
+        let priority = Arc::new(Priority::new(limit_pages));
+        let sink = footprint::Sink {
+            footprint: footprint.clone(),
+            priority: priority.clone(),
+            dropper: dropper.clone(),
+        };
+        let follower = follow(settings, assist.is_some(), whom, sink)?;
         if let Some(n) = &follower.notice {
             dropper.tally.notice(n.clone());
         }
-        let limit_pages = (settings.max_cache / page).max(1);
-        let behind = DropBehind::start(footprint.clone(), dropper.clone(), limit_pages);
+        let behind = DropBehind::start(footprint.clone(), dropper.clone(), priority, limit_pages);
         Ok(Session {
             footprint,
             follower,
@@ -325,7 +333,7 @@ fn follow(
     settings: &Settings,
     assist: bool,
     whom: Whom,
-    footprint: Arc<Footprint>,
+    on_event: footprint::Sink,
 ) -> Result<Follower, crate::Error> {
     let events: &[&str] = if assist {
         &crate::assist::live::EVENTS
@@ -337,7 +345,6 @@ fn follow(
     // they follow the command from its fork without a PID list, whose changes cost an RCU
     // grace period each (~40 ms per run back to back).
     let every = (!assist).then_some(Duration::from_millis(2));
-    let on_event = footprint::Sink(footprint);
     let (buffer_kb, backend) = (settings.buffer_kb, settings.backend);
     let started = match whom {
         Whom::Command(tid) => Follower::start(events, buffer_kb, backend, every, tid, on_event),

@@ -821,18 +821,20 @@ pub enum ThreadClass {
     Normal,
 }
 
-/// `sched_setscheduler(0, ...)` — <https://man7.org/linux/man-pages/man2/sched_setscheduler.2.html>:
-/// sets the calling thread's scheduling class (Linux applies it to the thread, not the
-/// process). Leaving `SCHED_IDLE` needs CAP_SYS_NICE (or a permissive RLIMIT_NICE).
-pub fn set_thread_class(class: ThreadClass) -> io::Result<()> {
+/// `sched_setscheduler(tid, ...)` — <https://man7.org/linux/man-pages/man2/sched_setscheduler.2.html>:
+/// sets thread `tid`'s scheduling class (0: the calling thread; Linux applies it to the
+/// thread, not the process). Leaving `SCHED_IDLE` needs CAP_SYS_NICE (or a permissive
+/// RLIMIT_NICE); another thread of ours is allowed (same user).
+pub fn set_thread_class(tid: u32, class: ThreadClass) -> io::Result<()> {
     let policy = match class {
         ThreadClass::Background => libc::SCHED_IDLE,
         ThreadClass::Normal => libc::SCHED_OTHER,
     };
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param that lives across the call; pid 0 is the
-    // calling thread.
-    let r = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    let tid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: `param` is a valid sched_param that lives across the call; `tid` is a plain
+    // thread id (0: the caller).
+    let r = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     if r == 0 {
         Ok(())
     } else {
