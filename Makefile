@@ -26,4 +26,4 @@ dist:
 	./release
 
 test:
-	$(CARGO) test --workspace --release
+	$(CARGO) test --workspace --profile ci

@@ -1,4 +1,4 @@
-//! The Python package end to end, so `cargo test --workspace --release` runs it: a fresh
+//! The Python package end to end, so `cargo test --workspace --profile ci` runs it: a fresh
 //! virtualenv, the abi3 wheel built by maturin and installed into it with pip, then the
 //! pytest suite in python/tests against that installed wheel (and against this build's CLI,
 //! whose `--json` documents the reports' `to_dict()` must equal).
@@ -74,9 +74,9 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
     );
     let wheels = work.path().join("wheels");
     step(
-        "maturin build --release",
+        "maturin build --profile ci",
         Command::new(venv.join("bin/maturin"))
-            .args(["build", "--release", "-q", "-m"])
+            .args(["build", "--profile", "ci", "-q", "-m"])
             .arg(repo.join("python/Cargo.toml"))
             .arg("-o")
             .arg(&wheels)
