@@ -6,12 +6,13 @@
 # Then:  cc prog.c $(pkg-config --cflags --libs pagewise)
 #        (PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not /usr or /usr/local)
 # Environment: LIBDIR (default PREFIX/lib), DESTDIR (staged install, for packagers),
-#   CARGO (default cargo), NO_BUILD=1 (install what target/release already has),
-#   LIBSRC (the directory holding the built libraries; default the target's release/),
+#   CARGO (default cargo), PROFILE (cargo's build profile, default release; the test suite
+#   uses its own, ci), NO_BUILD=1 (install what target/PROFILE already has),
+#   LIBSRC (the directory holding the built libraries; default the target's PROFILE/),
 #   PC_RELOCATABLE=1 (the .pc finds the tree from its own place: ${pcfiledir}, for tarballs).
 set -euo pipefail
 
-usage() { sed -n '2,10s/^# \{0,1\}//p' "$0"; }
+usage() { sed -n '2,12s/^# \{0,1\}//p' "$0"; }
 [ $# -eq 1 ] && [ "${1#-}" = "$1" ] || { usage >&2; exit 2; }
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,7 @@ prefix=$1
 libdir=${LIBDIR:-$prefix/lib}
 dest=${DESTDIR:-}
 cargo=${CARGO:-cargo}
+profile=${PROFILE:-release}
 
 version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' "$repo/Cargo.toml" | head -n1)
 major=${version%%.*}
@@ -29,14 +31,14 @@ minor=${rest%%.*}
 if [ "$major" = 0 ]; then abi="0.$minor"; else abi=$major; fi
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
-  "$cargo" build --release --manifest-path "$repo/Cargo.toml" -p pagewise-capi
+  "$cargo" build --profile "$profile" --manifest-path "$repo/Cargo.toml" -p pagewise-capi
 fi
 if [ -n "${LIBSRC:-}" ]; then
   out=$LIBSRC
 else
   target=$("$cargo" metadata --no-deps --format-version 1 --manifest-path "$repo/Cargo.toml" |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-  out="$target/release"
+  out="$target/$profile"
 fi
 for f in libpagewise.so libpagewise.a; do
   [ -f "$out/$f" ] || { echo "install.sh: $out/$f is missing (build failed?)" >&2; exit 1; }

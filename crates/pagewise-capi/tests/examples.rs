@@ -81,7 +81,7 @@ struct Installed {
 }
 
 impl Installed {
-    /// install.sh into a fresh prefix; or PAGEWISE_CAPI_PREFIX, a prefix install.sh already
+    /// install.sh into a fresh prefix (built with the test's own profile); or PAGEWISE_CAPI_PREFIX, a prefix install.sh already
     /// filled (the kernel matrix's guest, which cannot build).
     fn install() -> Installed {
         if let Some(p) = std::env::var_os("PAGEWISE_CAPI_PREFIX") {
@@ -92,9 +92,14 @@ impl Installed {
         }
         let tmp = tempfile::tempdir().unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("install.sh");
+        // The profile this test was built with (…/target/PROFILE/deps/examples-HASH): the
+        // library is built the same way, sharing the test build's compiled crates.
+        let exe = std::env::current_exe().unwrap();
+        let profile = exe.ancestors().nth(2).unwrap().file_name().unwrap().to_owned();
         run(Command::new("bash")
             .arg(script)
             .arg(tmp.path())
+            .env("PROFILE", profile)
             .env("CARGO_TARGET_DIR", target_dir()));
         Installed {
             prefix: tmp.path().to_path_buf(),
