@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator, Optional, Tuple
 
@@ -176,3 +177,23 @@ def test_stat_by_cgroup_single_missing_path_raises(scratch: Path) -> None:
         pagewise.stat(scratch / "missing", by_cgroup=True)
     with pytest.raises(ValueError, match="range"):
         pagewise.stat(scratch, by_cgroup=True, range="0-4K")
+
+
+def test_stat_by_cgroup_without_root_is_a_permission_error(scratch: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a child that gives root up")
+    f = write_file(scratch / "f", 4096)
+    os.chmod(scratch, 0o755)
+    code = (
+        "import os, sys, pagewise\n"
+        "os.setgroups([]); os.setgid(65534); os.setuid(65534)\n"
+        "try:\n"
+        "    pagewise.stat(sys.argv[1], by_cgroup=True)\n"
+        "except PermissionError as e:\n"
+        "    print('PermissionError', isinstance(e, pagewise.Error), e.errno, e.filename, e.syscall)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(f)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/"
+    )
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().startswith("PermissionError True 1 /proc/kpagecgroup open"), p.stdout.decode()
