@@ -84,7 +84,7 @@ def make_file(path: str, size_mb: int) -> Dict[str, np.ndarray]:
     rng = np.random.default_rng(28)
     big = max(size_mb * MIB // 2, MIB)  # two large tensors share most of the size
     rows = big // (4 * 1024)
-    tensors = {
+    tensors: Dict[str, np.ndarray] = {
         "embed.weight": rng.standard_normal((rows, 1024), dtype=np.float32),
         "layer0.attn.qkv": rng.standard_normal((big // (2 * 768), 768)).astype(np.float16),
         "layer0.attn.bias": rng.standard_normal(3 * 768).astype(np.float32),

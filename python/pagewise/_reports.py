@@ -173,6 +173,7 @@ class Report(View):
 
     # The paths the call was given (as bytes), for ``repr``; not part of the document.
     __slots__ = ("_given",)
+    _given: List[bytes]
 
     def _summary(self, size: int, cached: int) -> str:
         """``<pagewise.XReport path=... size=... cached=... errors=...>``."""
