@@ -60,12 +60,19 @@ from ._errors import (
 )
 from ._reports import (
     PathView,
+    CgroupCharge,
+    CgroupChargeReport,
+    CgroupStat,
+    CgroupsReport,
+    ChargeTotals,
+    CopyItem,
     CopyReport,
     CopyResidue,
     DroppingReport,
     EvictFile,
     EvictReport,
     EvictTotals,
+    FileCharge,
     FileError,
     FileStat,
     LoadReport,
@@ -97,6 +104,7 @@ __all__ = [
     "evict",
     "load",
     "copy",
+    "cgroups",
     "replay",
     "record",
     "dropping",
@@ -126,6 +134,13 @@ __all__ = [
     "LoadTotals",
     "CopyReport",
     "CopyResidue",
+    "CopyItem",
+    "CgroupsReport",
+    "CgroupStat",
+    "CgroupChargeReport",
+    "CgroupCharge",
+    "ChargeTotals",
+    "FileCharge",
     "ReplayReport",
     "TraceCacheReport",
     "RecordReport",
@@ -247,6 +262,42 @@ def _walk(
     }
 
 
+@overload
+def stat(
+    paths: Paths,
+    *,
+    files: bool = ...,
+    range: RangeArg = ...,
+    include: Iterable[str] = ...,
+    exclude: Iterable[str] = ...,
+    follow: bool = ...,
+    one_file_system: bool = ...,
+    max_depth: Optional[int] = ...,
+    threads: Optional[int] = ...,
+    method: str = ...,
+    progress: Optional[ProgressCallback] = ...,
+    by_cgroup: Literal[False] = ...,
+) -> StatReport: ...
+
+
+@overload
+def stat(
+    paths: Paths,
+    *,
+    files: bool = ...,
+    range: RangeArg = ...,
+    include: Iterable[str] = ...,
+    exclude: Iterable[str] = ...,
+    follow: bool = ...,
+    one_file_system: bool = ...,
+    max_depth: Optional[int] = ...,
+    threads: Optional[int] = ...,
+    method: str = ...,
+    progress: Optional[ProgressCallback] = ...,
+    by_cgroup: Literal[True],
+) -> CgroupChargeReport: ...
+
+
 def stat(
     paths: Paths,
     *,
@@ -260,12 +311,14 @@ def stat(
     threads: Optional[int] = None,
     method: str = "auto",
     progress: Optional[ProgressCallback] = None,
-) -> StatReport:
+    by_cgroup: bool = False,
+) -> Union[StatReport, CgroupChargeReport]:
     """How much of files and trees is in the page cache (``pagewise stat``).
 
     :param paths: files and directories (directories recurse).
-    :param files: also list every file (``-l``): ``report.files``, sorted by path.
-    :param range: only this byte range of every file (``--range``).
+    :param files: also list every file (``-l``): ``report.files``, sorted by path (with
+        ``by_cgroup``, most cached first).
+    :param range: only this byte range of every file (``--range``; not with ``by_cgroup``).
     :param include: only files matching these globs (``--include``).
     :param exclude: skip files and directories matching these globs (``--exclude``).
     :param follow: follow symlinks inside trees (``--follow``; roots are always followed).
@@ -274,10 +327,20 @@ def stat(
     :param threads: worker threads (``--threads``; default: the CPUs).
     :param method: ``"auto"``, ``"cachestat"`` or ``"mincore"`` (``--method``).
     :param progress: ``progress(files, bytes)``, called from this thread.
-    :returns: totals (``cached_bytes``, ``dirty_bytes``...), per root, per file.
+    :param by_cgroup: which memory cgroup the cached pages are charged to (``--by-cgroup``:
+        the pages' frames through /proc/self/pagemap, then /proc/kpagecgroup; root only, else
+        ``PermissionError``): returns a :class:`CgroupChargeReport`.
+    :returns: totals (``cached_bytes``, ``dirty_bytes``...), per root, per file; with
+        ``by_cgroup``, bytes per cgroup (``report.cgroups``), per file and cgroup.
     """
     walk = _walk(range, include, exclude, follow, one_file_system, max_depth, threads, method)
-    report = StatReport(_pagewise.stat(_paths(paths), walk, files, progress))
+    report: Union[StatReport, CgroupChargeReport]
+    if by_cgroup:
+        if method != "auto":
+            raise ValueError("method cannot be combined with by_cgroup (pages are found through their frames)")
+        report = CgroupChargeReport(_pagewise.stat_by_cgroup(_paths(paths), walk, files, progress))
+    else:
+        report = StatReport(_pagewise.stat(_paths(paths), walk, files, progress))
     report._given = _paths(paths)
     _raise_single(paths, report)
     return report
@@ -518,6 +581,17 @@ def copy(
     *,
     cache: str = "auto",
     preserve: bool = False,
+    archive: bool = False,
+    no_target_directory: bool = False,
+    update: bool = False,
+    no_clobber: bool = False,
+    checksum: bool = False,
+    dry_run: bool = False,
+    delete: bool = False,
+    dereference: bool = False,
+    dereference_command_line: bool = False,
+    no_dereference: bool = False,
+    itemize_changes: bool = False,
     no_preallocate: bool = False,
     named_temp: bool = False,
     fsync: bool = False,
@@ -532,7 +606,28 @@ def copy(
 
     :param cache: ``"auto"``, ``"dontcache"``, ``"direct"``, ``"drop-behind"`` or
         ``"buffered"`` (``--cache``).
-    :param preserve: keep mode, owner (as root), times and xattrs (``--preserve``).
+    :param preserve: keep mode, owner (as root), times, xattrs and ACLs (``--preserve``).
+    :param archive: as ``cp -a`` (``--archive``): ``preserve``; trees are always copied
+        recursively, special files recreated and symlinks copied as symlinks unless
+        ``dereference`` says otherwise.
+    :param no_target_directory: ``dest`` is the copy itself, never a directory to copy into
+        (``-T``): running the same call again lands in the same place.
+    :param update: copy only what is missing or differs by size or modification time, a
+        symlink whose text differs (``-u``, rsync's quick check); finishes an interrupted copy.
+    :param no_clobber: never replace an existing destination entry (``--no-clobber``; not
+        with ``update`` or ``checksum``).
+    :param checksum: copy a file only when its content differs: files of the same size are
+        compared byte for byte, read without caching them (``-c``, rsync -c); ``update``'s
+        rule for the rest.
+    :param dry_run: change nothing; the report says what would be created, updated and
+        deleted, and lists every entry in ``report.items`` (``-n``).
+    :param delete: remove from destination directories what their source directories no
+        longer have (``--delete``).
+    :param dereference: follow every symlink in the sources, inside trees too (``-L``).
+    :param dereference_command_line: follow symlinks named as sources only (``-H``).
+    :param no_dereference: copy symlinks as symlinks (``-P``, the default).
+    :param itemize_changes: list every entry's outcome in ``report.items`` (``-i``;
+        ``--json-lines`` streams the same entries).
     :param no_preallocate: do not fallocate destinations (``--no-preallocate``).
     :param named_temp: write under hidden temporary names, not O_TMPFILE (``--named-temp``).
     :param fsync: fsync each file before it is linked into place (``--fsync``).
@@ -542,11 +637,24 @@ def copy(
     :param chunk: bytes per I/O, a multiple of 4 KiB (``--chunk``).
 
     Files are written under a temporary and linked into place only when complete: an
-    interrupted copy (Ctrl-C) leaves no half file.
+    interrupted copy (Ctrl-C) leaves no half file. Options that contradict each other
+    (``update`` or ``checksum`` with ``no_clobber``; more than one of the dereference
+    options) raise ``ValueError`` before anything is touched.
     """
     args = {
         "cache": cache,
         "preserve": preserve,
+        "archive": archive,
+        "no_target_directory": no_target_directory,
+        "update": update,
+        "no_clobber": no_clobber,
+        "checksum": checksum,
+        "dry_run": dry_run,
+        "delete": delete,
+        "dereference": dereference,
+        "dereference_command_line": dereference_command_line,
+        "no_dereference": no_dereference,
+        "itemize_changes": itemize_changes,
         "no_preallocate": no_preallocate,
         "named_temp": named_temp,
         "fsync": fsync,
@@ -556,6 +664,40 @@ def copy(
         "chunk": chunk,
     }
     return CopyReport(_pagewise.copy(_paths(sources), os.fsencode(dest), args, progress))
+
+
+def cgroups(
+    path: Optional[PathArg] = None,
+    *,
+    self: bool = False,
+    max_depth: Optional[int] = None,
+    sort: Optional[str] = None,
+    top: Optional[int] = None,
+) -> CgroupsReport:
+    """Per-cgroup page cache, from each memory cgroup's ``memory.stat`` (``pagewise cgroups``):
+    file, dirty, writeback, mapped, active and inactive bytes and refaults, descendants
+    included (cgroup v2, or v1's memory controller).
+
+    :param path: a cgroup directory (``/sys/fs/cgroup/x``) or a cgroup path (``/x``); default:
+        the root of the memory hierarchy.
+    :param self: start at this process's own memory cgroup (``--self``; not with ``path``).
+    :param max_depth: levels below the first group to list (``-d``; 0: that group alone).
+    :param sort: ``"tree"`` (parents before children; the default), or most first by
+        ``"file"`` (the default with ``top``), ``"dirty"``, ``"mapped"``, ``"active"``,
+        ``"inactive"``, ``"refaults"`` (``--sort``).
+    :param top: only the first ``top`` groups in that order (``--top``).
+    :returns: :class:`CgroupsReport`; iterate it for :class:`CgroupStat`.
+
+    A missing group raises ``FileNotFoundError``; a group whose ``memory.stat`` cannot be
+    read is a counted error in the report.
+    """
+    if isinstance(max_depth, int) and max_depth < 0:
+        raise ValueError(f"max_depth: {max_depth} is not a count")
+    if isinstance(top, int) and top < 0:
+        raise ValueError(f"top: {top} is not a count")
+    root = None if path is None else os.fsencode(path)
+    report = CgroupsReport(_pagewise.cgroups(root, self, max_depth, sort, top))
+    return report
 
 
 @overload

@@ -55,6 +55,8 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verbs::evict, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::load, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::copy, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::cgroups, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::stat_by_cgroup, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::replay, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::evict_trace, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::load_trace, m)?)?;

@@ -6,7 +6,9 @@ use crate::convert::{self, report};
 use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
-use pagewise_core::copy::{CopyOptions, Strategy};
+use pagewise_core::cgroup::charge::{ChargeOptions, FileCharge};
+use pagewise_core::cgroup::{CgroupStat, CgroupsOptions};
+use pagewise_core::copy::{CopyItem, CopyOptions, Dereference, Existing, Strategy};
 use pagewise_core::evict::EvictOptions;
 use pagewise_core::load::{LoadOptions, LockSet};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
@@ -210,6 +212,17 @@ pub fn load<'py>(
 pub struct CopyArgs<'py> {
     cache: String,
     preserve: bool,
+    archive: bool,
+    no_target_directory: bool,
+    update: bool,
+    no_clobber: bool,
+    checksum: bool,
+    dry_run: bool,
+    delete: bool,
+    dereference: bool,
+    dereference_command_line: bool,
+    no_dereference: bool,
+    itemize_changes: bool,
     no_preallocate: bool,
     named_temp: bool,
     fsync: bool,
@@ -219,7 +232,51 @@ pub struct CopyArgs<'py> {
     chunk: Bound<'py, PyAny>,
 }
 
-/// `copy(sources, dest, args, progress)`.
+impl CopyArgs<'_> {
+    /// What to do with existing destinations, as the CLI decides it (`-c` over `-u` over
+    /// `--no-clobber`; the CLI refuses `--no-clobber` with either, and so does this).
+    fn existing(&self) -> PyResult<Existing> {
+        if self.no_clobber && (self.update || self.checksum) {
+            return Err(PyValueError::new_err(
+                "no_clobber cannot be combined with update or checksum (it never replaces, they replace what differs)",
+            ));
+        }
+        Ok(if self.checksum {
+            Existing::Checksum
+        } else if self.update {
+            Existing::QuickCheck
+        } else if self.no_clobber {
+            Existing::Keep
+        } else {
+            Existing::Replace
+        })
+    }
+
+    /// Which symlinks are followed: at most one of `dereference` (-L),
+    /// `dereference_command_line` (-H) and `no_dereference` (-P, the default).
+    fn dereference(&self) -> PyResult<Dereference> {
+        let set = [
+            self.dereference,
+            self.dereference_command_line,
+            self.no_dereference,
+        ];
+        if set.iter().filter(|&&b| b).count() > 1 {
+            return Err(PyValueError::new_err(
+                "dereference, dereference_command_line and no_dereference: give at most one",
+            ));
+        }
+        Ok(if self.dereference {
+            Dereference::Always
+        } else if self.dereference_command_line {
+            Dereference::CommandLine
+        } else {
+            Dereference::Never
+        })
+    }
+}
+
+/// `copy(sources, dest, args, progress)`: the report; with `itemize_changes` or `dry_run`,
+/// every entry's outcome in an `items` list sorted by path (what `--json-lines` streams).
 #[pyfunction]
 #[pyo3(signature = (sources, dest, args, progress=None))]
 pub fn copy<'py>(
@@ -248,11 +305,20 @@ pub fn copy<'py>(
             ))
         })?;
     let chunk = convert::size("chunk", &args.chunk)?;
+    let items = args.itemize_changes || args.dry_run;
     let opts = CopyOptions {
         sources: convert::paths(sources),
         dest: convert::path(dest),
         strategy,
-        preserve: args.preserve,
+        // -a is -p here as on the CLI: trees are always recursive, special files always
+        // recreated, and symlinks not followed unless asked.
+        preserve: args.preserve || args.archive,
+        dereference: args.dereference()?,
+        no_target_directory: args.no_target_directory,
+        existing: args.existing()?,
+        delete: args.delete,
+        dry_run: args.dry_run,
+        items,
         preallocate: !args.no_preallocate,
         fsync: args.fsync,
         verify: args.verify,
@@ -262,11 +328,155 @@ pub fn copy<'py>(
         named_temp: args.named_temp,
         ..CopyOptions::default()
     };
+    let keep: Mutex<Vec<CopyItem>> = Mutex::default();
     let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::copy::copy(&opts, &watch(c))
+        let observer = Watch {
+            progress: Some(&c.progress),
+            on_file: Some(|r: FileResult| {
+                if let FileResult::Copy(item) = r {
+                    keep.lock().unwrap_or_else(|p| p.into_inner()).push(item);
+                }
+            }),
+            cancel: Some(&c.cancel),
+        };
+        pagewise_core::copy::copy(&opts, &observer)
     })?
     .map_err(|e| errors::to_py(py, e))?;
+    let mut v = convert::to_value(&r)?;
+    if items {
+        let mut list = keep.into_inner().unwrap_or_else(|p| p.into_inner());
+        list.sort_by(|a, b| a.path.cmp(&b.path));
+        v["items"] = convert::to_value(&list)?;
+    }
+    convert::to_py(py, &v)
+}
+
+/// The orders `cgroups(sort=...)` takes, as the CLI's `--sort`: tree order (parents before
+/// children), else most first by that figure.
+const CGROUP_SORT_KEYS: [&str; 7] = [
+    "tree", "file", "dirty", "mapped", "active", "inactive", "refaults",
+];
+
+/// The figure `cgroups(sort=key)` orders by.
+fn cgroup_sort_value(key: &str, g: &CgroupStat) -> u64 {
+    let c = &g.cache;
+    match key {
+        "file" => c.file_bytes,
+        "dirty" => c.dirty_bytes,
+        "mapped" => c.mapped_bytes,
+        "active" => c.active_bytes,
+        "inactive" => c.inactive_bytes,
+        "refaults" => c.workingset_refaults.unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// `cgroups(root, own, max_depth, sort, top)`: the report, its groups ordered by `sort`
+/// (tree order by default, `file` with `top`) and cut to `top`, as `pagewise cgroups` does.
+#[pyfunction]
+#[pyo3(signature = (root, own, max_depth, sort, top))]
+pub fn cgroups<'py>(
+    py: Python<'py>,
+    root: Option<Vec<u8>>,
+    own: bool,
+    max_depth: Option<usize>,
+    sort: Option<String>,
+    top: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let name = sort.unwrap_or_else(|| if top.is_some() { "file" } else { "tree" }.into());
+    if !CGROUP_SORT_KEYS.contains(&name.as_str()) {
+        return Err(PyValueError::new_err(format!(
+            "sort: {name:?} is not one of {}",
+            CGROUP_SORT_KEYS.join(", ")
+        )));
+    }
+    if own && root.is_some() {
+        return Err(PyValueError::new_err(
+            "cgroups: a path and self=True cannot be combined",
+        ));
+    }
+    let r = wait::run(py, None, |c| {
+        let root = if own {
+            Some(pagewise_core::cgroup::own_memory_cgroup()?)
+        } else {
+            root.map(convert::path)
+        };
+        let opts = CgroupsOptions { root, max_depth };
+        pagewise_core::cgroup::cgroups(&opts, &watch(c))
+    })?;
+    let mut r = r.map_err(|e| errors::to_py(py, e))?;
+    if name != "tree" {
+        // Stable: ties keep tree order.
+        r.groups
+            .sort_by_key(|g| std::cmp::Reverse(cgroup_sort_value(&name, g)));
+    }
+    if let Some(n) = top {
+        r.groups.truncate(n);
+    }
     report(py, &r)
+}
+
+/// `stat_by_cgroup(roots, walk, files, progress)`: which memory cgroup the cached pages are
+/// charged to (`pagewise stat --by-cgroup`); with `files`, each file's line in a `files`
+/// list, most cached first, as `--json -l` adds it.
+#[pyfunction]
+#[pyo3(signature = (roots, walk, files, progress=None))]
+pub fn stat_by_cgroup<'py>(
+    py: Python<'py>,
+    roots: Vec<Vec<u8>>,
+    walk: WalkArgs<'py>,
+    files: bool,
+    progress: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // The CLI refuses --range with --by-cgroup (pages are charged whole files at a time).
+    if !walk.range.is_none() {
+        return Err(PyValueError::new_err(
+            "range cannot be combined with by_cgroup (which cgroup pays is known per page of the whole file)",
+        ));
+    }
+    let opts = ChargeOptions {
+        roots: convert::paths(roots),
+        walk: walk.walk()?,
+        files,
+    };
+    let keep: Mutex<Vec<FileCharge>> = Mutex::default();
+    let r = wait::run(py, progress.as_ref(), |c| {
+        let observer = Watch {
+            progress: Some(&c.progress),
+            on_file: Some(|r: FileResult| {
+                if let FileResult::Charge(f) = r {
+                    keep.lock().unwrap_or_else(|p| p.into_inner()).push(f);
+                }
+            }),
+            cancel: Some(&c.cancel),
+        };
+        pagewise_core::cgroup::charge::charged(&opts, &observer)
+    })?
+    .map_err(|e| match e {
+        // Not root: a permission problem (PermissionError), naming the file that needs it.
+        pagewise_core::Error::Invalid {
+            what: "by-cgroup",
+            message,
+        } => errors::os_error(
+            py,
+            Some(libc::EPERM),
+            &message,
+            Some(std::path::Path::new("/proc/kpagecgroup")),
+            Some("open"),
+        ),
+        e => errors::to_py(py, e),
+    })?;
+    let mut v = convert::to_value(&r)?;
+    if files {
+        let mut list = keep.into_inner().unwrap_or_else(|p| p.into_inner());
+        list.sort_by(|x, y| {
+            y.cached_bytes
+                .cmp(&x.cached_bytes)
+                .then_with(|| x.path.cmp(&y.path))
+        });
+        v["files"] = convert::to_value(&list)?;
+    }
+    convert::to_py(py, &v)
 }
 
 /// `replay`'s options beside the trace, named like the CLI's flags.
