@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pagewise
 
@@ -154,11 +154,12 @@ def fio_engine(fio: str) -> str:
     return "io_uring" if "io_uring" in out.split() else "libaio"
 
 
-def read_fio_qd(fio: str, engine: str, path: str, size: int) -> float:
+def read_fio_qd(fio: str, engine: str, path: str, size: int, extra: Tuple[str, ...] = ()) -> float:
     """fio's bandwidth (bytes/s), O_DIRECT 1 MiB requests, 32 in flight."""
     out = subprocess.run(
         [fio, "--name=read", f"--filename={path}", "--rw=read", "--bs=1M", "--direct=1",
-         f"--ioengine={engine}", "--iodepth=32", f"--size={size}", "--output-format=json"],
+         f"--ioengine={engine}", "--iodepth=32", f"--size={size}", "--output-format=json",
+         *extra],
         check=True, stdout=subprocess.PIPE,
     ).stdout
     job = json.loads(out)["jobs"][0]
@@ -329,12 +330,19 @@ def main() -> None:
     ff = runs(a.runs, lambda: make_cold(big), lambda: fromfile(big, size))
     engine = None
     fio_qd: Optional[List[float]] = None
+    fio_fixed: Optional[List[float]] = None  # io_uring with registered buffers and file
     if a.fio:
         engine = fio_engine(a.fio)
         fio_qd = []
         for _ in range(a.runs):
             make_cold(big)
             fio_qd.append(read_fio_qd(a.fio, engine, big, size))
+        if engine == "io_uring":
+            fio_fixed = []
+            for _ in range(a.runs):
+                make_cold(big)
+                fio_fixed.append(read_fio_qd(a.fio, engine, big, size,
+                                             ("--fixedbufs", "--registerfiles")))
     rss = {what: [peak_rss(big, size, what) for _ in range(a.runs)]
            for what in ("read_into", "read")}
     make_cold(big)
@@ -342,6 +350,7 @@ def main() -> None:
                         "reused_array_s": ri["reused"], "cached_after": ri_cached,
                         "cli_cached_after": cli_after, "numpy_fromfile_s": ff,
                         "fio_engine": engine, "fio_qd32_bytes_per_s": fio_qd,
+                        "fio_qd32_fixedbufs_bytes_per_s": fio_fixed,
                         "peak_rss": rss, "rss_bound": size + 64 * MIB}
     md = statistics.median
     fio_mbs = md(fio_qd) / 1e6 if fio_qd else None
@@ -349,6 +358,7 @@ def main() -> None:
         "mb_per_s": {k: mbs(size, md(v)) for k, v in ri.items()},
         "numpy_fromfile_mb_per_s": mbs(size, md(ff)),
         "fio_mb_per_s": fio_mbs,
+        "fio_fixedbufs_mb_per_s": md(fio_fixed) / 1e6 if fio_fixed else None,
         "percent_of_fio": {k: 100 * mbs(size, md(v)) / fio_mbs for k, v in ri.items()}
         if fio_mbs else None,
         "x_numpy_fromfile": {k: md(ff) / md(v) for k, v in ri.items()},
@@ -423,6 +433,10 @@ def main() -> None:
                   f"{100 * v / fq:.0f}% of fio (wants >= 95%) |")
         else:
             print(f"| {label} | {v:.0f} MB/s | fio not installed | - |")
+    if fio_fixed:
+        ff_mbs = med(fio_fixed) / 1e6
+        print(f"| {what}, default depth | {rd:.0f} MB/s | fio as above + --fixedbufs "
+              f"--registerfiles: {ff_mbs:.0f} MB/s | {100 * rd / ff_mbs:.0f}% of fio |")
     print(f"| {what}, default depth | {rd:.0f} MB/s | numpy.fromfile cold: {rf:.0f} MB/s | "
           f"{rd / rf:.2f}x numpy.fromfile (wants >= 1.5x) |")
     print(f"| bytes of the file cached after read_into | default depth: {ri_cached['default']:,}; "
