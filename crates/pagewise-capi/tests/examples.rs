@@ -95,7 +95,13 @@ impl Installed {
         // The profile this test was built with (…/target/PROFILE/deps/examples-HASH): the
         // library is built the same way, sharing the test build's compiled crates.
         let exe = std::env::current_exe().unwrap();
-        let profile = exe.ancestors().nth(2).unwrap().file_name().unwrap().to_owned();
+        let profile = exe
+            .ancestors()
+            .nth(2)
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_owned();
         run(Command::new("bash")
             .arg(script)
             .arg(tmp.path())

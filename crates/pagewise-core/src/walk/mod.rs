@@ -211,12 +211,15 @@ where
             scope.spawn(|| {
                 let mut state = init();
                 while let Some(job) = w.queue.pop() {
+                    // The job is marked done however it ends: a panic in it unwinds through
+                    // this guard, the other workers finish the queue, and the scope hands the
+                    // panic to the caller (without it they waited for this job forever).
+                    let _done = queue::Done(&w.queue);
                     // Once a stop is asked, queued jobs are popped and dropped: the queue
                     // drains and every worker ends.
                     if !w.tally.stop_requested(w.observer) {
                         w.run(&mut state, job);
                     }
-                    w.queue.done();
                 }
                 finish(state);
             });

@@ -86,12 +86,16 @@ pub(super) struct Queue {
 
 impl Queue {
     pub(super) fn push(&self, job: Job) {
-        self.state.lock().unwrap().0.push(job);
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .push(job);
         self.cv.notify_one();
     }
     /// Takes a job, marking the taker active; None when no job is left and nobody can add one.
     pub(super) fn pop(&self) -> Option<Job> {
-        let mut g = self.state.lock().unwrap();
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if let Some(j) = g.0.pop() {
                 g.1 += 1;
@@ -101,14 +105,24 @@ impl Queue {
                 self.cv.notify_all();
                 return None;
             }
-            g = self.cv.wait(g).unwrap();
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
     }
     pub(super) fn done(&self) {
-        let mut g = self.state.lock().unwrap();
+        // Called while unwinding too (see `Done`): a poisoned lock must not panic again.
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         g.1 -= 1;
         if g.1 == 0 && g.0.is_empty() {
             self.cv.notify_all();
         }
+    }
+}
+
+/// Marks the job a worker took as done when dropped: at its end, or when it panicked.
+pub(super) struct Done<'a>(pub(super) &'a Queue);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.done();
     }
 }

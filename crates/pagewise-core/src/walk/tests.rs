@@ -116,3 +116,45 @@ fn missing_root_is_an_error_naming_path_and_call() {
         "/nonexistent/pagewise: stat failed: No such file or directory (os error 2)"
     );
 }
+
+/// A visit that panics (a bug, or a dependency's panic as rustix's on 6.1 without
+/// /proc/self/auxv) must reach the caller as that panic, never leave the other workers
+/// waiting forever for the job it was running (seen: `pagewise.load` as nobody hung on 6.1).
+#[test]
+fn a_panicking_visit_reaches_the_caller_instead_of_hanging() {
+    let t = tempfile::tempdir().unwrap();
+    for d in 0..4 {
+        fs::create_dir_all(t.path().join(format!("d{d}"))).unwrap();
+        for f in 0..50 {
+            fs::write(t.path().join(format!("d{d}/f{f}")), b"x").unwrap();
+        }
+    }
+    let root = t.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = std::panic::catch_unwind(|| {
+            let opts = WalkOptions {
+                threads: 4,
+                ..WalkOptions::default()
+            };
+            walk(
+                &[root],
+                &opts,
+                &Tally::new(),
+                &(),
+                || (),
+                |_, f| {
+                    if f.path.ends_with("d2/f7") {
+                        panic!("visit failed");
+                    }
+                },
+                |_| {},
+            )
+        });
+        let _ = tx.send(r.is_err());
+    });
+    let panicked = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the walk hung after a worker panicked");
+    assert!(panicked, "the worker's panic reaches the caller");
+}
