@@ -115,7 +115,14 @@ pub(super) fn plan(
             })
             .collect();
         drop(tx);
-        parts.extend(handles.into_iter().filter_map(|h| h.join().ok()));
+        for h in handles {
+            // A planner that panicked: its part of the plan is missing, so the copy must not
+            // go on as if the plan were whole.
+            match h.join() {
+                Ok(part) => parts.push(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
     });
     let mut out = Planned {
         dirs: Vec::new(),
@@ -203,11 +210,21 @@ impl Shared {
 
     /// Marks one job done (taken with [`Shared::take`]).
     fn done(&self) {
-        let mut j = self.jobs.lock().unwrap();
+        // Called while unwinding too (see `JobDone`): a poisoned lock must not panic again.
+        let mut j = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
         j.1 -= 1;
         if j.1 == 0 && j.0.is_empty() {
             self.more.notify_all();
         }
+    }
+}
+
+/// Marks a taken job done when dropped: at its end, or when planning it panicked.
+struct JobDone<'a>(&'a Shared);
+
+impl Drop for JobDone<'_> {
+    fn drop(&mut self) {
+        self.0.done();
     }
 }
 
@@ -278,8 +295,10 @@ impl<'a> Planner<'a> {
                     j = self.shared.more.wait(j).unwrap();
                 }
             };
+            // Done however the job ends: a panic in it unwinds through the guard, the other
+            // planners finish, and `plan` hands the panic on (they waited forever before).
+            let _done = JobDone(self.shared);
             self.dir(job);
-            self.shared.done();
         }
     }
 
