@@ -241,15 +241,11 @@ impl CopyArgs<'_> {
                 "no_clobber cannot be combined with update or checksum (it never replaces, they replace what differs)",
             ));
         }
-        Ok(if self.checksum {
-            Existing::Checksum
-        } else if self.update {
-            Existing::QuickCheck
-        } else if self.no_clobber {
-            Existing::Keep
-        } else {
-            Existing::Replace
-        })
+        Ok(Existing::from_flags(
+            self.checksum,
+            self.update,
+            self.no_clobber,
+        ))
     }
 
     /// Which symlinks are followed: at most one of `dereference` (-L),
@@ -265,13 +261,10 @@ impl CopyArgs<'_> {
                 "dereference, dereference_command_line and no_dereference: give at most one",
             ));
         }
-        Ok(if self.dereference {
-            Dereference::Always
-        } else if self.dereference_command_line {
-            Dereference::CommandLine
-        } else {
-            Dereference::Never
-        })
+        Ok(Dereference::from_flags(
+            self.dereference,
+            self.dereference_command_line,
+        ))
     }
 }
 

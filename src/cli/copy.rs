@@ -216,26 +216,12 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         dest: dest.clone(),
         strategy: a.cache.into(),
         preserve: a.preserve || a.archive,
-        dereference: if a.dereference {
-            Dereference::Always
-        } else if a.dereference_command_line {
-            Dereference::CommandLine
-        } else {
-            Dereference::Never
-        },
+        dereference: Dereference::from_flags(a.dereference, a.dereference_command_line),
         no_target_directory: a.no_target_directory,
         delete: a.delete,
         dry_run: a.dry_run,
         items: a.json_lines || ((a.itemize_changes || a.dry_run) && !a.json),
-        existing: if a.checksum {
-            Existing::Checksum
-        } else if a.update {
-            Existing::QuickCheck
-        } else if a.no_clobber {
-            Existing::Keep
-        } else {
-            Existing::Replace
-        },
+        existing: Existing::from_flags(a.checksum, a.update, a.no_clobber),
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
         fsync: a.fsync,

@@ -107,6 +107,22 @@ pub enum Existing {
     Checksum,
 }
 
+impl Existing {
+    /// The mode cp/rsync flags ask for: `checksum` (-c) over `update` (-u) over `no_clobber`
+    /// (-n), else replace. The CLI and the bindings map their flags through this one rule.
+    pub fn from_flags(checksum: bool, update: bool, no_clobber: bool) -> Existing {
+        if checksum {
+            Existing::Checksum
+        } else if update {
+            Existing::QuickCheck
+        } else if no_clobber {
+            Existing::Keep
+        } else {
+            Existing::Replace
+        }
+    }
+}
+
 /// The largest chunk (bytes per I/O): each of `depth` I/Os in flight has a buffer of it.
 pub const MAX_CHUNK: usize = 256 << 20;
 /// The most files copied in parallel.
@@ -191,6 +207,19 @@ pub enum Dereference {
     CommandLine,
     /// All of them, inside trees too (cp -L); a symlink loop is an error, not an endless copy.
     Always,
+}
+
+impl Dereference {
+    /// The mode cp's flags ask for: `always` (-L) over `command_line` (-H), else never (-P).
+    pub fn from_flags(always: bool, command_line: bool) -> Dereference {
+        if always {
+            Dereference::Always
+        } else if command_line {
+            Dereference::CommandLine
+        } else {
+            Dereference::Never
+        }
+    }
 }
 
 impl Default for CopyOptions {
