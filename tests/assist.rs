@@ -267,8 +267,21 @@ fn run_assist_drops_its_prefetches_and_simulate_reads_a_fault_trace() {
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 4);
     let rate = |i: usize| rows[i]["hit_rate"].as_f64().unwrap();
-    assert!(rows[0]["accesses"].as_u64().unwrap() >= 32 + 3 * 32);
-    assert_eq!(rate(0), 0.0, "{rows:?}");
+    let accesses = rows[0]["accesses"].as_u64().unwrap();
+    assert!(accesses >= 32 + 3 * 32);
+    // Without prefetching, no fault on the data hits: the reader touches each page once.
+    // Where the kernel has the mm_filemap_fault tracepoint, no fault at all hits. Where faults
+    // come from perf's page-fault events (Debian's 6.1), the reader's own write to a page of
+    // its private .data that a read fault had mapped (fault-around maps cached pages
+    // read-only) is a second fault on a cached page — a true hit, which the tracepoint never
+    // sees (the kernel copies the page without asking the cache): at most the faults beyond
+    // the data's 128 may hit.
+    if Path::new("/sys/kernel/tracing/events/filemap/mm_filemap_fault").exists() {
+        assert_eq!(rate(0), 0.0, "{rows:?}");
+    } else {
+        let hits = rows[0]["hits"].as_u64().unwrap() + rows[0]["late_hits"].as_u64().unwrap();
+        assert!(hits <= accesses - (32 + 3 * 32), "{rows:?}");
+    }
     assert!(rate(3) > 0.6, "forward range: {rows:?}");
     // A trace without faults is refused with the reason.
     let plain = t.path().join("plain.trace");
