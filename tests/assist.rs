@@ -10,8 +10,9 @@ use std::process::{Command, Stdio};
 
 /// Maps the file, waits for `go`, reads chunk 0 page by page (the predictor learns a cluster
 /// of the chunk's pages: 32 for the default 128 KiB, or the KiB given as a third argument), then
-/// three far-apart chunks: first page, a pause for the prefetch, the other pages. Prints the
-/// major faults of the three chunks.
+/// three far-apart chunks: first page, a pause for the prefetch (200 ms, or
+/// PAGEWISE_TEST_PAUSE_MS: the kernel matrix's emulated guests, ~30x slower, give 1000), the
+/// other pages. Prints the major faults of the three chunks.
 const READER: &str = r#"#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +26,13 @@ int main(int c, char **v) {
   madvise((void *)m, sz, MADV_RANDOM);
   while (access(v[2], F_OK)) usleep(10000);
   volatile char s = 0; long chunk = (c > 3 ? atol(v[3]) : 128) * 1024;
+  const char *p = getenv("PAGEWISE_TEST_PAUSE_MS"); long pause = p ? atol(p) : 200;
   for (long o = 0; o < chunk; o += 4096) s += m[o];
   struct rusage r0, r1; getrusage(RUSAGE_SELF, &r0);
   long offs[3] = {16L << 20, 40L << 20, 8L << 20};
   for (int i = 0; i < 3; i++) {
     s += m[offs[i]];
-    usleep(200000);
+    usleep(pause * 1000);
     for (long o = 4096; o < chunk; o += 4096) s += m[offs[i] + o];
   }
   getrusage(RUSAGE_SELF, &r1);
