@@ -89,8 +89,19 @@ fn attempts(mut one: impl FnMut() -> u64) -> Vec<u64> {
     faults
 }
 
-/// Waits (up to 60 s) until the child holds a perf event file descriptor, then 100 ms more for
-/// the events to be enabled; returns at once if the child exits (its status tells why).
+/// The reader's pause for the prefetch, ms: PAGEWISE_TEST_PAUSE_MS (the kernel matrix's
+/// emulated guests set 1000), else 200.
+fn pause_ms() -> u64 {
+    std::env::var("PAGEWISE_TEST_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
+}
+
+/// Waits (up to 60 s) until the child holds a perf event file descriptor, then half the
+/// reader's pause more (100 ms; 500 ms in an emulated guest, where 100 ms once let the
+/// reader's first faults pass before the events were enabled) for the events to be enabled;
+/// returns at once if the child exits (its status tells why).
 fn wait_for_perf_events(child: &mut std::process::Child) {
     let pid = child.id();
     let start = std::time::Instant::now();
@@ -114,7 +125,7 @@ fn wait_for_perf_events(child: &mut std::process::Child) {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    std::thread::sleep(std::time::Duration::from_millis(pause_ms() / 2));
 }
 
 /// `pagewise assist -p` of the reader started cold, with `env` set for pagewise, in up to
