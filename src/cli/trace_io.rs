@@ -6,7 +6,9 @@ use super::output::Output;
 use super::render::{self, bytes, path_text};
 use clap::ValueEnum;
 use pagewise_core::trace::{self, SkippedFile, Trace};
-use pagewise_core::trace_cache::{self, TraceCacheReport, TraceEvictOptions, TraceLoadOptions};
+use pagewise_core::evict::{evict_trace, TraceEvictOptions};
+use pagewise_core::load::{load_trace as load_traced, TraceLoadOptions};
+use pagewise_core::trace::TraceCacheReport;
 use pagewise_core::Observer;
 use std::io::Write;
 use std::path::Path;
@@ -180,7 +182,7 @@ pub fn write_skipped(
 pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, CliError> {
     let trace = load_trace(path)?;
     let shape = (trace.events.is_empty(), trace.files.len());
-    let r = trace_cache::evict_trace(&TraceEvictOptions { trace, dry_run }, &());
+    let r = evict_trace(&TraceEvictOptions { trace, dry_run }, &());
     cache_verb("evict", path, json, shape, r)
 }
 
@@ -189,7 +191,7 @@ pub fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode
 pub fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<ExitCode, CliError> {
     let trace = load_trace(path)?;
     let shape = (trace.events.is_empty(), trace.files.len());
-    let r = trace_cache::load_trace(&TraceLoadOptions { trace, depth }, &());
+    let r = load_traced(&TraceLoadOptions { trace, depth }, &());
     cache_verb("load", path, json, shape, r)
 }
 

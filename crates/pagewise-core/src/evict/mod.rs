@@ -9,6 +9,10 @@
 //! (WAIT_BEFORE|WRITE|WAIT_AFTER) and advise — so the device sees many writes at once and we wait
 //! once per batch, not once per file.
 
+mod trace;
+pub(crate) use trace::drop_traced;
+pub use trace::{evict_trace, TraceEvictOptions};
+
 use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method, Residency};
 use crate::sys::{self, Advice};

@@ -10,6 +10,9 @@
 //! on a virtual machine the first CPU touch of each freshly read page costs a hypervisor fault
 //! (measured here: 4–10 s of system time per 4 GiB with pread, 0.65 s with populate).
 
+mod trace;
+pub use trace::{load_trace, TraceLoadOptions};
+
 use crate::chunks::{self, Stopped};
 use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method};

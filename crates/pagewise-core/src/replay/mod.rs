@@ -18,8 +18,8 @@ use std::os::fd::AsFd;
 
 #[cfg(test)]
 pub(crate) use plan::plan_within;
-pub(crate) use plan::{ends, plan};
-pub use plan::{file_ranges, Request, MAX_EXTRA_REQUESTS};
+pub(crate) use plan::plan;
+pub use plan::{Request, MAX_EXTRA_REQUESTS};
 
 /// Longest single request a replay takes (`max_request`): 64 MiB.
 pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
@@ -260,7 +260,7 @@ pub fn compare(
             if observer.cancelled() {
                 break;
             }
-            crate::trace_cache::drop_traced(&opts.trace, &files);
+            crate::evict::drop_traced(&opts.trace, &files);
             rs.push(replay_with(&opts.trace, &files, &settings, observer)?);
         }
         if rs.is_empty() {
@@ -326,7 +326,7 @@ pub(crate) fn replay_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Event, TraceError, TraceFile};
+    use crate::trace::{file_ranges, Event, TraceError, TraceFile};
 
     fn t(events: &[(u32, u64, u32)]) -> Trace {
         Trace {
