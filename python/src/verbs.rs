@@ -6,13 +6,12 @@ use crate::convert::{self, report};
 use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
-use pagewise_core::cgroup::charge::{ChargeOptions, FileCharge};
 use pagewise_core::cgroup::{CgroupStat, CgroupsOptions};
 use pagewise_core::copy::{CopyItem, CopyOptions, Dereference, Existing, Strategy};
 use pagewise_core::evict::{EvictOptions, TraceEvictOptions};
 use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
-use pagewise_core::stat::{FileStat, StatOptions};
+use pagewise_core::stat::{ChargeOptions, FileCharge, FileStat, StatOptions};
 use pagewise_core::trace::RecordOptions;
 use pagewise_core::{sys, FileResult, Observer, WalkOptions, Watch};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
@@ -442,7 +441,7 @@ pub fn stat_by_cgroup<'py>(
             }),
             cancel: Some(&c.cancel),
         };
-        pagewise_core::cgroup::charge::charged(&opts, &observer)
+        pagewise_core::stat::charged(&opts, &observer)
     })?
     .map_err(|e| match e {
         // Not root: a permission problem (PermissionError), naming the file that needs it.

@@ -5,9 +5,10 @@ use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use clap::Args;
-use pagewise_core::cgroup::reclaim::{self, CgroupEvictOptions, CgroupEvictReport};
 use pagewise_core::cgroup::{FileCache, Hierarchy};
-use pagewise_core::evict::{self, EvictFile, EvictOptions, EvictReport, StayReason};
+use pagewise_core::evict::{
+    self, CgroupEvictOptions, CgroupEvictReport, EvictFile, EvictOptions, EvictReport, StayReason,
+};
 use pagewise_core::{FileResult, Progress, Watch};
 use std::io::Write;
 use std::path::PathBuf;
@@ -145,7 +146,7 @@ fn evict_cgroup(cgroup: &std::path::Path, a: &EvictArgs) -> Result<ExitCode, Cli
         sync: !a.no_sync,
         dry_run: a.dry_run,
     };
-    let report = reclaim::evict_cgroup(&opts, &())?;
+    let report = evict::evict_cgroup(&opts, &())?;
     let o = &report.outcome;
     let code = ExitCode::from_outcome(o);
     if a.out.json || a.out.json_lines {

@@ -4,8 +4,9 @@ use super::args::{OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::cgroup::charge::{self, ChargeOptions, ChargeReport, FileCharge};
-use pagewise_core::stat::{self, FileStat, StatOptions, StatReport, Totals};
+use pagewise_core::stat::{
+    self, ChargeOptions, ChargeReport, FileCharge, FileStat, StatOptions, StatReport, Totals,
+};
 use pagewise_core::{FileResult, Watch};
 use std::cmp::Ordering;
 use std::io::Write;
@@ -226,7 +227,7 @@ fn by_cgroup(a: StatArgs) -> Result<ExitCode, CliError> {
         on_file: Some(on_file),
         cancel: None,
     };
-    let report = charge::charged(&opts, &observer)?;
+    let report = stat::charged(&opts, &observer)?;
     let mut files = keep.into_inner().unwrap();
     files.sort_by(|x, y| {
         y.cached_bytes
@@ -556,7 +557,7 @@ mod tests {
 
     #[test]
     fn by_cgroup_tables() {
-        use pagewise_core::cgroup::charge::Charge;
+        use pagewise_core::stat::Charge;
         let c = |n: &str, b: u64| Charge {
             cgroup: n.into(),
             inode: 1,
@@ -571,7 +572,7 @@ mod tests {
             cgroups: vec![c("/app", 8192), c("/db", 4096)],
         };
         let r = ChargeReport {
-            total: pagewise_core::cgroup::charge::ChargeTotals {
+            total: pagewise_core::stat::ChargeTotals {
                 files: 1,
                 size: 16384,
                 cached_bytes: 12288,

@@ -16,9 +16,9 @@ use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
 use std::os::fd::AsFd;
 
+pub(crate) use plan::plan;
 #[cfg(test)]
 pub(crate) use plan::plan_within;
-pub(crate) use plan::plan;
 pub use plan::{Request, MAX_EXTRA_REQUESTS};
 
 /// Longest single request a replay takes (`max_request`): 64 MiB.

@@ -10,12 +10,13 @@
 //! Reclaim drops clean pages only; dirty ones are written back first with `sync(2)` unless
 //! `sync` is off (direct reclaim does not write file pages back itself).
 
-use super::{cgroup_name, memory_mounts, resolve, FileCache, Hierarchy};
-use crate::error::{FileError, Op};
+use crate::cgroup::{
+    cgroup_name, memory_mounts, mount_of, resolve, write_knob, FileCache, Hierarchy,
+};
+use crate::error::FileError;
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Options of `evict --cgroup`.
 #[derive(Debug, Clone)]
@@ -94,18 +95,6 @@ pub struct CgroupEvictReport {
     /// Errors, notices, elapsed time.
     #[serde(flatten)]
     pub outcome: Outcome,
-}
-
-fn write_knob(dir: &Path, knob: &str, value: &str) -> Result<(), FileError> {
-    let p = dir.join(knob);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&p)
-        .map_err(|e| FileError::io(&p, Op::Open, &e))?;
-    // One write(2): the kernel parses the whole value at once.
-    f.write(value.as_bytes())
-        .map(|_| ())
-        .map_err(|e| FileError::io(&p, Op::Write, &e))
 }
 
 fn fatal(e: FileError) -> crate::Error {
@@ -204,14 +193,4 @@ pub fn evict_cgroup(
         dry_run: options.dry_run,
         outcome: tally.finish(Vec::new()),
     })
-}
-
-/// The mount point a group directory is under (itself when none is known).
-fn mount_of(dir: &Path) -> PathBuf {
-    memory_mounts()
-        .into_iter()
-        .map(|m| m.mount_point)
-        .filter(|m| dir.starts_with(m))
-        .max_by_key(|m| m.as_os_str().len())
-        .unwrap_or_else(|| dir.to_path_buf())
 }
