@@ -10,6 +10,7 @@ use pagewise_core::stat::{
 use pagewise_core::{FileResult, Watch};
 use std::cmp::Ordering;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// The `pagewise stat --help` epilogue: examples, notes and exit codes.
@@ -99,12 +100,30 @@ fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
     o.then_with(|| a.path.cmp(&b.path))
 }
 
+/// What `stat` reports of the files and trees, picked from the flags once.
+enum Mode {
+    /// How much of each is cached.
+    Residency,
+    /// `--by-cgroup`: which memory cgroup the cached pages are charged to.
+    ByCgroup,
+}
+
 /// `pagewise stat`.
 pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
-    if a.by_cgroup {
-        return by_cgroup(a);
-    }
+    let mode = if a.by_cgroup {
+        Mode::ByCgroup
+    } else {
+        Mode::Residency
+    };
     let roots = a.walk.roots()?;
+    match mode {
+        Mode::Residency => residency(roots, a),
+        Mode::ByCgroup => by_cgroup(roots, a),
+    }
+}
+
+/// `pagewise stat PATH...`: the residency table, files listed, sorted and mapped as asked.
+fn residency(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
     let list = a.files || a.top.is_some() || a.only_cached || a.map.is_some() || a.sort.is_some();
     let key = a.sort.unwrap_or(if a.top.is_some() {
         SortKey::Cached
@@ -206,9 +225,9 @@ fn machine_output<R: serde::Serialize, F: serde::Serialize>(
 }
 
 /// `pagewise stat --by-cgroup`.
-fn by_cgroup(a: StatArgs) -> Result<ExitCode, CliError> {
+fn by_cgroup(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
     let opts = ChargeOptions {
-        roots: a.walk.roots()?,
+        roots,
         walk: a.walk.walk_options(pagewise_core::walk::default_threads()),
         files: a.files || a.top.is_some() || a.out.json_lines,
     };
