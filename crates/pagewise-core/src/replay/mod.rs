@@ -326,7 +326,7 @@ pub(crate) fn replay_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{file_ranges, Event, TraceError, TraceFile};
+    use crate::trace::{Event, TraceError, TraceFile};
 
     fn t(events: &[(u32, u64, u32)]) -> Trace {
         Trace {
@@ -360,38 +360,6 @@ mod tests {
                 .collect(),
             faults: None,
         }
-    }
-
-    #[test]
-    fn file_ranges_sort_dedupe_and_merge() {
-        let tr = t(&[
-            (1, 10, 1),
-            (0, 5, 1),
-            (1, 0, 4),
-            (0, 6, 2),
-            (1, 10, 1),
-            (1, 12, 1),
-        ]);
-        let all = [u64::MAX; 2];
-        assert_eq!(
-            file_ranges(&tr, 0, &all).unwrap(),
-            vec![
-                (1, 0, 4 * 4096),
-                (1, 10 * 4096, 4096),
-                (1, 12 * 4096, 4096),
-                (0, 5 * 4096, 3 * 4096)
-            ]
-        );
-        // A gap of one page is bridged with merge_gap = 4096.
-        assert_eq!(
-            file_ranges(&tr, 4096, &all).unwrap()[1],
-            (1, 10 * 4096, 3 * 4096)
-        );
-        // Clipped to where each file ends: file 1 has 11 pages now, file 0 none.
-        assert_eq!(
-            file_ranges(&tr, 0, &[0, 11 * 4096]).unwrap(),
-            vec![(1, 0, 4 * 4096), (1, 10 * 4096, 4096)]
-        );
     }
 
     #[test]

@@ -204,3 +204,67 @@ pub(crate) fn cache_report(
         outcome: tally.finish(Vec::new()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Event, TraceFile};
+
+    /// A trace of two files recorded without a path, with `(file, page index, pages)` events.
+    fn t(events: &[(u32, u64, u32)]) -> Trace {
+        let file = |ino| TraceFile {
+            dev_major: 0,
+            dev_minor: 0,
+            ino,
+            size: 0,
+            path: None,
+            path_bytes: None,
+            deleted: false,
+        };
+        let event = |(i, &(file, index, pages)): (usize, &(u32, u64, u32))| Event {
+            ts_ns: i as u64,
+            file,
+            pid: 1,
+            index,
+            pages,
+        };
+        Trace {
+            page_size: 4096,
+            files: vec![file(0), file(1)],
+            events: events.iter().enumerate().map(event).collect(),
+            ..Trace::default()
+        }
+    }
+
+    #[test]
+    fn file_ranges_sort_dedupe_and_merge() {
+        let tr = t(&[
+            (1, 10, 1),
+            (0, 5, 1),
+            (1, 0, 4),
+            (0, 6, 2),
+            (1, 10, 1),
+            (1, 12, 1),
+        ]);
+        let all = [u64::MAX; 2];
+        assert_eq!(
+            file_ranges(&tr, 0, &all).unwrap(),
+            vec![
+                (1, 0, 4 * 4096),
+                (1, 10 * 4096, 4096),
+                (1, 12 * 4096, 4096),
+                (0, 5 * 4096, 3 * 4096)
+            ]
+        );
+        // A gap of one page is bridged with merge_gap = 4096.
+        assert_eq!(
+            file_ranges(&tr, 4096, &all).unwrap()[1],
+            (1, 10 * 4096, 3 * 4096)
+        );
+        // Clipped to where each file ends: file 1 has 11 pages now, file 0 none.
+        assert_eq!(
+            file_ranges(&tr, 0, &[0, 11 * 4096]).unwrap(),
+            vec![(1, 0, 4 * 4096), (1, 10 * 4096, 4096)]
+        );
+    }
+}
