@@ -6,15 +6,13 @@ use crate::convert::{self, report};
 use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
-use pagewise_core::cgroup::charge::{ChargeOptions, FileCharge};
 use pagewise_core::cgroup::{CgroupStat, CgroupsOptions};
 use pagewise_core::copy::{CopyItem, CopyOptions, Dereference, Existing, Strategy};
-use pagewise_core::evict::EvictOptions;
-use pagewise_core::load::{LoadOptions, LockSet};
+use pagewise_core::evict::{EvictOptions, TraceEvictOptions};
+use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
-use pagewise_core::stat::{FileStat, StatOptions};
+use pagewise_core::stat::{ChargeOptions, FileCharge, FileStat, StatOptions};
 use pagewise_core::trace::RecordOptions;
-use pagewise_core::trace_cache::{TraceEvictOptions, TraceLoadOptions};
 use pagewise_core::{sys, FileResult, Observer, WalkOptions, Watch};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
@@ -443,7 +441,7 @@ pub fn stat_by_cgroup<'py>(
             }),
             cancel: Some(&c.cancel),
         };
-        pagewise_core::cgroup::charge::charged(&opts, &observer)
+        pagewise_core::stat::charged(&opts, &observer)
     })?
     .map_err(|e| match e {
         // Not root: a permission problem (PermissionError), naming the file that needs it.
@@ -557,7 +555,7 @@ pub fn evict_trace<'py>(
         dry_run,
     };
     let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::trace_cache::evict_trace(&opts, &watch(c))
+        pagewise_core::evict::evict_trace(&opts, &watch(c))
     })?
     .map_err(|e| errors::to_py(py, e))?;
     report(py, &r)
@@ -577,7 +575,7 @@ pub fn load_trace<'py>(
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
     let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::trace_cache::load_trace(&opts, &watch(c))
+        pagewise_core::load::load_trace(&opts, &watch(c))
     })?
     .map_err(|e| errors::to_py(py, e))?;
     report(py, &r)

@@ -3,7 +3,8 @@
 use super::args::{parse_duration, AssistTuning};
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, table};
-use super::trace_io::{load_trace, Signals};
+use super::signals::Signals;
+use super::trace_file::load_trace;
 use clap::Args;
 use pagewise_core::assist::live::{self, WatchOptions};
 use pagewise_core::assist::sim::{self, SimReport, SimulateOptions};

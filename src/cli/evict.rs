@@ -1,16 +1,20 @@
-//! `pagewise evict`: render the library's EvictReport.
+//! `pagewise evict`: files and trees, `--trace` or `--cgroup` (one `Mode`, picked once), and
+//! the renderers of their reports.
 
 use super::args::{OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
+use super::{trace_file, trace_report};
 use clap::Args;
-use pagewise_core::cgroup::reclaim::{self, CgroupEvictOptions, CgroupEvictReport};
 use pagewise_core::cgroup::{FileCache, Hierarchy};
-use pagewise_core::evict::{self, EvictFile, EvictOptions, EvictReport, StayReason};
+use pagewise_core::evict::{
+    self, CgroupEvictOptions, CgroupEvictReport, EvictFile, EvictOptions, EvictReport, StayReason,
+    TraceEvictOptions,
+};
 use pagewise_core::{FileResult, Progress, Watch};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The `pagewise evict --help` epilogue: examples, notes and exit codes.
@@ -60,15 +64,45 @@ pub struct EvictArgs {
     pub bytes: Option<u64>,
 }
 
+/// What `evict` drops, picked from the flags once (clap keeps them apart).
+enum Mode {
+    /// `--trace TRACE`: exactly the pages it recorded.
+    Trace(PathBuf),
+    /// `--cgroup CGROUP`: the group's file cache.
+    Cgroup(PathBuf),
+    /// Files and trees (`PATH...`, `--from`), each whole or its `--range`.
+    Paths(Vec<PathBuf>),
+}
+
+impl Mode {
+    fn of(a: &EvictArgs) -> Result<Mode, CliError> {
+        Ok(match (&a.trace, &a.cgroup) {
+            (Some(t), _) => Mode::Trace(t.clone()),
+            (None, Some(c)) => Mode::Cgroup(c.clone()),
+            (None, None) => Mode::Paths(a.walk.roots()?),
+        })
+    }
+}
+
 /// `pagewise evict`.
 pub fn run(a: EvictArgs) -> Result<ExitCode, CliError> {
-    if let Some(t) = &a.trace {
-        return super::trace_io::evict_by_trace(t, a.out.json, a.dry_run);
+    match Mode::of(&a)? {
+        Mode::Trace(t) => evict_by_trace(&t, a.out.json, a.dry_run),
+        Mode::Cgroup(c) => evict_cgroup(&c, &a),
+        Mode::Paths(roots) => evict_paths(roots, &a),
     }
-    if let Some(c) = &a.cgroup {
-        return evict_cgroup(c, &a);
-    }
-    let roots = a.walk.roots()?;
+}
+
+/// `evict --trace`: drops exactly the pages recorded in the trace at `path`.
+fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, CliError> {
+    let trace = trace_file::load_trace(path)?;
+    let shape = (trace.events.is_empty(), trace.files.len());
+    let r = evict::evict_trace(&TraceEvictOptions { trace, dry_run }, &());
+    trace_report::cache_verb("evict", path, json, shape, r)
+}
+
+/// `pagewise evict PATH...`.
+fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError> {
     let opts = EvictOptions {
         roots,
         walk: a
@@ -138,14 +172,14 @@ pub fn run(a: EvictArgs) -> Result<ExitCode, CliError> {
 }
 
 /// `pagewise evict --cgroup`.
-fn evict_cgroup(cgroup: &std::path::Path, a: &EvictArgs) -> Result<ExitCode, CliError> {
+fn evict_cgroup(cgroup: &Path, a: &EvictArgs) -> Result<ExitCode, CliError> {
     let opts = CgroupEvictOptions {
         cgroup: cgroup.to_path_buf(),
         bytes: a.bytes,
         sync: !a.no_sync,
         dry_run: a.dry_run,
     };
-    let report = reclaim::evict_cgroup(&opts, &())?;
+    let report = evict::evict_cgroup(&opts, &())?;
     let o = &report.outcome;
     let code = ExitCode::from_outcome(o);
     if a.out.json || a.out.json_lines {

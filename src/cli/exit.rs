@@ -161,6 +161,13 @@ impl From<serde_json::Error> for CliError {
     }
 }
 
+/// A library error of `record` / `run`: the message, and the exit status a shell would give
+/// (127 / 126 when the command could not be started).
+pub fn command_error(verb: &str, e: pagewise_core::Error) -> ExitCode {
+    eprintln!("pagewise {verb}: {e}");
+    ExitCode::from_error(&e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,16 @@
-//! `pagewise load`: render the library's LoadReport, and hold locked pages.
+//! `pagewise load`: files and trees or `--trace` (one `Mode`, picked once), the renderer of
+//! the LoadReport, and the hold of locked pages.
 
 use super::args::{parse_duration, parse_size_arg, OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
+use super::{trace_file, trace_report};
 use clap::Args;
-use pagewise_core::load::{self, LoadOptions, LoadReport};
+use pagewise_core::load::{self, LoadOptions, LoadReport, TraceLoadOptions};
 use pagewise_core::Progress;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,13 +50,45 @@ pub struct LoadArgs {
     pub trace: Option<PathBuf>,
 }
 
+/// What `load` brings in, picked from the flags once (clap keeps them apart).
+enum Mode {
+    /// `--trace TRACE`: exactly the pages it recorded, `depth` (`--threads`) reads in flight.
+    Trace { path: PathBuf, depth: usize },
+    /// Files and trees (`PATH...`, `--from`), each whole or its `--range`.
+    Paths(Vec<PathBuf>),
+}
+
+impl Mode {
+    fn of(a: &LoadArgs) -> Result<Mode, CliError> {
+        Ok(match &a.trace {
+            Some(t) => Mode::Trace {
+                path: t.clone(),
+                depth: a.walk.threads.unwrap_or(32),
+            },
+            None => Mode::Paths(a.walk.roots()?),
+        })
+    }
+}
+
 /// `pagewise load`.
 pub fn run(a: LoadArgs) -> Result<ExitCode, CliError> {
-    if let Some(t) = &a.trace {
-        let depth = a.walk.threads.unwrap_or(32);
-        return super::trace_io::load_by_trace(t, a.out.json, depth);
+    match Mode::of(&a)? {
+        Mode::Trace { path, depth } => load_by_trace(&path, a.out.json, depth),
+        Mode::Paths(roots) => load_paths(roots, a),
     }
-    let roots = a.walk.roots()?;
+}
+
+/// `load --trace`: loads exactly the pages recorded in the trace at `path`, `depth` reads in
+/// flight.
+fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<ExitCode, CliError> {
+    let trace = trace_file::load_trace(path)?;
+    let shape = (trace.events.is_empty(), trace.files.len());
+    let r = load::load_trace(&TraceLoadOptions { trace, depth }, &());
+    trace_report::cache_verb("load", path, json, shape, r)
+}
+
+/// `pagewise load PATH...`, holding the pages locked with `--lock`.
+fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
     if a.batch == 0 {
         return Err(CliError::Usage("--batch must be at least 1".into()));
     }

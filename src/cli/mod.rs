@@ -3,10 +3,12 @@
 //! One file per verb: its clap arguments, its examples, its `run` (options and observer in,
 //! report out) and its renderer (`write_*`: a report, plus a small view of the flags, written
 //! to any `Write`; snapshot-tested from hand-made reports). Shared by several verbs: flag
-//! groups, `From` conversions and the size/duration parsers in `args`; the trace file helpers
-//! of `record`, `show`, `replay`, `evict --trace` and `load --trace` in `trace_io`; table,
-//! size and problem-list helpers in `render`; output files in `output`; the progress line in
-//! `progress`; `ExitCode` and `CliError` in `exit`. No verb module imports another.
+//! groups, `From` conversions and the size/duration parsers in `args`; reading and writing
+//! trace files in `trace_file`; what the trace-driven verbs say (files skipped, nothing to do,
+//! the `--trace` report of `evict` and `load`) in `trace_report`; the signal-flag observer in
+//! `signals`; table, size and problem-list helpers in `render`; output files in `output`; the
+//! progress line in `progress`; `ExitCode`, `CliError` and `command_error` in `exit`. No verb
+//! module imports another.
 
 pub mod args;
 pub mod assist;
@@ -23,8 +25,10 @@ pub mod render;
 pub mod replay;
 pub mod run;
 pub mod show;
+pub mod signals;
 pub mod stat;
-pub mod trace_io;
+pub mod trace_file;
+pub mod trace_report;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

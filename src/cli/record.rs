@@ -1,10 +1,11 @@
 //! `pagewise record`: a command's page-cache reads, from the kernel's tracepoint.
 
 use super::args::BackendArg;
-use super::exit::{CliError, ExitCode};
+use super::exit::{command_error, CliError, ExitCode};
 use super::output::Output;
 use super::render::{bytes, path_text};
-use super::trace_io::{command_error, write_trace, Signals, TraceFormat};
+use super::signals::Signals;
+use super::trace_file::{write_trace, TraceFormat};
 use clap::Args;
 use pagewise_core::trace::{self, RecordOptions, RecordReport};
 use std::io::Write;
@@ -129,7 +130,7 @@ fn write_summary(w: &mut dyn Write, rec: &RecordReport, view: &View) -> std::io:
 mod tests {
     //! The summary line, rendered from a hand-made report: no kernel involved.
     use super::*;
-    use crate::cli::trace_io::sample_trace;
+    use crate::cli::trace_file::sample_trace;
     use pagewise_core::trace::Source;
     use pagewise_core::Outcome;
 

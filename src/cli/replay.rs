@@ -3,7 +3,8 @@
 use super::args::parse_size_arg;
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, path_text};
-use super::trace_io::{load_trace, nothing_to_do, nothing_to_do_reason, skipped_note};
+use super::trace_file::load_trace;
+use super::trace_report::{nothing_to_do, nothing_to_do_reason, skipped_note};
 use clap::{Args, ValueEnum};
 use pagewise_core::replay::{self, CompareOptions, Order, ReplayOptions, ReplayReport};
 use std::io::Write;

@@ -1,10 +1,10 @@
 //! `pagewise run`: run a command and drop again the pages it brings into the page cache.
 
 use super::args::{parse_limit_arg, AssistTuning, BackendArg, MethodArg};
-use super::exit::{CliError, ExitCode};
+use super::exit::{command_error, CliError, ExitCode};
 use super::output::Output;
 use super::render::{self, bytes};
-use super::trace_io::{command_error, Signals};
+use super::signals::Signals;
 use clap::Args;
 use pagewise_core::run::{RunOptions, RunReport};
 use std::io::Write;

@@ -3,7 +3,7 @@
 use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::render;
-use super::trace_io::{load_trace, write_trace, TraceFormat};
+use super::trace_file::{load_trace, write_trace, TraceFormat};
 use clap::{Args, ValueEnum};
 use pagewise_core::trace;
 use std::path::{Path, PathBuf};
@@ -78,7 +78,7 @@ pub fn run(a: ShowArgs) -> Result<ExitCode, CliError> {
 mod tests {
     //! The text views of a hand-made trace: no kernel involved.
     use super::*;
-    use crate::cli::trace_io::{render_trace, sample_trace};
+    use crate::cli::trace_file::{render_trace, sample_trace};
 
     fn show(format: ShowFormat) -> String {
         let mut out = Vec::new();

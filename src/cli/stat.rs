@@ -4,11 +4,13 @@ use super::args::{OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, opt_bytes, partial_bytes};
 use clap::{Args, ValueEnum};
-use pagewise_core::cgroup::charge::{self, ChargeOptions, ChargeReport, FileCharge};
-use pagewise_core::stat::{self, FileStat, StatOptions, StatReport, Totals};
+use pagewise_core::stat::{
+    self, ChargeOptions, ChargeReport, FileCharge, FileStat, StatOptions, StatReport, Totals,
+};
 use pagewise_core::{FileResult, Watch};
 use std::cmp::Ordering;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// The `pagewise stat --help` epilogue: examples, notes and exit codes.
@@ -98,12 +100,30 @@ fn compare(key: SortKey, a: &FileStat, b: &FileStat) -> Ordering {
     o.then_with(|| a.path.cmp(&b.path))
 }
 
+/// What `stat` reports of the files and trees, picked from the flags once.
+enum Mode {
+    /// How much of each is cached.
+    Residency,
+    /// `--by-cgroup`: which memory cgroup the cached pages are charged to.
+    ByCgroup,
+}
+
 /// `pagewise stat`.
 pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
-    if a.by_cgroup {
-        return by_cgroup(a);
-    }
+    let mode = if a.by_cgroup {
+        Mode::ByCgroup
+    } else {
+        Mode::Residency
+    };
     let roots = a.walk.roots()?;
+    match mode {
+        Mode::Residency => residency(roots, a),
+        Mode::ByCgroup => by_cgroup(roots, a),
+    }
+}
+
+/// `pagewise stat PATH...`: the residency table, files listed, sorted and mapped as asked.
+fn residency(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
     let list = a.files || a.top.is_some() || a.only_cached || a.map.is_some() || a.sort.is_some();
     let key = a.sort.unwrap_or(if a.top.is_some() {
         SortKey::Cached
@@ -205,9 +225,9 @@ fn machine_output<R: serde::Serialize, F: serde::Serialize>(
 }
 
 /// `pagewise stat --by-cgroup`.
-fn by_cgroup(a: StatArgs) -> Result<ExitCode, CliError> {
+fn by_cgroup(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
     let opts = ChargeOptions {
-        roots: a.walk.roots()?,
+        roots,
         walk: a.walk.walk_options(pagewise_core::walk::default_threads()),
         files: a.files || a.top.is_some() || a.out.json_lines,
     };
@@ -226,7 +246,7 @@ fn by_cgroup(a: StatArgs) -> Result<ExitCode, CliError> {
         on_file: Some(on_file),
         cancel: None,
     };
-    let report = charge::charged(&opts, &observer)?;
+    let report = stat::charged(&opts, &observer)?;
     let mut files = keep.into_inner().unwrap();
     files.sort_by(|x, y| {
         y.cached_bytes
@@ -556,7 +576,7 @@ mod tests {
 
     #[test]
     fn by_cgroup_tables() {
-        use pagewise_core::cgroup::charge::Charge;
+        use pagewise_core::stat::Charge;
         let c = |n: &str, b: u64| Charge {
             cgroup: n.into(),
             inode: 1,
@@ -571,7 +591,7 @@ mod tests {
             cgroups: vec![c("/app", 8192), c("/db", 4096)],
         };
         let r = ChargeReport {
-            total: pagewise_core::cgroup::charge::ChargeTotals {
+            total: pagewise_core::stat::ChargeTotals {
                 files: 1,
                 size: 16384,
                 cached_bytes: 12288,

@@ -25,7 +25,6 @@ pub mod run;
 pub mod stat;
 pub mod sys;
 pub mod trace;
-pub mod trace_cache;
 pub mod verb;
 pub mod walk;
 

@@ -34,7 +34,7 @@ pub enum FileResult {
     /// (with `CopyOptions::items`).
     Copy(crate::copy::CopyItem),
     /// A file's cached pages per cgroup (`stat --by-cgroup`).
-    Charge(crate::cgroup::charge::FileCharge),
+    Charge(crate::stat::FileCharge),
 }
 
 /// What a caller sees while a verb runs. Every method has a default that does nothing, so an

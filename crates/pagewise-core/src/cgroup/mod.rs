@@ -1,6 +1,8 @@
 //! cgroups and their file cache: `memory.stat` of cgroup v2 and of cgroup v1's memory
-//! controller, the cgroup tree (the `cgroups` verb), and reclaim of a cgroup's file cache
-//! ([`reclaim`], `evict --cgroup`).
+//! controller, the cgroup tree (the `cgroups` verb), and the cgroupfs reads and writes the
+//! verbs' cgroup modes use: group directories by inode (`stat --by-cgroup`,
+//! [`crate::stat::charged`]), writing a knob and the mount a group is under (`evict --cgroup`,
+//! [`crate::evict::evict_cgroup`]).
 //!
 //! Both hierarchies report the same [`FileCache`] figures, hierarchical (a group includes its
 //! descendants): v2's `memory.stat` is hierarchical itself; v1's `total_*` lines are (v1's plain
@@ -8,13 +10,12 @@
 //!
 //! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
 
-pub mod charge;
-pub mod reclaim;
-
 use crate::error::{FileError, Op};
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
-use std::io;
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Which cgroup hierarchy a group belongs to.
@@ -298,6 +299,52 @@ pub fn cgroup_name(dir: &Path, mounts: &[MemoryMount]) -> String {
         }
         None => dir.to_string_lossy().into_owned(),
     }
+}
+
+/// Inode -> cgroup path for every directory of the mounted memory hierarchies.
+pub(crate) fn cgroup_inodes() -> HashMap<u64, String> {
+    let mounts = memory_mounts();
+    let mut map = HashMap::new();
+    for m in &mounts {
+        let mut stack = vec![m.mount_point.clone()];
+        while let Some(d) = stack.pop() {
+            if let Ok(md) = std::fs::metadata(&d) {
+                map.entry(md.ino())
+                    .or_insert_with(|| cgroup_name(&d, &mounts));
+            }
+            if let Ok(rd) = std::fs::read_dir(&d) {
+                stack.extend(
+                    rd.filter_map(|e| e.ok())
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+    }
+    map
+}
+
+/// Writes `value` to the cgroupfs file `knob` of the group `dir` in one write(2).
+pub(crate) fn write_knob(dir: &Path, knob: &str, value: &str) -> Result<(), FileError> {
+    let p = dir.join(knob);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .map_err(|e| FileError::io(&p, Op::Open, &e))?;
+    // One write(2): the kernel parses the whole value at once.
+    f.write(value.as_bytes())
+        .map(|_| ())
+        .map_err(|e| FileError::io(&p, Op::Write, &e))
+}
+
+/// The mount point a group directory is under (itself when none is known).
+pub(crate) fn mount_of(dir: &Path) -> PathBuf {
+    memory_mounts()
+        .into_iter()
+        .map(|m| m.mount_point)
+        .filter(|m| dir.starts_with(m))
+        .max_by_key(|m| m.as_os_str().len())
+        .unwrap_or_else(|| dir.to_path_buf())
 }
 
 /// Options of `cgroups`.

@@ -8,6 +8,15 @@
 //! SYNC_FILE_RANGE_WRITE (start, no wait) when it is met, and only when a batch is full do we wait
 //! (WAIT_BEFORE|WRITE|WAIT_AFTER) and advise — so the device sees many writes at once and we wait
 //! once per batch, not once per file.
+//!
+//! The other modes of `evict`, each in its own file: `--trace` ([`evict_trace`], trace.rs) and
+//! `--cgroup` ([`evict_cgroup`], cgroup.rs).
+
+mod cgroup;
+mod trace;
+pub use cgroup::{evict_cgroup, CgroupEvictOptions, CgroupEvictReport, ReclaimMethod};
+pub(crate) use trace::drop_traced;
+pub use trace::{evict_trace, TraceEvictOptions};
 
 use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method, Residency};

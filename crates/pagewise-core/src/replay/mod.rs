@@ -16,10 +16,10 @@ use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
 use std::os::fd::AsFd;
 
+pub(crate) use plan::plan;
 #[cfg(test)]
 pub(crate) use plan::plan_within;
-pub(crate) use plan::{ends, plan};
-pub use plan::{file_ranges, Request, MAX_EXTRA_REQUESTS};
+pub use plan::{Request, MAX_EXTRA_REQUESTS};
 
 /// Longest single request a replay takes (`max_request`): 64 MiB.
 pub const MAX_REQUEST_BYTES: u64 = 64 << 20;
@@ -260,7 +260,7 @@ pub fn compare(
             if observer.cancelled() {
                 break;
             }
-            crate::trace_cache::drop_traced(&opts.trace, &files);
+            crate::evict::drop_traced(&opts.trace, &files);
             rs.push(replay_with(&opts.trace, &files, &settings, observer)?);
         }
         if rs.is_empty() {
@@ -360,38 +360,6 @@ mod tests {
                 .collect(),
             faults: None,
         }
-    }
-
-    #[test]
-    fn file_ranges_sort_dedupe_and_merge() {
-        let tr = t(&[
-            (1, 10, 1),
-            (0, 5, 1),
-            (1, 0, 4),
-            (0, 6, 2),
-            (1, 10, 1),
-            (1, 12, 1),
-        ]);
-        let all = [u64::MAX; 2];
-        assert_eq!(
-            file_ranges(&tr, 0, &all).unwrap(),
-            vec![
-                (1, 0, 4 * 4096),
-                (1, 10 * 4096, 4096),
-                (1, 12 * 4096, 4096),
-                (0, 5 * 4096, 3 * 4096)
-            ]
-        );
-        // A gap of one page is bridged with merge_gap = 4096.
-        assert_eq!(
-            file_ranges(&tr, 4096, &all).unwrap()[1],
-            (1, 10 * 4096, 3 * 4096)
-        );
-        // Clipped to where each file ends: file 1 has 11 pages now, file 0 none.
-        assert_eq!(
-            file_ranges(&tr, 0, &[0, 11 * 4096]).unwrap(),
-            vec![(1, 0, 4 * 4096), (1, 10 * 4096, 4096)]
-        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use super::{Order, Settings};
 use crate::sys;
+use crate::trace::pages::{ends, file_ranges, reserve, span};
 use crate::trace::{OpenFiles, Trace, TraceError};
 use std::os::fd::AsFd;
 
@@ -25,91 +26,6 @@ pub struct Request {
     pub len: u64,
     /// Physical byte address of `off` (disk order only; 0 when unknown).
     pub physical: u64,
-}
-
-/// Room for `n` more items in `v`, or [`TraceError::TooLarge`] (never an abort).
-fn reserve<T>(v: &mut Vec<T>, n: usize, what: &str) -> Result<(), crate::Error> {
-    v.try_reserve(n).map_err(|_| {
-        TraceError::TooLarge(format!(
-            "no memory for {} {what} ({} bytes each)",
-            v.len().saturating_add(n),
-            std::mem::size_of::<T>()
-        ))
-        .into()
-    })
-}
-
-/// The bytes `[start, end)` of `pages` pages from page `index`, clipped to `limit`; None when
-/// none of them lies before it (or the offsets do not fit in 64 bits, which a checked trace
-/// never has).
-fn span(index: u64, pages: u64, page: u64, limit: u64) -> Option<(u64, u64)> {
-    let start = index.checked_mul(page)?;
-    let end = index.checked_add(pages)?.checked_mul(page)?.min(limit);
-    (start < end).then_some((start, end))
-}
-
-/// Where each file's traced pages end at most, by file index: its size now rounded up to a
-/// page ([`OpenFiles::end`]), 0 for a file not opened.
-pub(crate) fn ends(trace: &Trace, files: &OpenFiles) -> Result<Vec<u64>, crate::Error> {
-    let page = trace.page_size as u64;
-    let mut v = Vec::new();
-    reserve(&mut v, trace.files.len(), "files")?;
-    v.extend((0..trace.files.len()).map(|f| files.end(f as u32, page)));
-    Ok(v)
-}
-
-/// Each traced file's distinct pages as sorted, merged byte ranges `(file, offset, length)`,
-/// files in order of first use, ranges closer than `gap` bytes joined. Pages at or past
-/// `ends[file]` are left out (a file missing from `ends` has none): pass the files' sizes now
-/// (see [`OpenFiles::end`]), or `u64::MAX` for the trace as recorded.
-pub fn file_ranges(
-    trace: &Trace,
-    gap: u64,
-    ends: &[u64],
-) -> Result<Vec<(u32, u64, u64)>, crate::Error> {
-    let page = trace.page_size as u64;
-    // Each file's rank in order of first use (u32::MAX: not used yet).
-    let mut rank: Vec<u32> = Vec::new();
-    reserve(&mut rank, trace.files.len(), "files")?;
-    rank.resize(trace.files.len(), u32::MAX);
-    let mut used = 0u32;
-    // (rank, start, end, file) of every event, clipped.
-    let mut spans: Vec<(u32, u64, u64, u32)> = Vec::new();
-    reserve(&mut spans, trace.events.len(), "events")?;
-    for e in &trace.events {
-        let f = e.file as usize;
-        let limit = ends.get(f).copied().unwrap_or(0);
-        let (Some(r), Some((s, x))) = (rank.get_mut(f), span(e.index, e.pages as u64, page, limit))
-        else {
-            continue;
-        };
-        if *r == u32::MAX {
-            *r = used;
-            used += 1;
-        }
-        spans.push((*r, s, x, e.file));
-    }
-    spans.sort_unstable();
-    let mut out = Vec::new();
-    let mut cur: Option<(u32, u64, u64)> = None;
-    for &(_, s, e, f) in &spans {
-        cur = match cur {
-            Some((cf, cs, ce)) if cf == f && s <= ce.saturating_add(gap) => {
-                Some((cf, cs, ce.max(e)))
-            }
-            Some((cf, cs, ce)) => {
-                reserve(&mut out, 1, "ranges")?;
-                out.push((cf, cs, ce - cs));
-                Some((f, s, e))
-            }
-            None => Some((f, s, e)),
-        };
-    }
-    if let Some((cf, cs, ce)) = cur {
-        reserve(&mut out, 1, "ranges")?;
-        out.push((cf, cs, ce - cs));
-    }
-    Ok(out)
 }
 
 /// The requests being planned: split to `max` bytes, at most `limit` of them.

@@ -8,6 +8,8 @@
 //! - [`Follower`] follows a process tree by [`perf`] events or a [`tracefs`] instance (used by
 //!   `record` and `run`; `assist -p` follows running processes through a [`tracefs`] instance);
 //! - [`files`] reaches the traced files again, by path or by handle;
+//! - [`file_ranges`] and [`TraceCacheReport`]: a trace's pages in the files as they are now,
+//!   and what of them is cached (`replay`, `evict --trace`, `load --trace`);
 //! - [`text`] prints a trace.
 
 pub mod command;
@@ -15,6 +17,7 @@ pub mod faults;
 pub mod files;
 mod follower;
 pub mod format;
+pub(crate) mod pages;
 pub mod perf;
 mod record;
 pub mod text;
@@ -25,6 +28,7 @@ pub(crate) use command::{orphans_left, orphans_notice};
 pub use files::{open_file, open_inode, resolve, Mounts, OpenFiles, SkipReason, SkippedFile};
 pub use follower::{Follower, Source};
 pub use format::{Event, Fault, Trace, TraceError, TraceFile, UNNAMED_LEGEND};
+pub use pages::{file_ranges, TraceCacheReport};
 pub use record::{record, RecordOptions, RecordReport};
 pub use text::{grouped, write_text, Run};
 pub use tracefs::TraceUnavailable;

@@ -11,7 +11,8 @@
 
 use super::*;
 use crate::fuzzing::fuzz;
-use crate::replay::{file_ranges, MAX_EXTRA_REQUESTS};
+use crate::replay::MAX_EXTRA_REQUESTS;
+use crate::trace::file_ranges;
 use proptest::prelude::*;
 
 /// Inputs per property in the normal test suite.

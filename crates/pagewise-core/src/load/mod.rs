@@ -9,6 +9,11 @@
 //! success too early. Large files are waited for with MADV_POPULATE_READ instead of a copy:
 //! on a virtual machine the first CPU touch of each freshly read page costs a hypervisor fault
 //! (measured here: 4–10 s of system time per 4 GiB with pread, 0.65 s with populate).
+//!
+//! `load --trace` ([`load_trace`]: exactly the pages a trace recorded) is in trace.rs.
+
+mod trace;
+pub use trace::{load_trace, TraceLoadOptions};
 
 use crate::chunks::{self, Stopped};
 use crate::error::{FileError, Op};

@@ -10,11 +10,12 @@
 //! Reclaim drops clean pages only; dirty ones are written back first with `sync(2)` unless
 //! `sync` is off (direct reclaim does not write file pages back itself).
 
-use super::{cgroup_name, memory_mounts, resolve, FileCache, Hierarchy};
-use crate::error::{FileError, Op};
+use crate::cgroup::{
+    cgroup_name, memory_mounts, mount_of, resolve, write_knob, FileCache, Hierarchy,
+};
+use crate::error::FileError;
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Options of `evict --cgroup`.
@@ -96,18 +97,6 @@ pub struct CgroupEvictReport {
     pub outcome: Outcome,
 }
 
-fn write_knob(dir: &Path, knob: &str, value: &str) -> Result<(), FileError> {
-    let p = dir.join(knob);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&p)
-        .map_err(|e| FileError::io(&p, Op::Open, &e))?;
-    // One write(2): the kernel parses the whole value at once.
-    f.write(value.as_bytes())
-        .map(|_| ())
-        .map_err(|e| FileError::io(&p, Op::Write, &e))
-}
-
 fn fatal(e: FileError) -> crate::Error {
     crate::Error::Io {
         path: e.path,
@@ -144,51 +133,10 @@ pub fn evict_cgroup(
         if options.sync && before.dirty_bytes + before.writeback_bytes > 0 {
             rustix::fs::sync();
         }
-        match hierarchy {
-            Hierarchy::V2 => {
-                let amount = options.bytes.unwrap_or(before.file_bytes);
-                method = ReclaimMethod::ReclaimFileOnly;
-                if amount > 0 {
-                    let mut r =
-                        write_knob(&dir, "memory.reclaim", &format!("{amount} swappiness=0"));
-                    if r.as_ref().err().and_then(|e| e.errno) == Some(libc::EINVAL) {
-                        method = ReclaimMethod::Reclaim;
-                        tally.notice(
-                            "this kernel refuses memory.reclaim swappiness=0 (before Linux 6.13): \
-                             reclaimed without it, so anonymous pages may have been swapped out too",
-                        );
-                        r = write_knob(&dir, "memory.reclaim", &amount.to_string());
-                    }
-                    match r {
-                        Err(e) if e.errno == Some(libc::EAGAIN) => tally.notice(
-                            "memory.reclaim: the kernel reclaimed less than asked (EAGAIN): pages in use or dirty stay",
-                        ),
-                        Err(e) => tally.error(e),
-                        Ok(()) => {}
-                    }
-                }
-            }
-            Hierarchy::V1 => {
-                method = ReclaimMethod::ForceEmpty;
-                match write_knob(&dir, "memory.force_empty", "0") {
-                    Err(e) if e.errno == Some(libc::EBUSY) => tally.notice(
-                        "memory.force_empty: the group keeps pages it could not reclaim (EBUSY: \
-                         anonymous memory without swap, pages in use)",
-                    ),
-                    Err(e) if e.errno == Some(libc::EINVAL) && dir == mount_of(&dir) => {
-                        return Err(crate::Error::Invalid {
-                            what: "cgroup",
-                            message: format!(
-                                "{}: memory.force_empty cannot empty the root of the v1 hierarchy; name a child group",
-                                dir.display()
-                            ),
-                        })
-                    }
-                    Err(e) => tally.error(e),
-                    Ok(()) => {}
-                }
-            }
-        }
+        method = match hierarchy {
+            Hierarchy::V2 => reclaim_v2(&dir, options.bytes.unwrap_or(before.file_bytes), &tally),
+            Hierarchy::V1 => force_empty_v1(&dir, &tally)?,
+        };
     }
     let after = FileCache::read(&dir).map_err(fatal)?;
     observer.progress(1, before.file_bytes.saturating_sub(after.file_bytes));
@@ -206,12 +154,50 @@ pub fn evict_cgroup(
     })
 }
 
-/// The mount point a group directory is under (itself when none is known).
-fn mount_of(dir: &Path) -> PathBuf {
-    memory_mounts()
-        .into_iter()
-        .map(|m| m.mount_point)
-        .filter(|m| dir.starts_with(m))
-        .max_by_key(|m| m.as_os_str().len())
-        .unwrap_or_else(|| dir.to_path_buf())
+/// cgroup v2: asks `memory.reclaim` for `amount` bytes of file pages (`swappiness=0`), or
+/// without the argument when the kernel refuses it (with a notice); nothing for 0 bytes.
+fn reclaim_v2(dir: &Path, amount: u64, tally: &Tally) -> ReclaimMethod {
+    let mut method = ReclaimMethod::ReclaimFileOnly;
+    if amount == 0 {
+        return method;
+    }
+    let mut r = write_knob(dir, "memory.reclaim", &format!("{amount} swappiness=0"));
+    if r.as_ref().err().and_then(|e| e.errno) == Some(libc::EINVAL) {
+        method = ReclaimMethod::Reclaim;
+        tally.notice(
+            "this kernel refuses memory.reclaim swappiness=0 (before Linux 6.13): \
+             reclaimed without it, so anonymous pages may have been swapped out too",
+        );
+        r = write_knob(dir, "memory.reclaim", &amount.to_string());
+    }
+    match r {
+        Err(e) if e.errno == Some(libc::EAGAIN) => tally.notice(
+            "memory.reclaim: the kernel reclaimed less than asked (EAGAIN): pages in use or dirty stay",
+        ),
+        Err(e) => tally.error(e),
+        Ok(()) => {}
+    }
+    method
+}
+
+/// cgroup v1: `memory.force_empty`; refused for the root of the hierarchy.
+fn force_empty_v1(dir: &Path, tally: &Tally) -> Result<ReclaimMethod, crate::Error> {
+    match write_knob(dir, "memory.force_empty", "0") {
+        Err(e) if e.errno == Some(libc::EBUSY) => tally.notice(
+            "memory.force_empty: the group keeps pages it could not reclaim (EBUSY: \
+             anonymous memory without swap, pages in use)",
+        ),
+        Err(e) if e.errno == Some(libc::EINVAL) && dir == mount_of(dir) => {
+            return Err(crate::Error::Invalid {
+                what: "cgroup",
+                message: format!(
+                    "{}: memory.force_empty cannot empty the root of the v1 hierarchy; name a child group",
+                    dir.display()
+                ),
+            })
+        }
+        Err(e) => tally.error(e),
+        Ok(()) => {}
+    }
+    Ok(ReclaimMethod::ForceEmpty)
 }

@@ -1,6 +1,12 @@
 //! `stat`: how much of each file and tree is in the page cache. Each file is measured by the
 //! [`Meter`] every verb shares; per-file lines go to the observer as they are measured, so
 //! memory stays flat on any tree, and only totals are kept.
+//!
+//! `stat --by-cgroup` ([`charged`]: which memory cgroup the cached pages are charged to) is in
+//! `by_cgroup.rs`.
+
+mod by_cgroup;
+pub use by_cgroup::{charged, Charge, ChargeOptions, ChargeReport, ChargeTotals, FileCharge};
 
 use crate::error::FileError;
 use crate::residency::{ByteRange, Meter, Method, Residency, UNKNOWN_NOT_WRITABLE};

@@ -3,15 +3,14 @@
 //! `/proc/kpagecgroup`). Root only. No peer tool has this: pcstat, vmtouch and fincore see a
 //! file's residency, not who pays for it.
 
-use super::{cgroup_name, memory_mounts};
+use crate::cgroup::cgroup_inodes;
 use crate::error::{FileError, Op};
 use crate::residency::cached_spans;
 use crate::sys;
 use crate::verb::{Observer, Outcome, Tally};
-use crate::walk::{self, WalkOptions, WalkSummary};
+use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -97,29 +96,6 @@ pub struct ChargeReport {
     pub outcome: Outcome,
 }
 
-/// Inode -> cgroup path for every directory of the mounted memory hierarchies.
-fn cgroup_inodes() -> HashMap<u64, String> {
-    let mounts = memory_mounts();
-    let mut map = HashMap::new();
-    for m in &mounts {
-        let mut stack = vec![m.mount_point.clone()];
-        while let Some(d) = stack.pop() {
-            if let Ok(md) = std::fs::metadata(&d) {
-                map.entry(md.ino())
-                    .or_insert_with(|| cgroup_name(&d, &mounts));
-            }
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(
-                    rd.filter_map(|e| e.ok())
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
-        }
-    }
-    map
-}
-
 fn name_of(names: &HashMap<u64, String>, ino: u64) -> String {
     match (ino, names.get(&ino)) {
         (0, _) => "(none)".into(),
@@ -140,6 +116,45 @@ fn sorted(m: BTreeMap<u64, (u64, u64)>, names: &HashMap<u64, String>) -> Vec<Cha
         .collect();
     v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.cgroup.cmp(&b.cgroup)));
     v
+}
+
+/// The cached bytes of one file per memory cgroup inode, and the cached bytes whose frame
+/// could not be found.
+fn file_charges(
+    f: &FileRef<'_>,
+    kfiles: &sys::KpageFiles,
+    page: u64,
+) -> Result<(BTreeMap<u64, u64>, u64), FileError> {
+    // Bytes per cgroup: a page counts for its bytes inside the file, so the partial last page
+    // of a 5,000-byte file counts 904 bytes, not 4,096 (per-cgroup figures used to add up to
+    // more than the capped total).
+    let size = f.stat.size;
+    let mut per: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut unresolved = 0u64;
+    let mut look = |o: u64, l: u64| -> Result<(), FileError> {
+        sys::page_cgroups_in(f.fd(), o, l, kfiles, &mut |at, ino| {
+            let bytes = page.min(size.saturating_sub(at));
+            match ino {
+                Some(i) => *per.entry(i).or_default() += bytes,
+                None => unresolved += bytes,
+            }
+        })
+        .map_err(|e| {
+            let op = if e.raw_os_error() == Some(libc::EPERM) {
+                Op::Read
+            } else {
+                Op::MmapMincore
+            };
+            FileError::io(f.path, op, &e)
+        })
+    };
+    // Only where cachestat finds cached pages (holes included): a 16 TiB sparse file with
+    // 1 MiB cached is ~50 calls, not 262,144 mapping windows.
+    let span = size.div_ceil(page) * page;
+    if !cached_spans(f.path, f.fd(), 0, span, &mut look)? {
+        look(0, span)?;
+    }
+    Ok((per, unresolved))
 }
 
 /// Finds the cgroup every cached page under `options.roots` is charged to.
@@ -177,41 +192,13 @@ pub fn charged(
         observer,
         Sums::default,
         |local: &mut Sums, f| {
-            // Bytes per cgroup: a page counts for its bytes inside the file, so the partial
-            // last page of a 5,000-byte file counts 904 bytes, not 4,096 (per-cgroup figures
-            // used to add up to more than the capped total).
-            let size = f.stat.size;
-            let mut per: BTreeMap<u64, u64> = BTreeMap::new();
-            let mut unresolved = 0u64;
-            let mut look = |o: u64, l: u64| -> Result<(), FileError> {
-                sys::page_cgroups_in(f.fd(), o, l, &kfiles, &mut |at, ino| {
-                    let bytes = page.min(size.saturating_sub(at));
-                    match ino {
-                        Some(i) => *per.entry(i).or_default() += bytes,
-                        None => unresolved += bytes,
-                    }
-                })
-                .map_err(|e| {
-                    let op = if e.raw_os_error() == Some(libc::EPERM) {
-                        Op::Read
-                    } else {
-                        Op::MmapMincore
-                    };
-                    FileError::io(f.path, op, &e)
-                })
+            let (per, unresolved) = match file_charges(&f, &kfiles, page) {
+                Ok(found) => found,
+                Err(e) => {
+                    tally.error(e);
+                    return;
+                }
             };
-            // Only where cachestat finds cached pages (holes included): a 16 TiB sparse file
-            // with 1 MiB cached is ~50 calls, not 262,144 mapping windows.
-            let span = size.div_ceil(page) * page;
-            let looked = match cached_spans(f.path, f.fd(), 0, span, &mut look) {
-                Ok(true) => Ok(()),
-                Ok(false) => look(0, span),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = looked {
-                tally.error(e);
-                return;
-            }
             let cached: u64 = per.values().sum();
             local.1 += 1;
             local.2 += f.stat.size;
