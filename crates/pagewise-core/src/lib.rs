@@ -19,6 +19,7 @@ pub mod fuzzing;
 pub mod json;
 pub mod load;
 pub mod names;
+pub mod procfs;
 pub mod replay;
 pub mod residency;
 pub mod run;

@@ -8,7 +8,8 @@
 //! event is parsed: the time from the fault to the prefetch is measured and reported.
 
 use super::predictor::{Access, Config, Detector, Predictor};
-use crate::sys::{self, Advice};
+use crate::procfs;
+use crate::sys::{self, Advice, FileId};
 use crate::trace::tracefs::{self, Instance, RawEvent};
 use crate::trace::{perf, EventSink, Mounts, Source};
 use crate::verb::{Observer, Outcome, Tally};
@@ -18,9 +19,6 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// `(device major, device minor, inode)`.
-pub type FileKey = (u32, u32, u64);
 
 /// How the assistant predicts and prefetches (`assist -p`, and `run --assist`).
 #[derive(Debug, Clone)]
@@ -225,7 +223,7 @@ const MAX_DEFERRED: usize = 1024;
 /// A piece of a window still to issue: pages `[start, end)` of file `key`, for a fault at
 /// `fault_us`; `last`: the window's last piece.
 struct Deferred {
-    key: FileKey,
+    key: FileId,
     start: u64,
     end: u64,
     fault_us: u64,
@@ -263,8 +261,8 @@ impl Issued {
         &mut self,
         from: u64,
         to: u64,
-        key: FileKey,
-        consumed: &mut Vec<(FileKey, u64, u64)>,
+        key: FileId,
+        consumed: &mut Vec<(FileId, u64, u64)>,
     ) -> bool {
         let touched = self.mark(from, to);
         self.faulted |= touched;
@@ -325,7 +323,7 @@ pub struct Assistant {
     pred: Predictor,
     page: u64,
     max_open: usize,
-    slots: HashMap<FileKey, Slot>,
+    slots: HashMap<FileId, Slot>,
     next_id: u64,
     tick: u64,
     mounts: Mounts,
@@ -334,7 +332,7 @@ pub struct Assistant {
     wasted: u64,
     /// Windows whose every page the target has used since the last
     /// [`Assistant::take_consumed`].
-    consumed: Vec<(FileKey, u64, u64)>,
+    consumed: Vec<(FileId, u64, u64)>,
     /// Pieces of windows still to issue, oldest first.
     deferred: VecDeque<Deferred>,
 }
@@ -359,7 +357,7 @@ impl Assistant {
         }
     }
 
-    fn slot(&mut self, key: FileKey) -> &mut Slot {
+    fn slot(&mut self, key: FileId) -> &mut Slot {
         self.tick += 1;
         if !self.slots.contains_key(&key) {
             if self.slots.len() >= self.max_open {
@@ -400,8 +398,8 @@ impl Assistant {
     }
 
     /// Handles one trace event; returns the windows prefetched, as `(file, first page, pages)`.
-    pub fn on_event(&mut self, e: &RawEvent) -> Vec<(FileKey, u64, u64)> {
-        let key = (e.dev_major, e.dev_minor, e.ino);
+    pub fn on_event(&mut self, e: &RawEvent) -> Vec<(FileId, u64, u64)> {
+        let key = FileId(e.dev_major, e.dev_minor, e.ino);
         let p = e.ofs / self.page;
         if e.mapped > 0 {
             return self.on_mapped(key, p, p + e.mapped as u64, e);
@@ -445,12 +443,12 @@ impl Assistant {
     /// the windows it proposes are prefetched and returned as `(file, first page, pages)`.
     fn access(
         &mut self,
-        key: FileKey,
+        key: FileId,
         id: u64,
         p: u64,
         hit: bool,
         e: &RawEvent,
-    ) -> Vec<(FileKey, u64, u64)> {
+    ) -> Vec<(FileId, u64, u64)> {
         let windows = self.pred.access(Access {
             file: super::predictor::stream(id, e.pid),
             page: p,
@@ -471,11 +469,11 @@ impl Assistant {
     /// our windows were cached by other means and tell nothing.
     fn on_mapped(
         &mut self,
-        key: FileKey,
+        key: FileId,
         from: u64,
         to: u64,
         e: &RawEvent,
-    ) -> Vec<(FileKey, u64, u64)> {
+    ) -> Vec<(FileId, u64, u64)> {
         let Some(s) = self.slots.get_mut(&key) else {
             return Vec::new();
         };
@@ -501,11 +499,11 @@ impl Assistant {
     /// or the file could not be opened).
     fn prefetch(
         &mut self,
-        key: FileKey,
+        key: FileId,
         p: u64,
         ts_us: u64,
         w: super::predictor::Window,
-    ) -> Option<(FileKey, u64, u64)> {
+    ) -> Option<(FileId, u64, u64)> {
         let page = self.page;
         let s = self.slots.get_mut(&key).unwrap();
         let end = if s.pages > 0 {
@@ -588,7 +586,7 @@ impl Assistant {
     /// Prefetched windows the target has used every page of (faulted on, or mapped around a
     /// fault) since the last call, as `(file, first page, pages)`: drop-behind need not wait
     /// any longer for them.
-    pub fn take_consumed(&mut self) -> Vec<(FileKey, u64, u64)> {
+    pub fn take_consumed(&mut self) -> Vec<(FileId, u64, u64)> {
         std::mem::take(&mut self.consumed)
     }
 
@@ -617,17 +615,6 @@ impl Assistant {
 /// The tracepoints the assistant needs (and, where the kernel has them, fault-around and the
 /// filesystems' page reads: see `trace::perf::Session::start_on`).
 pub const EVENTS: [&str; 2] = [crate::trace::ADD_EVENT, crate::trace::FAULT_EVENT];
-
-/// Threads of a process: the PIDs to hand to `set_event_pid`.
-pub fn threads_of(pid: u32) -> std::io::Result<Vec<u32>> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
-            v.push(t);
-        }
-    }
-    Ok(v)
-}
 
 /// Options of [`watch`] (`pagewise assist -p PID...`).
 #[derive(Debug, Clone, Default)]
@@ -692,8 +679,8 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
     let mut tids = threads_of_all(&opts.pids)?;
     // Processes they started before now (fio's jobs, make's compilers): followed too. New
     // ones are covered by inherit; these must be named. One that exits meanwhile is skipped.
-    for pid in sys::descendants_of(&opts.pids) {
-        tids.extend(threads_of(pid).unwrap_or_default());
+    for pid in procfs::descendants_of(&opts.pids) {
+        tids.extend(procfs::threads_of(pid).unwrap_or_default());
     }
     let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
     let tally = Tally::new();
@@ -788,38 +775,20 @@ fn watch_tracefs(
     Ok(inst.lost())
 }
 
-/// PF_KTHREAD of `<linux/sched.h>`: the task is a kernel thread.
-const PF_KTHREAD: u64 = 0x0020_0000;
-
-/// The name of `pid` when it is a kernel thread (PF_KTHREAD in the flags, the ninth field of
-/// /proc/PID/stat; kernel threads also have an empty /proc/PID/maps). None when it is not, or
-/// when it cannot be read (gone: the caller reports that).
+/// The name of `pid` when it is a kernel thread (PF_KTHREAD in the flags of /proc/PID/stat;
+/// kernel threads also have an empty /proc/PID/maps). None when it is not, or when it cannot
+/// be read (gone: the caller reports that).
 fn kernel_thread(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    kthread_in_stat(&stat)
-}
-
-/// The comm of a /proc/PID/stat line whose flags have PF_KTHREAD. The comm is in parentheses
-/// and may hold spaces and parentheses itself: the fields after it start after the last ')'.
-fn kthread_in_stat(stat: &str) -> Option<String> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?;
-    // state, ppid, pgrp, session, tty_nr, tpgid, flags
-    let flags: u64 = stat
-        .get(close + 1..)?
-        .split_whitespace()
-        .nth(6)?
-        .parse()
-        .ok()?;
-    (flags & PF_KTHREAD != 0).then(|| comm.to_string())
+    procfs::stat_of(pid)
+        .filter(procfs::Stat::is_kernel_thread)
+        .map(|s| s.comm)
 }
 
 /// The threads of every process.
 fn threads_of_all(pids: &[u32]) -> Result<Vec<u32>, crate::Error> {
     let mut tids = Vec::new();
     for &pid in pids {
-        tids.extend(threads_of(pid).map_err(|e| {
+        tids.extend(procfs::threads_of(pid).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 crate::Error::NoSuchProcess(pid)
             } else {
@@ -843,10 +812,7 @@ fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &
         {
             return;
         }
-        if !pids
-            .iter()
-            .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
-        {
+        if !pids.iter().any(|&p| procfs::exists(p)) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -996,15 +962,5 @@ mod tests {
         );
         assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), 21);
         assert!(histogram(&vec![0; 100]).is_empty());
-    }
-
-    #[test]
-    fn kernel_threads_are_told_from_their_stat_line() {
-        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 14";
-        assert_eq!(kthread_in_stat(kthreadd).as_deref(), Some("kthreadd"));
-        // A user process whose name has spaces and parentheses: flags without PF_KTHREAD.
-        let user = "77 (a) b (c) S 1 77 77 0 -1 4194560 100 0 0 0 1 1 0 0 20 0 1 0 50";
-        assert_eq!(kthread_in_stat(user), None);
-        assert_eq!(kthread_in_stat("garbage"), None);
     }
 }

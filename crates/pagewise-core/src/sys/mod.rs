@@ -71,6 +71,36 @@ pub use probe::*;
 pub use process::*;
 pub use uring::*;
 
+/// A file's identity: its device `(major, minor)` and inode, as the tracepoints, /proc/PID/maps
+/// and stat(2) (through [`FileId::from_dev`]) all give it. The one key pagewise files are
+/// matched by across those sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FileId(
+    /// Device major.
+    pub u32,
+    /// Device minor.
+    pub u32,
+    /// Inode.
+    pub u64,
+);
+
+impl FileId {
+    /// From a `dev_t` (stat(2)'s `st_dev`) and an inode.
+    pub fn from_dev(dev: u64, ino: u64) -> FileId {
+        FileId(libc::major(dev), libc::minor(dev), ino)
+    }
+
+    /// The device as a `dev_t`.
+    pub fn dev(self) -> u64 {
+        libc::makedev(self.0, self.1)
+    }
+
+    /// The inode.
+    pub fn ino(self) -> u64 {
+        self.2
+    }
+}
+
 // Helpers shared by the family files (private to `sys`; child modules see them).
 
 /// A libc call's `int` result: negative means failure, with the reason in errno.

@@ -200,19 +200,6 @@ pub fn block_interrupts() -> libc::sigset_t {
     }
 }
 
-/// Current number of memory mappings of this process (lines of /proc/self/maps) and the
-/// system's vm.max_map_count, for a clear message before mapping thousands of files.
-pub fn map_count_and_limit() -> (u64, u64) {
-    let used = std::fs::read("/proc/self/maps")
-        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
-        .unwrap_or(0);
-    let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(65530);
-    (used, limit)
-}
-
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// The last signal received by [`on_interrupt`] (0: none).
 static LAST_SIGNAL: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
@@ -381,59 +368,6 @@ pub fn become_subreaper() {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
 }
 
-/// Every process and its parent `(pid, ppid)`, from /proc/PID/stat, zombies excluded.
-fn parents() -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for ent in dir.flatten() {
-        let Some(child) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-            continue;
-        };
-        let mut f = rest.split_ascii_whitespace();
-        let state = f.next();
-        let ppid = f.next().and_then(|p| p.parse::<u32>().ok());
-        if let (Some(ppid), false) = (ppid, state == Some("Z")) {
-            out.push((child, ppid));
-        }
-    }
-    out
-}
-
-/// Processes whose parent is `pid` (from /proc/PID/stat), zombies excluded.
-pub fn children_of(pid: u32) -> Vec<u32> {
-    parents()
-        .into_iter()
-        .filter(|&(_, ppid)| ppid == pid)
-        .map(|(child, _)| child)
-        .collect()
-}
-
-/// Processes descending from `pids` now (children, their children, ...; `pids` themselves
-/// not included), zombies excluded: one scan of /proc.
-pub fn descendants_of(pids: &[u32]) -> Vec<u32> {
-    let all = parents();
-    let mut out = Vec::new();
-    let mut todo: Vec<u32> = pids.to_vec();
-    while let Some(p) = todo.pop() {
-        for &(child, _) in all.iter().filter(|&&(_, ppid)| ppid == p) {
-            if !out.contains(&child) && !pids.contains(&child) {
-                out.push(child);
-                todo.push(child);
-            }
-        }
-    }
-    out
-}
-
 /// `int kill(pid_t pid, int sig)` — <https://man7.org/linux/man-pages/man2/kill.2.html>,
 /// through rustix.
 ///
@@ -577,9 +511,7 @@ mod tests {
     }
 
     #[test]
-    fn limits_and_maps_are_sane() {
-        let (used, limit) = map_count_and_limit();
-        assert!(used > 0 && limit > 0);
+    fn limits_are_sane() {
         let before = rustix::process::getrlimit(Resource::Nofile);
         let soft = raise_nofile_limit();
         assert_eq!(Some(soft).filter(|&s| s != u64::MAX), before.maximum);
@@ -635,11 +567,14 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        assert!(children_of(me).contains(&child.id()));
+        assert!(crate::procfs::children_of(me).contains(&child.id()));
         kill(child.id(), libc::SIGKILL).unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
-        assert!(!children_of(me).contains(&child.id()), "reaped");
+        assert!(
+            !crate::procfs::children_of(me).contains(&child.id()),
+            "reaped"
+        );
     }
 
     #[test]
@@ -716,73 +651,6 @@ mod tests {
     }
 
     #[test]
-    fn descendants_are_found_through_every_generation() {
-        // sh -> sh -> sleep: both generations below the first are found.
-        let mut top = std::process::Command::new("sh")
-            .args(["-c", "sh -c 'sleep 5 & wait' & wait"])
-            .spawn()
-            .unwrap();
-        let me = top.id();
-        let comms_of = |pids: &[u32]| -> Vec<String> {
-            pids.iter()
-                .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-                .map(|c| c.trim().to_string())
-                .collect()
-        };
-        // Until the grandchild has exec'd sleep (a forked child is "sh" for a moment).
-        let (mut found, mut comms) = (Vec::new(), Vec::new());
-        for _ in 0..300 {
-            found = descendants_of(&[me]);
-            comms = comms_of(&found);
-            if comms.iter().any(|c| c == "sleep") {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        // Ends exactly the processes this test started, by PID.
-        let _ = std::process::Command::new("kill")
-            .args(found.iter().map(|p| p.to_string()))
-            .status();
-        let _ = top.kill();
-        let _ = top.wait();
-        assert!(comms.contains(&"sleep".to_string()), "{found:?} {comms:?}");
-        assert!(!found.contains(&me));
-    }
-
-    #[test]
-    fn maps_lines_parse_file_mappings_only() {
-        let m = parse_maps_line(
-            b"7f1c2a400000-7f1c2a600000 r--s 00200000 fe:01 15597634                   /var/tmp/a b",
-        )
-        .unwrap();
-        assert_eq!(
-            m,
-            FileMapping {
-                start: 0x7f1c2a400000,
-                end: 0x7f1c2a600000,
-                offset: 0x200000,
-                dev: (0xfe, 1),
-                ino: 15597634
-            }
-        );
-        assert!(
-            parse_maps_line(b"7ffd1c9e2000-7ffd1ca03000 rw-p 00000000 00:00 0  [stack]").is_none()
-        );
-        assert!(parse_maps_line(b"garbage").is_none());
-        assert_eq!(m.addresses_of(0x200000, 4096), Some((0x7f1c2a400000, 4096)));
-        assert_eq!(m.addresses_of(0x1ff000, 8192), Some((0x7f1c2a400000, 4096)));
-        assert_eq!(
-            m.addresses_of(0x3ff000, 0x10000),
-            Some((0x7f1c2a5ff000, 4096))
-        );
-        assert_eq!(m.addresses_of(0x400000, 4096), None);
-        assert_eq!(m.addresses_of(0, 4096), None);
-        let mut bad = b"55d0c0a00000-55d0c0a02000 r--p 00000000 08:02 42 /x/".to_vec();
-        bad.extend_from_slice(&[0xff, 0xfe]);
-        assert_eq!(parse_maps_line(&bad).unwrap().ino, 42);
-    }
-
-    #[test]
     fn own_mapping_of_a_file_is_found() {
         let dir = std::env::temp_dir().join(format!("pw-maps-{}", std::process::id()));
         std::fs::write(&dir, vec![1u8; 8192]).unwrap();
@@ -800,14 +668,14 @@ mod tests {
             )
         };
         assert_ne!(addr, libc::MAP_FAILED);
-        let maps = file_mappings(std::process::id()).unwrap();
+        let maps = crate::procfs::file_mappings(std::process::id()).unwrap();
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(addr, 8192) };
         std::fs::remove_file(&dir).unwrap();
         assert!(maps
             .iter()
             .any(|m| m.start == addr as u64 && m.ino == st.ino));
-        assert_eq!(tgid_of(gettid()), Some(std::process::id()));
+        assert_eq!(crate::procfs::tgid_of(gettid()), Some(std::process::id()));
     }
 }
 
@@ -873,81 +741,6 @@ pub fn set_thread_latency(tid: u32, nice: i32, slice_ns: u64) -> io::Result<()> 
     } else {
         Err(io::Error::last_os_error())
     }
-}
-
-/// A process's mapping of a file: addresses `[start, end)` show the file from byte `offset`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileMapping {
-    /// First address.
-    pub start: u64,
-    /// Address past the end.
-    pub end: u64,
-    /// The file offset mapped at `start`.
-    pub offset: u64,
-    /// The file's device (major, minor).
-    pub dev: (u32, u32),
-    /// The file's inode.
-    pub ino: u64,
-}
-
-impl FileMapping {
-    /// Where bytes `[off, off + len)` of the file are mapped here: `(address, bytes)`, None
-    /// when this mapping shows none of them.
-    pub fn addresses_of(&self, off: u64, len: u64) -> Option<(u64, u64)> {
-        let (from, to) = (
-            off.max(self.offset),
-            (off + len).min(self.offset + (self.end - self.start)),
-        );
-        (from < to).then(|| (self.start + (from - self.offset), to - from))
-    }
-}
-
-/// The file mappings of process `pid`, from `/proc/PID/maps` (anonymous ones left out).
-pub fn file_mappings(pid: u32) -> io::Result<Vec<FileMapping>> {
-    let text = std::fs::read(format!("/proc/{pid}/maps"))?;
-    Ok(text
-        .split(|&b| b == b'\n')
-        .filter_map(parse_maps_line)
-        .collect())
-}
-
-/// One line of `/proc/PID/maps`: `start-end perms offset major:minor inode [path]`, numbers
-/// in hex except the inode. None for anonymous mappings (inode 0) and malformed lines.
-fn parse_maps_line(line: &[u8]) -> Option<FileMapping> {
-    let line = std::str::from_utf8(line.get(..line.len().min(120))?)
-        .ok()
-        .or_else(|| {
-            // The path may be cut inside a UTF-8 sequence: the numbers come before it.
-            let end = line.iter().position(|&b| b >= 0x80)?;
-            std::str::from_utf8(&line[..end]).ok()
-        })?;
-    let mut f = line.split_ascii_whitespace();
-    let (start, end) = f.next()?.split_once('-')?;
-    let _perms = f.next()?;
-    let offset = u64::from_str_radix(f.next()?, 16).ok()?;
-    let (major, minor) = f.next()?.split_once(':')?;
-    let ino: u64 = f.next()?.parse().ok()?;
-    if ino == 0 {
-        return None;
-    }
-    Some(FileMapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        offset,
-        dev: (
-            u32::from_str_radix(major, 16).ok()?,
-            u32::from_str_radix(minor, 16).ok()?,
-        ),
-        ino,
-    })
-}
-
-/// The process (thread group) a thread belongs to, from `/proc/TID/status`.
-pub fn tgid_of(tid: u32) -> Option<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 /// `pidfd_open(pid, 0)` — <https://man7.org/linux/man-pages/man2/pidfd_open.2.html>, through
