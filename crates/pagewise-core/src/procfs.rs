@@ -2,7 +2,7 @@
 //! mappings (`/proc/PID/maps`, and `Locked:` of `/proc/PID/smaps`), the mounts
 //! (`/proc/self/mountinfo`, fully unescaped), `/proc/PID/status`, `/proc/PID/stat` (and with
 //! it every process's parent), a process's threads (`/proc/PID/task`) and the machine's
-//! `/proc/meminfo` and `/proc/vmstat`.
+//! `/proc/meminfo` and `/proc/vmstat`, and `kernel.perf_event_paranoid`.
 //!
 //! Every parser takes the text the kernel wrote and never panics, whatever it is handed (the
 //! property tests below feed them arbitrary bytes); a reader that cannot read its file gives
@@ -353,6 +353,16 @@ pub fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
 /// Process `pid` still has a /proc entry (running, or a zombie not yet reaped).
 pub fn exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// `kernel.perf_event_paranoid` (/proc/sys/kernel/perf_event_paranoid), None when unreadable
+/// (no perf events in this kernel): named in the error when perf_event_open is refused.
+pub fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The `key:` line of `/proc/meminfo` text in bytes (the kernel writes kB).
