@@ -171,9 +171,9 @@ pub fn mounts() -> Vec<Mount> {
         .unwrap_or_default()
 }
 
-/// The mounts in `mountinfo` text: `id parent maj:min root mount-point options [optional...]
-/// - fstype source super-options`. Lines without the ` - ` separator or with fewer than five
-/// fields before it are left out.
+/// The mounts in `mountinfo` text, lines of `id parent maj:min root mount-point options
+/// [optional...] - fstype source super-options`. Lines without the ` - ` separator or with
+/// fewer than five fields before it are left out.
 pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
     text.split(|&b| b == b'\n')
         .filter_map(parse_mountinfo_line)

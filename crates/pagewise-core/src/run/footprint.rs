@@ -1,7 +1,7 @@
 //! The command's footprint: the pages its events say it brought into the cache (and, with
 //! `--assist`, the windows prefetched for it), pending until they are dropped.
 
-use crate::assist::live::{AssistOptions, Assistant};
+use crate::assist::{Assistant, Prefetch};
 use crate::sys::FileId;
 use crate::trace::tracefs::RawEvent;
 use std::collections::{HashMap, VecDeque};
@@ -144,7 +144,7 @@ pub(super) struct Footprint {
 impl Footprint {
     /// An empty footprint, with an assistant when `assist` is given; events of `skip_pid`
     /// are not counted.
-    pub fn new(assist: Option<&AssistOptions>, page: u64, skip_pid: Option<u32>) -> Footprint {
+    pub fn new(assist: Option<&Prefetch>, page: u64, skip_pid: Option<u32>) -> Footprint {
         Footprint {
             skip_pid,
             page,
