@@ -296,21 +296,25 @@ pub fn stat_of(pid: u32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
+/// The processes now: the numeric entries of /proc (empty when it cannot be read).
+pub fn pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect()
+}
+
 /// Every process and its parent `(pid, ppid)`, from /proc/PID/stat, zombies excluded.
 fn parents() -> Vec<(u32, u32)> {
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for ent in dir.flatten() {
-        let Some(child) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if let Some(s) = stat_of(child).filter(|s| s.state != "Z") {
-            out.push((child, s.ppid));
-        }
-    }
-    out
+    pids()
+        .into_iter()
+        .filter_map(|child| {
+            let s = stat_of(child).filter(|s| s.state != "Z")?;
+            Some((child, s.ppid))
+        })
+        .collect()
 }
 
 /// Processes whose parent is `pid` (from /proc/PID/stat), zombies excluded.

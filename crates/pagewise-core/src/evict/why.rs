@@ -20,13 +20,7 @@ pub struct ProcMapping {
 pub fn find_mappers(wanted: &[FileId]) -> HashMap<FileId, Vec<ProcMapping>> {
     let want: std::collections::HashSet<FileId> = wanted.iter().copied().collect();
     let mut out: HashMap<FileId, Vec<ProcMapping>> = HashMap::new();
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
+    for pid in procfs::pids() {
         let Ok(maps) = procfs::file_mappings(pid) else {
             continue;
         };

@@ -155,8 +155,9 @@ pub fn gettid() -> u32 {
 /// through rustix.
 ///
 /// Makes this process the subreaper of what it starts: descendants orphaned by the command
-/// are reparented here, not to init, so they can be found with [`crate::procfs::children_of`]. Cannot fail
-/// on 3.4+; a failure before that only loses the orphans, so it is ignored.
+/// are reparented here, not to init, so they can be found with
+/// [`crate::procfs::children_of`]. Cannot fail on 3.4+; a failure before that only loses the
+/// orphans, so it is ignored.
 pub fn become_subreaper() {
     let _ = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
 }
