@@ -3,8 +3,8 @@
 
 use super::exit::CliError;
 use clap::{Args, ValueEnum};
-use pagewise_core::assist::live::AssistOptions;
 use pagewise_core::assist::Config;
+use pagewise_core::assist::Prefetch;
 use pagewise_core::residency::parse_size;
 use pagewise_core::trace::Backend;
 use pagewise_core::{ByteRange, Method, WalkOptions};
@@ -204,8 +204,8 @@ impl AssistTuning {
     }
 
     /// Live-assist options from the command line.
-    pub fn options(&self, buffer_kb: u64) -> AssistOptions {
-        AssistOptions {
+    pub fn options(&self, buffer_kb: u64) -> Prefetch {
+        Prefetch {
             config: self.config(pagewise_core::sys::page_size()),
             buffer_kb,
             ..Default::default()

@@ -6,8 +6,8 @@ use super::render::{self, bytes, table};
 use super::signals::Signals;
 use super::trace_file::load_trace;
 use clap::Args;
-use pagewise_core::assist::live::{self, WatchOptions};
 use pagewise_core::assist::sim::{self, SimReport, SimulateOptions};
+use pagewise_core::assist::{self, AssistOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -59,12 +59,12 @@ pub fn run(a: AssistArgs) -> Result<ExitCode, CliError> {
     if let Some(path) = &a.simulate {
         return simulate(path, &a);
     }
-    let opts = WatchOptions {
-        assist: a.tuning.options(a.buffer_kb),
+    let opts = AssistOptions {
+        prefetch: a.tuning.options(a.buffer_kb),
         pids: a.pid,
         duration: a.for_,
     };
-    let r = live::watch(&opts, &Signals).map_err(|e| CliError::about("assist", e))?;
+    let r = assist::assist(&opts, &Signals).map_err(|e| CliError::about("assist", e))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {

@@ -376,7 +376,7 @@ mod tests {
             stayed_bytes: Some(1 << 20),
             reason: Some(StayReason::Mapped),
             pids: vec![12, 34],
-            dev_ino: (0, 0),
+            dev_ino: pagewise_core::sys::FileId::default(),
         };
         assert_eq!(
             render(&report(false, vec![stayed])),

@@ -198,7 +198,7 @@ pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) 
 /// The report of `assist -p` and `run --assist`: one line.
 pub fn write_assist_summary(
     w: &mut dyn Write,
-    r: &pagewise_core::assist::live::AssistReport,
+    r: &pagewise_core::assist::AssistReport,
 ) -> std::io::Result<()> {
     writeln!(
         w,
@@ -327,8 +327,8 @@ mod tests {
         assert_eq!(text(|w| write_problems(w, "evict", &[], 0, &[])), "");
     }
 
-    fn assist_report() -> pagewise_core::assist::live::AssistReport {
-        pagewise_core::assist::live::AssistReport {
+    fn assist_report() -> pagewise_core::assist::AssistReport {
+        pagewise_core::assist::AssistReport {
             faults: 5000,
             misses: 1200,
             faults_on_prefetched: 800,
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn assist_summary_names_unreachable_files_and_lost_events() {
-        let r = pagewise_core::assist::live::AssistReport {
+        let r = pagewise_core::assist::AssistReport {
             files_unreachable: 2,
             lost_events: 9,
             ..assist_report()
@@ -378,7 +378,7 @@ mod tests {
     fn assist_summary_says_how_faults_were_followed() {
         use pagewise_core::trace::Source;
         let line = |source| {
-            let r = pagewise_core::assist::live::AssistReport {
+            let r = pagewise_core::assist::AssistReport {
                 source,
                 ..assist_report()
             };

@@ -136,7 +136,7 @@ fn write_summary(w: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
 mod tests {
     //! The summary, rendered from hand-made reports: no kernel involved.
     use super::*;
-    use pagewise_core::assist::live::AssistReport;
+    use pagewise_core::assist::AssistReport;
     use pagewise_core::Outcome;
 
     fn report() -> RunReport {

@@ -1,5 +1,6 @@
 //! The boundary: errors as negative errno plus a per-thread message, panics caught, C strings
 //! and arrays read, versioned structs read and written, a C progress callback as an Observer.
+#![allow(unsafe_code)]
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};

@@ -1,5 +1,6 @@
 //! File handles for cache-neutral I/O (`pagewise_core::dio::DirectFile`) and aligned buffers
 //! (`pagewise_core::sys::AlignedBuf`).
+#![allow(unsafe_code)]
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CString};

@@ -10,6 +10,9 @@
 
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
+// unsafe only at the boundary: the C entry points and raw pointers of ffi.rs, verbs.rs and
+// file.rs (each allows it at its top) and the exported symbols below (`no_mangle`).
+#![deny(unsafe_code)]
 // The C names are the ABI: `pagewise_stat_options`, not `PagewiseStatOptions`.
 #![allow(non_camel_case_types)]
 
@@ -25,6 +28,7 @@ pub use file::*;
 pub use verbs::*;
 
 /// The version of the library, e.g. `"0.1.0"` (a static string).
+#[allow(unsafe_code)] // an exported C symbol
 #[no_mangle]
 pub extern "C" fn pagewise_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
@@ -34,6 +38,7 @@ pub extern "C" fn pagewise_version() -> *const c_char {
 /// `pagewise.build_info()` say it: `"VERSION (commit HEX12, built YYYY-MM-DD, TARGET)"`, e.g.
 /// `"0.1.0 (commit 0123456789ab, built 2026-11-26, x86_64-unknown-linux-gnu)"`; the commit is
 /// `unknown` when the source was built outside a git checkout (a static string).
+#[allow(unsafe_code)] // an exported C symbol
 #[no_mangle]
 pub extern "C" fn pagewise_build_info() -> *const c_char {
     concat!(env!("PAGEWISE_BUILD_INFO"), "\0").as_ptr().cast()
@@ -43,6 +48,7 @@ pub extern "C" fn pagewise_build_info() -> *const c_char {
 /// path, in which call, e.g. `"evict: /data/x: open failed: Permission denied (os error 13)"`.
 /// Set by a call that returns a negative errno or NULL, and by a verb that reports per-file
 /// errors (then the first of them). Valid until the next such call on this thread.
+#[allow(unsafe_code)] // an exported C symbol
 #[no_mangle]
 pub extern "C" fn pagewise_last_error() -> *const c_char {
     ffi::last_error()
@@ -51,6 +57,7 @@ pub extern "C" fn pagewise_last_error() -> *const c_char {
 /// The notices of the last verb run on this thread, one per line (NULL when it had none): the
 /// fallbacks it took, figures it could not know and why. Valid until the next verb call on
 /// this thread.
+#[allow(unsafe_code)] // an exported C symbol
 #[no_mangle]
 pub extern "C" fn pagewise_last_notices() -> *const c_char {
     ffi::last_notices()

@@ -1,6 +1,7 @@
 //! The verbs: `pagewise_stat`, `pagewise_evict`, `pagewise_load` (with `pagewise_lock`) and
 //! `pagewise_copy`. Each reads its option struct into the verb's options, runs the verb with
 //! the progress callback as its observer, and writes the report's totals.
+#![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_void};
 

@@ -1,9 +1,11 @@
 //! pagewise-core: exact control of the Linux page cache.
 //!
 //! Each verb is a plain function over a tree walk that returns a serialisable report; nothing
-//! here parses arguments or prints. All `unsafe` lives in [`sys`].
+//! here parses arguments or prints. All `unsafe` lives in [`sys`]: the crate denies
+//! `unsafe_code`, and only the `sys` files that make system calls allow it.
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 pub mod assist;
 pub mod cgroup;
@@ -19,6 +21,7 @@ pub mod fuzzing;
 pub mod json;
 pub mod load;
 pub mod names;
+pub mod procfs;
 pub mod replay;
 pub mod residency;
 pub mod run;

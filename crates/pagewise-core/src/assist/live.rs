@@ -1,649 +1,37 @@
-//! The live assistant: page faults of a process tree, from the `mm_filemap_fault` tracepoint,
-//! through the predictor, to `fadvise(WILLNEED)` on the same file opened by handle.
-//!
-//! A fault is a *miss* when its page is not among the ranges recently seen entering the cache
-//! (`mm_filemap_add_to_page_cache` of the target, which the kernel emits right after the fault
-//! of a page that was not cached) or prefetched by us. The reader thread waits in poll(2) on the
-//! tracing ring, so a quiet target costs no CPU, and issues each prefetch itself, as soon as the
-//! event is parsed: the time from the fault to the prefetch is measured and reported.
+//! The `assist` verb: running processes followed through [`crate::trace::Follower`] (perf
+//! events, else tracefs), their page faults handed to the [`Assistant`]. The reader thread
+//! waits in poll(2) on the tracing ring, so a quiet target costs no CPU, and issues each
+//! prefetch itself, as soon as the event is parsed: the time from the fault to the prefetch
+//! is measured and reported.
 
-use super::predictor::{Access, Config, Detector, Predictor};
-use crate::sys::{self, Advice};
-use crate::trace::tracefs::{self, Instance, RawEvent};
-use crate::trace::{perf, EventSink, Mounts, Source};
-use crate::verb::{Observer, Outcome, Tally};
-use serde::Serialize;
-use std::collections::{HashMap, VecDeque};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use super::assistant::{Assistant, Prefetch};
+use super::report::AssistReport;
+use crate::procfs;
+use crate::trace::tracefs::RawEvent;
+use crate::trace::{Backend, EventSink, Follow, Follower, StartError};
+use crate::verb::{Observer, Tally};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// `(device major, device minor, inode)`.
-pub type FileKey = (u32, u32, u64);
-
-/// How the assistant predicts and prefetches (`assist -p`, and `run --assist`).
-#[derive(Debug, Clone)]
-pub struct AssistOptions {
-    /// The predictor's detectors and windows. Default: [`Config::for_page_size`] of this
-    /// system's page size.
-    pub config: Config,
-    /// Ring buffer per CPU, KiB. Default: 4096.
-    pub buffer_kb: u64,
-    /// Files kept open at once (the least recently used is closed). Default: 1024.
-    pub max_open: usize,
-}
-
-impl Default for AssistOptions {
-    fn default() -> Self {
-        AssistOptions {
-            config: Config::for_page_size(sys::page_size()),
-            buffer_kb: 4096,
-            max_open: 1024,
-        }
-    }
-}
-
-/// What the assistant saw and did.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct AssistReport {
-    /// Page faults of the target on file mappings.
-    pub faults: u64,
-    /// Faults on pages not known to be cached.
-    pub misses: u64,
-    /// Faults on pages we had prefetched: misses avoided or shortened (an estimate: pages the
-    /// kernel mapped by fault-around without a fault are not counted).
-    pub faults_on_prefetched: u64,
-    /// Windows prefetched (`fadvise(WILLNEED)` calls).
-    pub prefetches: u64,
-    /// Of `prefetches`, by the sequential detector.
-    pub prefetches_sequential: u64,
-    /// Of `prefetches`, by the stride detector.
-    pub prefetches_stride: u64,
-    /// Of `prefetches`, by the range detector.
-    pub prefetches_range: u64,
-    /// Bytes of the windows prefetched.
-    pub prefetched_bytes: u64,
-    /// Bytes of prefetched windows the command never faulted in: a lower bound of the waste
-    /// (a window faulted in at all counts as used; its other pages may have been mapped
-    /// without a fault).
-    pub wasted_bytes_estimate: u64,
-    /// Time from the fault (tracepoint time stamp) to the prefetch being issued (its
-    /// `fadvise(WILLNEED)` entering the kernel), microseconds: the median.
-    pub issue_latency_us_p50: f64,
-    /// The 90th percentile of the same.
-    pub issue_latency_us_p90: f64,
-    /// The 99th percentile of the same.
-    pub issue_latency_us_p99: f64,
-    /// Time from the fault to the kernel having queued the prefetch's reads (the
-    /// `fadvise(WILLNEED)` of its last piece returned: windows of more than 32 pages are
-    /// issued in pieces of 16, the faulting one first), microseconds: the median. The
-    /// difference to `issue_latency_us_p50` is the kernel's own submission time (page
-    /// allocation, the block layer, the device driver), and for long windows the events
-    /// handled between their pieces.
-    pub submit_latency_us_p50: f64,
-    /// The 99th percentile of the same.
-    pub submit_latency_us_p99: f64,
-    /// Files the target faulted on or read.
-    pub files: u64,
-    /// Files that could not be opened by handle (gone, or a filesystem without handles).
-    pub files_unreachable: u64,
-    /// Issue latency as a histogram: prefetches issued within `le_us` microseconds of their
-    /// fault (and above the previous bucket's bound); the last bucket (`le_us: null`) holds
-    /// the rest. Empty when nothing was prefetched.
-    pub issue_latency_us_histogram: Vec<LatencyBucket>,
-    /// Events the kernel lost (ring buffer overrun).
-    pub lost_events: u64,
-    /// How the faults were followed (`perf` or `tracefs`); null in a simulation.
-    pub source: Option<Source>,
-    /// Elapsed time (for `run --assist`: the command's run time); `interrupted` when the
-    /// observer stopped the assistant before the processes exited or the time was up.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// One bucket of [`AssistReport::issue_latency_us_histogram`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LatencyBucket {
-    /// Upper bound in microseconds (inclusive); null for the last bucket.
-    pub le_us: Option<u64>,
-    /// Prefetches in this bucket.
-    pub count: u64,
-}
-
-/// Upper bounds of the histogram's buckets, microseconds.
-const LATENCY_BOUNDS_US: [u64; 10] = [10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000];
-
-/// The histogram of a per-microsecond count vector (`lat[us]`; its last slot: above).
-fn histogram(lat: &[u64]) -> Vec<LatencyBucket> {
-    if lat.iter().all(|&n| n == 0) {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    let mut from = 0usize;
-    for &b in &LATENCY_BOUNDS_US {
-        let to = (b as usize + 1).min(lat.len());
-        out.push(LatencyBucket {
-            le_us: Some(b),
-            count: lat[from.min(to)..to].iter().sum(),
-        });
-        from = to;
-    }
-    out.push(LatencyBucket {
-        le_us: None,
-        count: lat[from.min(lat.len())..].iter().sum(),
-    });
-    out
-}
-
-/// Microsecond latencies counted per microsecond up to 100 ms (the last slot: above).
-struct Latencies(Vec<AtomicU64>);
-
-impl Latencies {
-    fn new() -> Latencies {
-        Latencies((0..=100_000).map(|_| AtomicU64::new(0)).collect())
-    }
-    fn add(&self, us: u64) {
-        let last = self.0.len() - 1;
-        self.0[(us as usize).min(last)].fetch_add(1, Ordering::Relaxed);
-    }
-    fn counts(&self) -> Vec<u64> {
-        self.0.iter().map(|n| n.load(Ordering::Relaxed)).collect()
-    }
-}
-
-/// The percentile `q` of per-microsecond counts (0 when empty).
-fn percentile(lat: &[u64], q: f64) -> f64 {
-    let total: u64 = lat.iter().sum();
-    if total == 0 {
-        return 0.0;
-    }
-    let want = ((total as f64) * q).ceil().max(1.0) as u64;
-    let mut acc = 0;
-    for (us, n) in lat.iter().enumerate() {
-        acc += n;
-        if acc >= want {
-            return us as f64;
-        }
-    }
-    (lat.len() - 1) as f64
-}
-
-/// Latencies of the prefetches issued. A prefetch is issued by the thread reading the events,
-/// at once: handing it to other threads (four, so one waiting in the kernel would not delay
-/// the next) cost a wake-up each, and with drop-behind as background work no longer delaying
-/// the submissions, inline issue was faster (fio mmap randread 128k on 2 CPUs, 10 s: p50 23 us
-/// / p99 185–193 us inline against 67–80 / 233–299 with four issuer threads, 521–604 MiB/s
-/// against 454–458 under the 64M default; 18–19 / 152–161 us against 34–38 / 165–237 with
-/// `--max-cache none`).
-struct IssueStats {
-    issued: Latencies,
-    submitted: Latencies,
-}
-
-impl IssueStats {
-    fn new() -> IssueStats {
-        IssueStats {
-            issued: Latencies::new(),
-            submitted: Latencies::new(),
-        }
-    }
-
-    /// Prefetches bytes `[off, off + len)` of `fd`, a piece of a window issued for a fault at
-    /// `fault_us`, and counts the window's latencies from the fault: the issue latency at its
-    /// `first` piece, the queued latency when its `last` piece has returned.
-    fn issue(&self, fd: BorrowedFd, off: u64, len: u64, fault_us: u64, first: bool, last: bool) {
-        let since_fault = || (sys::monotonic_ns() / 1000).saturating_sub(fault_us);
-        if first {
-            self.issued.add(since_fault());
-        }
-        let _ = sys::fadvise(fd, off, len, Advice::WillNeed);
-        if last {
-            self.submitted.add(since_fault());
-        }
-    }
-}
-
-/// Windows longer than [`WHOLE_PAGES`] are issued in pieces of this many pages: the piece
-/// holding the faulting page at once, the others when no event waits (see
-/// [`Assistant::issue_deferred`]). The kernel takes ~1 us per page to queue a WILLNEED
-/// (allocation, charge, page cache, bio): a miss that arrived during a 1 MiB window's call
-/// waited up to ~250 us for it. fio mmap randread 1m under `run --assist`, 4 GiB, 10 s
-/// (five runs each): fault-to-prefetch p99 160–252 us with pieces of 16 pages, 234–389 with
-/// 32, 242–338 with 64, 397–437 whole; the same throughput.
-const PIECE_PAGES: u64 = 16;
-
-/// Windows of at most this many pages are issued whole: splitting 128 KiB windows cost fio
-/// mmap randread 128k a little (p99 204–232 us against 174–180 whole, two runs each).
-const WHOLE_PAGES: u64 = 32;
-
-/// Pieces waiting at most. A reader that never runs out of events (misses arriving faster
-/// than it issues pieces) drops the oldest, which the command has most likely passed by
-/// then; their bytes leave `prefetched_bytes`.
-const MAX_DEFERRED: usize = 1024;
-
-/// A piece of a window still to issue: pages `[start, end)` of file `key`, for a fault at
-/// `fault_us`; `last`: the window's last piece.
-struct Deferred {
-    key: FileKey,
-    start: u64,
-    end: u64,
-    fault_us: u64,
-    last: bool,
-}
-
-/// A prefetched window and which of its pages were used (bit per page).
-struct Issued {
-    start: u64,
-    end: u64,
-    used: Vec<u64>,
-    /// The command faulted in it (the fault it was issued for counts).
-    faulted: bool,
-    /// Every page was used: reported once through [`Assistant::take_consumed`].
-    consumed: bool,
-}
-
-impl Issued {
-    /// Marks pages `[from, to)` used (a fault and its fault-around chunk); true when they
-    /// touch the window.
-    fn mark(&mut self, from: u64, to: u64) -> bool {
-        let (a, b) = (from.max(self.start), to.min(self.end));
-        for p in a..b {
-            let i = (p - self.start) as usize;
-            self.used[i / 64] |= 1 << (i % 64);
-        }
-        a < b
-    }
-
-    /// Marks pages `[from, to)` used by the command (a fault and its fault-around chunk, or
-    /// what fault-around mapped), as faulted in; the first time every page is used, the
-    /// window goes to `consumed` as `(file, first page, pages)`. True when the pages touch
-    /// the window.
-    fn use_pages(
-        &mut self,
-        from: u64,
-        to: u64,
-        key: FileKey,
-        consumed: &mut Vec<(FileKey, u64, u64)>,
-    ) -> bool {
-        let touched = self.mark(from, to);
-        self.faulted |= touched;
-        if touched && !self.consumed && self.unused() == 0 {
-            self.consumed = true;
-            consumed.push((key, self.start, self.end - self.start));
-        }
-        touched
-    }
-
-    /// Pages not marked: the window is not used up until this is 0 (what drop-behind waits
-    /// for).
-    fn unused(&self) -> u64 {
-        (self.end - self.start) - self.used.iter().map(|w| w.count_ones() as u64).sum::<u64>()
-    }
-
-    /// Pages of it the command cannot be shown to have used: all of them when it never
-    /// faulted in the window (a window ahead of a sequential or stride reader it never
-    /// reached), else none. Pages of a window need no fault to be used
-    /// (fault-around maps 16 pages around a fault; since Linux 6.18 a fault maps a whole large
-    /// folio, and memcpy of 1 MiB faults at its first and last page only), so a window
-    /// partly faulted in is counted as used and the estimate is a lower bound: counting
-    /// unfaulted pages called 40–90% of fio's windows wasted when they were read whole.
-    fn unread(&self) -> u64 {
-        if self.faulted {
-            0
-        } else {
-            self.end - self.start
-        }
-    }
-}
-
-struct Slot {
-    id: u64,
-    fd: Option<OwnedFd>,
-    pages: u64,
-    /// Ranges recently seen entering the cache (ring).
-    known: VecDeque<(u64, u64)>,
-    issued: VecDeque<Issued>,
-    last_use: u64,
-}
-
-impl Slot {
-    /// Pages `[from, to)` are known to be cached (the ring of recent ranges).
-    fn seen(&mut self, from: u64, to: u64) {
-        if self.known.len() >= KNOWN_RANGES {
-            self.known.pop_front();
-        }
-        self.known.push_back((from, to));
-    }
-}
-
-const KNOWN_RANGES: usize = 256;
-const ISSUED_WINDOWS: usize = 64;
-
-/// The assistant's state: feed it trace events with [`Assistant::on_event`].
-pub struct Assistant {
-    pred: Predictor,
-    page: u64,
-    max_open: usize,
-    slots: HashMap<FileKey, Slot>,
-    next_id: u64,
-    tick: u64,
-    mounts: Mounts,
-    r: AssistReport,
-    stats: IssueStats,
-    wasted: u64,
-    /// Windows whose every page the target has used since the last
-    /// [`Assistant::take_consumed`].
-    consumed: Vec<(FileKey, u64, u64)>,
-    /// Pieces of windows still to issue, oldest first.
-    deferred: VecDeque<Deferred>,
-}
-
-impl Assistant {
-    /// An assistant with nothing seen yet.
-    pub fn new(opts: &AssistOptions) -> Assistant {
-        Assistant {
-            pred: Predictor::new(opts.config.clone()),
-            page: sys::page_size(),
-            // Under a small RLIMIT_NOFILE the files kept open shrink to half of what may be open.
-            max_open: opts.max_open.min(sys::fd_budget() / 2).max(1),
-            slots: HashMap::new(),
-            next_id: 0,
-            tick: 0,
-            mounts: Mounts::default(),
-            r: AssistReport::default(),
-            stats: IssueStats::new(),
-            wasted: 0,
-            consumed: Vec::new(),
-            deferred: VecDeque::new(),
-        }
-    }
-
-    fn slot(&mut self, key: FileKey) -> &mut Slot {
-        self.tick += 1;
-        if !self.slots.contains_key(&key) {
-            if self.slots.len() >= self.max_open {
-                let old = self
-                    .slots
-                    .iter()
-                    .min_by_key(|(_, s)| s.last_use)
-                    .map(|(k, _)| *k);
-                if let Some(s) = old.and_then(|k| self.slots.remove(&k)) {
-                    self.wasted += s.issued.iter().map(Issued::unread).sum::<u64>();
-                }
-            }
-            let fd = crate::trace::open_inode(key, &self.mounts).ok();
-            let pages = fd
-                .as_ref()
-                .and_then(|fd| sys::fstat(fd.as_fd()).ok())
-                .map_or(0, |st| st.size.div_ceil(self.page));
-            self.r.files += 1;
-            if fd.is_none() {
-                self.r.files_unreachable += 1;
-            }
-            self.next_id += 1;
-            self.slots.insert(
-                key,
-                Slot {
-                    id: self.next_id,
-                    fd,
-                    pages,
-                    known: VecDeque::new(),
-                    issued: VecDeque::new(),
-                    last_use: 0,
-                },
-            );
-        }
-        let s = self.slots.get_mut(&key).unwrap();
-        s.last_use = self.tick;
-        s
-    }
-
-    /// Handles one trace event; returns the windows prefetched, as `(file, first page, pages)`.
-    pub fn on_event(&mut self, e: &RawEvent) -> Vec<(FileKey, u64, u64)> {
-        let key = (e.dev_major, e.dev_minor, e.ino);
-        let p = e.ofs / self.page;
-        if e.mapped > 0 {
-            return self.on_mapped(key, p, p + e.mapped as u64, e);
-        }
-        if !e.fault {
-            let n = 1u64 << e.order.min(20);
-            self.slot(key).seen(p, p + n);
-            return Vec::new();
-        }
-        self.r.faults += 1;
-        self.slot(key);
-        let s = self.slots.get_mut(&key).unwrap();
-        let id = s.id;
-        // A sampled fault says whether it waited for I/O: a major fault is a miss (its page
-        // entered the cache, and was seen doing so, before the sample) unless it waited for
-        // a window we issued; a minor one found its page cached. The tracepoint does not say:
-        // the pages recently seen entering the cache tell.
-        let cached = match e.major {
-            Some(true) => s.issued.iter().any(|w| w.start <= p && p < w.end),
-            Some(false) => true,
-            None => s.known.iter().any(|&(a, b)| a <= p && p < b),
-        };
-        let mut on_prefetched = false;
-        let fa = self.pred.config().fault_around;
-        for w in s.issued.iter_mut() {
-            if w.start <= p && p < w.end {
-                on_prefetched = true;
-            }
-            w.use_pages(p, p + fa, key, &mut self.consumed);
-        }
-        if on_prefetched {
-            self.r.faults_on_prefetched += 1;
-        }
-        if !cached {
-            self.r.misses += 1;
-        }
-        self.access(key, id, p, cached, e)
-    }
-
-    /// Access to page `p` of file `key` (slot `id`) by event `e`'s thread goes to the predictor;
-    /// the windows it proposes are prefetched and returned as `(file, first page, pages)`.
-    fn access(
-        &mut self,
-        key: FileKey,
-        id: u64,
-        p: u64,
-        hit: bool,
-        e: &RawEvent,
-    ) -> Vec<(FileKey, u64, u64)> {
-        let windows = self.pred.access(Access {
-            file: super::predictor::stream(id, e.pid),
-            page: p,
-            hit,
-            t_ns: e.ts_us * 1000,
-        });
-        windows
-            .into_iter()
-            .filter_map(|w| self.prefetch(key, p, e.ts_us, w))
-            .collect()
-    }
-
-    /// Fault-around mapped pages `[from, to)` of file `key`: faults the kernel served from the
-    /// cache without `mm_filemap_fault`. The part inside windows we prefetched is how far the
-    /// command read after a window made its pages ready: it marks them used and goes to the
-    /// predictor as accesses at both ends, so a 128 KiB block whose window was read in time
-    /// (one miss, then faults served by fault-around) shows 32 pages, not one. Pages outside
-    /// our windows were cached by other means and tell nothing.
-    fn on_mapped(
-        &mut self,
-        key: FileKey,
-        from: u64,
-        to: u64,
-        e: &RawEvent,
-    ) -> Vec<(FileKey, u64, u64)> {
-        let Some(s) = self.slots.get_mut(&key) else {
-            return Vec::new();
-        };
-        let id = s.id;
-        let (mut lo, mut hi) = (u64::MAX, 0);
-        for w in s.issued.iter_mut() {
-            let (a, b) = (from.max(w.start), to.min(w.end));
-            if a < b && w.use_pages(a, b, key, &mut self.consumed) {
-                lo = lo.min(a);
-                hi = hi.max(b - 1);
-            }
-        }
-        if lo > hi {
-            return Vec::new();
-        }
-        let mut out = self.access(key, id, lo, true, e);
-        out.extend(self.access(key, id, hi, true, e));
-        out
-    }
-
-    /// Prefetches window `w` of file `key` for a fault on page `p` at `ts_us`; returns it as
-    /// `(file, first page, pages)`, cut to the file's size (None when nothing is left of it,
-    /// or the file could not be opened).
-    fn prefetch(
-        &mut self,
-        key: FileKey,
-        p: u64,
-        ts_us: u64,
-        w: super::predictor::Window,
-    ) -> Option<(FileKey, u64, u64)> {
-        let page = self.page;
-        let s = self.slots.get_mut(&key).unwrap();
-        let end = if s.pages > 0 {
-            (w.start + w.pages).min(s.pages)
-        } else {
-            w.start + w.pages
-        };
-        let fd = s.fd.as_ref()?;
-        if w.start >= end {
-            return None;
-        }
-        // The piece holding the faulting page now, the others deferred.
-        let whole = end - w.start <= WHOLE_PAGES;
-        let piece = if whole { end - w.start } else { PIECE_PAGES };
-        let first = w.start + (p.clamp(w.start, end - 1) - w.start) / piece * piece;
-        let first_end = (first + piece).min(end);
-        let (off, len) = (first * page, (first_end - first) * page);
-        self.stats.issue(fd.as_fd(), off, len, ts_us, true, whole);
-        if !whole {
-            let rest = (w.start..end)
-                .step_by(piece as usize)
-                .filter(|&a| a != first);
-            let from = self.deferred.len();
-            self.deferred.extend(rest.map(|a| Deferred {
-                key,
-                start: a,
-                end: (a + piece).min(end),
-                fault_us: ts_us,
-                last: false,
-            }));
-            if let Some(d) = self.deferred.range_mut(from..).last() {
-                d.last = true;
-            }
-            while self.deferred.len() > MAX_DEFERRED {
-                let d = self.deferred.pop_front().unwrap();
-                self.r.prefetched_bytes -= (d.end - d.start) * page;
-            }
-        }
-        s.seen(w.start, end);
-        if s.issued.len() >= ISSUED_WINDOWS {
-            let old = s.issued.pop_front().unwrap();
-            self.wasted += old.unread();
-        }
-        let mut iw = Issued {
-            start: w.start,
-            end,
-            used: vec![0; ((end - w.start) as usize).div_ceil(64)],
-            faulted: false,
-            consumed: false,
-        };
-        iw.faulted = iw.mark(p, p + self.pred.config().fault_around);
-        s.issued.push_back(iw);
-        self.r.prefetches += 1;
-        match w.detector {
-            Detector::Sequential => self.r.prefetches_sequential += 1,
-            Detector::Stride => self.r.prefetches_stride += 1,
-            Detector::Range => self.r.prefetches_range += 1,
-        }
-        self.r.prefetched_bytes += (end - w.start) * page;
-        Some((key, w.start, end - w.start))
-    }
-
-    /// Issues the oldest piece of a window still to issue (see [`PIECE_PAGES`]); false when
-    /// none is left. A piece of a file whose slot was given up since is dropped (its bytes
-    /// leave `prefetched_bytes`).
-    pub fn issue_deferred(&mut self) -> bool {
-        let Some(d) = self.deferred.pop_front() else {
-            return false;
-        };
-        let (off, len) = (d.start * self.page, (d.end - d.start) * self.page);
-        match self.slots.get(&d.key).and_then(|s| s.fd.as_ref()) {
-            Some(fd) => self
-                .stats
-                .issue(fd.as_fd(), off, len, d.fault_us, false, d.last),
-            None => self.r.prefetched_bytes -= len,
-        }
-        true
-    }
-
-    /// Prefetched windows the target has used every page of (faulted on, or mapped around a
-    /// fault) since the last call, as `(file, first page, pages)`: drop-behind need not wait
-    /// any longer for them.
-    pub fn take_consumed(&mut self) -> Vec<(FileKey, u64, u64)> {
-        std::mem::take(&mut self.consumed)
-    }
-
-    /// The report so far (waste counted for every window issued).
-    pub fn report(&self) -> AssistReport {
-        let mut r = self.r.clone();
-        let pending: u64 = self
-            .slots
-            .values()
-            .flat_map(|s| s.issued.iter())
-            .map(Issued::unread)
-            .sum();
-        r.wasted_bytes_estimate = (self.wasted + pending) * self.page;
-        let issued = self.stats.issued.counts();
-        let submitted = self.stats.submitted.counts();
-        r.issue_latency_us_p50 = percentile(&issued, 0.5);
-        r.issue_latency_us_p90 = percentile(&issued, 0.9);
-        r.issue_latency_us_p99 = percentile(&issued, 0.99);
-        r.submit_latency_us_p50 = percentile(&submitted, 0.5);
-        r.submit_latency_us_p99 = percentile(&submitted, 0.99);
-        r.issue_latency_us_histogram = histogram(&issued);
-        r
-    }
-}
 
 /// The tracepoints the assistant needs (and, where the kernel has them, fault-around and the
 /// filesystems' page reads: see `trace::perf::Session::start_on`).
 pub const EVENTS: [&str; 2] = [crate::trace::ADD_EVENT, crate::trace::FAULT_EVENT];
 
-/// Threads of a process: the PIDs to hand to `set_event_pid`.
-pub fn threads_of(pid: u32) -> std::io::Result<Vec<u32>> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        if let Some(t) = e?.file_name().to_str().and_then(|s| s.parse().ok()) {
-            v.push(t);
-        }
-    }
-    Ok(v)
-}
-
-/// Options of [`watch`] (`pagewise assist -p PID...`).
+/// Options of [`assist`] (`pagewise assist -p PID...`).
 #[derive(Debug, Clone, Default)]
-pub struct WatchOptions {
+pub struct AssistOptions {
     /// The processes to assist: all their threads, their descendants running now, and
     /// children they start from now on.
-    /// Default: none, which [`WatchOptions::validate`] refuses.
+    /// Default: none, which [`AssistOptions::validate`] refuses.
     pub pids: Vec<u32>,
     /// Stop after this long even if the processes still run. Default: None (until they all
     /// exit, or the observer says stop).
     pub duration: Option<Duration>,
-    /// How to predict and prefetch. Default: [`AssistOptions::default`].
-    pub assist: AssistOptions,
+    /// How to predict and prefetch. Default: [`Prefetch::default`].
+    pub prefetch: Prefetch,
 }
 
-impl WatchOptions {
+impl AssistOptions {
     /// Checks the options: at least one process.
     pub fn validate(&self) -> Result<(), crate::Error> {
         if self.pids.is_empty() {
@@ -660,21 +48,21 @@ impl WatchOptions {
 /// observer says stop (polled every 50 ms), or `duration` passes.
 ///
 /// ```
-/// use pagewise_core::assist::live::{watch, WatchOptions};
+/// use pagewise_core::assist::{assist, AssistOptions};
 /// use std::time::Duration;
 /// let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-/// let opts = WatchOptions {
+/// let opts = AssistOptions {
 ///     pids: vec![child.id()],
 ///     duration: Some(Duration::from_millis(300)),
-///     ..WatchOptions::default()
+///     ..AssistOptions::default()
 /// };
-/// let report = watch(&opts, &()).unwrap(); // needs the tracepoints: root here
+/// let report = assist(&opts, &()).unwrap(); // needs the tracepoints: root here
 /// child.kill().unwrap();
 /// child.wait().unwrap();
 /// assert!(report.outcome.is_clean());
 /// assert!(report.faults >= report.misses);
 /// ```
-pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistReport, crate::Error> {
+pub fn assist(opts: &AssistOptions, observer: &dyn Observer) -> Result<AssistReport, crate::Error> {
     opts.validate()?;
     // A kernel thread (kthreadd, kworkers) has no memory map: it never takes a page fault on
     // a file, so following it would wait, silently, until it exits (never, for PID 2).
@@ -692,44 +80,43 @@ pub fn watch(opts: &WatchOptions, observer: &dyn Observer) -> Result<AssistRepor
     let mut tids = threads_of_all(&opts.pids)?;
     // Processes they started before now (fio's jobs, make's compilers): followed too. New
     // ones are covered by inherit; these must be named. One that exits meanwhile is skipped.
-    for pid in sys::descendants_of(&opts.pids) {
-        tids.extend(threads_of(pid).unwrap_or_default());
+    for pid in procfs::descendants_of(&opts.pids) {
+        tids.extend(procfs::threads_of(pid).unwrap_or_default());
     }
-    let assistant = Arc::new(Mutex::new(Assistant::new(&opts.assist)));
+    let assistant = Arc::new(Mutex::new(Assistant::new(&opts.prefetch)));
     let tally = Tally::new();
-    let on_event = Sink(assistant.clone());
     // Perf events opened on the target's threads, inherited by what they start: binary
     // samples in a ring per CPU, the reader woken at every sample. A tracefs instance
     // (set_event_pid, text) where the kernel refuses them.
     let ptids: Vec<i32> = tids.iter().map(|&t| t as i32).collect();
-    let (lost, source) = match perf::Session::start_on(&EVENTS, opts.assist.buffer_kb, true, &ptids)
-    {
-        Ok(mut session) => {
-            let source = if session.sampled_faults {
-                Source::PerfFaults
-            } else {
-                Source::Perf
-            };
-            let reader = session
-                .stream(Duration::from_millis(50), true, on_event)
-                .map_err(crate::Error::TracePipe)?;
-            if let Some(n) = session.notice.take() {
-                tally.notice(n);
-            }
-            wait_for(&opts.pids, opts.duration, &tally, observer);
-            session.stop();
-            (reader.join().unwrap_or(0), source)
-        }
-        Err(why) => {
-            tally.notice(format!(
-                "perf events unavailable ({why}): following through tracefs"
-            ));
-            (
-                watch_tracefs(opts, &tids, &tally, observer, on_event, &why)?,
-                Source::Tracefs,
-            )
-        }
+    let spec = Follow {
+        events: &EVENTS,
+        buffer_kb: opts.prefetch.buffer_kb,
+        backend: Backend::Auto,
+        every: None,
+        tids: &ptids,
+        skip_own: true,
+        doing: "following",
     };
+    let mut follower = Follower::follow(&spec, Sink(assistant.clone())).map_err(|e| match e {
+        StartError::Reader(e) => crate::Error::TracePipe(e),
+        StartError::Unavailable(why) => crate::Error::TracingUnavailable {
+            reason: why.0,
+            needed_by: Some("assist"),
+            hint: "",
+        },
+    })?;
+    if let Some(n) = follower.notice.take() {
+        tally.notice(n);
+    }
+    let source = follower.source;
+    let armed = follower.arm();
+    if let Err(e) = armed {
+        let _ = follower.stop_counting();
+        return Err(crate::Error::Tracefs(e));
+    }
+    wait_for(&opts.pids, opts.duration, &tally, observer);
+    let (lost, _) = follower.stop_counting();
     let mut r = assistant.lock().unwrap().report();
     r.lost_events = lost;
     r.source = Some(source);
@@ -750,76 +137,20 @@ impl EventSink for Sink {
     }
 }
 
-/// [`watch`] through a tracefs instance following `tids` with `set_event_pid`: the events
-/// the kernel lost.
-fn watch_tracefs(
-    opts: &WatchOptions,
-    tids: &[u32],
-    tally: &Tally,
-    observer: &dyn Observer,
-    mut sink: impl EventSink,
-    perf_why: &crate::trace::TraceUnavailable,
-) -> Result<u64, crate::Error> {
-    let inst = Instance::new(&EVENTS, opts.assist.buffer_kb).map_err(|e| {
-        crate::Error::TracingUnavailable {
-            // Both reasons: neither way works.
-            reason: format!("perf events unavailable ({perf_why}); {e}"),
-            needed_by: Some("assist"),
-            hint: "",
-        }
-    })?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let me = std::process::id();
-    let reader = inst
-        .reader(stop.clone(), tracefs::Wake::OnEvent, move |line| {
-            if let Some(e) = tracefs::parse_line(line) {
-                if e.pid != me {
-                    sink.event_and_deferred(e);
-                }
-            }
-        })
-        .map_err(crate::Error::TracePipe)?;
-    let fail = crate::Error::Tracefs;
-    inst.follow(tids).map_err(fail)?;
-    inst.enable().map_err(fail)?;
-    wait_for(&opts.pids, opts.duration, tally, observer);
-    let _ = inst.disable();
-    tracefs::Instance::stop_reader(&stop, reader);
-    Ok(inst.lost())
-}
-
-/// PF_KTHREAD of `<linux/sched.h>`: the task is a kernel thread.
-const PF_KTHREAD: u64 = 0x0020_0000;
-
-/// The name of `pid` when it is a kernel thread (PF_KTHREAD in the flags, the ninth field of
-/// /proc/PID/stat; kernel threads also have an empty /proc/PID/maps). None when it is not, or
-/// when it cannot be read (gone: the caller reports that).
+/// The name of `pid` when it is a kernel thread (PF_KTHREAD in the flags of /proc/PID/stat;
+/// kernel threads also have an empty /proc/PID/maps). None when it is not, or when it cannot
+/// be read (gone: the caller reports that).
 fn kernel_thread(pid: u32) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    kthread_in_stat(&stat)
-}
-
-/// The comm of a /proc/PID/stat line whose flags have PF_KTHREAD. The comm is in parentheses
-/// and may hold spaces and parentheses itself: the fields after it start after the last ')'.
-fn kthread_in_stat(stat: &str) -> Option<String> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?;
-    // state, ppid, pgrp, session, tty_nr, tpgid, flags
-    let flags: u64 = stat
-        .get(close + 1..)?
-        .split_whitespace()
-        .nth(6)?
-        .parse()
-        .ok()?;
-    (flags & PF_KTHREAD != 0).then(|| comm.to_string())
+    procfs::stat_of(pid)
+        .filter(procfs::Stat::is_kernel_thread)
+        .map(|s| s.comm)
 }
 
 /// The threads of every process.
 fn threads_of_all(pids: &[u32]) -> Result<Vec<u32>, crate::Error> {
     let mut tids = Vec::new();
     for &pid in pids {
-        tids.extend(threads_of(pid).map_err(|e| {
+        tids.extend(procfs::threads_of(pid).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 crate::Error::NoSuchProcess(pid)
             } else {
@@ -843,168 +174,9 @@ fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &
         {
             return;
         }
-        if !pids
-            .iter()
-            .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
-        {
+        if !pids.iter().any(|&p| procfs::exists(p)) {
             return;
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A window longer than [`WHOLE_PAGES`] is queued piece by piece: when the fault's event
-    /// has been handled, the kernel shows the piece holding the faulting page cached (or under
-    /// read) and the window's last piece not; after the deferred pieces, all of it. At most
-    /// [`MAX_DEFERRED`] pieces wait, and `prefetched_bytes` is what the kernel holds either way.
-    #[test]
-    fn long_windows_are_issued_piece_by_piece_after_the_faulting_one() {
-        use std::os::unix::fs::MetadataExt;
-        if sys::euid() != 0 {
-            println!("SKIP: opening files by handle (open_by_handle_at) needs root");
-            return;
-        }
-        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-        let path = dir.path().join("data");
-        std::fs::write(&path, vec![7u8; 256 << 20]).unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        f.sync_all().unwrap();
-        let cached = |from: u64, to: u64| {
-            let page = sys::page_size();
-            sys::cachestat(f.as_fd(), from * page, (to - from) * page)
-                .unwrap()
-                .cache
-        };
-        let pages = (256 << 20) / sys::page_size();
-        sys::fadvise(f.as_fd(), 0, 0, Advice::DontNeed).unwrap();
-        assert_eq!(cached(0, pages), 0, "the file could not be evicted");
-        let md = f.metadata().unwrap();
-        let mut a = Assistant::new(&AssistOptions::default());
-        let fault = |a: &mut Assistant, page: u64| {
-            let e = RawEvent {
-                pid: 4242,
-                ts_us: sys::monotonic_ns() / 1000,
-                dev_major: libc::major(md.dev()),
-                dev_minor: libc::minor(md.dev()),
-                ino: md.ino(),
-                ofs: page * sys::page_size(),
-                order: 0,
-                fault: true,
-                mapped: 0,
-                major: None,
-            };
-            a.on_event(&e)
-        };
-        // A reader climbing page by page: the sequential detector's windows double.
-        let mut long = None;
-        for page in 0..pages / 2 {
-            let windows = fault(&mut a, page);
-            if let Some(&(_, start, n)) = windows.iter().find(|w| w.2 > WHOLE_PAGES) {
-                long = Some((page, start, n));
-                break;
-            }
-            while a.issue_deferred() {}
-        }
-        let (p, start, n) = long.expect("no window longer than WHOLE_PAGES was issued");
-        let end = start + n;
-        let first = start + (p.max(start) - start) / PIECE_PAGES * PIECE_PAGES;
-        assert!(
-            end - first > PIECE_PAGES,
-            "the window {start}+{n} for page {p}"
-        );
-        assert_eq!(
-            cached(first, first + PIECE_PAGES),
-            PIECE_PAGES,
-            "the faulting piece is queued at once"
-        );
-        assert_eq!(cached(end - PIECE_PAGES, end), 0, "the last piece waits");
-        let mut pieces = 0;
-        while a.issue_deferred() {
-            pieces += 1;
-        }
-        assert_eq!(pieces as u64, n.div_ceil(PIECE_PAGES) - 1);
-        assert_eq!(cached(start, end), n, "every piece queued");
-        // Only our WILLNEEDs read the file: the report's bytes are what the kernel holds.
-        let r = a.report();
-        assert_eq!(r.prefetched_bytes, cached(0, pages) * sys::page_size());
-
-        // A reader that never runs out of events: at most MAX_DEFERRED pieces wait, the
-        // oldest are dropped, and the report still says what was read.
-        sys::fadvise(f.as_fd(), 0, 0, Advice::DontNeed).unwrap();
-        let mut a = Assistant::new(&AssistOptions::default());
-        // Chunks of 1 MiB: one read page by page (the range detector learns its span), then
-        // misses 2 MiB apart, each a 256-page window.
-        let chunk = (1 << 20) / sys::page_size();
-        for page in 0..chunk {
-            fault(&mut a, page);
-        }
-        while a.issue_deferred() {}
-        let mut windows = 0;
-        for i in 1..pages / (2 * chunk) {
-            windows += fault(&mut a, i * 2 * chunk).len();
-        }
-        assert!(windows * 15 > MAX_DEFERRED, "{windows} windows");
-        assert_eq!(a.deferred.len(), MAX_DEFERRED);
-        while a.issue_deferred() {}
-        let r = a.report();
-        assert!(r.prefetched_bytes < (windows as u64 * chunk) * sys::page_size());
-        assert_eq!(r.prefetched_bytes, cached(0, pages) * sys::page_size());
-    }
-
-    #[test]
-    fn histogram_buckets_are_inclusive_and_the_last_takes_the_rest() {
-        let mut lat = vec![0u64; 100_001];
-        lat[0] = 1;
-        lat[10] = 2;
-        lat[11] = 3;
-        lat[10_000] = 4;
-        lat[10_001] = 5;
-        lat[100_000] = 6;
-        let h = histogram(&lat);
-        assert_eq!(h.len(), LATENCY_BOUNDS_US.len() + 1);
-        assert_eq!(
-            h[0],
-            LatencyBucket {
-                le_us: Some(10),
-                count: 3
-            }
-        );
-        assert_eq!(
-            h[1],
-            LatencyBucket {
-                le_us: Some(20),
-                count: 3
-            }
-        );
-        assert_eq!(
-            h[9],
-            LatencyBucket {
-                le_us: Some(10_000),
-                count: 4
-            }
-        );
-        assert_eq!(
-            h[10],
-            LatencyBucket {
-                le_us: None,
-                count: 11
-            }
-        );
-        assert_eq!(h.iter().map(|b| b.count).sum::<u64>(), 21);
-        assert!(histogram(&vec![0; 100]).is_empty());
-    }
-
-    #[test]
-    fn kernel_threads_are_told_from_their_stat_line() {
-        let kthreadd = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 14";
-        assert_eq!(kthread_in_stat(kthreadd).as_deref(), Some("kthreadd"));
-        // A user process whose name has spaces and parentheses: flags without PF_KTHREAD.
-        let user = "77 (a) b (c) S 1 77 77 0 -1 4194560 100 0 0 0 1 1 0 0 20 0 1 0 50";
-        assert_eq!(kthread_in_stat(user), None);
-        assert_eq!(kthread_in_stat("garbage"), None);
     }
 }

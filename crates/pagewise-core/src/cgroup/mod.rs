@@ -145,26 +145,23 @@ pub fn parse_memory_mounts(
     mountinfo: &str,
     controllers: &dyn Fn(&Path) -> Option<String>,
 ) -> Vec<MemoryMount> {
+    memory_mounts_in(
+        crate::procfs::parse_mountinfo(mountinfo.as_bytes()),
+        controllers,
+    )
+}
+
+/// [`parse_memory_mounts`] of mounts already parsed.
+fn memory_mounts_in(
+    mounts: Vec<crate::procfs::Mount>,
+    controllers: &dyn Fn(&Path) -> Option<String>,
+) -> Vec<MemoryMount> {
     let mut v = Vec::new();
-    for line in mountinfo.lines() {
-        // id parent maj:min root mount-point options [optional...] - fstype source super-options
-        let Some((pre, post)) = line.split_once(" - ") else {
-            continue;
-        };
-        let f: Vec<&str> = pre.split(' ').collect();
-        let g: Vec<&str> = post.split(' ').collect();
-        if f.len() < 5 || g.is_empty() {
-            continue;
-        }
-        let mount_point = PathBuf::from(unescape_mountinfo(f[4]));
-        let mount_root = unescape_mountinfo(f[3]);
-        let hierarchy = match g[0] {
-            "cgroup"
-                if g.get(2)
-                    .is_some_and(|o| o.split(',').any(|o| o == "memory")) =>
-            {
-                Hierarchy::V1
-            }
+    for m in mounts {
+        let mount_point = m.mount_point;
+        let mount_root = m.root.to_string_lossy().into_owned();
+        let hierarchy = match m.fstype.as_str() {
+            "cgroup" if m.super_options.split(',').any(|o| o == "memory") => Hierarchy::V1,
             "cgroup2"
                 if controllers(&mount_point)
                     .is_some_and(|c| c.split_whitespace().any(|c| c == "memory")) =>
@@ -182,31 +179,10 @@ pub fn parse_memory_mounts(
     v
 }
 
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// The memory hierarchies mounted here: v1's memory controller first (where memory is
 /// accounted on a hybrid layout), then v2 when its root has the memory controller.
 pub fn memory_mounts() -> Vec<MemoryMount> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut v = parse_memory_mounts(&text, &|p| {
+    let mut v = memory_mounts_in(crate::procfs::mounts(), &|p| {
         std::fs::read_to_string(p.join("cgroup.controllers")).ok()
     });
     v.sort_by_key(|m| m.hierarchy != Hierarchy::V1);

@@ -518,14 +518,7 @@ pub(super) fn fsync_parents(targets: &[(PathBuf, PathBuf)]) {
 
 /// The process's umask, read from /proc (no syscall that changes it); 022 if unknown.
 pub(super) fn umask() -> u32 {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Umask:"))
-                .and_then(|l| u32::from_str_radix(l[6..].trim(), 8).ok())
-        })
-        .unwrap_or(0o022)
+    crate::procfs::own_umask().unwrap_or(0o022)
 }
 
 /// A (seconds, nanoseconds) time stamp since the epoch as a SystemTime (before it if negative).

@@ -131,7 +131,7 @@ pub struct EvictFile {
     pub pids: Vec<u32>,
     /// Device and inode (to find the processes mapping it).
     #[serde(skip)]
-    pub dev_ino: (u64, u64),
+    pub dev_ino: sys::FileId,
 }
 
 /// Totals of an eviction, in bytes (each file's counts capped at its measured bytes). The
@@ -210,7 +210,7 @@ struct Pending {
     fd: OwnedFd,
     size: u64,
     before: Residency,
-    dev_ino: (u64, u64),
+    dev_ino: sys::FileId,
 }
 
 #[derive(Default)]
@@ -247,7 +247,7 @@ impl Batched for Ctx<'_> {
             Ok(r) => r,
             Err(e) => return self.tally.error(e),
         };
-        let dev_ino = (f.stat.dev, f.stat.ino);
+        let dev_ino = sys::FileId::from_dev(f.stat.dev, f.stat.ino);
         if self.opts.dry_run || before.cached == Some(0) {
             let after = before.clone();
             let would = if self.opts.dry_run {
@@ -325,7 +325,7 @@ impl Ctx<'_> {
         fd: OwnedFd,
         size: u64,
         before: Residency,
-        dev_ino: (u64, u64),
+        dev_ino: sys::FileId,
         off: u64,
         len: u64,
         wait: bool,
@@ -416,7 +416,7 @@ impl Ctx<'_> {
         before: Residency,
         after: Residency,
         dropped: u64,
-        dev_ino: (u64, u64),
+        dev_ino: sys::FileId,
         clean_reason: Option<StayReason>,
     ) {
         let stayed = if self.opts.dry_run {
@@ -570,15 +570,17 @@ use why::explain;
 /// True when a filesystem is mounted on the block device `rdev`: its `major:minor` is the
 /// third field of a line of /proc/self/mountinfo (proc_pid_mountinfo(5)).
 fn is_mounted(rdev: u64) -> bool {
-    let want = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
-    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|m| mounted_in(&m, &want))
+    let want = (libc::major(rdev), libc::minor(rdev));
+    crate::procfs::mounts().iter().any(|m| m.dev == Some(want))
 }
 
 /// True when a line of `mountinfo` names the device `major:minor`.
+#[cfg(test)]
 fn mounted_in(mountinfo: &str, dev: &str) -> bool {
-    mountinfo
-        .lines()
-        .any(|l| l.split_ascii_whitespace().nth(2) == Some(dev))
+    let want = crate::procfs::parse_dev(dev);
+    crate::procfs::parse_mountinfo(mountinfo.as_bytes())
+        .iter()
+        .any(|m| want.is_some() && m.dev == want)
 }
 pub use why::{find_mappers, ProcMapping};
 

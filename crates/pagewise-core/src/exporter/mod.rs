@@ -105,19 +105,8 @@ pub struct MachineSnapshot {
 impl MachineSnapshot {
     /// Parses `/proc/meminfo` and `/proc/vmstat` text.
     pub fn parse(meminfo: &str, vmstat: &str) -> MachineSnapshot {
-        let kib = |key: &str| {
-            meminfo.lines().find_map(|l| {
-                let rest = l.strip_prefix(key)?.strip_prefix(':')?;
-                let n: u64 = rest.split_whitespace().next()?.parse().ok()?;
-                Some(n * 1024)
-            })
-        };
-        let vm = |key: &str| {
-            vmstat.lines().find_map(|l| {
-                let (k, v) = l.split_once(' ')?;
-                (k == key).then(|| v.trim().parse().ok())?
-            })
-        };
+        let kib = |key: &str| crate::procfs::meminfo_bytes(meminfo, key);
+        let vm = |key: &str| crate::procfs::vmstat_value(vmstat, key);
         MachineSnapshot {
             cached_bytes: kib("Cached"),
             buffers_bytes: kib("Buffers"),
@@ -128,10 +117,8 @@ impl MachineSnapshot {
     }
     /// Reads this machine's.
     pub fn read() -> MachineSnapshot {
-        MachineSnapshot::parse(
-            &std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
-            &std::fs::read_to_string("/proc/vmstat").unwrap_or_default(),
-        )
+        let (meminfo, vmstat) = crate::procfs::meminfo_and_vmstat();
+        MachineSnapshot::parse(&meminfo, &vmstat)
     }
 }
 

@@ -439,7 +439,7 @@ fn page_spans(extents: &[(u64, u64)]) -> Vec<(u64, u64)> {
 
 /// Explains an mmap/mlock failure in terms of the limit that stood in the way.
 fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
-    let (maps, max) = sys::map_count_and_limit();
+    let (maps, max) = crate::procfs::map_count_and_limit();
     match (op, e.raw_os_error()) {
         (Op::Mmap, Some(libc::ENOMEM)) | (Op::Mlock, Some(libc::ENOMEM)) if maps + 16 >= max => format!(
             " — vm.max_map_count ({max}) reached: each locked file needs one mapping; raise it (sysctl vm.max_map_count=N) or lock fewer files"

@@ -3,10 +3,11 @@
 //! cachestat: the [`Meter`] every verb measures with), and the [`DropBehind`] thread that calls
 //! it whenever the command's outstanding footprint passes `max_cache`.
 
-use super::footprint::{FileKey, Footprint, Mappers, PageMap, Pending};
+use super::footprint::{Footprint, Mappers, PageMap, Pending};
 use super::priority::Priority;
 use crate::error::{FileError, Op};
 use crate::residency::{MeasuredBy, Meter, Method};
+use crate::sys::FileId as FileKey;
 use crate::sys::{self, Advice};
 use crate::trace::Mounts;
 use crate::verb::Tally;
@@ -29,7 +30,7 @@ const MAPS_TTL: Duration = Duration::from_millis(100);
 const PAGE_OUT_RANGES: usize = 64;
 
 /// A process's file mappings (None: unreadable) and when they were read.
-type ReadMaps = (Instant, Option<Vec<sys::FileMapping>>);
+type ReadMaps = (Instant, Option<Vec<crate::procfs::FileMapping>>);
 
 /// Files dropped together: a tree of 100k files never holds more than a batch open.
 const BATCH_FILES: usize = 1024;
@@ -507,7 +508,7 @@ impl Dropper {
             for tgid in tgids {
                 let (_, m) = maps
                     .entry(tgid)
-                    .or_insert_with(|| (Instant::now(), sys::file_mappings(tgid).ok()));
+                    .or_insert_with(|| (Instant::now(), crate::procfs::file_mappings(tgid).ok()));
                 let Some(m) = m else {
                     continue;
                 };
@@ -559,7 +560,7 @@ impl Dropper {
             .lock()
             .unwrap()
             .entry(tid)
-            .or_insert_with(|| sys::tgid_of(tid))
+            .or_insert_with(|| crate::procfs::tgid_of(tid))
     }
 
     /// After the final drop: what of the command's pages in `ranges` (those that stayed) is

@@ -1,23 +1,22 @@
 //! The command's footprint: the pages its events say it brought into the cache (and, with
 //! `--assist`, the windows prefetched for it), pending until they are dropped.
 
-use crate::assist::live::{AssistOptions, Assistant};
+use crate::assist::{Assistant, Prefetch};
+use crate::sys::FileId;
 use crate::trace::tracefs::RawEvent;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// `(device major, device minor, inode)`.
-pub(super) type FileKey = (u32, u32, u64);
 /// Page ranges `(first page, pages)` per file.
-pub(super) type PageMap = HashMap<FileKey, Vec<(u64, u64)>>;
+pub(super) type PageMap = HashMap<FileId, Vec<(u64, u64)>>;
 /// The command's threads seen adding or faulting on each file's pages: the processes that
 /// may map it.
-pub(super) type Mappers = HashMap<FileKey, Vec<u32>>;
+pub(super) type Mappers = HashMap<FileId, Vec<u32>>;
 
 /// A prefetched window `(file, (first page, pages))` and when it was issued.
-type Prefetched = (Instant, FileKey, (u64, u64));
+type Prefetched = (Instant, FileId, (u64, u64));
 
 /// Prefetched windows join the drop-behind once the command has used every page of them, or
 /// after this long, so they are not dropped before the command reads them.
@@ -47,7 +46,7 @@ pub(super) struct Pending {
 
 impl Pending {
     /// Adds the range `(first page, pages)` of a file.
-    pub fn add(&mut self, key: FileKey, r: (u64, u64)) {
+    pub fn add(&mut self, key: FileId, r: (u64, u64)) {
         self.files.entry(key).or_default().push(r);
         self.pages += r.1;
     }
@@ -62,7 +61,7 @@ impl Pending {
         if front == 0 || files == 0 {
             return held;
         }
-        let mut by_size: Vec<(u64, FileKey)> = self
+        let mut by_size: Vec<(u64, FileId)> = self
             .files
             .iter()
             .map(|(k, v)| (v.iter().map(|r| r.1).sum(), *k))
@@ -135,7 +134,7 @@ pub(super) struct Footprint {
     /// Files the command (or `--assist`) added pages to, and the command's threads seen
     /// adding or faulting on their pages (at most [`USERS_PER_FILE`]): the processes that
     /// may map them (see `Dropper::page_out`).
-    pub files: Mutex<HashMap<FileKey, Vec<u32>>>,
+    pub files: Mutex<HashMap<FileId, Vec<u32>>>,
     /// Pages the command added.
     pub added: AtomicU64,
     /// The assistant, with `--assist`.
@@ -145,7 +144,7 @@ pub(super) struct Footprint {
 impl Footprint {
     /// An empty footprint, with an assistant when `assist` is given; events of `skip_pid`
     /// are not counted.
-    pub fn new(assist: Option<&AssistOptions>, page: u64, skip_pid: Option<u32>) -> Footprint {
+    pub fn new(assist: Option<&Prefetch>, page: u64, skip_pid: Option<u32>) -> Footprint {
         Footprint {
             skip_pid,
             page,
@@ -183,7 +182,7 @@ impl Footprint {
                 }
             }
         }
-        let key = (e.dev_major, e.dev_minor, e.ino);
+        let key = FileId(e.dev_major, e.dev_minor, e.ino);
         if e.mapped > 0 {
             return None;
         }
@@ -213,7 +212,7 @@ impl Footprint {
     }
 
     /// The threads seen using each of these files.
-    pub fn users(&self, keys: impl Iterator<Item = FileKey>) -> Mappers {
+    pub fn users(&self, keys: impl Iterator<Item = FileId>) -> Mappers {
         let files = self.files.lock().unwrap();
         keys.filter_map(|k| files.get(&k).map(|u| (k, u.clone())))
             .collect()
@@ -222,7 +221,7 @@ impl Footprint {
     /// Prefetched windows the command has used every page of join its footprint before
     /// their grace time is over (found among the most recent windows; one not found there
     /// waits for its time).
-    fn promote_consumed(&self, consumed: Vec<(FileKey, u64, u64)>) {
+    fn promote_consumed(&self, consumed: Vec<(FileId, u64, u64)>) {
         let mut d = self.delayed.lock().unwrap();
         let mut p = self.pending.lock().unwrap();
         for (key, start, n) in consumed {
@@ -301,7 +300,7 @@ mod tests {
 
     #[test]
     fn split_front_holds_the_last_pages_of_the_largest_files() {
-        let (a, b, c) = ((1, 0, 1), (1, 0, 2), (1, 0, 3));
+        let (a, b, c) = (FileId(1, 0, 1), FileId(1, 0, 2), FileId(1, 0, 3));
         let mut p = Pending::default();
         p.add(a, (0, 100));
         p.add(a, (100, 28)); // a: pages 0..128

@@ -22,7 +22,7 @@ mod priority;
 
 pub use dropping::{Dropping, DroppingOptions, DroppingReport};
 
-use crate::assist::live::{AssistOptions, AssistReport};
+use crate::assist::{AssistReport, Prefetch};
 use crate::residency::{MeasuredBy, Method};
 use crate::sys;
 use crate::trace::{self, command, Backend, Follower};
@@ -53,7 +53,7 @@ pub struct RunOptions {
     pub backend: Backend,
     /// Also prefetch for the command (`run --assist`); its prefetches are dropped like its own
     /// pages. Default: None.
-    pub assist: Option<AssistOptions>,
+    pub assist: Option<Prefetch>,
     /// How the command's pages are measured before and after each drop:
     /// [`Method::Auto`] uses cachestat(2) where the kernel has it (probed at run time) and
     /// mmap+mincore(2) where it does not (Linux < 6.5); [`Method::Mincore`] forces the
@@ -270,7 +270,7 @@ impl Session {
     /// `assist`), and the drop-behind thread.
     fn start(
         settings: &Settings,
-        assist: Option<&AssistOptions>,
+        assist: Option<&Prefetch>,
         whom: Whom,
     ) -> Result<Session, crate::Error> {
         sys::raise_nofile_limit();
@@ -336,7 +336,7 @@ fn follow(
     on_event: footprint::Sink,
 ) -> Result<Follower, crate::Error> {
     let events: &[&str] = if assist {
-        &crate::assist::live::EVENTS
+        &crate::assist::EVENTS
     } else {
         &[trace::ADD_EVENT]
     };

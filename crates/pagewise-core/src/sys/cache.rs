@@ -3,6 +3,7 @@
 //!
 //! rustix has fadvise, mmap/munmap, madvise and faccessat; cachestat, mincore and
 //! sync_file_range are own wrappers over libc.
+#![allow(unsafe_code)]
 
 use std::ffi::CStr;
 use std::io;

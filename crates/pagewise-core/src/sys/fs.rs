@@ -7,6 +7,7 @@
 //! without following symlinks (utimensat) in `fs/node.rs`.
 //!
 //! rustix has all of these but open_by_handle_at (own wrapper) and the two ioctls.
+#![allow(unsafe_code)]
 
 use std::ffi::{CStr, OsStr};
 use std::io;

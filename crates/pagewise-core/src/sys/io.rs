@@ -3,6 +3,7 @@
 //!
 //! rustix has pread, preadv2 and pwritev2; its `ReadWriteFlags` has no name for
 //! `RWF_DONTCACHE`, which [`RwFlags`] adds and passes through as a bit.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::io::{IoSlice, IoSliceMut};

@@ -12,6 +12,7 @@
 //! `madvise(MADV_POPULATE_READ)` maps just those runs into the mapping's page tables (minor
 //! faults, no I/O). A page evicted between the two would be read in again by the populate and
 //! charged to the caller's cgroup; the window is microseconds and the figure says so.
+#![allow(unsafe_code)]
 
 use super::cache::Mapping;
 use super::cvt;

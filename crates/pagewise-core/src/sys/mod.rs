@@ -1,4 +1,5 @@
-//! The only module with `unsafe`: one thin, documented wrapper per system call, plus run-time
+//! The only module with `unsafe` (the crate denies `unsafe_code`; the family files that make
+//! system calls allow it at their top): one thin, documented wrapper per system call, plus run-time
 //! probes for what the kernel supports.
 //!
 //! Every wrapper returns `std::io::Result` with the raw OS error, so callers can name the path
@@ -15,7 +16,8 @@
 //! - `io`: positioned reads and writes with typed `RWF_*` flags, aligned buffers;
 //! - `uring`: batched reads through io_uring (the `io-uring` crate);
 //! - `perf`: tracepoints through perf_event_open, with a `#[repr(C)]` attribute struct;
-//! - `process`: signals, limits, child processes, clocks;
+//! - `process`: limits, memory locks, polling, clocks, scheduling, pidfds;
+//! - `signal`: signal handlers, forwarding to a child, waiting for an interrupt;
 //! - `probe`: what the running kernel supports, and since which version;
 //! - `kpage`: which memory cgroup cached pages are charged to (pagemap + kpagecgroup).
 //!
@@ -60,6 +62,7 @@ mod kpage;
 mod perf;
 mod probe;
 mod process;
+mod signal;
 mod uring;
 
 pub use cache::*;
@@ -69,7 +72,38 @@ pub use kpage::*;
 pub use perf::*;
 pub use probe::*;
 pub use process::*;
+pub use signal::*;
 pub use uring::*;
+
+/// A file's identity: its device `(major, minor)` and inode, as the tracepoints, /proc/PID/maps
+/// and stat(2) (through [`FileId::from_dev`]) all give it. The one key pagewise files are
+/// matched by across those sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct FileId(
+    /// Device major.
+    pub u32,
+    /// Device minor.
+    pub u32,
+    /// Inode.
+    pub u64,
+);
+
+impl FileId {
+    /// From a `dev_t` (stat(2)'s `st_dev`) and an inode.
+    pub fn from_dev(dev: u64, ino: u64) -> FileId {
+        FileId(libc::major(dev), libc::minor(dev), ino)
+    }
+
+    /// The device as a `dev_t`.
+    pub fn dev(self) -> u64 {
+        libc::makedev(self.0, self.1)
+    }
+
+    /// The inode.
+    pub fn ino(self) -> u64 {
+        self.2
+    }
+}
 
 // Helpers shared by the family files (private to `sys`; child modules see them).
 

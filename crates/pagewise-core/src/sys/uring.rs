@@ -1,6 +1,7 @@
 //! io_uring (<https://man7.org/linux/man-pages/man7/io_uring.7.html>, Linux 5.1;
 //! `IORING_OP_READ` 5.6), through the `io-uring` crate (rustix's io_uring module has only the
 //! raw system calls): many reads in flight from one thread, submitted in batches.
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};

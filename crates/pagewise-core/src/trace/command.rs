@@ -128,7 +128,7 @@ pub(crate) fn orphans_left() -> usize {
     // pagewise's own detached helpers (forks that never exec) run our executable.
     let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
     let mine = exe("self");
-    sys::children_of(std::process::id())
+    crate::procfs::children_of(std::process::id())
         .into_iter()
         .filter(|pid| mine.is_none() || exe(&pid.to_string()) != mine)
         .count()

@@ -14,7 +14,8 @@
 //! tests' way to follow this route on a new kernel), `=tracepoint` forbids them.
 
 use super::tracefs::RawEvent;
-use crate::sys::{self, FileMapping};
+use crate::procfs::{self, FileMapping};
+use crate::sys;
 use std::collections::HashMap;
 
 /// The environment variable choosing how faults are followed: `samples` (perf software
@@ -104,7 +105,9 @@ pub struct Resolver {
 
 impl Default for Resolver {
     fn default() -> Self {
-        Resolver::with_reader(Box::new(|pid| sys::file_mappings(pid).unwrap_or_default()))
+        Resolver::with_reader(Box::new(|pid| {
+            procfs::file_mappings(pid).unwrap_or_default()
+        }))
     }
 }
 

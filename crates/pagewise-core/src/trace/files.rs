@@ -25,30 +25,20 @@ impl Mounts {
     }
 }
 
-/// Mount points by device, from /proc/self/mountinfo (the mount of the filesystem's root first).
+/// Mount points by device, from /proc/self/mountinfo through [`crate::procfs::mounts`] (the
+/// mount of the filesystem's root first).
 fn read_mounts() -> HashMap<(u32, u32), PathBuf> {
     let mut m: HashMap<(u32, u32), (bool, PathBuf)> = HashMap::new();
-    let Ok(s) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return HashMap::new();
-    };
-    for l in s.lines() {
-        let f: Vec<&str> = l.split(' ').collect();
-        if f.len() < 5 {
-            continue;
-        }
-        let Some((a, b)) = f[2].split_once(':') else {
+    for mount in crate::procfs::mounts() {
+        let Some(dev) = mount.dev else {
             continue;
         };
-        let (Ok(a), Ok(b)) = (a.parse(), b.parse()) else {
-            continue;
-        };
-        let is_root = f[3] == "/";
-        let mp = PathBuf::from(f[4].replace("\\040", " "));
-        match m.get(&(a, b)) {
+        let is_root = mount.root.as_os_str() == "/";
+        match m.get(&dev) {
             Some((true, _)) => {}
             Some((false, _)) if !is_root => {}
             _ => {
-                m.insert((a, b), (is_root, mp));
+                m.insert(dev, (is_root, mount.mount_point));
             }
         }
     }
@@ -119,8 +109,8 @@ fn regular(fd: OwnedFd, st: sys::Stat) -> std::io::Result<OwnedFd> {
     ))
 }
 
-/// Opens a file known only by `(device major, device minor, inode)`, by handle.
-pub fn open_inode(key: (u32, u32, u64), mounts: &Mounts) -> std::io::Result<OwnedFd> {
+/// Opens a file known only by its device and inode, by handle.
+pub fn open_inode(key: sys::FileId, mounts: &Mounts) -> std::io::Result<OwnedFd> {
     let f = TraceFile {
         dev_major: key.0,
         dev_minor: key.1,

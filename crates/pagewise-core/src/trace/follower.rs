@@ -1,5 +1,6 @@
-//! [`Follower`]: this process and what it starts, followed through the filemap tracepoints,
-//! by perf events or a tracefs instance.
+//! [`Follower`]: threads and what they start, followed through the filemap tracepoints, by
+//! perf events or a tracefs instance — the one place that chooses between them (`record`,
+//! `run` and `assist` all follow through it).
 
 use super::{perf, tracefs, Backend, TraceUnavailable};
 use serde::Serialize;
@@ -39,14 +40,52 @@ impl fmt::Display for Source {
     }
 }
 
-/// Follows this process and everything it starts after [`Follower::arm`] through the filemap
-/// tracepoints, handing each event to a callback on a reader thread: perf events where the
-/// kernel allows them (see [`perf`]), else a tracefs instance (see [`tracefs`]) — used by
-/// `record` and `run`.
+/// What a [`Follower`] follows, and how.
+#[derive(Debug, Clone, Copy)]
+pub struct Follow<'a> {
+    /// The tracepoints (`filemap/mm_filemap_add_to_page_cache`, ...).
+    pub events: &'a [&'a str],
+    /// Ring buffer per CPU, KiB.
+    pub buffer_kb: u64,
+    /// Perf events, tracefs, or perf events else tracefs: the one place that choice is made.
+    pub backend: Backend,
+    /// The reader is woken at least this often (None: at once for every event).
+    pub every: Option<std::time::Duration>,
+    /// The threads followed, with what they start later (0: the calling thread).
+    pub tids: &'a [i32],
+    /// Events of this process itself are dropped (it follows others); without, they are kept
+    /// (a process following itself, `run::Dropping`).
+    pub skip_own: bool,
+    /// What the notice of a fallback to tracefs says is done through it (`recording`,
+    /// `following`).
+    pub doing: &'static str,
+}
+
+/// Why a [`Follower`] did not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// Neither way of following is available (both reasons when both were tried).
+    Unavailable(TraceUnavailable),
+    /// The reader thread could not be started.
+    Reader(std::io::Error),
+}
+
+impl From<StartError> for TraceUnavailable {
+    fn from(e: StartError) -> TraceUnavailable {
+        match e {
+            StartError::Unavailable(u) => u,
+            StartError::Reader(e) => TraceUnavailable(format!("trace reader: {e}")),
+        }
+    }
+}
+
+/// Follows threads and everything they start through the filemap tracepoints, handing each
+/// event to a callback on a reader thread: perf events where the kernel allows them (see
+/// [`perf`]), else a tracefs instance (see [`tracefs`]) — used by `record`, `run` and `assist`.
 pub struct Follower {
     tracer: Tracer,
-    /// The thread followed (0: the calling thread).
-    tid: i32,
+    /// The threads followed (0: the calling thread).
+    tids: Vec<i32>,
     /// How events are collected.
     pub source: Source,
     /// A notice to pass on: why perf events were not used (`auto` fell back to tracefs), or
@@ -80,7 +119,16 @@ impl Follower {
     where
         F: super::EventSink,
     {
-        Self::start_with(events, buffer_kb, backend, every, tid, true, sink)
+        let spec = Follow {
+            events,
+            buffer_kb,
+            backend,
+            every,
+            tids: &[tid],
+            skip_own: true,
+            doing: "recording",
+        };
+        Ok(Self::follow(&spec, sink)?)
     }
 
     /// [`Follower::start`] for a process that follows itself: the events of this thread and
@@ -96,84 +144,128 @@ impl Follower {
     where
         F: super::EventSink,
     {
-        Self::start_with(events, buffer_kb, backend, every, 0, false, sink)
+        let spec = Follow {
+            events,
+            buffer_kb,
+            backend,
+            every,
+            tids: &[0],
+            skip_own: false,
+            doing: "recording",
+        };
+        Ok(Self::follow(&spec, sink)?)
     }
 
-    fn start_with<F>(
-        events: &[&str],
-        buffer_kb: u64,
-        backend: Backend,
-        every: Option<std::time::Duration>,
-        tid: i32,
-        skip_own: bool,
-        mut sink: F,
-    ) -> Result<Follower, TraceUnavailable>
+    /// Opens the events `spec` names and starts the reader, which hands every event to
+    /// `sink` (and does the sink's deferred work between them). Perf events count from here;
+    /// a tracefs instance from [`Follower::arm`].
+    pub fn follow<F>(spec: &Follow<'_>, sink: F) -> Result<Follower, StartError>
     where
         F: super::EventSink,
     {
+        let backend = spec.backend;
         let session = match backend {
             Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
-            _ => perf::Session::start_on(events, buffer_kb, every.is_none(), &[tid]),
+            _ => perf::Session::start_on(
+                spec.events,
+                spec.buffer_kb,
+                spec.every.is_none(),
+                spec.tids,
+            ),
         };
-        let reader_err = |e: std::io::Error| TraceUnavailable(format!("trace reader: {e}"));
         match session {
-            Err(why) if backend == Backend::Perf => Err(why),
-            Ok(mut session) => {
-                let poll = every.unwrap_or(std::time::Duration::from_millis(50));
-                let reader = session.stream(poll, skip_own, sink).map_err(reader_err)?;
-                let notice = session.notice.take();
-                let source = if session.sampled_faults {
-                    Source::PerfFaults
-                } else {
-                    Source::Perf
-                };
-                Ok(Follower {
-                    tracer: Tracer::Perf(session, reader),
-                    tid,
-                    source,
-                    notice,
-                })
-            }
+            Err(why) if backend == Backend::Perf => Err(StartError::Unavailable(why)),
+            Ok(session) => Self::over_perf(spec, session, sink),
             Err(why) => {
-                let notice = (backend == Backend::Auto)
-                    .then(|| format!("perf events unavailable ({why}): recording through tracefs"));
-                let inst = tracefs::Instance::new(events, buffer_kb).map_err(|e| {
-                    if backend == Backend::Auto && why.0 != e.0 {
+                let notice = (backend == Backend::Auto).then(|| {
+                    format!(
+                        "perf events unavailable ({why}): {} through tracefs",
+                        spec.doing
+                    )
+                });
+                let inst = tracefs::Instance::new(spec.events, spec.buffer_kb).map_err(|e| {
+                    StartError::Unavailable(if backend == Backend::Auto && why.0 != e.0 {
                         TraceUnavailable(format!("perf events unavailable ({why}); {e}"))
                     } else {
                         e
-                    }
-                })?;
-                let wake = every.map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
-                let stop = Arc::new(AtomicBool::new(false));
-                let reader = inst
-                    .reader(stop.clone(), wake, move |line| {
-                        if let Some(e) = tracefs::parse_line(line) {
-                            sink.event_and_deferred(e);
-                        }
                     })
-                    .map_err(reader_err)?;
-                Ok(Follower {
-                    tracer: Tracer::Tracefs(inst, stop, reader),
-                    tid,
-                    source: Source::Tracefs,
-                    notice,
-                })
+                })?;
+                Self::over_tracefs(spec, inst, notice, sink)
             }
         }
     }
 
-    /// Starts following the thread given to [`Follower::start`] (or the calling thread): the
-    /// tracefs instance follows its thread id (and, through event-fork, what it starts from
-    /// now on — threads started before are not followed) with its events on; perf events
-    /// count already. Call it right before starting the command.
+    fn over_perf<F>(
+        spec: &Follow<'_>,
+        mut session: perf::Session,
+        sink: F,
+    ) -> Result<Follower, StartError>
+    where
+        F: super::EventSink,
+    {
+        let poll = spec.every.unwrap_or(std::time::Duration::from_millis(50));
+        let reader = session
+            .stream(poll, spec.skip_own, sink)
+            .map_err(StartError::Reader)?;
+        let notice = session.notice.take();
+        let source = if session.sampled_faults {
+            Source::PerfFaults
+        } else {
+            Source::Perf
+        };
+        Ok(Follower {
+            tracer: Tracer::Perf(session, reader),
+            tids: spec.tids.to_vec(),
+            source,
+            notice,
+        })
+    }
+
+    fn over_tracefs<F>(
+        spec: &Follow<'_>,
+        inst: tracefs::Instance,
+        notice: Option<String>,
+        mut sink: F,
+    ) -> Result<Follower, StartError>
+    where
+        F: super::EventSink,
+    {
+        let wake = spec
+            .every
+            .map_or(tracefs::Wake::OnEvent, tracefs::Wake::Every);
+        let stop = Arc::new(AtomicBool::new(false));
+        // Process ids are never 0: skipping pid 0 skips nothing.
+        let me = if spec.skip_own { std::process::id() } else { 0 };
+        let reader = inst
+            .reader(stop.clone(), wake, move |line| {
+                if let Some(e) = tracefs::parse_line(line).filter(|e| e.pid != me) {
+                    sink.event_and_deferred(e);
+                }
+            })
+            .map_err(StartError::Reader)?;
+        Ok(Follower {
+            tracer: Tracer::Tracefs(inst, stop, reader),
+            tids: spec.tids.to_vec(),
+            source: Source::Tracefs,
+            notice,
+        })
+    }
+
+    /// Starts following the threads given to [`Follower::follow`] (0: the calling thread):
+    /// the tracefs instance follows their thread ids (and, through event-fork, what they
+    /// start from now on — threads started before are not followed) with its events on; perf
+    /// events count already. Call it right before starting the command.
     pub fn arm(&self) -> std::io::Result<()> {
         if let Tracer::Tracefs(inst, _, _) = &self.tracer {
-            let tid = match self.tid {
-                0 => crate::sys::gettid(),
-                t => t as u32,
-            };
-            inst.follow(&[tid])?;
+            let tids: Vec<u32> = self
+                .tids
+                .iter()
+                .map(|&t| match t {
+                    0 => crate::sys::gettid(),
+                    t => t as u32,
+                })
+                .collect();
+            inst.follow(&tids)?;
             inst.enable()?;
         }
         Ok(())
@@ -183,15 +275,22 @@ impl Follower {
     /// the number of events the kernel lost (an error only when tracefs refused to turn its
     /// events off; the reader is stopped either way).
     pub fn stop(self) -> std::io::Result<u64> {
+        let (lost, off) = self.stop_counting();
+        off.map(|()| lost)
+    }
+
+    /// [`Follower::stop`] that counts the lost events even when tracefs refused to turn its
+    /// events off (that refusal comes second).
+    pub fn stop_counting(self) -> (u64, std::io::Result<()>) {
         match self.tracer {
             Tracer::Perf(session, reader) => {
                 session.stop();
-                Ok(reader.join().unwrap_or(0))
+                (reader.join().unwrap_or(0), Ok(()))
             }
             Tracer::Tracefs(inst, stop, reader) => {
                 let off = inst.disable();
                 tracefs::Instance::stop_reader(&stop, reader);
-                off.map(|()| inst.lost())
+                (inst.lost(), off)
             }
         }
     }

@@ -26,7 +26,7 @@ pub mod tracefs;
 pub use command::exit_code;
 pub(crate) use command::{orphans_left, orphans_notice};
 pub use files::{open_file, open_inode, resolve, Mounts, OpenFiles, SkipReason, SkippedFile};
-pub use follower::{Follower, Source};
+pub use follower::{Follow, Follower, Source, StartError};
 pub use format::{Event, Fault, Trace, TraceError, TraceFile, UNNAMED_LEGEND};
 pub use pages::{file_ranges, TraceCacheReport};
 pub use record::{record, RecordOptions, RecordReport};

@@ -384,14 +384,15 @@ impl Session {
                     Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != 0 => continue,
                     Err(e) => {
-                        let paranoid = match (e.raw_os_error(), sys::perf_event_paranoid()) {
-                            (Some(libc::EACCES | libc::EPERM), Some(p)) => format!(
-                                " (kernel.perf_event_paranoid is {p}: perf events of \
+                        let paranoid =
+                            match (e.raw_os_error(), crate::procfs::perf_event_paranoid()) {
+                                (Some(libc::EACCES | libc::EPERM), Some(p)) => format!(
+                                    " (kernel.perf_event_paranoid is {p}: perf events of \
                                  another user's process need root or CAP_PERFMON, and \
                                  above 2 any at all)"
-                            ),
-                            _ => String::new(),
-                        };
+                                ),
+                                _ => String::new(),
+                            };
                         return Err(TraceUnavailable(format!(
                             "perf_event_open(software event: {name} page faults, thread {tid}, \
                              cpu {cpu}) failed: {e}{paranoid}"

@@ -161,7 +161,7 @@ impl Instance {
                 for e in rd.flatten() {
                     let n = e.file_name();
                     let pid = n.to_str().and_then(|s| s.strip_prefix("pagewise-"));
-                    if pid.is_some_and(|p| !Path::new("/proc").join(p).exists()) {
+                    if pid.is_some_and(|p| !p.parse().is_ok_and(crate::procfs::exists)) {
                         let _ = fs::remove_dir(e.path());
                     }
                 }

@@ -1,5 +1,6 @@
 //! Where a file's data lives: lseek(2) SEEK_DATA/SEEK_HOLE through rustix, and the ioctls
 //! rustix has no API for (`FS_IOC_FIEMAP`, `BLKGETSIZE64`).
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};

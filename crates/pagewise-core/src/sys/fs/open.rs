@@ -1,5 +1,6 @@
 //! Opening files: openat(2), open(2) with O_TMPFILE or O_DIRECT, linkat(2) to name an
 //! unnamed file, open_by_handle_at(2). rustix has all but open_by_handle_at (own wrapper).
+#![allow(unsafe_code)]
 
 use std::ffi::CStr;
 use std::io;
