@@ -127,6 +127,41 @@ fn head_end(buf: &[u8]) -> Option<usize> {
 /// Parses the request head at the start of `buf`: the request and the bytes it took, or why
 /// not. Leading blank lines are skipped (RFC 9112 2.2). Never reads past [`MAX_HEAD`] bytes.
 pub fn parse_head(buf: &[u8]) -> Result<(Request<'_>, usize), HeadError> {
+    let (start, end) = head_span(buf)?;
+    let mut lines = buf[start..end].split(|&b| b == b'\n').map(|l| match l {
+        [rest @ .., b'\r'] => rest,
+        l => l,
+    });
+    let (method, target, version) = request_line(lines.next().unwrap_or_default())?;
+    let path = target_path(target)?;
+    let h = header_lines(lines)?;
+    if h.chunked && h.length.is_some() {
+        return Err(HeadError::Bad("both Transfer-Encoding and Content-Length"));
+    }
+    let has_body = h.chunked || h.length.unwrap_or(0) > 0;
+    let keep_alive = !has_body
+        && !h.close
+        && match version {
+            Version::Http11 => true,
+            Version::Http10 => h.keep,
+        };
+    Ok((
+        Request {
+            method,
+            target,
+            path,
+            version,
+            headers: h.headers,
+            keep_alive,
+            has_body,
+        },
+        end,
+    ))
+}
+
+/// Where the head in `buf` starts (after leading blank lines) and ends (after its blank
+/// line), within [`MAX_HEAD`] bytes.
+fn head_span(buf: &[u8]) -> Result<(usize, usize), HeadError> {
     let mut start = 0;
     loop {
         match &buf[start.min(buf.len())..] {
@@ -139,18 +174,17 @@ pub fn parse_head(buf: &[u8]) -> Result<(Request<'_>, usize), HeadError> {
         }
     }
     let window = &buf[..buf.len().min(MAX_HEAD + 1)];
-    let end = match head_end(&window[start..]) {
-        Some(e) if start + e <= MAX_HEAD => start + e,
-        Some(_) => return Err(HeadError::TooLarge),
-        None if window.len() > MAX_HEAD => return Err(HeadError::TooLarge),
-        None => return Err(HeadError::Incomplete),
-    };
-    let mut lines = buf[start..end].split(|&b| b == b'\n').map(|l| match l {
-        [rest @ .., b'\r'] => rest,
-        l => l,
-    });
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(|&b| b == b' ');
+    match head_end(&window[start..]) {
+        Some(e) if start + e <= MAX_HEAD => Ok((start, start + e)),
+        Some(_) => Err(HeadError::TooLarge),
+        None if window.len() > MAX_HEAD => Err(HeadError::TooLarge),
+        None => Err(HeadError::Incomplete),
+    }
+}
+
+/// The request line `METHOD TARGET VERSION`: method, target and version.
+fn request_line(line: &[u8]) -> Result<(&str, &str, Version), HeadError> {
+    let mut parts = line.split(|&b| b == b' ');
     let (Some(m), Some(t), Some(v), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
@@ -169,31 +203,47 @@ pub fn parse_head(buf: &[u8]) -> Result<(Request<'_>, usize), HeadError> {
         }
         _ => return Err(HeadError::Bad("bad HTTP version")),
     };
-    let path = {
-        let no_query = target.split(['?', '#']).next().unwrap_or_default();
-        if no_query.starts_with('/') {
-            no_query
-        } else if let Some((scheme, rest)) = no_query.split_once("://") {
-            if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
-                return Err(HeadError::Bad("bad request target"));
-            }
-            rest.find('/').map_or("/", |i| &rest[i..])
-        } else if target == "*" {
-            "*"
-        } else {
+    Ok((method, target, version))
+}
+
+/// The target's path: without query or fragment; for an absolute URI (http or https) without
+/// scheme and host; `*` as it is.
+fn target_path(target: &str) -> Result<&str, HeadError> {
+    let no_query = target.split(['?', '#']).next().unwrap_or_default();
+    if no_query.starts_with('/') {
+        Ok(no_query)
+    } else if let Some((scheme, rest)) = no_query.split_once("://") {
+        if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
             return Err(HeadError::Bad("bad request target"));
         }
-    };
-    let mut headers = Vec::new();
-    let mut close = false;
-    let mut keep = false;
-    let mut length: Option<u64> = None;
-    let mut chunked = false;
+        Ok(rest.find('/').map_or("/", |i| &rest[i..]))
+    } else if target == "*" {
+        Ok("*")
+    } else {
+        Err(HeadError::Bad("bad request target"))
+    }
+}
+
+/// The header lines of a head, and what the connection and the body depend on.
+#[derive(Default)]
+struct Headers<'a> {
+    headers: Vec<(&'a str, &'a [u8])>,
+    /// `Connection: close`, `Connection: keep-alive`.
+    close: bool,
+    keep: bool,
+    /// `Content-Length` (all of its values equal), `Transfer-Encoding` present.
+    length: Option<u64>,
+    chunked: bool,
+}
+
+/// Reads the header lines up to the blank line (at most [`MAX_HEADERS`]).
+fn header_lines<'a>(lines: impl Iterator<Item = &'a [u8]>) -> Result<Headers<'a>, HeadError> {
+    let mut h = Headers::default();
     for line in lines {
         if line.is_empty() {
             break;
         }
-        if headers.len() >= MAX_HEADERS {
+        if h.headers.len() >= MAX_HEADERS {
             return Err(HeadError::TooLarge);
         }
         if matches!(line[0], b' ' | b'\t') {
@@ -211,49 +261,34 @@ pub fn parse_head(buf: &[u8]) -> Result<(Request<'_>, usize), HeadError> {
         if name.eq_ignore_ascii_case("connection") {
             for opt in value.split(|&b| b == b',') {
                 let opt = opt.trim_ascii();
-                close |= opt.eq_ignore_ascii_case(b"close");
-                keep |= opt.eq_ignore_ascii_case(b"keep-alive");
+                h.close |= opt.eq_ignore_ascii_case(b"close");
+                h.keep |= opt.eq_ignore_ascii_case(b"keep-alive");
             }
         } else if name.eq_ignore_ascii_case("content-length") {
-            for n in value.split(|&b| b == b',') {
-                let n = n.trim_ascii();
-                let n: u64 = std::str::from_utf8(n)
-                    .ok()
-                    .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                    .and_then(|s| s.parse().ok())
-                    .ok_or(HeadError::Bad("bad Content-Length"))?;
-                if length.is_some_and(|l| l != n) {
-                    return Err(HeadError::Bad("conflicting Content-Length"));
-                }
-                length = Some(n);
-            }
+            h.length = content_length(value, h.length)?;
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            chunked = true;
+            h.chunked = true;
         }
-        headers.push((name, value));
+        h.headers.push((name, value));
     }
-    if chunked && length.is_some() {
-        return Err(HeadError::Bad("both Transfer-Encoding and Content-Length"));
+    Ok(h)
+}
+
+/// A `Content-Length` value (a list of equal numbers) over the one seen before, if any.
+fn content_length(value: &[u8], mut length: Option<u64>) -> Result<Option<u64>, HeadError> {
+    for n in value.split(|&b| b == b',') {
+        let n = n.trim_ascii();
+        let n: u64 = std::str::from_utf8(n)
+            .ok()
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse().ok())
+            .ok_or(HeadError::Bad("bad Content-Length"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(HeadError::Bad("conflicting Content-Length"));
+        }
+        length = Some(n);
     }
-    let has_body = chunked || length.unwrap_or(0) > 0;
-    let keep_alive = !has_body
-        && !close
-        && match version {
-            Version::Http11 => true,
-            Version::Http10 => keep,
-        };
-    Ok((
-        Request {
-            method,
-            target,
-            path,
-            version,
-            headers,
-            keep_alive,
-            has_body,
-        },
-        end,
-    ))
+    Ok(length)
 }
 
 /// A response of the handler.

@@ -237,11 +237,14 @@ impl Footprint {
         }
     }
 
-    /// Prefetched windows old enough join the command's footprint.
-    pub fn promote_prefetches(&self) {
+    /// Prefetched windows old enough at `now` join the command's footprint.
+    pub fn promote_prefetches(&self, now: Instant) {
         let mut d = self.delayed.lock().unwrap();
         let mut p = self.pending.lock().unwrap();
-        while d.front().is_some_and(|x| x.0.elapsed() >= PREFETCH_GRACE) {
+        while d
+            .front()
+            .is_some_and(|x| now.saturating_duration_since(x.0) >= PREFETCH_GRACE)
+        {
             let (_, key, r) = d.pop_front().unwrap();
             self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
             p.add(key, r);
@@ -321,5 +324,87 @@ mod tests {
         let h = q.split_front(32, 1);
         assert_eq!((h.pages, q.pages), (4, 0));
         assert!(q.files.is_empty());
+    }
+
+    /// A footprint holding prefetched windows `(issued, file, (first page, pages))`, oldest
+    /// first, as the assistant's events would leave them.
+    fn with_prefetches(windows: &[Prefetched]) -> Footprint {
+        let f = Footprint::new(None, 4096, None);
+        for &w in windows {
+            f.delayed.lock().unwrap().push_back(w);
+            f.delayed_pages.fetch_add(w.2 .1, Ordering::Relaxed);
+        }
+        f
+    }
+
+    #[test]
+    fn prefetches_join_the_footprint_once_their_grace_time_is_over() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (a, b) = (FileId(8, 1, 1), FileId(8, 1, 2));
+        let f = with_prefetches(&[(t0, a, (0, 32)), (t0 + ms(100), b, (64, 16))]);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (48, 0));
+        f.promote_prefetches(t0 + PREFETCH_GRACE - ms(1));
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (48, 0));
+        f.promote_prefetches(t0 + PREFETCH_GRACE);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (16, 32));
+        f.promote_prefetches(t0 + ms(100) + PREFETCH_GRACE);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (0, 48));
+        let p = f.take_pending();
+        assert_eq!(p.files[&a], vec![(0, 32)]);
+        assert_eq!(p.files[&b], vec![(64, 16)]);
+        // A clock behind the windows' (never earlier than issued) promotes nothing.
+        let g = with_prefetches(&[(t0 + ms(10), a, (0, 1))]);
+        g.promote_prefetches(t0);
+        assert_eq!((g.prefetch_pages(), g.pending_pages()), (1, 0));
+    }
+
+    #[test]
+    fn the_oldest_prefetches_join_early_until_at_most_keep_pages_are_left() {
+        let t0 = Instant::now();
+        let k = FileId(8, 1, 1);
+        let f = with_prefetches(&[(t0, k, (0, 10)), (t0, k, (10, 10)), (t0, k, (20, 10))]);
+        f.promote_oldest_prefetches(30);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (30, 0));
+        f.promote_oldest_prefetches(15);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (10, 20));
+        assert_eq!(f.take_pending().files[&k], vec![(0, 10), (10, 10)]);
+        f.promote_oldest_prefetches(0);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (0, 10));
+    }
+
+    #[test]
+    fn used_up_prefetches_join_before_their_time_and_others_wait() {
+        let t0 = Instant::now();
+        let (a, b) = (FileId(8, 1, 1), FileId(8, 1, 2));
+        let f = with_prefetches(&[(t0, a, (0, 8)), (t0, b, (0, 8)), (t0, a, (8, 8))]);
+        // One used up; one the footprint never held (not found: nothing happens).
+        f.promote_consumed(vec![(a, 8, 8), (b, 100, 8)]);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (16, 8));
+        assert_eq!(f.take_pending().files[&a], vec![(8, 8)]);
+        let left: Vec<_> = f
+            .delayed
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|x| (x.1, x.2))
+            .collect();
+        assert_eq!(left, vec![(a, (0, 8)), (b, (0, 8))]);
+    }
+
+    #[test]
+    fn the_final_drop_takes_pending_pages_and_prefetches_alike() {
+        let t0 = Instant::now();
+        let k = FileId(8, 1, 1);
+        let f = with_prefetches(&[(t0, k, (100, 4))]);
+        f.requeue({
+            let mut p = Pending::default();
+            p.add(k, (0, 2));
+            p
+        });
+        let all = f.take_all();
+        assert_eq!(all.pages, 6);
+        assert_eq!(all.files[&k], vec![(0, 2), (100, 4)]);
+        assert_eq!((f.prefetch_pages(), f.pending_pages()), (0, 0));
     }
 }

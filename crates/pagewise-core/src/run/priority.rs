@@ -52,9 +52,15 @@ impl Priority {
     /// The follower's test after each page the command added: `pending` pages wait to be
     /// dropped. Past the limit, the drop-behind thread leaves background priority.
     pub fn behind(&self, pending: u64, tally: &Tally) {
-        if pending > self.limit && self.background.load(Ordering::Acquire) {
+        if self.falls_behind(pending, self.background.load(Ordering::Acquire)) {
             self.set(true, tally);
         }
+    }
+
+    /// Whether the follower raises the thread: `pending` pages past the limit while it runs
+    /// as background work.
+    fn falls_behind(&self, pending: u64, background: bool) -> bool {
+        pending > self.limit && background
     }
 
     /// The drop-behind thread's own test at each pass (`droppable` pages: prefetches in their
@@ -62,10 +68,21 @@ impl Priority {
     /// normal priority while more than the limit waits, background again once a quarter of
     /// it does.
     pub fn adjust(&self, droppable: u64, tally: &Tally) {
+        if let Some(urgent) = self.wanted(droppable) {
+            self.set(urgent, tally);
+        }
+    }
+
+    /// The class the thread asks for with `droppable` pages waiting: normal (`Some(true)`)
+    /// past the limit, background (`Some(false)`) at a quarter of it or less, no change
+    /// between (so it does not flip at every pass around one figure).
+    fn wanted(&self, droppable: u64) -> Option<bool> {
         if droppable > self.limit {
-            self.set(true, tally);
+            Some(true)
         } else if droppable <= self.limit / 4 {
-            self.set(false, tally);
+            Some(false)
+        } else {
+            None
         }
     }
 
@@ -77,8 +94,7 @@ impl Priority {
             return;
         }
         let mut stuck = self.stuck.lock().unwrap_or_else(|e| e.into_inner());
-        let background = self.background.load(Ordering::Acquire);
-        if *stuck || background != urgent {
+        if !needs_change(*stuck, self.background.load(Ordering::Acquire), urgent) {
             return;
         }
         let class = if urgent {
@@ -102,5 +118,62 @@ impl Priority {
                 });
             }
         }
+    }
+}
+
+/// Whether the class must change to become normal (`urgent`) or background: not when it is
+/// already so, nor once a change was refused (`stuck`).
+fn needs_change(stuck: bool, background: bool, urgent: bool) -> bool {
+    !stuck && background == urgent
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_thread_asks_for_normal_past_the_limit_and_background_at_a_quarter() {
+        let p = Priority::new(100);
+        assert_eq!(p.wanted(101), Some(true));
+        assert_eq!(p.wanted(u64::MAX), Some(true));
+        // Between a quarter and the limit: as it is.
+        assert_eq!(p.wanted(100), None);
+        assert_eq!(p.wanted(26), None);
+        assert_eq!(p.wanted(25), Some(false));
+        assert_eq!(p.wanted(0), Some(false));
+        // A limit of 0 pages: anything pending is past it, nothing is a quarter of it.
+        let z = Priority::new(0);
+        assert_eq!((z.wanted(1), z.wanted(0)), (Some(true), Some(false)));
+    }
+
+    #[test]
+    fn the_follower_raises_only_a_background_thread_past_the_limit() {
+        let p = Priority::new(64);
+        assert!(p.falls_behind(65, true));
+        assert!(!p.falls_behind(64, true));
+        assert!(!p.falls_behind(65, false), "already at normal priority");
+    }
+
+    #[test]
+    fn a_class_changes_only_when_it_differs_and_was_never_refused() {
+        // To normal (urgent) from background, and back.
+        assert!(needs_change(false, true, true));
+        assert!(needs_change(false, false, false));
+        // Already so.
+        assert!(!needs_change(false, false, true));
+        assert!(!needs_change(false, true, false));
+        // Refused once: never tried again.
+        assert!(!needs_change(true, true, true));
+        assert!(!needs_change(true, false, false));
+    }
+
+    #[test]
+    fn before_the_thread_starts_nothing_changes() {
+        let p = Priority::new(10);
+        let tally = Tally::new();
+        p.adjust(1_000, &tally);
+        p.behind(1_000, &tally);
+        assert!(!p.background.load(Ordering::Acquire));
+        assert!(!*p.stuck.lock().unwrap());
     }
 }

@@ -1,0 +1,246 @@
+//! What a copy is asked to do: [`CopyOptions`] with its defaults and its one check
+//! ([`CopyOptions::validate`]), and the flag-to-mode rules shared by the CLI and the bindings
+//! ([`Existing::from_flags`], [`Dereference::from_flags`]).
+
+use super::Strategy;
+use crate::error::Error;
+use std::path::PathBuf;
+
+/// What `copy` copies where, and how.
+#[derive(Debug, Clone)]
+pub struct CopyOptions {
+    /// Files, directories and symlinks to copy (at least one). Default: none.
+    pub sources: Vec<PathBuf>,
+    /// Where to: with cp's rules, into it when it is a directory, else as it (then there must
+    /// be one source). Default: empty (invalid).
+    pub dest: PathBuf,
+    /// How the data moves and what that does to the page cache. Default: [`Strategy::Auto`].
+    pub strategy: Strategy,
+    /// Keep mode, owner (when root), timestamps and xattrs. Default: false.
+    pub preserve: bool,
+    /// fallocate the destination before writing (not for sparse files). Default: true.
+    pub preallocate: bool,
+    /// fsync each file before it is linked (or renamed) into place, and each directory at the
+    /// end. Default: false.
+    pub fsync: bool,
+    /// Re-read every destination from disk and compare with the source's checksum.
+    /// Default: false.
+    pub verify: bool,
+    /// Files copied in parallel (at least 1). Default: 16.
+    pub threads: usize,
+    /// I/Os in flight within one large file (at least 1). Default: 8.
+    pub depth: usize,
+    /// Bytes per I/O: a positive multiple of 4 KiB (O_DIRECT needs aligned offsets).
+    /// Default: 4 MiB.
+    pub chunk: usize,
+    /// Under `auto`, files below this size never try O_DIRECT (it pays only for large I/O).
+    /// Default: 1 MiB.
+    pub direct_min: u64,
+    /// Write under hidden temporary names even where O_TMPFILE is available. Default: false.
+    pub named_temp: bool,
+    /// Which symlinks among the sources are followed (cp's -P, -H, -L). Default:
+    /// [`Dereference::Never`], as `cp -r` and `cp -a`.
+    pub dereference: Dereference,
+    /// `dest` is the copy itself, never a directory to copy into (cp's -T): a second run of
+    /// the same command lands in the same place. Needs one source. Default: false.
+    pub no_target_directory: bool,
+    /// What to do with a destination that exists already. Default: [`Existing::Replace`].
+    pub existing: Existing,
+    /// Remove what a destination directory holds that its source directory does not (rsync
+    /// --delete; only inside directories this copy enters). Default: false.
+    pub delete: bool,
+    /// Change nothing: plan the copy, decide per entry, and report what would be created,
+    /// updated, left or deleted (with [`CopyOptions::items`], per entry). Default: false.
+    pub dry_run: bool,
+    /// Report every entry's outcome to the observer as a [`CopyItem`]
+    /// ([`FileResult::Copy`](crate::verb::FileResult::Copy)). Default: false.
+    pub items: bool,
+}
+
+/// What `copy` does with a destination file, symlink or special file that exists already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Existing {
+    /// Copy over it (cp's default).
+    #[default]
+    Replace,
+    /// Leave it as it is (cp -n, --no-clobber).
+    Keep,
+    /// Leave it when it looks the same: a file of the same size and modification time
+    /// (rsync's quick check), a symlink with the same text, a special file of the same kind
+    /// and device (copy -u). With `preserve`, an interrupted copy is finished this way.
+    QuickCheck,
+    /// Leave a file when its content is the same (rsync --checksum): a file of another size
+    /// is copied, one of the same size is compared byte for byte, both read without caching
+    /// (O_DIRECT, or dropped after the read); symlinks and special files as with `QuickCheck`.
+    Checksum,
+}
+
+impl Existing {
+    /// The mode cp/rsync flags ask for: `checksum` (-c) over `update` (-u) over `no_clobber`
+    /// (-n), else replace. The CLI and the bindings map their flags through this one rule.
+    pub fn from_flags(checksum: bool, update: bool, no_clobber: bool) -> Existing {
+        if checksum {
+            Existing::Checksum
+        } else if update {
+            Existing::QuickCheck
+        } else if no_clobber {
+            Existing::Keep
+        } else {
+            Existing::Replace
+        }
+    }
+}
+
+/// The largest chunk (bytes per I/O): each of `depth` I/Os in flight has a buffer of it.
+pub const MAX_CHUNK: usize = 256 << 20;
+/// The most files copied in parallel.
+pub const MAX_THREADS: usize = 1024;
+/// The most I/Os in flight within one file.
+pub const MAX_DEPTH: usize = 1024;
+
+/// Which symlinks `copy` follows instead of copying them as symlinks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Dereference {
+    /// None: every symlink is copied as a symlink (cp -P, the default of cp -r / -a).
+    #[default]
+    Never,
+    /// Those named as sources (cp -H).
+    CommandLine,
+    /// All of them, inside trees too (cp -L); a symlink loop is an error, not an endless copy.
+    Always,
+}
+
+impl Dereference {
+    /// The mode cp's flags ask for: `always` (-L) over `command_line` (-H), else never (-P).
+    pub fn from_flags(always: bool, command_line: bool) -> Dereference {
+        if always {
+            Dereference::Always
+        } else if command_line {
+            Dereference::CommandLine
+        } else {
+            Dereference::Never
+        }
+    }
+}
+
+impl Default for CopyOptions {
+    fn default() -> Self {
+        CopyOptions {
+            sources: Vec::new(),
+            dest: PathBuf::new(),
+            strategy: Strategy::Auto,
+            preserve: false,
+            preallocate: true,
+            fsync: false,
+            verify: false,
+            threads: 16,
+            depth: 8,
+            chunk: 4 << 20,
+            direct_min: 1 << 20,
+            named_temp: false,
+            dereference: Dereference::Never,
+            no_target_directory: false,
+            existing: Existing::Replace,
+            delete: false,
+            dry_run: false,
+            items: false,
+        }
+    }
+}
+
+/// The unit `chunk` must be a multiple of.
+const CHUNK_ALIGN: usize = 4096;
+
+impl CopyOptions {
+    /// Checks what can be checked without touching the filesystem: a source and a
+    /// destination, `threads` and `depth` at least 1, `chunk` a positive multiple of 4 KiB.
+    /// (Whether the destination is a directory, as several sources need, is checked by
+    /// [`copy`] when it starts.)
+    pub fn validate(&self) -> Result<(), Error> {
+        let invalid = |what, message: &str| {
+            Err(Error::Invalid {
+                what,
+                message: message.into(),
+            })
+        };
+        if self.sources.is_empty() {
+            return invalid("sources", "nothing to copy");
+        }
+        if self.dest.as_os_str().is_empty() {
+            return invalid("destination", "no destination");
+        }
+        if self.threads == 0 {
+            return invalid("threads", "must be at least 1");
+        }
+        if self.depth == 0 {
+            return invalid("depth", "must be at least 1");
+        }
+        if self.chunk < CHUNK_ALIGN || !self.chunk.is_multiple_of(CHUNK_ALIGN) {
+            return invalid("chunk", "must be a multiple of 4 KiB");
+        }
+        if self.chunk > MAX_CHUNK {
+            return invalid("chunk", "must be at most 256 MiB");
+        }
+        if self.threads > MAX_THREADS {
+            return invalid("threads", "must be at most 1024");
+        }
+        if self.depth > MAX_DEPTH {
+            return invalid("depth", "must be at most 1024");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> CopyOptions {
+        CopyOptions {
+            sources: vec!["a".into()],
+            dest: "b".into(),
+            ..Default::default()
+        }
+    }
+
+    fn what(o: CopyOptions) -> &'static str {
+        match o.validate() {
+            Err(Error::Invalid { what, .. }) => what,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn validate_names_the_bad_option() {
+        assert!(valid().validate().is_ok());
+        assert_eq!(what(CopyOptions::default()), "sources");
+        let no_dest = CopyOptions {
+            dest: PathBuf::new(),
+            ..valid()
+        };
+        assert_eq!(what(no_dest), "destination");
+        assert_eq!(
+            what(CopyOptions {
+                threads: 0,
+                ..valid()
+            }),
+            "threads"
+        );
+        assert_eq!(
+            what(CopyOptions {
+                depth: 0,
+                ..valid()
+            }),
+            "depth"
+        );
+        for chunk in [0, 512, 4097, (4 << 20) + 1] {
+            assert_eq!(what(CopyOptions { chunk, ..valid() }), "chunk");
+        }
+        assert!(CopyOptions {
+            chunk: 4096,
+            ..valid()
+        }
+        .validate()
+        .is_ok());
+    }
+}

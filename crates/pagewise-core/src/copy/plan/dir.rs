@@ -1,0 +1,334 @@
+//! The tree walk of the planner: one directory at a time — its source opened and checked
+//! (never a destination of this copy, never one above it), its destination made or entered,
+//! both sides read once, the destination tidied (stale temporaries, `--delete`), its entries
+//! planned and its subdirectories queued as jobs.
+
+use super::super::commit::{TEMP_MARK, TEMP_MARK_VALUE};
+use super::super::{Action, Dereference, EntryKind};
+use super::jobs::{Chain, DirJob};
+use super::{DirTask, Entry, Planner, INTERLEAVE_DIRS, INTERLEAVE_FILES};
+use crate::error::{FileError, Op};
+use crate::sys;
+use std::collections::HashSet;
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Levels below a directory that `--delete` removes (deeper trees fail with a message).
+const MAX_REMOVE_DEPTH: usize = 4096;
+
+/// The two sides of a directory being planned: the source's descriptor, the destination's
+/// (None in a dry run where it does not exist yet) and the names it holds, and whether
+/// entries are followed (`-L`).
+#[derive(Clone, Copy)]
+struct Sides<'a> {
+    src: BorrowedFd<'a>,
+    dst: Option<BorrowedFd<'a>>,
+    there: &'a HashSet<CString>,
+    follow: bool,
+}
+
+impl Planner<'_> {
+    /// Plans a directory: makes its destination (private until its mode is set at the end),
+    /// reads both sides once, tidies the destination, then plans the entries sorted by name;
+    /// subdirectories are queued for any planner thread.
+    pub(super) fn dir(&mut self, job: DirJob) {
+        let DirJob { entry: e, up } = job;
+        let follow = self.ctx.opts.dereference == Dereference::Always;
+        let nofollow =
+            !(follow || (e.depth == 0 && self.ctx.opts.dereference != Dereference::Never));
+        let Some((src_fd, st)) = self.open_source(&e, &up, nofollow) else {
+            return;
+        };
+        let Some((dst_fd, existed)) = self.make_dir(&e) else {
+            return;
+        };
+        if let Some(fd) = &dst_fd {
+            if let Ok(d) = sys::fstat(fd.as_fd()) {
+                self.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
+            }
+        }
+        let names = self.read_names(src_fd.as_fd(), &e.src);
+        let there = match (&dst_fd, existed) {
+            (Some(fd), true) => self.read_existing(fd.as_fd(), &e.dst, &names),
+            _ => HashSet::new(),
+        };
+        let up = Some(Arc::new(Chain {
+            id: (st.dev, st.ino),
+            up,
+        }));
+        let sides = Sides {
+            src: src_fd.as_fd(),
+            dst: dst_fd.as_ref().map(|fd| fd.as_fd()),
+            there: &there,
+            follow,
+        };
+        let mut subdirs = self.plan_entries(&e, sides, names, &up);
+        subdirs.reverse();
+        self.shared.push(subdirs);
+        if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
+            self.flush();
+        }
+        self.dirs.push(DirTask {
+            src: e.src,
+            dst: e.dst,
+            meta: st,
+            depth: e.depth,
+        });
+    }
+
+    /// Opens the source directory of `e` and its metadata (the directory opened, which is the
+    /// one planned unless it was replaced meanwhile). None (reported) when it cannot be opened
+    /// or copying it would never end: a directory this copy made, or one above it (`-L`).
+    fn open_source(
+        &mut self,
+        e: &Entry,
+        up: &Option<Arc<Chain>>,
+        nofollow: bool,
+    ) -> Option<(OwnedFd, sys::Stat)> {
+        let dir_flags = sys::OpenFlags {
+            directory: true,
+            nofollow,
+            ..Default::default()
+        };
+        let src_fd = match sys::open_path(&e.src, dir_flags) {
+            Ok(fd) => fd,
+            Err(err) => {
+                self.ctx.fail(FileError::io(&e.src, Op::Opendir, &err));
+                return None;
+            }
+        };
+        let st = sys::fstat(src_fd.as_fd()).unwrap_or(e.st);
+        let id = (st.dev, st.ino);
+        if self.shared.dest_dirs.lock().unwrap().contains(&id) {
+            // A directory this copy made, met again as a source (a bind mount of the
+            // destination inside the source): copying it would never end.
+            self.ctx.fail(FileError::other(
+                &e.src,
+                Op::Copy,
+                "cannot copy a directory into itself (it is a destination of this copy)",
+            ));
+            return None;
+        }
+        if Chain::contains(up, id) {
+            self.ctx.fail(FileError::other(
+                &e.src,
+                Op::Copy,
+                "symlink loop: this directory contains itself (-L)",
+            ));
+            return None;
+        }
+        Some((src_fd, st))
+    }
+
+    /// The names in the source directory `fd` (`src`), sorted; a failed read is reported.
+    fn read_names(&mut self, fd: BorrowedFd<'_>, src: &Path) -> Vec<CString> {
+        let mut names: Vec<CString> = Vec::new();
+        for ent in sys::DirReader::new(fd) {
+            match ent {
+                Ok(d) => names.push(d.name),
+                Err(err) => self.ctx.fail(FileError::io(src, Op::Readdir, &err)),
+            }
+        }
+        names.sort();
+        names
+    }
+
+    /// Reads a destination directory that existed (`fd`, at `dst`) once, tidies it against
+    /// the source's `names` (see [`Planner::tidy_existing`]), and returns the names it holds.
+    fn read_existing(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        dst: &Path,
+        names: &[CString],
+    ) -> HashSet<CString> {
+        let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
+            .filter_map(Result::ok)
+            .map(|d| d.name)
+            .collect();
+        dst_names.sort();
+        let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
+        self.tidy_existing(fd, dst, &dst_names, &keep);
+        dst_names.into_iter().collect()
+    }
+
+    /// Plans the entries `names` of the directory `e` (stat'ed relative to its descriptor;
+    /// their destinations only when the destination directory holds the name): the
+    /// subdirectories come back as jobs, in name order.
+    fn plan_entries(
+        &mut self,
+        e: &Entry,
+        sides: Sides<'_>,
+        names: Vec<CString>,
+        up: &Option<Arc<Chain>>,
+    ) -> Vec<DirJob> {
+        let follow = sides.follow;
+        let mut subdirs = Vec::new();
+        for n in names {
+            let src = e.src.join(sys::name_os(&n));
+            let st = match sys::fstatat(Some(sides.src), &n, follow) {
+                Ok(s) => s,
+                Err(err) if err.kind() == io::ErrorKind::NotFound && !follow => continue,
+                Err(err) => {
+                    let op = if follow { Op::Stat } else { Op::Lstat };
+                    self.ctx.fail(FileError::io(&src, op, &err));
+                    continue;
+                }
+            };
+            // Inside the destination nothing is followed: a symlink where the source has a
+            // directory is refused as cp refuses it, never entered (it could lead anywhere).
+            let dst_st = match sides.dst {
+                Some(fd) if sides.there.contains(&n) => sys::fstatat(Some(fd), &n, false).ok(),
+                _ => None,
+            };
+            let child = Entry {
+                dst: e.dst.join(sys::name_os(&n)),
+                src,
+                st,
+                dst_st,
+                depth: e.depth + 1,
+            };
+            subdirs.extend(self.entry(child, up.clone()));
+        }
+        subdirs
+    }
+
+    /// A destination directory that existed before this run (`names`: what it holds): the
+    /// hidden temporaries that copies killed before they could clean up (SIGKILL, power cut)
+    /// left in it are removed — only those whose process is gone, so a copy running now into
+    /// the same directory keeps its own —, and with `--delete` what the source directory
+    /// (`keep`) no longer has, as rsync --delete does.
+    fn tidy_existing(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        dst: &Path,
+        names: &[CString],
+        keep: &HashSet<&CStr>,
+    ) {
+        let dry = self.ctx.opts.dry_run;
+        for name in names {
+            let path = dst.join(sys::name_os(name));
+            if let Some(pid) = temp_owner(name.to_bytes()) {
+                if self.stale_temporary(dir, name, pid)
+                    && (dry || sys::unlink_at(dir, sys::name_os(name), false).is_ok())
+                {
+                    self.ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            if !self.ctx.opts.delete || keep.contains(name.as_c_str()) {
+                continue;
+            }
+            let is_dir = sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_dir());
+            let (r, op) = match (dry, is_dir) {
+                (true, _) => (Ok(()), Op::Unlink),
+                (false, true) => (
+                    sys::remove_tree_at(dir, sys::name_os(name), MAX_REMOVE_DEPTH),
+                    Op::Rmdir,
+                ),
+                (false, false) => (sys::unlink_at(dir, sys::name_os(name), false), Op::Unlink),
+            };
+            match r {
+                Ok(()) => {
+                    self.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                    let kind = if is_dir {
+                        EntryKind::Dir
+                    } else {
+                        EntryKind::File
+                    };
+                    self.ctx.item(&path, kind, Action::Deleted, 0);
+                }
+                Err(err) => self.ctx.fail(FileError::io(&path, op, &err)),
+            }
+        }
+    }
+
+    /// Whether `name` in `dir` is a temporary a pagewise copy made and left behind: a regular
+    /// file with one name, carrying the mark copies put on their temporaries
+    /// ([`TEMP_MARK`]), whose process (`pid`, from its name) is gone. A file that merely has
+    /// such a name is the user's and stays.
+    fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
+        let is_plain =
+            sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_file() && m.nlink == 1);
+        let gone = || sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
+        let marked = || {
+            sys::open_read_at(dir, sys::name_os(name))
+                .and_then(|fd| sys::get_small_xattr(fd.as_fd(), TEMP_MARK))
+                .is_ok_and(|v| v.as_deref() == Some(TEMP_MARK_VALUE))
+        };
+        is_plain && gone() && marked()
+    }
+
+    /// Makes (or enters) the destination directory: its descriptor (None in a dry run where
+    /// it does not exist yet) and whether it existed. None: failed (reported).
+    fn make_dir(&mut self, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
+        let dest = &self.ctx.dest;
+        let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
+        if e.dst_st.is_some() && !existed {
+            // A file or symlink where the directory goes: cp refuses to replace a
+            // non-directory by a directory, and so does this copy (nothing is removed, and
+            // a symlink is never entered: it could lead out of the destination).
+            let err = io::Error::other(format!(
+                "cannot overwrite non-directory with directory (it is a {})",
+                e.dst_st.as_ref().map_or("file", |d| d.kind())
+            ));
+            self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+            return None;
+        }
+        if self.ctx.opts.dry_run {
+            if !existed {
+                self.ctx.done(&e.dst, EntryKind::Dir, false, 0);
+            }
+            return Some((existed.then(|| dest.dir(&e.dst).ok()).flatten(), existed));
+        }
+        if !existed {
+            let made = dest
+                .parent(&e.dst)
+                .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, 0o700));
+            match made {
+                Ok(()) => self.ctx.done(&e.dst, EntryKind::Dir, false, 0),
+                // Made meanwhile by another copy: entered below if it is a directory.
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(err) => {
+                    self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+                    return None;
+                }
+            }
+        }
+        match dest.dir(&e.dst) {
+            Ok(fd) => Some((Some(fd), existed)),
+            Err(err) => {
+                self.ctx
+                    .fail(FileError::io(&e.dst, Op::OpenDirectory, &err));
+                None
+            }
+        }
+    }
+}
+
+/// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.
+fn temp_owner(name: &[u8]) -> Option<u32> {
+    let rest = name.strip_prefix(b".")?.strip_suffix(b".tmp")?;
+    let at = rest.windows(10).rposition(|w| w == b".pagewise-")?;
+    let tail = std::str::from_utf8(&rest[at + 10..]).ok()?;
+    let (pid, seq) = tail.split_once('-')?;
+    seq.parse::<u64>().ok()?;
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_are_recognised_by_name_only() {
+        assert_eq!(temp_owner(b".data.db.pagewise-4242-7.tmp"), Some(4242));
+        assert_eq!(temp_owner(b".a.pagewise-b.pagewise-17-0.tmp"), Some(17));
+        assert_eq!(temp_owner(b"data.pagewise-17-0.tmp"), None);
+        assert_eq!(temp_owner(b".data.pagewise-17.tmp"), None);
+        assert_eq!(temp_owner(b".data.pagewise-x-1.tmp"), None);
+    }
+}

@@ -1,0 +1,175 @@
+//! What a copy reports: the [`CopyReport`] with the cache it left ([`Residue`]), and the
+//! per-entry items (`--items`: [`CopyItem`], its [`EntryKind`] and [`Action`]).
+
+use super::Strategy;
+use crate::sys;
+use crate::verb::Outcome;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What one entry of the destination is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A second name of a file copied (a hard link).
+    Hardlink,
+    /// A FIFO, socket or device node.
+    Special,
+}
+
+impl EntryKind {
+    /// The kind of what `st` describes (a regular file is a `File`).
+    pub(crate) fn of(st: &sys::Stat) -> EntryKind {
+        if st.is_dir() {
+            EntryKind::Dir
+        } else if st.is_symlink() {
+            EntryKind::Symlink
+        } else if st.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Special
+        }
+    }
+}
+
+/// What `copy` did with one entry (or would do, in a dry run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// It did not exist at the destination and was made.
+    Created,
+    /// It existed and was replaced.
+    Updated,
+    /// It existed and was left as it was (up to date, or `-n`).
+    Skipped,
+    /// The source no longer has it (`delete`): removed.
+    Deleted,
+    /// It could not be copied (the error is in `error` and in the report's errors).
+    Failed,
+    /// Its content was up to date and its metadata (mode, owner, times, xattrs, ACLs) was
+    /// not: the metadata was brought over (under `preserve`; rsync itemizes `.f...p.....`).
+    Metadata,
+}
+
+/// One entry's outcome, streamed to the observer when [`CopyOptions::items`] is set.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyItem {
+    /// The destination path (for a failure: the path the error names).
+    #[serde(flatten, serialize_with = "crate::json::path")]
+    pub path: PathBuf,
+    /// What it is (null for a failure, where it may not be known).
+    pub kind: Option<EntryKind>,
+    /// What happened to it.
+    pub action: Action,
+    /// Logical bytes of a file created or updated (0 otherwise).
+    pub bytes: u64,
+    /// The error, for `failed`: `op failed: message`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Bytes of the page cache a copy left behind.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Residue {
+    /// Source pages cached after the copy that were not cached before it.
+    pub source_added_bytes: u64,
+    /// Source pages that were cached before the copy (left alone).
+    pub source_precached_bytes: u64,
+    /// Destination pages still cached when the copy finished.
+    pub dest_cached_bytes: u64,
+    /// Data bytes (holes excluded) of the copied sources: what the source percentages refer
+    /// to.
+    pub source_bytes: u64,
+    /// Data bytes (holes excluded) written to the destinations: what the destination
+    /// percentage refers to.
+    pub dest_bytes: u64,
+    /// Source files whose residency cannot be known (cachestat refused them): the source
+    /// figures above leave them out.
+    pub source_unknown_files: u64,
+}
+
+/// What `copy` did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CopyReport {
+    /// Regular files copied (complete, under their final names).
+    pub files: u64,
+    /// Directories made or entered.
+    pub dirs: u64,
+    /// Symlinks copied.
+    pub symlinks: u64,
+    /// Hard links recreated as hard links.
+    pub hardlinks: u64,
+    /// FIFOs, sockets and devices recreated (a node that could not be made is an error).
+    pub specials: u64,
+    /// Entries (files, directories, symlinks, hard links, special files) that did not exist
+    /// at the destination and were made.
+    pub created: u64,
+    /// Entries that existed at the destination and were replaced.
+    pub updated: u64,
+    /// Files, symlinks and special files left as they were (`existing`: up to date, or kept).
+    pub skipped: u64,
+    /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
+    pub stale_temporaries_removed: u64,
+    /// Files whose content was up to date and whose metadata (mode, owner, times, xattrs,
+    /// ACLs) was brought over (`preserve` with `existing` quick check or checksum).
+    pub metadata_updated: u64,
+    /// Entries removed from the destination because the source no longer has them (`delete`).
+    pub deleted: u64,
+    /// Logical bytes of the copied files.
+    pub bytes: u64,
+    /// Bytes actually moved (sparse holes excluded).
+    pub data_bytes: u64,
+    /// `data_bytes` per second of the copy (verification not included).
+    pub rate_bytes_per_s: f64,
+    /// Files per strategy really used (keys: [`Strategy::name`]).
+    pub strategies: BTreeMap<Strategy, u64>,
+    /// What the copy left in the page cache.
+    pub residue: Residue,
+    /// Files re-read from disk and found equal to their source (with `verify`).
+    pub verified_files: u64,
+    /// Files re-read from disk and found different (each also an error).
+    pub verify_mismatches: u64,
+    /// Nothing was changed: the figures say what a copy would do.
+    pub dry_run: bool,
+    /// Errors, notices, the copy's time (verification not included) and whether it was
+    /// interrupted (then files not finished were removed; finished files are complete).
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strategies_serialise_by_name_in_name_order() {
+        let mut r = CopyReport::default();
+        r.strategies.insert(Strategy::DropBehind, 1);
+        r.strategies.insert(Strategy::Direct, 2);
+        r.strategies.insert(Strategy::Dontcache, 3);
+        r.strategies.insert(Strategy::Buffered, 4);
+        let v = serde_json::to_string(&r.strategies).unwrap();
+        assert_eq!(
+            v,
+            r#"{"buffered":4,"direct":2,"dontcache":3,"drop-behind":1}"#
+        );
+        let doc = serde_json::to_value(&r).unwrap();
+        for key in [
+            "errors",
+            "error_count",
+            "notices",
+            "elapsed_s",
+            "interrupted",
+        ] {
+            assert!(doc.get(key).is_some(), "{key} flattened into the report");
+        }
+        assert!(doc.get("outcome").is_none());
+    }
+}

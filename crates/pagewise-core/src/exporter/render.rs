@@ -1,0 +1,381 @@
+//! Rendering a [`Snapshot`] as Prometheus text or OpenMetrics: one family per figure, per
+//! configured path (and its top files), per cgroup, for the machine, and the exporter's own
+//! health and the snapshot's age.
+
+use super::metrics::{Format, Kind, Writer};
+use super::{Health, PathSnapshot, Snapshot};
+use crate::cgroup::{CgroupStat, Hierarchy};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::time::{Instant, SystemTime};
+
+/// A cgroup's label value: its name (`/a/b`, below the hierarchy's root) with the bytes of its
+/// directory escaped as [`crate::names::escape`] does (its `cgroup` text is lossy).
+fn cgroup_text(c: &CgroupStat) -> String {
+    let depth = c.cgroup.split('/').filter(|s| !s.is_empty()).count();
+    let parts: Vec<&std::ffi::OsStr> = c.path.iter().filter(|p| p.as_bytes() != b"/").collect();
+    if !c.cgroup.starts_with('/') || depth > parts.len() {
+        return crate::names::escape(c.cgroup.as_bytes());
+    }
+    let mut name = Vec::new();
+    for p in &parts[parts.len() - depth..] {
+        name.push(b'/');
+        name.extend_from_slice(p.as_bytes());
+    }
+    if name.is_empty() {
+        name.push(b'/');
+    }
+    crate::names::escape(&name)
+}
+
+/// Label values are names escaped as in tables ([`crate::names::escape`]: control characters
+/// and bytes that are not UTF-8 as `\xHH`, `\` as `\\`), so that names differing only in
+/// such bytes stay distinct series; the exposition format then escapes `\` and `"` again.
+///
+/// Writes `snap` in `format`, with the exporter's health and the snapshot's age at `now`.
+pub fn render(snap: &Snapshot, health: &Health, now: Instant, format: Format) -> String {
+    let mut w = Writer::new(format);
+    render_paths(&mut w, snap);
+    render_top_files(&mut w, snap);
+    render_cgroups(&mut w, snap);
+    render_machine(&mut w, snap);
+    render_exporter(&mut w, snap, health, now);
+    w.finish()
+}
+
+/// A path's label value.
+fn path_text(p: &std::path::Path) -> String {
+    crate::names::escape(p.as_os_str().as_bytes())
+}
+
+/// Whether each configured path could be walked, and its figures (paths that failed have
+/// none; a figure no path has is left out).
+fn render_paths(w: &mut Writer, snap: &Snapshot) {
+    type PathFig = fn(&PathSnapshot) -> Option<u64>;
+    let per_path: [(&str, &str, PathFig); 8] = [
+        (
+            "pagewise_path_size_bytes",
+            "Size of the files under the configured path.",
+            |p| Some(p.totals.size),
+        ),
+        (
+            "pagewise_path_cached_bytes",
+            "Bytes of the path's files in the page cache (cachestat).",
+            |p| Some(p.totals.cached_bytes),
+        ),
+        (
+            "pagewise_path_dirty_bytes",
+            "Dirty bytes of the path's files in the page cache.",
+            |p| p.totals.dirty_bytes,
+        ),
+        (
+            "pagewise_path_writeback_bytes",
+            "Bytes of the path's files under writeback.",
+            |p| p.totals.writeback_bytes,
+        ),
+        (
+            "pagewise_path_evicted_bytes",
+            "Bytes of the path's files evicted from the page cache (cachestat nr_evicted).",
+            |p| p.totals.evicted_bytes,
+        ),
+        (
+            "pagewise_path_recently_evicted_bytes",
+            "Bytes of the path's files evicted recently (cachestat nr_recently_evicted).",
+            |p| p.totals.recently_evicted_bytes,
+        ),
+        (
+            "pagewise_path_files",
+            "Regular files under the configured path.",
+            |p| Some(p.totals.files),
+        ),
+        (
+            "pagewise_path_unknown_files",
+            "Files whose residency could not be measured (left out of the cached figures).",
+            |p| Some(p.totals.unknown_files),
+        ),
+    ];
+    if !snap.paths.is_empty() {
+        let name = "pagewise_path_measured";
+        w.family(name, Kind::Gauge, "1 when the configured path could be walked in the snapshot, 0 when it could not (missing, unreadable).");
+        for p in &snap.paths {
+            w.sample(
+                name,
+                &[("path", &path_text(&p.path))],
+                (!p.failed) as u8 as f64,
+            );
+        }
+    }
+    for (name, help, f) in per_path {
+        if snap.paths.iter().all(|p| p.failed || f(p).is_none()) {
+            continue;
+        }
+        w.family(name, Kind::Gauge, help);
+        for p in snap.paths.iter().filter(|p| !p.failed) {
+            if let Some(v) = f(p) {
+                w.sample(name, &[("path", &path_text(&p.path))], v as f64);
+            }
+        }
+    }
+}
+
+/// The top files of each configured path: cached bytes and size.
+fn render_top_files(w: &mut Writer, snap: &Snapshot) {
+    if snap.paths.iter().any(|p| !p.top.is_empty()) {
+        for (name, help, cached) in [
+            (
+                "pagewise_file_cached_bytes",
+                "Cached bytes of the top files of a configured path.",
+                true,
+            ),
+            (
+                "pagewise_file_size_bytes",
+                "Size of the top files of a configured path.",
+                false,
+            ),
+        ] {
+            w.family(name, Kind::Gauge, help);
+            for p in &snap.paths {
+                let root = path_text(&p.path);
+                for f in &p.top {
+                    let v = if cached {
+                        f.residency.cached.unwrap_or(0)
+                    } else {
+                        f.size
+                    };
+                    w.sample(
+                        name,
+                        &[("path", &root), ("file", &path_text(&f.path))],
+                        v as f64,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The file cache of each cgroup (a figure no cgroup has is left out).
+fn render_cgroups(w: &mut Writer, snap: &Snapshot) {
+    if !snap.cgroups.is_empty() {
+        let h = match snap.hierarchy {
+            Some(Hierarchy::V2) => "v2",
+            _ => "v1",
+        };
+        type CgFig = fn(&CgroupStat) -> Option<u64>;
+        let per_cg: [(&str, Kind, &str, CgFig); 8] = [
+            ("pagewise_cgroup_file_bytes", Kind::Gauge, "File cache charged to the cgroup, descendants included (memory.stat file / total_cache).", |c| Some(c.cache.file_bytes)),
+            ("pagewise_cgroup_file_dirty_bytes", Kind::Gauge, "Dirty file cache of the cgroup.", |c| Some(c.cache.dirty_bytes)),
+            ("pagewise_cgroup_file_writeback_bytes", Kind::Gauge, "File cache of the cgroup under writeback.", |c| Some(c.cache.writeback_bytes)),
+            ("pagewise_cgroup_file_mapped_bytes", Kind::Gauge, "File cache of the cgroup mapped into processes.", |c| Some(c.cache.mapped_bytes)),
+            ("pagewise_cgroup_file_active_bytes", Kind::Gauge, "File cache of the cgroup on the active LRU list.", |c| Some(c.cache.active_bytes)),
+            ("pagewise_cgroup_file_inactive_bytes", Kind::Gauge, "File cache of the cgroup on the inactive LRU list.", |c| Some(c.cache.inactive_bytes)),
+            ("pagewise_cgroup_shmem_bytes", Kind::Gauge, "Shmem and tmpfs pages of the cgroup (part of its file cache).", |c| Some(c.cache.shmem_bytes)),
+            ("pagewise_cgroup_file_refaults_total", Kind::Counter, "Refaults of file pages in the cgroup (workingset_refault_file, pages).", |c| c.cache.workingset_refaults),
+        ];
+        for (name, kind, help, f) in per_cg {
+            if snap.cgroups.iter().all(|c| f(c).is_none()) {
+                continue;
+            }
+            w.family(name, kind, help);
+            for c in &snap.cgroups {
+                if let Some(v) = f(c) {
+                    w.sample(
+                        name,
+                        &[("cgroup", &cgroup_text(c)), ("hierarchy", h)],
+                        v as f64,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The machine's totals, those /proc has.
+fn render_machine(w: &mut Writer, snap: &Snapshot) {
+    let m = &snap.machine;
+    for (name, kind, help, v) in [
+        (
+            "pagewise_memory_cached_bytes",
+            Kind::Gauge,
+            "Page cache of the machine (/proc/meminfo Cached).",
+            m.cached_bytes,
+        ),
+        (
+            "pagewise_memory_buffers_bytes",
+            Kind::Gauge,
+            "Block device buffers of the machine (/proc/meminfo Buffers).",
+            m.buffers_bytes,
+        ),
+        (
+            "pagewise_memory_dirty_bytes",
+            Kind::Gauge,
+            "Dirty page cache of the machine (/proc/meminfo Dirty).",
+            m.dirty_bytes,
+        ),
+        (
+            "pagewise_memory_writeback_bytes",
+            Kind::Gauge,
+            "Page cache under writeback (/proc/meminfo Writeback).",
+            m.writeback_bytes,
+        ),
+        (
+            "pagewise_memory_file_refaults_total",
+            Kind::Counter,
+            "Refaults of file pages on the machine (/proc/vmstat workingset_refault_file, pages).",
+            m.refaults,
+        ),
+    ] {
+        if let Some(v) = v {
+            w.single(name, kind, help, v as f64);
+        }
+    }
+}
+
+/// The exporter itself: the snapshot's age at `now` and time, its refresh, and `health`.
+fn render_exporter(w: &mut Writer, snap: &Snapshot, health: &Health, now: Instant) {
+    let age = now.saturating_duration_since(snap.taken_at).as_secs_f64();
+    w.single(
+        "pagewise_snapshot_age_seconds",
+        Kind::Gauge,
+        "Age of the snapshot this scrape serves.",
+        age,
+    );
+    let wall = snap
+        .taken_at_wall
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    w.single(
+        "pagewise_snapshot_timestamp_seconds",
+        Kind::Gauge,
+        "When the snapshot was taken (Unix time).",
+        wall,
+    );
+    w.single(
+        "pagewise_refresh_duration_seconds",
+        Kind::Gauge,
+        "Duration of the refresh that took the snapshot.",
+        snap.duration_s,
+    );
+    w.single(
+        "pagewise_refresh_snapshot_errors",
+        Kind::Gauge,
+        "Errors of the refresh that took the snapshot (files, cgroups, paths).",
+        snap.errors as f64,
+    );
+    w.single(
+        "pagewise_refreshes_total",
+        Kind::Counter,
+        "Refreshes finished.",
+        health.refreshes.load(Ordering::Relaxed) as f64,
+    );
+    w.single(
+        "pagewise_refresh_errors_total",
+        Kind::Counter,
+        "Errors over all refreshes (files, cgroups, paths).",
+        health.refresh_errors.load(Ordering::Relaxed) as f64,
+    );
+    w.single(
+        "pagewise_scrapes_total",
+        Kind::Counter,
+        "Scrapes served, this one included.",
+        health.scrapes.load(Ordering::Relaxed) as f64,
+    );
+    w.single(
+        "pagewise_last_scrape_duration_seconds",
+        Kind::Gauge,
+        "Duration of the previous scrape (rendering the snapshot).",
+        health.last_scrape_ns.load(Ordering::Relaxed) as f64 / 1e9,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MachineSnapshot;
+    use super::*;
+    use crate::cgroup::FileCache;
+    use crate::residency::{MeasuredBy, Residency};
+    use crate::stat::{FileStat, Totals};
+    use std::time::Duration;
+
+    fn snapshot() -> Snapshot {
+        let mut totals = Totals::default();
+        let r = Residency {
+            bytes: 8192,
+            cached: Some(4096),
+            dirty: Some(0),
+            writeback: Some(0),
+            evicted: Some(4096),
+            recently_evicted: Some(4096),
+            method: MeasuredBy::Cachestat,
+            unknown_reason: None,
+        };
+        totals.add(8192, &r);
+        let now = Instant::now();
+        Snapshot {
+            taken_at: now,
+            taken_at_wall: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            duration_s: 0.5,
+            paths: vec![PathSnapshot {
+                path: "/data".into(),
+                totals,
+                top: vec![FileStat {
+                    path: "/data/a\"b".into(),
+                    size: 8192,
+                    allocated_bytes: 8192,
+                    residency: r,
+                    map: None,
+                    root: 0,
+                }],
+                failed: false,
+            }],
+            hierarchy: Some(Hierarchy::V1),
+            cgroups: vec![CgroupStat {
+                path: "/sys/fs/cgroup/memory/app".into(),
+                cgroup: "/app".into(),
+                depth: 1,
+                cache: FileCache {
+                    file_bytes: 1 << 20,
+                    workingset_refaults: Some(5),
+                    ..FileCache::default()
+                },
+            }],
+            machine: MachineSnapshot::parse(
+                "Buffers: 10 kB\nCached:  100 kB\nDirty: 4 kB\nWriteback: 0 kB\n",
+                "workingset_refault_anon 1\nworkingset_refault_file 42\n",
+            ),
+            errors: 0,
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn renders_every_family_from_a_hand_made_snapshot() {
+        let s = snapshot();
+        let h = Health::default();
+        let text = render(
+            &s,
+            &h,
+            s.taken_at + Duration::from_millis(1500),
+            Format::Prometheus,
+        );
+        for line in [
+            "pagewise_path_cached_bytes{path=\"/data\"} 4096",
+            "pagewise_path_measured{path=\"/data\"} 1",
+            "pagewise_path_size_bytes{path=\"/data\"} 8192",
+            "pagewise_path_recently_evicted_bytes{path=\"/data\"} 4096",
+            "pagewise_file_cached_bytes{path=\"/data\",file=\"/data/a\\\"b\"} 4096",
+            "pagewise_cgroup_file_bytes{cgroup=\"/app\",hierarchy=\"v1\"} 1048576",
+            "# TYPE pagewise_cgroup_file_refaults_total counter",
+            "pagewise_cgroup_file_refaults_total{cgroup=\"/app\",hierarchy=\"v1\"} 5",
+            "pagewise_memory_cached_bytes 102400",
+            "pagewise_memory_file_refaults_total 42",
+            "pagewise_snapshot_age_seconds 1.5",
+            "pagewise_snapshot_timestamp_seconds 1700000000",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        let om = render(&s, &h, s.taken_at, Format::OpenMetrics);
+        assert!(om.ends_with("# EOF\n"));
+        assert!(om.contains("# TYPE pagewise_scrapes counter\n"));
+        assert!(om.contains("\npagewise_scrapes_total 0\n"));
+    }
+}

@@ -1,0 +1,239 @@
+//! One snapshot of what the exporter serves ([`Snapshot`]): each configured path's `stat`
+//! with its top files, the cgroups' file cache, the machine's totals; and [`collect`], which
+//! measures one.
+
+use crate::cgroup::{self, CgroupStat, CgroupsOptions, Hierarchy};
+use crate::stat::{self, FileStat, StatOptions, Totals};
+use crate::verb::FileResult;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Instant, SystemTime};
+
+use super::ExporterOptions;
+
+/// One path's figures.
+#[derive(Debug, Clone)]
+pub struct PathSnapshot {
+    /// The path as configured.
+    pub path: PathBuf,
+    /// Its totals (`stat`).
+    pub totals: Totals,
+    /// The files with the most cached bytes, most first (`top` of them).
+    pub top: Vec<FileStat>,
+    /// The path could not be walked at all.
+    pub failed: bool,
+}
+
+/// The machine's figures from `/proc/meminfo` and `/proc/vmstat`, in bytes.
+#[derive(Debug, Clone, Default)]
+pub struct MachineSnapshot {
+    /// `Cached` (page cache, shmem included; buffers not).
+    pub cached_bytes: Option<u64>,
+    /// `Buffers`.
+    pub buffers_bytes: Option<u64>,
+    /// `Dirty`.
+    pub dirty_bytes: Option<u64>,
+    /// `Writeback`.
+    pub writeback_bytes: Option<u64>,
+    /// `workingset_refault_file` (count of pages; `workingset_refault` before 5.9).
+    pub refaults: Option<u64>,
+}
+
+impl MachineSnapshot {
+    /// Parses `/proc/meminfo` and `/proc/vmstat` text.
+    pub fn parse(meminfo: &str, vmstat: &str) -> MachineSnapshot {
+        let kib = |key: &str| crate::procfs::meminfo_bytes(meminfo, key);
+        let vm = |key: &str| crate::procfs::vmstat_value(vmstat, key);
+        MachineSnapshot {
+            cached_bytes: kib("Cached"),
+            buffers_bytes: kib("Buffers"),
+            dirty_bytes: kib("Dirty"),
+            writeback_bytes: kib("Writeback"),
+            refaults: vm("workingset_refault_file").or_else(|| vm("workingset_refault")),
+        }
+    }
+    /// Reads this machine's.
+    pub fn read() -> MachineSnapshot {
+        let (meminfo, vmstat) = crate::procfs::meminfo_and_vmstat();
+        MachineSnapshot::parse(&meminfo, &vmstat)
+    }
+}
+
+/// Everything one refresh measured.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// When the refresh finished.
+    pub taken_at: Instant,
+    /// The same, as wall-clock time.
+    pub taken_at_wall: SystemTime,
+    /// How long it took, in seconds.
+    pub duration_s: f64,
+    /// Per path.
+    pub paths: Vec<PathSnapshot>,
+    /// The cgroups' hierarchy (None: cgroups off or none mounted).
+    pub hierarchy: Option<Hierarchy>,
+    /// Per cgroup.
+    pub cgroups: Vec<CgroupStat>,
+    /// Machine totals.
+    pub machine: MachineSnapshot,
+    /// Per-file and per-cgroup errors of this refresh, and paths or trees that failed.
+    pub errors: u64,
+    /// The first [`MAX_PROBLEMS`] of them, worded (`path: op failed: message`).
+    pub problems: Vec<String>,
+}
+
+/// Errors a snapshot keeps worded.
+pub const MAX_PROBLEMS: usize = 20;
+
+fn note(problems: &mut Vec<String>, text: String) {
+    if problems.len() < MAX_PROBLEMS {
+        problems.push(text);
+    }
+}
+
+fn cmp_cached(a: &FileStat, b: &FileStat) -> std::cmp::Ordering {
+    b.residency
+        .cached
+        .unwrap_or(0)
+        .cmp(&a.residency.cached.unwrap_or(0))
+        .then_with(|| a.path.cmp(&b.path))
+}
+
+/// Measures one snapshot (blocking: walks every path).
+pub fn collect(options: &ExporterOptions) -> Snapshot {
+    let start = Instant::now();
+    let mut errors = 0;
+    let mut problems = Vec::new();
+    let paths = options
+        .paths
+        .iter()
+        .map(|p| collect_path(p, options, &mut errors, &mut problems))
+        .collect();
+    let (hierarchy, cgroups) = if options.cgroups {
+        collect_cgroups(options, &mut errors, &mut problems)
+    } else {
+        (None, Vec::new())
+    };
+    Snapshot {
+        taken_at: Instant::now(),
+        taken_at_wall: SystemTime::now(),
+        duration_s: start.elapsed().as_secs_f64(),
+        paths,
+        hierarchy,
+        cgroups,
+        machine: MachineSnapshot::read(),
+        errors,
+        problems,
+    }
+}
+
+/// One configured path: its `stat`, and its `top` files with the most cached bytes (kept
+/// bounded while the walk runs). Its errors are counted in `errors` and worded in `problems`.
+fn collect_path(
+    p: &Path,
+    options: &ExporterOptions,
+    errors: &mut u64,
+    problems: &mut Vec<String>,
+) -> PathSnapshot {
+    let top_n = options.top;
+    let keep: Mutex<Vec<FileStat>> = Mutex::new(Vec::new());
+    let on_file = |r: FileResult| {
+        let FileResult::Stat(f) = r else { return };
+        if f.residency.cached.unwrap_or(0) == 0 {
+            return;
+        }
+        let mut k = keep.lock().unwrap();
+        k.push(f);
+        // Bounded memory: prune to the best N whenever the buffer doubles.
+        if k.len() >= 2 * top_n.max(64) {
+            k.sort_by(cmp_cached);
+            k.truncate(top_n);
+        }
+    };
+    let observer = crate::Watch {
+        progress: None,
+        on_file: Some(on_file),
+        cancel: None,
+    };
+    let opts = StatOptions {
+        roots: vec![p.to_path_buf()],
+        walk: options.walk.clone(),
+        files: top_n > 0,
+        ..StatOptions::default()
+    };
+    match stat::stat(&opts, &observer) {
+        Ok(r) => {
+            let failed = r.roots.is_empty();
+            // A root that failed is one error of the walk already.
+            *errors += r.outcome.error_count.max(failed as u64);
+            for e in &r.outcome.errors {
+                note(problems, e.to_string());
+            }
+            let mut top = keep.into_inner().unwrap();
+            top.sort_by(cmp_cached);
+            top.truncate(top_n);
+            PathSnapshot {
+                path: p.to_path_buf(),
+                totals: r.total,
+                top,
+                failed,
+            }
+        }
+        Err(e) => {
+            *errors += 1;
+            note(problems, format!("{}: {e}", p.display()));
+            PathSnapshot {
+                path: p.to_path_buf(),
+                totals: Totals::default(),
+                top: Vec::new(),
+                failed: true,
+            }
+        }
+    }
+}
+
+/// The cgroups down to the configured depth, and their hierarchy (None and nothing when no
+/// memory hierarchy is mounted: an error only when a root was configured).
+fn collect_cgroups(
+    options: &ExporterOptions,
+    errors: &mut u64,
+    problems: &mut Vec<String>,
+) -> (Option<Hierarchy>, Vec<CgroupStat>) {
+    let o = CgroupsOptions {
+        root: options.cgroup_root.clone(),
+        max_depth: Some(options.cgroup_depth),
+    };
+    match cgroup::cgroups(&o, &()) {
+        Ok(r) => {
+            *errors += r.outcome.error_count;
+            for e in &r.outcome.errors {
+                note(problems, e.to_string());
+            }
+            (Some(r.hierarchy), r.groups)
+        }
+        Err(e) => {
+            // No memory hierarchy mounted is not an error when none was asked for.
+            if options.cgroup_root.is_some() {
+                *errors += 1;
+                note(problems, format!("cgroups: {e}"));
+            }
+            (None, Vec::new())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_and_vmstat_parse() {
+        let m = MachineSnapshot::parse(
+            "Cached:   2048 kB\nSwapCached: 1 kB\n",
+            "workingset_refault 9\n",
+        );
+        assert_eq!(m.cached_bytes, Some(2 << 20));
+        assert_eq!(m.dirty_bytes, None);
+        assert_eq!(m.refaults, Some(9));
+    }
+}

@@ -1,0 +1,243 @@
+//! Dropping ranges: a pending set merged per file and dropped in batches of files — writeback
+//! started for every dirty range first (so the waits overlap), mapped ranges paged out, then
+//! per range a wait and DONTNEED (over the pages mincore saw only), counted before and after.
+
+use super::super::footprint::{Mappers, Pending};
+use crate::sys::FileId as FileKey;
+use super::dropper::{file_name, Dropper, WRITE_AND_WAIT};
+use super::measured::Measured;
+use crate::error::{FileError, Op};
+use crate::sys::{self, Advice};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+impl Dropper {
+    /// Drops every pending range: writeback started for all dirty ranges first, then the
+    /// ranges of files the command may map (`mappers`: its threads seen adding or faulting on
+    /// each file's pages) paged out of their processes, then one wait per dirty range, then
+    /// DONTNEED; counts measured before and after. Returns the ranges where pages
+    /// stayed (typically still under read I/O: readahead reports pages when it queues them),
+    /// so the caller can try them again.
+    pub fn drop_pending(&self, pending: Pending, mappers: &Mappers) -> Pending {
+        let mut stayed = Pending::default();
+        let work: Vec<(FileKey, Vec<(u64, u64)>)> = pending
+            .files
+            .into_iter()
+            .map(|(key, ranges)| (key, merge(ranges)))
+            .collect();
+        let (mut dropped, mut kept) = (0, 0);
+        for batch in work.chunks(self.batch_files) {
+            let fds: Vec<Option<Arc<OwnedFd>>> = batch.iter().map(|(k, _)| self.fd(*k)).collect();
+            let (d, k) = self.drop_batch(batch, &fds, mappers, &mut stayed);
+            dropped += d;
+            kept += k;
+        }
+        let mut c = self.counts.lock().unwrap();
+        c.dropped_bytes += dropped * sys::page_size();
+        c.kept_written_bytes += kept * sys::page_size();
+        stayed
+    }
+
+    /// Drops one batch of files: writeback started for all dirty ranges first (so the waits
+    /// overlap), mapped ranges paged out, then per range a wait and DONTNEED, counted by
+    /// cachestat before and after. Returns (pages dropped, pages of written files kept).
+    fn drop_batch(
+        &self,
+        batch: &[(FileKey, Vec<(u64, u64)>)],
+        fds: &[Option<Arc<OwnedFd>>],
+        mappers: &Mappers,
+        stayed: &mut Pending,
+    ) -> (u64, u64) {
+        let before: Vec<Vec<(Option<Measured>, bool)>> = batch
+            .iter()
+            .zip(fds)
+            .map(|((key, ranges), fd)| match fd {
+                Some(fd) => self.start_writeback(*key, fd.as_fd(), ranges),
+                None => Vec::new(),
+            })
+            .collect();
+        let droppable: Vec<&(FileKey, Vec<(u64, u64)>)> = batch
+            .iter()
+            .zip(fds)
+            .filter(|((key, _), fd)| fd.is_some() && !self.kept(key))
+            .map(|(w, _)| w)
+            .collect();
+        self.page_out(&droppable, mappers);
+        let (mut dropped, mut kept) = (0, 0);
+        for (((key, ranges), fd), before) in batch.iter().zip(fds).zip(&before) {
+            let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
+                continue;
+            };
+            if self.kept(key) {
+                kept += before
+                    .iter()
+                    .filter_map(|b| b.0.as_ref().map(|m| m.cached))
+                    .sum::<u64>();
+                continue;
+            }
+            dropped += self.drop_ranges(*key, fd, ranges, before, stayed);
+        }
+        (dropped, kept)
+    }
+
+    /// Drops a file's `ranges`, each with what was cached (and whether dirty) before; returns
+    /// the pages dropped (ranges where pages stayed go to `stayed`).
+    fn drop_ranges(
+        &self,
+        key: FileKey,
+        fd: BorrowedFd,
+        ranges: &[(u64, u64)],
+        before: &[(Option<Measured>, bool)],
+        stayed: &mut Pending,
+    ) -> u64 {
+        // Nothing to drop where cachestat finds nothing; mincore may not see pages still
+        // being read in (see `Measured::stayed`), so its ranges are dropped all the same.
+        ranges
+            .iter()
+            .zip(before)
+            .filter(|(_, (m, _))| {
+                !m.as_ref()
+                    .is_some_and(|m| m.pages.is_none() && m.cached == 0)
+            })
+            .map(|(&range, (m, dirty))| self.drop_range(key, fd, range, m.as_ref(), *dirty, stayed))
+            .sum()
+    }
+
+    /// One measurement per range says what is cached and dirty: `(cached pages, dirty)` per
+    /// range (cached None: unknown). Writeback of everything dirty is started at once (unless
+    /// written files are kept), so the waits in [`Dropper::drop_range`] overlap. Where dirty
+    /// pages cannot be counted (mincore), every range may be dirty: its writeback is started
+    /// and waited for all the same (cheap where nothing is dirty), and with `--keep-written`
+    /// a file modified since the run started counts as written.
+    fn start_writeback(
+        &self,
+        key: FileKey,
+        fd: BorrowedFd,
+        ranges: &[(u64, u64)],
+    ) -> Vec<(Option<Measured>, bool)> {
+        let page = sys::page_size();
+        let mut v = Vec::with_capacity(ranges.len());
+        for &(i, n) in ranges {
+            let m = self.measure(key, fd, i * page, n * page);
+            let known_dirty = m.as_ref().and_then(|m| m.dirty);
+            let dirty = match known_dirty {
+                Some(d) => d > 0,
+                None => true,
+            };
+            let written = match known_dirty {
+                Some(d) => d > 0,
+                None => self.keep_written && self.modified_since_start(fd),
+            };
+            if written {
+                self.written.lock().unwrap().insert(key);
+            }
+            if dirty && !self.kept(&key) {
+                let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
+            }
+            v.push((m, dirty));
+        }
+        v
+    }
+
+    /// Waits for the range's writeback when it was dirty, drops it, and returns the pages
+    /// dropped, measured (0 when the range could not be measured); a range where pages stayed
+    /// goes to `stayed`.
+    fn drop_range(
+        &self,
+        key: FileKey,
+        fd: BorrowedFd,
+        (i, n): (u64, u64),
+        before: Option<&Measured>,
+        dirty: bool,
+        stayed: &mut Pending,
+    ) -> u64 {
+        let page = sys::page_size();
+        let (off, len) = (i * page, n * page);
+        if dirty {
+            let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
+        }
+        if let Err(e) = drop_seen(fd, (i, n), before) {
+            let name = file_name(key);
+            let path = std::path::Path::new(&name);
+            self.tally
+                .error(FileError::io(path, Op::FadviseDontneed, &e));
+            return 0;
+        }
+        let Some(before) = before else {
+            return 0;
+        };
+        let Some(after) = self.measure(key, fd, off, len) else {
+            return 0;
+        };
+        let (parts, pages) = before.stayed(&after, (i, n));
+        if pages > 0 {
+            stayed.files.entry(key).or_default().extend(parts);
+            stayed.pages += pages;
+        }
+        before.dropped(&after)
+    }
+}
+
+/// DONTNEED over the range `(first page, pages)`; with mincore's page-by-page view `before`,
+/// over the pages it saw cached only. A page it did not see may be one still being read in,
+/// which DONTNEED would drop once its read completed, uncounted: it stays pending (see
+/// [`Measured::stayed`]) and is dropped once seen.
+pub(super) fn drop_seen(
+    fd: BorrowedFd,
+    (i, n): (u64, u64),
+    before: Option<&Measured>,
+) -> std::io::Result<()> {
+    let page = sys::page_size();
+    let Some(seen) = before.and_then(|m| m.pages.as_ref()) else {
+        return sys::fadvise(fd, i * page, n * page, Advice::DontNeed);
+    };
+    let mut j = 0;
+    while j < seen.len() {
+        if !seen[j] {
+            j += 1;
+            continue;
+        }
+        let start = j;
+        while j < seen.len() && seen[j] {
+            j += 1;
+        }
+        let first = i + start as u64;
+        sys::fadvise(
+            fd,
+            first * page,
+            (j - start) as u64 * page,
+            Advice::DontNeed,
+        )?;
+    }
+    Ok(())
+}
+
+/// A file's ranges `(first page, pages)` sorted, overlapping and touching ones merged.
+fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (i, n) in ranges {
+        match merged.last_mut() {
+            Some(m) if i <= m.0 + m.1 => m.1 = m.1.max(i + n - m.0),
+            _ => merged.push((i, n)),
+        }
+    }
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_sorted_and_overlapping_or_touching_ones_merged() {
+        assert_eq!(merge(Vec::new()), Vec::<(u64, u64)>::new());
+        assert_eq!(
+            merge(vec![(10, 5), (0, 4), (4, 2), (12, 1), (20, 1), (14, 3)]),
+            vec![(0, 6), (10, 7), (20, 1)]
+        );
+        // A range inside another leaves it as it is; one gap page keeps them apart.
+        assert_eq!(merge(vec![(0, 10), (2, 3)]), vec![(0, 10)]);
+        assert_eq!(merge(vec![(0, 2), (3, 2)]), vec![(0, 2), (3, 2)]);
+    }
+}
