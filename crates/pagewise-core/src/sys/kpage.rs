@@ -149,11 +149,8 @@ mod tests {
     fn cached_pages_are_charged_to_a_memory_cgroup_directory() {
         let files = match KpageFiles::open() {
             Ok(files) => files,
-            Err(e) => {
-                require(
-                    false,
-                    &format!("/proc/kpagecgroup (root, CONFIG_MEMCG): {e}"),
-                );
+            Err((what, e)) => {
+                require(false, &format!("{what} (root, CONFIG_MEMCG): {e}"));
                 return;
             }
         };
