@@ -378,7 +378,10 @@ fn the_prefetching_thread_runs_at_higher_priority() {
             );
         }
         None => {
-            println!("SKIP slice check: this kernel's /proc/PID/task/TID/sched has no se.slice")
+            require(
+                false,
+                "the slice check: se.slice in /proc/PID/task/TID/sched (EEVDF, Linux 6.6+)",
+            );
         }
     }
 }

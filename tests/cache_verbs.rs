@@ -1,6 +1,8 @@
 //! End-to-end tests of `stat`, `evict` and `load`: real files on the build's filesystem, and every
 //! assertion on what the kernel reports (cachestat, cross-checked with mincore), never on what
-//! pagewise says it did.
+//! pagewise says it did. Also: ranges past EOF, exact byte totals, "unknown" (never false
+//! numbers) for a user who does not own the file, and tmpfs residue explained. What `stat`
+//! shows (columns, names, --map) is tests/stat.rs.
 
 mod common;
 use common::*;
@@ -9,40 +11,14 @@ use std::fs::{self, File};
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const PAGE: u64 = 4096;
 
 /// A second opinion from mincore (root owns everything here, so mincore tells the truth).
 fn mincore_pages(p: &Path) -> u64 {
     let f = File::open(p).unwrap();
     let len = f.metadata().unwrap().len();
     sys::mincore_count(f.as_fd(), 0, len, None).unwrap()
-}
-
-/// Runs with a deadline: the never-block rule.
-fn run_deadline(cmd: &mut Command, secs: u64) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > Duration::from_secs(secs) {
-            child.kill().unwrap();
-            panic!("{cmd:?} blocked for more than {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn json(out: &Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
 }
 
 fn tree(root: &Path, dirs: usize, per_dir: usize, size: usize) -> Vec<PathBuf> {
@@ -320,11 +296,11 @@ fn fifos_sockets_never_block() {
     write_file(&t.path().join("f"), 100);
     for verb in ["stat", "evict", "load"] {
         // Inside a tree: skipped and counted.
-        let out = run_deadline(bin().args([verb, "--json"]).arg(t.path()), 20);
+        let (out, _) = run_deadline(bin().args([verb, "--json"]).arg(t.path()), 20);
         assert!(out.status.success(), "{verb}");
         assert_eq!(json(&out)["walk"]["special_skipped"], 1);
         // Named explicitly: a clear error, still no blocking.
-        let out = run_deadline(bin().arg(verb).arg(&fifo), 20);
+        let (out, _) = run_deadline(bin().arg(verb).arg(&fifo), 20);
         assert_eq!(out.status.code(), Some(2));
         assert!(String::from_utf8_lossy(&out.stderr).contains("is a FIFO"));
     }
@@ -337,7 +313,7 @@ fn symlink_loops_are_reported_not_followed_forever() {
     write_file(&t.path().join("d/f"), 100);
     std::os::unix::fs::symlink("..", t.path().join("d/up")).unwrap();
     std::os::unix::fs::symlink("self", t.path().join("self")).unwrap();
-    let out = run_deadline(bin().args(["stat", "-L", "--json"]).arg(t.path()), 20);
+    let (out, _) = run_deadline(bin().args(["stat", "-L", "--json"]).arg(t.path()), 20);
     assert_eq!(out.status.code(), Some(2));
     let v = json(&out);
     assert_eq!(v["total"]["files"], 1);
@@ -368,10 +344,10 @@ fn sparse_terabyte_file_is_fast_and_loads_only_data() {
     drop(f);
     sync_and_evict(&p);
     let start = Instant::now();
-    let out = run_deadline(bin().args(["stat", "--json"]).arg(&p), 60);
+    let (out, _) = run_deadline(bin().args(["stat", "--json"]).arg(&p), 60);
     assert!(out.status.success());
     assert_eq!(json(&out)["total"]["bytes"], 1u64 << 40);
-    let out = run_deadline(bin().args(["load", "--json"]).arg(&p), 60);
+    let (out, _) = run_deadline(bin().args(["load", "--json"]).arg(&p), 60);
     assert!(out.status.success());
     let k = cs(&p);
     assert!(k.cache >= 256, "the data extent is loaded: {}", k.cache);
@@ -380,7 +356,7 @@ fn sparse_terabyte_file_is_fast_and_loads_only_data() {
         "holes are not loaded: {} pages",
         k.cache
     );
-    let out = run_deadline(bin().arg("evict").arg(&p), 60);
+    let (out, _) = run_deadline(bin().arg("evict").arg(&p), 60);
     assert!(out.status.success());
     assert_eq!(cached(&p), 0);
     assert!(start.elapsed() < Duration::from_secs(60));
@@ -566,7 +542,7 @@ fn stat_mincore_of_a_huge_sparse_file_is_fast_and_exact() {
     let kernel = resident_pages(&f, 0, 0);
     assert_eq!(kernel, 256, "1 MiB cached, half of it a hole's zeros");
     let start = Instant::now();
-    let out = run_deadline(
+    let (out, _) = run_deadline(
         bin()
             .args(["stat", "--method", "mincore", "--json", "-l"])
             .arg(&p),
@@ -578,7 +554,7 @@ fn stat_mincore_of_a_huge_sparse_file_is_fast_and_exact() {
     assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
     assert_eq!(v["total"]["cached_bytes"], kernel * PAGE);
     // The map line too: bounded memory, one cell per part, the two cached parts shown.
-    let out = run_deadline(
+    let (out, _) = run_deadline(
         bin()
             .args(["stat", "--method", "mincore", "--map=30", "--json", "-l"])
             .arg(&p),
@@ -665,61 +641,6 @@ fn load_lock_reports_the_bytes_the_kernel_locked() {
     assert!(v["total"]["locked_bytes"].as_u64().unwrap() <= vmlck);
 }
 
-/// A small ext4 image on a loop device, mounted in a temp dir; unmounted and detached on drop
-/// (also when the test fails).
-struct LoopMount {
-    dev: Option<String>,
-    mnt: PathBuf,
-    mounted: bool,
-}
-
-impl LoopMount {
-    fn new(dir: &Path) -> Option<LoopMount> {
-        let ok = |c: &mut Command| c.status().is_ok_and(|s| s.success());
-        let img = dir.join("img");
-        File::create(&img).unwrap().set_len(32 << 20).unwrap();
-        if !require(
-            ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img)),
-            "mkfs.ext4 (e2fsprogs)",
-        ) {
-            return None;
-        }
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(&img)
-            .output();
-        let dev = out
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-        if !require(dev.is_some(), "losetup -f (util-linux, loop devices, root)") {
-            return None;
-        }
-        let mut m = LoopMount {
-            dev,
-            mnt: dir.join("mnt"),
-            mounted: false,
-        };
-        fs::create_dir(&m.mnt).unwrap();
-        assert!(ok(Command::new("mount")
-            .arg(m.dev.as_ref().unwrap())
-            .arg(&m.mnt)));
-        m.mounted = true;
-        Some(m)
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let _ = Command::new("umount").arg(&self.mnt).status();
-        }
-        if let Some(d) = &self.dev {
-            let _ = Command::new("losetup").args(["-d", d]).status();
-        }
-    }
-}
-
 #[test]
 fn evict_of_a_mounted_loop_device_says_mounted() {
     if !require_root("losetup and mount") {
@@ -732,7 +653,7 @@ fn evict_of_a_mounted_loop_device_says_mounted() {
     let dev = PathBuf::from(lm.dev.clone().unwrap());
     write_file(&lm.mnt.join("f"), 1 << 20);
     assert!(Command::new("sync").status().unwrap().success());
-    let out = run_deadline(bin().args(["evict", "--json"]).arg(&dev), 20);
+    let (out, _) = run_deadline(bin().args(["evict", "--json"]).arg(&dev), 20);
     let v = json(&out);
     // What the filesystem holds of its device (superblock, group descriptors, journal) stays.
     let kernel = cached(&dev);
@@ -742,7 +663,7 @@ fn evict_of_a_mounted_loop_device_says_mounted() {
     assert_eq!(r["stayed_bytes"], kernel * PAGE);
     assert_eq!(r["reason"], "mounted", "{v}");
     // The image file under the loop device is not the device: its residue is no tmpfs either.
-    let out = run_deadline(
+    let (out, _) = run_deadline(
         bin().args(["evict", "--json"]).arg(t.path().join("img")),
         20,
     );
@@ -750,4 +671,121 @@ fn evict_of_a_mounted_loop_device_says_mounted() {
     if let Some(r) = v["residue"].get(0) {
         assert_ne!(r["reason"], "no_backing_store", "{v}");
     }
+}
+
+#[test]
+fn range_past_eof_covers_nothing_for_stat_evict_and_load() {
+    let t = tmp();
+    let f = t.path().join("F");
+    write_file(&f, 5000);
+    fs::File::open(&f).unwrap().sync_all().unwrap();
+    assert_eq!(cached(&f), 2, "setup: fully cached");
+
+    let out = run(bin()
+        .args(["stat", "--json", "-l", "--range", "1M-3M"])
+        .arg(&f));
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["files"][0]["bytes"], 0);
+    assert_eq!(v["files"][0]["cached_bytes"], 0);
+
+    let out = run(bin().args(["evict", "--range", "1M-3M"]).arg(&f));
+    assert!(out.status.success());
+    assert_eq!(cached(&f), 2, "evict of a range past EOF dropped nothing");
+
+    sync_and_evict(&f);
+    assert_eq!(cached(&f), 0);
+    let out = run(bin().args(["load", "--range", "1M-3M"]).arg(&f));
+    assert!(out.status.success());
+    assert_eq!(cached(&f), 0, "load of a range past EOF read nothing");
+}
+
+#[test]
+fn load_and_stat_totals_are_exact_bytes() {
+    let t = tmp();
+    let root = t.path().join("tree");
+    fs::create_dir(&root).unwrap();
+    let mut sum = 0u64;
+    let mut files = Vec::new();
+    for i in 1..=10usize {
+        let size = i * 1000 + 7;
+        let p = root.join(format!("f{i:02}"));
+        cold_file(&p, size);
+        sum += size as u64;
+        files.push((p, size as u64));
+    }
+    let out = run(bin().args(["load", "--json"]).arg(&root));
+    assert!(out.status.success());
+    assert_eq!(json(&out)["total"]["bytes"], sum);
+    for (p, size) in &files {
+        assert_eq!(cached(p), size.div_ceil(PAGE), "{} loaded", p.display());
+    }
+    let out = run(bin().args(["stat", "--json"]).arg(&root));
+    assert_eq!(json(&out)["total"]["bytes"], sum);
+}
+
+#[test]
+fn non_owner_sees_unknown_and_its_evict_drops_the_pages() {
+    if !require_root("switching to user nobody") {
+        return;
+    }
+    let t = tmp();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    open_up_ancestors(t.path());
+    let f = t.path().join("F");
+    write_file(&f, 16 << 20);
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+    sync_and_evict(&f);
+    fs::read(&f).unwrap();
+    let pages = (16u64 << 20) / PAGE;
+    assert_eq!(cached(&f), pages, "setup: fully cached, clean");
+    assert_eq!(cs(&f).dirty, 0);
+
+    let out = run(as_nobody().arg("stat").arg(&f));
+    let table = stdout(&out);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    let row = lines
+        .find(|l| l.starts_with(f.to_str().unwrap()))
+        .expect("a row for F");
+    let end = header_end(header, "CACHED");
+    assert_eq!(
+        cell_ending_at(row, end, "unknown".len()),
+        "unknown",
+        "CACHED column of: {row}"
+    );
+    assert!(!table.contains("0.0%*"), "{table}");
+
+    let out = run(as_nobody().args(["stat", "--json", "-l"]).arg(&f));
+    let v = json(&out);
+    assert!(v["files"][0]["cached_bytes"].is_null());
+    let reason = v["files"][0]["unknown_reason"].as_str().unwrap_or("");
+    assert!(!reason.is_empty(), "unknown_reason explains it");
+
+    let out = run(as_nobody().arg("evict").arg(&f));
+    let said = stdout(&out);
+    assert!(!said.contains("dropped 0 B of 0 B"), "{said}");
+    assert!(said.contains("unknown"), "{said}");
+    let left = cached(&f);
+    assert!(
+        left * 100 <= pages,
+        "fadvise(DONTNEED) works for readers: {left} pages left"
+    );
+}
+
+#[test]
+fn tmpfs_residue_says_no_backing_store() {
+    if !require_root("mount -t tmpfs") {
+        return;
+    }
+    let m = Mount::tmpfs("4m");
+    let f = m.path().join("F");
+    write_file(&f, 100_000);
+    assert_eq!(cached(&f), 25);
+    let v = json(&run(bin().args(["evict", "--json"]).arg(&f)));
+    assert_eq!(v["residue"][0]["reason"], "no_backing_store");
+    assert_eq!(cached(&f), 25, "tmpfs pages cannot be dropped");
+    let out = run(bin().arg("evict").arg(&f));
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(all.contains("tmpfs"), "{all}");
 }

@@ -97,10 +97,6 @@ fn stat_batch() -> u64 {
     64 * 4096 * cpus
 }
 
-fn json(out: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout).expect("valid JSON on stdout")
-}
-
 #[test]
 fn cgroups_shows_a_child_groups_reads_and_evict_cgroup_drops_them() {
     let Some(cg) = ChildCgroup::new() else { return };
@@ -262,11 +258,6 @@ fn stat_by_cgroup_names_the_group_that_read_the_pages() {
         assert_eq!(out.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&out.stderr).contains("known only to root"));
     }
-}
-
-fn on_path(cmd: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }
 
 /// Sum of the per-cgroup bytes of a `stat --by-cgroup` report.

@@ -2,6 +2,8 @@
 //! is not their content: nothing is written, chmod'ed or removed outside the destination,
 //! nothing of the user's is taken for a temporary, /proc and /sys files are copied as `read`
 //! returns them, `-a` leaves exactly the source's ACL, and `-u` carries metadata-only changes.
+//! A file is never copied over itself (through symlinks, hard links), a directory never into
+//! itself (also through a bind mount), and a FIFO source is refused without blocking.
 //! Every assertion reads the files back from the kernel (content, stat, xattrs, getfacl).
 
 mod common;
@@ -10,11 +12,6 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
-
-fn json(out: &std::process::Output) -> serde_json::Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
 
 /// The case: `dst/x` is a symlink to a directory outside, the source has a directory
 /// `x`. Nothing outside changes: not the file the copy would write, not the file `--delete`
@@ -183,8 +180,7 @@ fn proc_and_sys_files_are_copied_as_read_returns_them() {
         "/sys/devices/system/cpu/online",
     ];
     for (i, s) in sources.iter().enumerate() {
-        if !Path::new(s).exists() {
-            eprintln!("skipped {s}: not on this machine");
+        if !require(Path::new(s).exists(), &format!("{s} on this machine")) {
             continue;
         }
         let dst = t.path().join(format!("c{i}"));
@@ -389,4 +385,98 @@ fn impossible_sizes_are_refused_not_aborted() {
         assert!(err.contains(args[0]), "{args:?}: {err}");
         assert!(!t.path().join("g").exists());
     }
+}
+
+#[test]
+fn copy_refuses_the_same_file_through_symlinks_and_hard_links() {
+    let t = tmp();
+    let d = t.path();
+    let data = d.join("data");
+    fs::write(&data, "x\n").unwrap();
+    std::os::unix::fs::symlink("data", d.join("lnk")).unwrap();
+    let intact = || {
+        let m = fs::symlink_metadata(&data).unwrap();
+        assert!(m.file_type().is_file(), "data is still a regular file");
+        assert_eq!(fs::read(&data).unwrap(), b"x\n", "data still holds x");
+    };
+
+    // A symlink source over its own target (old: data became a symlink to itself).
+    let out = run(bin().args(["copy", "lnk", "data"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("are the same file"));
+    intact();
+
+    // A file over a symlink to itself.
+    let out = run(bin().args(["copy", "data", "lnk"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("are the same file"));
+    intact();
+    assert_eq!(fs::read_link(d.join("lnk")).unwrap(), Path::new("data"));
+
+    // A file over a hard link to itself.
+    fs::hard_link(&data, d.join("hl")).unwrap();
+    let out = run(bin().args(["copy", "data", "hl"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("are the same file"));
+    intact();
+
+    // Two symlinks to the same file: copying one link over the other is fine.
+    std::os::unix::fs::symlink("data", d.join("lnk2")).unwrap();
+    let out = run(bin().args(["copy", "lnk", "lnk2"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(0));
+    let m = fs::symlink_metadata(d.join("lnk2")).unwrap();
+    assert!(m.file_type().is_symlink(), "lnk2 is still a symlink");
+    assert_eq!(fs::read_link(d.join("lnk2")).unwrap(), Path::new("data"));
+    intact();
+}
+
+#[test]
+fn copy_refuses_a_directory_into_itself_also_through_a_bind_mount() {
+    if !require_root("mount --bind") {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("d");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::write(src.join("sub/f"), "f\n").unwrap();
+    let m = t.path().join("m");
+    fs::create_dir(&m).unwrap();
+    {
+        let bind = Mount::bind(&src, &m);
+        let out = run_deadline(
+            bin()
+                .arg("copy")
+                .arg(&src)
+                .arg(format!("{}/x/", bind.path().display())),
+            20,
+        )
+        .0;
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("into itself"), "{}", stderr(&out));
+        assert_eq!(
+            names_in(&src),
+            vec![b"sub".to_vec()],
+            "nothing created inside d"
+        );
+    }
+    let out = run_deadline(bin().arg("copy").arg(&src).arg(src.join("inner")), 20).0;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("into itself"), "{}", stderr(&out));
+    assert_eq!(names_in(&src), vec![b"sub".to_vec()]);
+    assert_eq!(names_in(&src.join("sub")), vec![b"f".to_vec()]);
+}
+
+#[test]
+fn copy_of_a_fifo_is_refused_without_blocking() {
+    let t = tmp();
+    let fifo = mkfifo(&t.path().join("fifo"));
+    let dst = t.path().join("dst");
+    let (out, _) = run_deadline(bin().arg("copy").arg(&fifo).arg(&dst), 10);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).to_lowercase().contains("fifo"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(fs::symlink_metadata(&dst).is_err(), "nothing created");
 }

@@ -19,8 +19,6 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PAGE: u64 = 4096;
-
 /// A child process killed (by PID) and reaped on drop.
 struct Server(Child);
 
@@ -73,11 +71,6 @@ fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn on_path(cmd: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
 }
 
 /// `promtool check metrics` of `text`: must succeed and say nothing.

@@ -1,21 +1,16 @@
 //! End-to-end tests of `pagewise run`: the command's pages are dropped again (cachestat says
-//! so), pages cached before stay, the command's I/O and exit status pass through.
+//! so), pages cached before stay, the command's I/O and exit status pass through; signals sent
+//! to pagewise reach the command (exit 128+N, the command gone), --report is in bytes and is
+//! created before the command runs, and a command that daemonises returns at once.
 
 mod common;
 use common::*;
 use pagewise_core::sys;
-use std::fs;
-use std::path::Path;
+use std::fs::{self, File};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
-fn can_trace() -> bool {
-    if !require_root("pagewise run (tracing)") {
-        return false;
-    }
-    true
-}
+use std::time::Duration;
 
 /// Both ways of following the command, unless this kernel refuses perf events (then the
 /// reason is printed and only tracefs is tested).
@@ -33,12 +28,6 @@ fn backends() -> Vec<&'static str> {
         );
         vec!["tracefs"]
     }
-}
-
-fn cold_file(p: &Path, size: usize) {
-    write_file(p, size);
-    sync_and_evict(p);
-    assert_eq!(cached(p), 0);
 }
 
 #[test]
@@ -483,5 +472,171 @@ fn the_mincore_route_drops_and_reports_what_the_kernel_shows() {
             err.contains(", 0 B left (0 B dirty, 0 B mapped or busy)"),
             "{err}"
         );
+    }
+}
+
+#[test]
+fn unwritable_output_path_fails_before_the_command_runs() {
+    if !require_root("tracing (record, run)") {
+        return;
+    }
+    let t = tmp();
+    let d = t.path();
+    let (out, _) = run_deadline(
+        bin()
+            .args(["record", "-o", "nodir/t", "--", "sh", "-c", "touch MARKER"])
+            .current_dir(d),
+        20,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("nodir/t"), "{}", stderr(&out));
+    assert!(!d.join("MARKER").exists(), "the command never ran");
+
+    let (out, _) = run_deadline(
+        bin()
+            .args([
+                "run",
+                "--report",
+                "nodir/r",
+                "--",
+                "sh",
+                "-c",
+                "touch MARKER2",
+            ])
+            .current_dir(d),
+        20,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("nodir/r"), "{}", stderr(&out));
+    assert!(!d.join("MARKER2").exists(), "the command never ran");
+}
+
+#[test]
+fn run_exits_130_on_sigint_and_its_command_is_gone() {
+    if !require_root("tracing (run)") {
+        return;
+    }
+    let t = tmp();
+    let out = signal_case(t.path(), &["run"], libc::SIGINT);
+    assert_eq!(out.status.code(), Some(130), "128 + SIGINT (old: 143)");
+}
+
+#[test]
+fn run_exits_129_on_sighup_and_its_command_is_gone() {
+    if !require_root("tracing (run)") {
+        return;
+    }
+    let t = tmp();
+    let out = signal_case(t.path(), &["run"], libc::SIGHUP);
+    assert_eq!(out.status.code(), Some(129), "128 + SIGHUP");
+}
+
+#[test]
+fn run_exits_131_on_sigquit_and_its_command_is_gone() {
+    if !require_root("tracing (run)") {
+        return;
+    }
+    let t = tmp();
+    let out = signal_case(t.path(), &["run"], libc::SIGQUIT);
+    assert_eq!(out.status.code(), Some(131), "128 + SIGQUIT");
+}
+
+fn keys_starting_with(v: &serde_json::Value, prefix: &str, found: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                if k.starts_with(prefix) {
+                    found.push(k.clone());
+                }
+                keys_starting_with(x, prefix, found);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                keys_starting_with(x, prefix, found);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn run_report_is_in_bytes() {
+    if !require_root("tracing (run)") {
+        return;
+    }
+    let t = tmp();
+    let f = t.path().join("F");
+    cold_file(&f, 64 << 10);
+    let report = t.path().join("R");
+    let sink = File::create(t.path().join("cat.out")).unwrap();
+    let mut cmd = bin();
+    cmd.arg("run")
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "cat"])
+        .arg(&f)
+        .stdout(sink);
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "--- {cmd:?}\nstatus {:?}\nstderr:\n{}",
+        out.status,
+        stderr(&out)
+    );
+    assert!(out.status.success());
+    let text = fs::read_to_string(&report).unwrap();
+    eprintln!("report: {text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for k in ["added_bytes", "dropped_bytes", "left_bytes"] {
+        assert!(v.get(k).is_some_and(|x| x.is_u64()), "{k} in {text}");
+    }
+    let mut pages = Vec::new();
+    keys_starting_with(&v, "pages_", &mut pages);
+    assert!(pages.is_empty(), "no pages_* keys: {pages:?}");
+}
+
+#[test]
+fn daemonising_command_returns_at_once_with_a_note() {
+    if !require_root("tracing (record, run)") {
+        return;
+    }
+    let t = tmp();
+    {
+        let _kill = KillArgv(&["sleep", "7.123"]);
+        let (out, took) = run_deadline(
+            bin().args(["run", "--", "sh", "-c", "sleep 7.123 & exit 0"]),
+            10,
+        );
+        assert_eq!(out.status.code(), Some(0));
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        assert!(
+            stderr(&out).contains("still running when it exited"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            !pids_with_cmdline(&["sleep", "7.123"]).is_empty(),
+            "setup: the background job ran"
+        );
+    }
+    {
+        let _kill = KillArgv(&["sleep", "7.124"]);
+        let (out, took) = run_deadline(
+            bin().arg("record").arg("-o").arg(t.path().join("T")).args([
+                "--",
+                "sh",
+                "-c",
+                "sleep 7.124 & exit 0",
+            ]),
+            10,
+        );
+        assert_eq!(out.status.code(), Some(0));
+        assert!(took < Duration::from_secs(3), "took {took:?}");
+        assert!(
+            stderr(&out).contains("still running when it exited"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(t.path().join("T").exists());
     }
 }

@@ -1,12 +1,31 @@
-//! Helpers shared by the end-to-end tests.
+//! Helpers shared by the end-to-end tests: the pagewise binary, temp dirs on a real
+//! filesystem, files written and evicted, the kernel's view of the cache (cachestat or
+//! mincore), a compiled toucher and C programs, the one capability gate (`require`), and
+//! pagewise's output read back. Submodules: child processes (`process`), mounts (`mount`),
+//! tables (`table`), comparing copies (`compare`), the gate (`require`, also used by the C
+//! API's tests).
 #![allow(dead_code)]
+
+mod compare;
+mod mount;
+mod process;
+mod require;
+mod table;
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use {compare::*, mount::*, process::*, require::require, table::*};
 
 use pagewise_core::sys;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
+
+/// Bytes in a page (the x86-64 and arm64 page size the tests assume).
+pub const PAGE: u64 = 4096;
 
 /// The pagewise binary under test.
 pub fn bin() -> Command {
@@ -109,6 +128,12 @@ pub fn cached(p: &Path) -> u64 {
     resident_pages(&File::open(p).unwrap(), 0, 0)
 }
 
+/// True when page `page` of `p` is cached ([`resident_pages`]).
+pub fn page_cached(p: &Path, page: u64) -> bool {
+    let f = File::open(p).unwrap();
+    resident_pages(&f, page * PAGE, PAGE) == 1
+}
+
 /// Dirty pages of the whole file from cachestat; None where the kernel has no cachestat.
 pub fn dirty_pages(p: &Path) -> Option<u64> {
     let f = File::open(p).unwrap();
@@ -195,21 +220,6 @@ pub fn compile_c(
     ok.then_some(exe)
 }
 
-/// The capability gate every test uses: true when `ok`. When not, the test fails, naming what
-/// is missing (`./install-deps` installs it; root is needed for tracing, mounts and setpriv) —
-/// unless PAGEWISE_ALLOW_SKIP=1 is set, when it prints `skipped: WHY` and the caller returns.
-/// A machine set up by the README runs every test: nothing is skipped silently.
-pub fn require(ok: bool, why: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var_os("PAGEWISE_ALLOW_SKIP").is_some_and(|v| v == "1") {
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    panic!("cannot run: {why} (run ./install-deps as root, or set PAGEWISE_ALLOW_SKIP=1 to skip)");
-}
-
 /// Gate for tests that need root (tracing, mounts, switching users).
 pub fn require_root(what: &str) -> bool {
     require(sys::euid() == 0, &format!("{what} needs root"))
@@ -225,4 +235,100 @@ pub fn as_nobody() -> Command {
         env!("CARGO_BIN_EXE_pagewise"),
     ]);
     c
+}
+
+/// Tracing (record, run, assist) needs root and tracefs; on this project's machines both are
+/// there, so the tests run. Elsewhere they fail or, under PAGEWISE_ALLOW_SKIP=1, say why.
+pub fn can_trace() -> bool {
+    require_root("tracing")
+}
+
+/// A file of `size` bytes of noise ([`write_file`]), written back and evicted (checked).
+pub fn cold_file(p: &Path, size: usize) {
+    write_file(p, size);
+    sync_and_evict(p);
+    assert_eq!(cached(p), 0, "setup: {} evicted", p.display());
+}
+
+/// A file of `pages` pages, each filled with its own byte, written back and evicted.
+pub fn write_pages(p: &Path, pages: u64) {
+    let mut f = File::create(p).unwrap();
+    for i in 0..pages {
+        f.write_all(&vec![(i % 251) as u8 + 1; PAGE as usize])
+            .unwrap();
+    }
+    f.sync_all().unwrap();
+    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::DontNeed).unwrap();
+}
+
+/// A file's pages: written back and dropped, and none left cached (checked).
+pub fn evict(p: &Path) {
+    sync_and_evict(p);
+    assert_eq!(cached(p), 0);
+}
+
+/// True when `cmd` is an executable file on $PATH.
+pub fn on_path(cmd: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+}
+
+/// Records `cat FILE` into `trace` (its output to a file in `dir`: data, not a test log).
+pub fn record_trace(dir: &Path, trace: &Path, file: &Path) {
+    // cat's output goes to a file: it is data, not a test log.
+    let sink = File::create(dir.join("cat.out")).unwrap();
+    let mut cmd = bin();
+    cmd.arg("record")
+        .arg("-o")
+        .arg(trace)
+        .args(["--", "cat"])
+        .arg(file)
+        .stdout(sink);
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "--- {cmd:?}\nstatus {:?}\nstderr:\n{}",
+        out.status,
+        stderr(&out)
+    );
+    assert!(out.status.success(), "record");
+    assert!(trace.exists());
+}
+
+/// pagewise's stdout as one JSON document (fails the test, showing it, when it is not).
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// stdout as text (lossy).
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// stderr as text (lossy).
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Makes the directories above `p` traversable for others (the tmp root is under target/).
+pub fn open_up_ancestors(p: &Path) {
+    let mut a = p.to_path_buf();
+    while let Some(parent) = a.parent() {
+        let mode = fs::metadata(parent).unwrap().permissions().mode();
+        if mode & 0o005 != 0o005 {
+            let _ = fs::set_permissions(parent, fs::Permissions::from_mode(mode | 0o005));
+        }
+        a = parent.to_path_buf();
+    }
+}
+
+/// The names in `dir`, as bytes, sorted.
+pub fn names_in(dir: &Path) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().into_vec())
+        .collect();
+    v.sort();
+    v
 }

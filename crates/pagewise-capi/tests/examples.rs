@@ -12,18 +12,11 @@ use pagewise_core::evict::{evict, EvictOptions};
 use pagewise_core::load::{load, LoadOptions};
 use pagewise_core::stat::{stat, StatOptions};
 
-/// The capability gate of the repository's tests (tests/common `require`): a missing tool
-/// fails the test, naming it, unless PAGEWISE_ALLOW_SKIP=1.
-fn require(ok: bool, why: &str) -> bool {
-    if ok {
-        return true;
-    }
-    if std::env::var_os("PAGEWISE_ALLOW_SKIP").is_some_and(|v| v == "1") {
-        eprintln!("skipped: {why}");
-        return false;
-    }
-    panic!("cannot run: {why} (run ./install-deps as root, or set PAGEWISE_ALLOW_SKIP=1 to skip)");
-}
+/// The capability gate of the repository's tests: a missing tool fails the test, naming it,
+/// unless PAGEWISE_ALLOW_SKIP=1 (then it prints `skipped: WHY`).
+#[path = "../../../tests/common/require.rs"]
+mod require;
+use require::require;
 
 fn have(tool: &str) -> bool {
     Command::new(tool)

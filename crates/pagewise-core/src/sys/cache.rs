@@ -309,7 +309,7 @@ pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> io::
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{cold_file, scratch_dir};
+    use super::super::testing::{cold_file, require, scratch_dir};
     use super::*;
     use std::io::Write;
     use std::os::fd::AsFd;
@@ -327,8 +327,8 @@ mod tests {
 
     #[test]
     fn cachestat_and_mincore_see_the_pages_just_written() {
-        if !super::super::probe_cachestat() {
-            return; // kernel before 6.5
+        if !require(super::super::probe_cachestat(), "cachestat(2) (Linux 6.5+)") {
+            return;
         }
         let dir = scratch_dir();
         let page = page_size();

@@ -196,7 +196,7 @@ pub fn pwritev2(fd: BorrowedFd<'_>, buf: &[u8], off: u64, flags: i32) -> io::Res
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{cold_file, scratch_dir};
+    use super::super::testing::{cold_file, require, scratch_dir};
     use super::*;
     use std::os::fd::AsFd;
 
@@ -310,7 +310,10 @@ mod tests {
         let mut buf = vec![0u8; 16 * 4096];
         match read_at(f.as_fd(), &mut buf, 0, RwFlags::DONTCACHE) {
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                eprintln!("skipped: no RWF_DONTCACHE on this kernel or filesystem");
+                require(
+                    false,
+                    "RWF_DONTCACHE (Linux 6.14+, a filesystem that has it)",
+                );
                 return;
             }
             r => assert_eq!(r.unwrap(), buf.len()),

@@ -141,15 +141,19 @@ pub fn page_cgroups_in(
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{cold_file, scratch_dir};
+    use super::super::testing::{cold_file, require, scratch_dir};
     use super::*;
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn cached_pages_are_charged_to_a_memory_cgroup_directory() {
-        let Ok(files) = KpageFiles::open() else {
-            return; // not root, or no CONFIG_MEMCG: the CLI tests say so
+        let files = match KpageFiles::open() {
+            Ok(files) => files,
+            Err((what, e)) => {
+                require(false, &format!("{what} (root, CONFIG_MEMCG): {e}"));
+                return;
+            }
         };
         let dir = scratch_dir();
         let f = cold_file(dir.path(), "f", 8);

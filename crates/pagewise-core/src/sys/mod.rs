@@ -181,4 +181,21 @@ mod testing {
         super::fadvise(f.as_fd(), 0, 0, super::Advice::DontNeed).unwrap();
         f
     }
+
+    /// The capability gate of the unit tests, the same rule as the end-to-end tests'
+    /// (tests/common `require`): true when `ok`. When not, the test fails, naming what is
+    /// missing, unless PAGEWISE_ALLOW_SKIP=1 is set, when it prints `skipped: WHY` and the
+    /// caller returns. Nothing is skipped silently.
+    pub fn require(ok: bool, why: &str) -> bool {
+        if ok {
+            return true;
+        }
+        if std::env::var_os("PAGEWISE_ALLOW_SKIP").is_some_and(|v| v == "1") {
+            eprintln!("skipped: {why}");
+            return false;
+        }
+        panic!(
+            "cannot run: {why} (run ./install-deps as root, or set PAGEWISE_ALLOW_SKIP=1 to skip)"
+        );
+    }
 }

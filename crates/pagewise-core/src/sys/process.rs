@@ -258,7 +258,7 @@ pub fn monotonic_ns() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{cold_file, scratch_dir};
+    use super::super::testing::{cold_file, require, scratch_dir};
     use super::*;
     use std::os::fd::AsFd;
 
@@ -319,7 +319,7 @@ mod tests {
         let len = 8 * page_size();
         let lock = match mmap_lock(f.as_fd(), 0, len) {
             Err((op, e)) if euid() != 0 => {
-                eprintln!("skipped: {op:?} refused without privileges: {e}");
+                require(false, &format!("{op:?} refused without privileges: {e}"));
                 return;
             }
             r => r.unwrap(),

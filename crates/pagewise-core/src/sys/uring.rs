@@ -174,13 +174,17 @@ impl ReadRing {
 
 #[cfg(test)]
 mod tests {
+    use super::super::testing::require;
     use super::*;
     use std::os::fd::AsFd;
 
     #[test]
     fn a_batch_larger_than_the_ring_is_split_and_errors_stay_per_read() {
         if !super::super::probe_io_uring() {
-            eprintln!("skipped: io_uring is disabled on this kernel (sysctl or seccomp)");
+            require(
+                false,
+                "io_uring (disabled on this kernel: sysctl or seccomp)",
+            );
             return;
         }
         let f = tempfile::tempfile().unwrap();
@@ -216,7 +220,10 @@ mod tests {
     fn ring_reads_come_back_in_request_order() {
         // This machine (and CI's) has io_uring: the test runs; elsewhere it says why not.
         if !super::super::probe_io_uring() {
-            eprintln!("skipped: io_uring is disabled on this kernel (sysctl or seccomp)");
+            require(
+                false,
+                "io_uring (disabled on this kernel: sysctl or seccomp)",
+            );
             return;
         }
         let f = tempfile::tempfile().unwrap();

@@ -199,7 +199,7 @@ pub fn open_by_inode(mount_fd: BorrowedFd<'_>, ino: u64) -> io::Result<OwnedFd> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::testing::scratch_dir;
+    use super::super::super::testing::{require, scratch_dir};
     use super::super::{dio_align, fstat, stat_path};
     use super::*;
     use std::io::{Read, Write};
@@ -318,7 +318,10 @@ mod tests {
                     Some(libc::EOVERFLOW | libc::ESTALE | libc::EOPNOTSUPP | libc::EPERM)
                 ) =>
             {
-                eprintln!("skipped: this filesystem or user cannot open by handle: {e}");
+                require(
+                    false,
+                    &format!("this filesystem or user cannot open by handle: {e}"),
+                );
                 return;
             }
             r => r.unwrap(),

@@ -296,7 +296,7 @@ pub fn linger_detached(keep: &[BorrowedFd<'_>], secs: u32) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{cold_file, scratch_dir};
+    use super::super::testing::{cold_file, require, scratch_dir};
     use super::*;
     use std::os::fd::AsFd;
     use std::path::PathBuf;
@@ -331,9 +331,9 @@ mod tests {
                     _private: None,
                 });
             }
-            let dir = tempfile::tempdir().ok()?;
+            let dir = tempfile::tempdir().unwrap();
             if let Err(e) = super::super::mount_tracefs(dir.path()) {
-                eprintln!("skipped: cannot mount tracefs: {e}");
+                require(false, &format!("cannot mount tracefs (root): {e}"));
                 return None;
             }
             Some(Tracefs {
@@ -364,7 +364,7 @@ mod tests {
             .unwrap();
         let ev = match perf_tracepoint_open(id, -1, false, PerfWake::Samples(1)) {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => {
-                eprintln!("skipped: perf_event_open refused: {e}");
+                require(false, &format!("perf_event_open refused: {e}"));
                 return;
             }
             r => r.unwrap(),

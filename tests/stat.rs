@@ -1,0 +1,317 @@
+//! End-to-end tests of what `pagewise stat` shows: --range as IN RANGE, exact bytes of tiny
+//! dirty files, missing paths as errors (never rows), names (non-UTF-8 bytes lossless in JSON,
+//! control bytes escaped, wide names aligned), --map's optional width, vmtouch's -I/-i (and
+//! record/run without `--`), and block devices sized by their capacity.
+
+mod common;
+use common::*;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::process::{Command, Output};
+
+#[test]
+fn stat_range_shows_the_bytes_in_range() {
+    let t = tmp();
+    let f = t.path().join("F");
+    write_file(&f, 1 << 20);
+    let out = run(bin().args(["stat", "--range", "0-64K"]).arg(&f));
+    assert!(out.status.success());
+    let table = stdout(&out);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    assert!(header.contains("IN RANGE"), "{header}");
+    let row = lines
+        .find(|l| l.starts_with(f.to_str().unwrap()))
+        .expect("a row for F");
+    let end = header_end(header, "IN RANGE");
+    assert_eq!(
+        cell_ending_at(row, end, "64.0 KiB".len()),
+        "64.0 KiB",
+        "{row}"
+    );
+
+    let v = json(&run(bin()
+        .args(["stat", "--json", "-l", "--range", "0-64K"])
+        .arg(&f)));
+    assert_eq!(v["files"][0]["bytes"], 65536);
+    assert_eq!(v["files"][0]["size"], 1048576);
+}
+
+#[test]
+fn tiny_dirty_file_counts_its_bytes_not_a_page() {
+    let t = tmp();
+    let f = t.path().join("two");
+    fs::write(&f, "ab").unwrap();
+    assert_eq!(cs(&f).dirty, 1, "setup: the page is dirty");
+    let v = json(&run(bin().args(["stat", "--json", "-l"]).arg(&f)));
+    let dirty = v["files"][0]["dirty_bytes"].as_u64().unwrap();
+    assert!(dirty <= 2, "dirty_bytes {dirty} (old: 4096)");
+    assert_eq!(v["files"][0]["cached_bytes"], 2);
+}
+
+#[test]
+fn missing_paths_are_errors_not_rows() {
+    let t = tmp();
+    let d = t.path();
+    let missing = "MISSING-trust";
+    write_file(&d.join("EXISTING"), 10000);
+
+    let out = run(bin().args(["stat", missing]).current_dir(d));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(missing));
+    assert!(!stdout(&out).contains(missing), "no row for it");
+
+    let out = run(bin().args(["stat", "EXISTING", missing]).current_dir(d));
+    assert_eq!(out.status.code(), Some(2));
+    let table = stdout(&out);
+    assert!(!table.contains(missing), "no row for it: {table}");
+    assert!(
+        table.lines().any(|l| l.starts_with("EXISTING ")),
+        "EXISTING's row: {table}"
+    );
+    assert!(
+        table.lines().any(|l| l.starts_with("TOTAL")),
+        "a TOTAL line: {table}"
+    );
+
+    let out = run(bin().args(["stat", "--json", missing]).current_dir(d));
+    assert_eq!(out.status.code(), Some(2));
+    let v = json(&out);
+    assert_eq!(v["roots"], serde_json::json!([]));
+    assert_eq!(v["errors"][0]["path"], missing);
+}
+
+#[test]
+fn non_utf8_names_are_lossless_in_json_and_copied_exactly() {
+    let t = tmp();
+    let d = t.path();
+    fs::create_dir(d.join("nd")).unwrap();
+    let name: &[u8] = b"bad\xffname";
+    fs::write(d.join("nd").join(OsStr::from_bytes(name)), "z").unwrap();
+    let full: Vec<u8> = [b"nd/".as_slice(), name].concat();
+
+    let out = run(bin().args(["stat", "-l", "--json", "nd"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(0));
+    let v = json(&out);
+    let f = &v["files"][0];
+    let bytes: Vec<u8> = f["path_bytes"]
+        .as_array()
+        .expect("path_bytes")
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, full, "the raw bytes");
+    assert_eq!(f["path"], String::from_utf8_lossy(&full).as_ref());
+
+    let out = run(bin().args(["stat", "--json-lines", "nd"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(0));
+    let mut file_lines = 0;
+    for line in stdout(&out).lines() {
+        assert_ne!(line.trim(), "null");
+        let v: serde_json::Value = serde_json::from_str(line).expect("each line is JSON");
+        assert!(!v.is_null());
+        if v.get("path_bytes").is_some() {
+            let b: Vec<u8> = v["path_bytes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u8)
+                .collect();
+            assert_eq!(b, full);
+            file_lines += 1;
+        }
+    }
+    assert_eq!(file_lines, 1, "the file's line has path_bytes");
+
+    let out = run(bin().args(["copy", "--json", "nd", "dst"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(0));
+    let _ = json(&out);
+    assert_eq!(names_in(&d.join("dst")), vec![name.to_vec()]);
+    assert_eq!(
+        fs::read(d.join("dst").join(OsStr::from_bytes(name))).unwrap(),
+        b"z"
+    );
+}
+
+#[test]
+fn newline_in_a_name_is_escaped_in_the_table_and_exact_in_json() {
+    let t = tmp();
+    let d = t.path();
+    fs::create_dir(d.join("nl")).unwrap();
+    fs::write(d.join("nl").join("a\nb"), "hello").unwrap();
+
+    let out = run(bin().args(["stat", "-l", "nl"]).current_dir(d));
+    assert!(out.status.success());
+    let table = stdout(&out);
+    assert_eq!(table.lines().count(), 3, "header, one file, TOTAL: {table}");
+    assert!(
+        table.lines().any(|l| l.starts_with("nl/a\\x0ab ")),
+        "{table}"
+    );
+
+    let v = json(&run(bin()
+        .args(["stat", "-l", "--json", "nl"])
+        .current_dir(d)));
+    assert_eq!(v["files"][0]["path"], "nl/a\nb");
+}
+
+#[test]
+fn wide_names_keep_table_columns_aligned() {
+    let t = tmp();
+    let d = t.path();
+    fs::create_dir(d.join("w")).unwrap();
+    fs::write(d.join("w/日本語.txt"), "1\n").unwrap();
+    fs::write(d.join("w/abc.txt"), "2\n").unwrap();
+    let out = run(bin().args(["stat", "-l", "w"]).current_dir(d));
+    assert!(out.status.success());
+    let table = stdout(&out);
+    let mut lines = table.lines();
+    let header = lines.next().unwrap();
+    let want = header_end(header, "SIZE");
+    let mut rows = 0;
+    for row in lines {
+        let path = if row.starts_with("w/日本語.txt") {
+            "w/日本語.txt"
+        } else if row.starts_with("w/abc.txt") {
+            "w/abc.txt"
+        } else {
+            continue;
+        };
+        // After the path: an empty FILES column, then SIZE ("2 B").
+        let rest = &row[path.len()..];
+        let size_end = rest.find(" B").expect("a size") + 2;
+        let end = display_width(path) + display_width(&rest[..size_end]);
+        assert_eq!(end, want, "SIZE ends at column {want}: {row:?}");
+        rows += 1;
+    }
+    assert_eq!(rows, 2, "{table}");
+}
+
+fn bar_lines(out: &Output) -> Vec<String> {
+    stdout(out)
+        .lines()
+        .filter(|l| l.starts_with("  ["))
+        .map(|l| l[2..].to_string())
+        .collect()
+}
+
+#[test]
+fn stat_map_takes_a_path_after_it_and_an_optional_width() {
+    let t = tmp();
+    let f = t.path().join("F");
+    fs::write(&f, vec![1u8; 64 << 20]).unwrap();
+    sync_and_evict(&f);
+    assert_eq!(cached(&f), 0);
+
+    let out = run(bin().args(["stat", "--map"]).arg(&f));
+    assert_eq!(out.status.code(), Some(0), "F is a path, not a width");
+    assert_eq!(bar_lines(&out).len(), 1, "a bar line");
+    assert!(
+        stdout(&out).lines().any(|l| l.starts_with("map:")),
+        "a legend"
+    );
+
+    let out = run(bin().args(["stat", "--map=20"]).arg(&f));
+    assert_eq!(out.status.code(), Some(0));
+    let bars = bar_lines(&out);
+    assert_eq!(bars.len(), 1);
+    assert_eq!(bars[0].chars().count(), 22, "20 cells: {:?}", bars[0]);
+    assert!(bars[0].starts_with('[') && bars[0].ends_with(']'));
+
+    // One page at offset 0, no readahead.
+    let file = File::open(&f).unwrap();
+    // SAFETY: posix_fadvise on an open descriptor.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
+    assert_eq!(rc, 0);
+    let mut page = [0u8; PAGE as usize];
+    file.read_exact_at(&mut page, 0).unwrap();
+    assert_eq!(cached(&f), 1, "setup: exactly one page cached");
+
+    let out = run(bin().args(["stat", "--map=8"]).arg(&f));
+    assert_eq!(out.status.code(), Some(0));
+    let bars = bar_lines(&out);
+    assert_eq!(bars.len(), 1);
+    let cells: Vec<char> = bars[0].chars().collect();
+    assert_eq!(cells.len(), 10, "{:?}", bars[0]);
+    assert_eq!(cells[1], '.', "one page is some: {:?}", bars[0]);
+    assert!(
+        cells[2..9].iter().all(|&c| c == ' '),
+        "the rest is empty: {:?}",
+        bars[0]
+    );
+}
+
+fn listed(out: &Output) -> Vec<String> {
+    let mut v: Vec<String> = json(out)["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn vmtouch_include_ignore_flags_and_commands_without_double_dash() {
+    let t = tmp();
+    let d = t.path();
+    fs::create_dir(d.join("ia")).unwrap();
+    for n in ["x.a", "y.b", "z.a"] {
+        fs::write(d.join("ia").join(n), n).unwrap();
+    }
+    let out = run(bin()
+        .args(["stat", "-l", "--json", "-I", "*.a", "ia"])
+        .current_dir(d));
+    assert!(out.status.success());
+    assert_eq!(listed(&out), ["ia/x.a", "ia/z.a"]);
+
+    let out = run(bin()
+        .args(["stat", "-l", "--json", "-i", "*.a", "ia"])
+        .current_dir(d));
+    assert!(out.status.success());
+    assert_eq!(listed(&out), ["ia/y.b"]);
+
+    let out = run(bin().args(["stat", "-e", "ia"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(1), "-e is not a flag of stat");
+
+    if !require_root("tracing (record, run)") {
+        return;
+    }
+    let out = run(bin().args(["record", "cat", "ia/x.a"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "x.a", "cat ran");
+    assert!(d.join("pagewise.trace").exists());
+    let out = run(bin().args(["run", "cat", "ia/y.b"]).current_dir(d));
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(stdout(&out), "y.b", "cat ran");
+}
+
+#[test]
+fn block_device_is_sized_by_its_capacity() {
+    if !require_root("losetup") {
+        return;
+    }
+    let t = tmp();
+    let img = t.path().join("img");
+    File::create(&img).unwrap().set_len(16 << 20).unwrap();
+    let out = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "losetup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dev = Loop(String::from_utf8(out.stdout).unwrap().trim().to_string());
+    assert!(dev.0.starts_with("/dev/loop"), "{}", dev.0);
+    // Only stat (read), never a write to the device.
+    let out = run(bin().args(["stat", "--json", &dev.0]));
+    assert!(out.status.success());
+    assert_eq!(json(&out)["total"]["size"], 16777216u64, "(old: 0)");
+}
