@@ -148,7 +148,7 @@ def read_into(
 ) -> int:
     """Fills ``buffer`` (any writable, contiguous buffer: numpy array, bytearray, memoryview,
     mmap, ctypes array...) with the file's bytes from ``offset``, leaving the page cache as it
-    was. Large reads have ``depth`` requests of 1 MiB in flight (default 16) and run without
+    was. Large reads have ``depth`` requests of 1 MiB in flight (default 32) and run without
     the GIL.
 
     With ``cache="direct"`` (O_DIRECT) the bytes go from the device straight into ``buffer``

@@ -25,7 +25,7 @@ use std::sync::Mutex;
 /// Bytes per request of the middle (what fio's `bs=1M` reads).
 pub const PIECE: usize = 1 << 20;
 /// Requests in flight when the caller does not say.
-pub const DEFAULT_DEPTH: usize = 16;
+pub const DEFAULT_DEPTH: usize = 32;
 /// The most requests in flight (threads) one call starts.
 pub const MAX_DEPTH: usize = 256;
 /// Threads that need a bounce buffer (of [`PIECE`] bytes each): at most this many, so a
