@@ -147,7 +147,10 @@ fn cgroups_shows_a_child_groups_reads_and_evict_cgroup_drops_them() {
     // What evict reported is what memory.stat showed then: the same figure, or on 6.8+ one
     // the periodic flush has since moved by at most the per-CPU batches.
     let reported = v["after"]["file_bytes"].as_u64().unwrap();
-    assert!(reported.abs_diff(after) <= stat_batch(), "{reported} vs {after}");
+    assert!(
+        reported.abs_diff(after) <= stat_batch(),
+        "{reported} vs {after}"
+    );
     assert_eq!(cached(&f), 0, "cachestat: the file's pages are gone");
     // Before Linux 6.13 memory.reclaim takes no swappiness: plain memory.reclaim, said so.
     let refused = v["notices"].as_array().unwrap().iter().any(|n| {

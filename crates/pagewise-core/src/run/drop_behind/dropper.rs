@@ -4,12 +4,12 @@
 //! the final drop. Dropping itself is in `ranges`, paging out of mapped pages in `page_out`.
 
 use super::super::footprint::PageMap;
-use crate::sys::FileId as FileKey;
 use super::measured::Measured;
 use super::page_out::ReadMaps;
 use super::ranges::drop_seen;
 use crate::residency::{MeasuredBy, Meter, Method};
 use crate::sys;
+use crate::sys::FileId as FileKey;
 use crate::trace::Mounts;
 use crate::verb::Tally;
 use std::collections::{HashMap, HashSet};

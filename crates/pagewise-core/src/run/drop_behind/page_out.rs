@@ -3,9 +3,9 @@
 //! from /proc at most every [`MAPS_TTL`].
 
 use super::super::footprint::Mappers;
-use crate::sys::FileId as FileKey;
 use super::dropper::Dropper;
 use crate::sys;
+use crate::sys::FileId as FileKey;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;

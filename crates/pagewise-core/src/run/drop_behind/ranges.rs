@@ -3,10 +3,10 @@
 //! per range a wait and DONTNEED (over the pages mincore saw only), counted before and after.
 
 use super::super::footprint::{Mappers, Pending};
-use crate::sys::FileId as FileKey;
 use super::dropper::{file_name, Dropper, WRITE_AND_WAIT};
 use super::measured::Measured;
 use crate::error::{FileError, Op};
+use crate::sys::FileId as FileKey;
 use crate::sys::{self, Advice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;

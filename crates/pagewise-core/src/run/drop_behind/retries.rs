@@ -2,9 +2,9 @@
 //! 1, 2, 4, 8 and 16 ms (read I/O still in flight), then parked (pages the command maps) and
 //! tried after 1, 2, 4 s, then every 8 s. The clock and the drop are passed in.
 
+use super::super::footprint::Pending;
 #[cfg(test)]
 use crate::sys::FileId as FileKey;
-use super::super::footprint::Pending;
 use std::time::{Duration, Instant};
 
 /// A range whose pages stayed cached is tried again after 1 ms, then after twice as long each
