@@ -10,7 +10,7 @@
 
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
-// unsafe only at the boundary: the C entry points and raw pointers of ffi.rs, verbs.rs and
+// unsafe only at the boundary: the C entry points and raw pointers of ffi.rs, verbs/ and
 // file.rs (each allows it at its top) and the exported symbols below (`no_mangle`).
 #![deny(unsafe_code)]
 // The C names are the ABI: `pagewise_stat_options`, not `PagewiseStatOptions`.

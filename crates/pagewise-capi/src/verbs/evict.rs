@@ -1,0 +1,157 @@
+//! `pagewise_evict`: its option and report structs and the entry point.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+use pagewise_core::evict::{evict, EvictOptions};
+
+use super::{check_flags, finish, known, walked, EVICT_FLAGS, WALK_FLAGS};
+use super::{
+    PAGEWISE_EVICT_DRY_RUN, PAGEWISE_EVICT_NO_SYNC, PAGEWISE_EVICT_OWNED, PAGEWISE_EVICT_WHY,
+};
+use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
+
+/// Options of `pagewise_evict`. Zero means the default for every field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pagewise_evict_options {
+    /// sizeof(pagewise_evict_options).
+    pub size: u32,
+    /// Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
+    pub flags: u32,
+    /// Walker threads (0: one per CPU; at most 1024).
+    pub threads: u32,
+    /// Levels to descend below the roots (0: no limit).
+    pub max_depth: u32,
+    /// PAGEWISE_METHOD_* (0: auto).
+    pub method: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// First byte of each file to drop (0: the start).
+    pub range_start: u64,
+    /// End (exclusive) of the range to drop (0: the end of each file).
+    pub range_end: u64,
+    /// Globs a file must match; NULL: all files.
+    pub include: *const *const c_char,
+    /// Entries in `include`.
+    pub include_count: usize,
+    /// Globs that exclude files and prune directories.
+    pub exclude: *const *const c_char,
+    /// Entries in `exclude`.
+    pub exclude_count: usize,
+    /// Called with the progress, may stop the verb (NULL: none).
+    pub progress: pagewise_progress_fn,
+    /// Handed to `progress`.
+    pub user: *mut c_void,
+}
+
+/// Totals of `pagewise_evict`, in bytes, as the kernel showed them before and after.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pagewise_evict_report {
+    /// In: sizeof(pagewise_evict_report); out: the bytes filled.
+    pub size: u32,
+    /// 1 when the progress callback stopped the run.
+    pub interrupted: u32,
+    /// Files evicted (or measured, with PAGEWISE_EVICT_DRY_RUN).
+    pub files: u64,
+    /// Bytes in the ranges evicted.
+    pub bytes: u64,
+    /// Cached before.
+    pub cached_bytes_before: u64,
+    /// Cached after.
+    pub cached_bytes_after: u64,
+    /// Dropped from the cache.
+    pub dropped_bytes: u64,
+    /// Still cached (mapped, locked, dirty, tmpfs...).
+    pub stayed_bytes: u64,
+    /// Dirty bytes written back so they could be dropped (PAGEWISE_UNKNOWN when unknown:
+    /// before Linux 6.5 only cachestat counts dirty pages).
+    pub dirty_bytes_written: u64,
+    /// Files where some pages stayed.
+    pub files_with_residue: u64,
+    /// Files left alone because another user owns them (PAGEWISE_EVICT_OWNED).
+    pub not_owned_skipped: u64,
+    /// Files whose residency could not be measured (advised out all the same).
+    pub unknown_files: u64,
+    /// Files (and roots) that failed; pagewise_last_error() has the first.
+    pub error_count: u64,
+    /// Wall time, seconds.
+    pub elapsed_s: f64,
+}
+
+// SAFETY: all are #[repr(C)], start with a u32 size, and hold only integers, floats, raw
+// pointers and optional function pointers, for which zero is valid.
+unsafe impl Sized32 for pagewise_evict_options {}
+unsafe impl Sized32 for pagewise_evict_report {}
+
+/// Drops the files and trees `paths[0..n]` from the page cache (writing dirty pages back
+/// first), and measures what stayed.
+///
+/// Returns the number of files that failed (0: all evicted; the first failure is in
+/// pagewise_last_error()), or a negative errno when nothing could run.
+///
+/// # Safety
+/// As pagewise_stat.
+#[no_mangle]
+pub unsafe extern "C" fn pagewise_evict(
+    paths: *const *const c_char,
+    n: usize,
+    opts: *const pagewise_evict_options,
+    out: *mut pagewise_evict_report,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: as the caller promised.
+        let o = unsafe { ffi::read_options(opts, "pagewise_evict_options") }?;
+        // SAFETY: as the caller promised.
+        unsafe { ffi::check_report(out, "pagewise_evict_report") }?;
+        check_flags("pagewise_evict_options", o.flags, WALK_FLAGS | EVICT_FLAGS)?;
+        // SAFETY: as the caller promised.
+        let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
+        // SAFETY: the option struct's arrays, as the caller promised.
+        let w = unsafe {
+            walked(
+                "pagewise_evict_options",
+                o.flags,
+                o.threads,
+                o.max_depth,
+                o.method,
+                (o.range_start, o.range_end),
+                (o.include, o.include_count),
+                (o.exclude, o.exclude_count),
+            )
+        }?;
+        let options = EvictOptions {
+            walk: w.walk,
+            range: w.range,
+            method: w.method,
+            sync: o.flags & PAGEWISE_EVICT_NO_SYNC == 0,
+            owned: o.flags & PAGEWISE_EVICT_OWNED != 0,
+            dry_run: o.flags & PAGEWISE_EVICT_DRY_RUN != 0,
+            why: o.flags & PAGEWISE_EVICT_WHY != 0,
+            ..EvictOptions::new(roots)
+        };
+        let observer = CallbackObserver::new(o.progress, o.user);
+        let r = evict(&options, &observer).map_err(|e| Failure::verb("evict", &e))?;
+        let t = &r.total;
+        let report = pagewise_evict_report {
+            size: 0,
+            interrupted: r.outcome.interrupted as u32,
+            files: t.files,
+            bytes: t.bytes,
+            cached_bytes_before: t.cached_bytes_before,
+            cached_bytes_after: t.cached_bytes_after,
+            dropped_bytes: t.dropped_bytes,
+            stayed_bytes: t.stayed_bytes,
+            dirty_bytes_written: known(t.dirty_bytes_written),
+            files_with_residue: t.files_with_residue,
+            not_owned_skipped: t.not_owned_skipped,
+            unknown_files: t.unknown_files,
+            error_count: r.outcome.error_count,
+            elapsed_s: r.outcome.elapsed_s,
+        };
+        // SAFETY: checked above.
+        unsafe { ffi::write_report(out, report) };
+        Ok(finish(&r.outcome, "evict"))
+    })
+}

@@ -1,0 +1,192 @@
+//! The verbs: `pagewise_stat`, `pagewise_evict`, `pagewise_load` (with `pagewise_lock`) and
+//! `pagewise_copy`, one module each. Each reads its option struct into the verb's options, runs
+//! the verb with the progress callback as its observer, and writes the report's totals. This
+//! module holds the flag and method constants and what the verbs share: the walk options
+//! (`walked`), the limits, and publishing the outcome (`finish`).
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int};
+
+use pagewise_core::{ByteRange, Method, Outcome, WalkOptions};
+
+use crate::ffi::{self, Failure};
+
+// In this order (kept apart so rustfmt does not sort them), so pagewise.h lists the structs and
+// functions as it did: stat, evict, load, copy.
+mod stat;
+// then
+mod evict;
+// then
+mod load;
+// then
+mod copy;
+
+pub use copy::*;
+pub use evict::*;
+pub use load::*;
+pub use stat::*;
+
+/// A figure the kernel could not tell (e.g. dirty bytes measured with mincore).
+pub const PAGEWISE_UNKNOWN: u64 = u64::MAX;
+
+/// Walk flag: follow symlinks met inside trees (roots are always followed).
+pub const PAGEWISE_FOLLOW: u32 = 1;
+/// Walk flag: do not cross into other filesystems below a root.
+pub const PAGEWISE_ONE_FILE_SYSTEM: u32 = 2;
+/// Walk flag: open files with O_NOATIME where allowed.
+pub const PAGEWISE_NOATIME: u32 = 4;
+/// Evict flag: do not write dirty pages back first (they stay cached).
+pub const PAGEWISE_EVICT_NO_SYNC: u32 = 0x100;
+/// Evict flag: only files the caller owns.
+pub const PAGEWISE_EVICT_OWNED: u32 = 0x200;
+/// Evict flag: measure what would be dropped, change nothing.
+pub const PAGEWISE_EVICT_DRY_RUN: u32 = 0x400;
+/// Evict flag: find the processes that keep pages in (scans /proc/*/maps).
+pub const PAGEWISE_EVICT_WHY: u32 = 0x800;
+
+/// Measuring method: cachestat, falling back to mincore (the default).
+pub const PAGEWISE_METHOD_AUTO: u32 = 0;
+/// Measuring method: cachestat(2) only (Linux 6.5+).
+pub const PAGEWISE_METHOD_CACHESTAT: u32 = 1;
+/// Measuring method: mmap + mincore(2) only (dirty and writeback figures unknown).
+pub const PAGEWISE_METHOD_MINCORE: u32 = 2;
+
+/// Copy strategy: the fastest cache-clean one the filesystems support (the default).
+pub const PAGEWISE_COPY_AUTO: u32 = 0;
+/// Copy strategy: RWF_DONTCACHE reads and writes (Linux 6.14+).
+pub const PAGEWISE_COPY_DONTCACHE: u32 = 1;
+/// Copy strategy: O_DIRECT.
+pub const PAGEWISE_COPY_DIRECT: u32 = 2;
+/// Copy strategy: buffered, written back and dropped behind.
+pub const PAGEWISE_COPY_DROP_BEHIND: u32 = 3;
+/// Copy strategy: plain buffered copy (copy_file_range); leaves both files cached, like cp.
+pub const PAGEWISE_COPY_BUFFERED: u32 = 4;
+/// Copy flag: keep mode, owner (as root), timestamps and xattrs.
+pub const PAGEWISE_COPY_PRESERVE: u32 = 1;
+/// Copy flag: do not fallocate destinations first.
+pub const PAGEWISE_COPY_NO_PREALLOCATE: u32 = 2;
+/// Copy flag: fsync each file before it is put in place.
+pub const PAGEWISE_COPY_FSYNC: u32 = 4;
+/// Copy flag: re-read each destination from disk and compare checksums.
+pub const PAGEWISE_COPY_VERIFY: u32 = 8;
+/// Copy flag: write under hidden temporary names even where O_TMPFILE works.
+pub const PAGEWISE_COPY_NAMED_TEMP: u32 = 16;
+
+const WALK_FLAGS: u32 = PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME;
+const EVICT_FLAGS: u32 =
+    PAGEWISE_EVICT_NO_SYNC | PAGEWISE_EVICT_OWNED | PAGEWISE_EVICT_DRY_RUN | PAGEWISE_EVICT_WHY;
+const COPY_FLAGS: u32 = PAGEWISE_COPY_PRESERVE
+    | PAGEWISE_COPY_NO_PREALLOCATE
+    | PAGEWISE_COPY_FSYNC
+    | PAGEWISE_COPY_VERIFY
+    | PAGEWISE_COPY_NAMED_TEMP;
+
+/// The walk, range and method fields the three tree verbs share.
+struct Walked {
+    walk: WalkOptions,
+    range: ByteRange,
+    method: Method,
+}
+
+#[allow(clippy::too_many_arguments)]
+/// # Safety
+/// The glob arrays are as `ffi::string_array` requires.
+unsafe fn walked(
+    what: &str,
+    flags: u32,
+    threads: u32,
+    max_depth: u32,
+    method: u32,
+    range: (u64, u64),
+    include: (*const *const c_char, usize),
+    exclude: (*const *const c_char, usize),
+) -> Result<Walked, Failure> {
+    let mut walk = WalkOptions {
+        follow: flags & PAGEWISE_FOLLOW != 0,
+        one_file_system: flags & PAGEWISE_ONE_FILE_SYSTEM != 0,
+        noatime: flags & PAGEWISE_NOATIME != 0,
+        max_depth: (max_depth > 0).then_some(max_depth as usize),
+        ..WalkOptions::default()
+    };
+    at_most(&format!("{what}.threads"), threads.into(), MAX_THREADS)?;
+    if threads > 0 {
+        walk.threads = threads as usize;
+    }
+    // SAFETY: as the caller promised.
+    walk.include = unsafe { ffi::text_array(include.0, include.1, &format!("{what}.include")) }?;
+    // SAFETY: as the caller promised.
+    walk.exclude = unsafe { ffi::text_array(exclude.0, exclude.1, &format!("{what}.exclude")) }?;
+    let method = match method {
+        PAGEWISE_METHOD_AUTO => Method::Auto,
+        PAGEWISE_METHOD_CACHESTAT => Method::Cachestat,
+        PAGEWISE_METHOD_MINCORE => Method::Mincore,
+        m => {
+            return Err(Failure::invalid(format!(
+                "{what}.method: unknown method {m}"
+            )))
+        }
+    };
+    if range.1 != 0 && range.1 < range.0 {
+        return Err(Failure::invalid(format!(
+            "{what}: range_end {} before range_start {}",
+            range.1, range.0
+        )));
+    }
+    let range = ByteRange {
+        start: range.0,
+        end: (range.1 != 0).then_some(range.1),
+    };
+    Ok(Walked {
+        walk,
+        range,
+        method,
+    })
+}
+
+/// The most threads a verb takes (walkers, copy workers): far above any machine's useful
+/// parallelism, far below what would exhaust the process's threads (each is spawned).
+const MAX_THREADS: u64 = 1024;
+/// The most requests in flight within one file (`depth` of load and copy; one thread each).
+const MAX_DEPTH: u64 = 1024;
+/// The largest copy chunk, 1 GiB: each request in flight holds a buffer of this size.
+const MAX_CHUNK: u64 = 1 << 30;
+
+/// EINVAL when `value` is beyond `max` (`what` names the option).
+fn at_most(what: &str, value: u64, max: u64) -> Result<(), Failure> {
+    if value > max {
+        return Err(Failure::invalid(format!(
+            "{what}: {value} is more than the most allowed ({max})"
+        )));
+    }
+    Ok(())
+}
+
+fn check_flags(what: &str, flags: u32, known: u32) -> Result<(), Failure> {
+    if flags & !known != 0 {
+        return Err(Failure::invalid(format!(
+            "{what}.flags: unknown bits {:#x}",
+            flags & !known
+        )));
+    }
+    Ok(())
+}
+
+/// Publishes the outcome on this thread: its notices, and its first error as the last error.
+/// Returns the error count as the verb's `int` result (saturated).
+fn finish(outcome: &Outcome, verb: &str) -> c_int {
+    ffi::set_last_notices(&outcome.notices);
+    if let Some(first) = outcome.errors.first() {
+        let more = outcome.error_count - 1;
+        let tail = if more > 0 {
+            format!(" (and {more} more)")
+        } else {
+            String::new()
+        };
+        ffi::set_last_error(&format!("{verb}: {first}{tail}"));
+    }
+    outcome.error_count.min(c_int::MAX as u64) as c_int
+}
+
+fn known(v: Option<u64>) -> u64 {
+    v.unwrap_or(PAGEWISE_UNKNOWN)
+}

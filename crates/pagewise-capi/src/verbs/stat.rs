@@ -1,0 +1,149 @@
+//! `pagewise_stat`: its option and report structs and the entry point.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+use pagewise_core::stat::{stat, StatOptions};
+
+use super::{check_flags, finish, known, walked, WALK_FLAGS};
+use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
+
+/// Options of `pagewise_stat`. Zero means the default for every field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pagewise_stat_options {
+    /// sizeof(pagewise_stat_options).
+    pub size: u32,
+    /// PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME.
+    pub flags: u32,
+    /// Walker threads (0: one per CPU; at most 1024).
+    pub threads: u32,
+    /// Levels to descend below the roots (0: no limit).
+    pub max_depth: u32,
+    /// PAGEWISE_METHOD_* (0: auto).
+    pub method: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// First byte of each file to measure (0: the start).
+    pub range_start: u64,
+    /// End (exclusive) of the range of each file to measure (0: the end of each file).
+    pub range_end: u64,
+    /// Globs a file must match (its name or its path below its root); NULL: all files.
+    pub include: *const *const c_char,
+    /// Entries in `include`.
+    pub include_count: usize,
+    /// Globs that exclude files and prune directories.
+    pub exclude: *const *const c_char,
+    /// Entries in `exclude`.
+    pub exclude_count: usize,
+    /// Called with the progress, may stop the verb (NULL: none).
+    pub progress: pagewise_progress_fn,
+    /// Handed to `progress`.
+    pub user: *mut c_void,
+}
+
+/// Totals of `pagewise_stat`, in bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pagewise_stat_report {
+    /// In: sizeof(pagewise_stat_report); out: the bytes filled.
+    pub size: u32,
+    /// 1 when the progress callback stopped the run.
+    pub interrupted: u32,
+    /// Files measured.
+    pub files: u64,
+    /// Sum of their sizes.
+    pub size_bytes: u64,
+    /// Bytes measured (the sizes, or the parts in the range).
+    pub bytes: u64,
+    /// Of those, cached (over the files whose residency is known).
+    pub cached_bytes: u64,
+    /// Dirty bytes (PAGEWISE_UNKNOWN when no file's method tells).
+    pub dirty_bytes: u64,
+    /// Bytes under writeback (PAGEWISE_UNKNOWN when unknown).
+    pub writeback_bytes: u64,
+    /// Bytes evicted whose shadow entries remain (PAGEWISE_UNKNOWN when unknown).
+    pub evicted_bytes: u64,
+    /// Evicted bytes that would still be cached had they not been evicted.
+    pub recently_evicted_bytes: u64,
+    /// Files whose residency could not be known (not writable, cachestat refused).
+    pub unknown_files: u64,
+    /// Their bytes.
+    pub unknown_bytes: u64,
+    /// Files (and roots) that failed; pagewise_last_error() has the first.
+    pub error_count: u64,
+    /// Wall time, seconds.
+    pub elapsed_s: f64,
+}
+
+// SAFETY: all are #[repr(C)], start with a u32 size, and hold only integers, floats, raw
+// pointers and optional function pointers, for which zero is valid.
+unsafe impl Sized32 for pagewise_stat_options {}
+unsafe impl Sized32 for pagewise_stat_report {}
+
+/// Measures how much of the files and trees `paths[0..n]` is in the page cache.
+///
+/// Returns the number of files that failed (0: all measured; the first failure is in
+/// pagewise_last_error()), or a negative errno when nothing could run.
+///
+/// # Safety
+/// `paths` points to `n` NUL-terminated strings; `opts` is NULL or a valid struct with its
+/// size set; `out` is NULL or a report struct with its size set.
+#[no_mangle]
+pub unsafe extern "C" fn pagewise_stat(
+    paths: *const *const c_char,
+    n: usize,
+    opts: *const pagewise_stat_options,
+    out: *mut pagewise_stat_report,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: as the caller promised.
+        let o = unsafe { ffi::read_options(opts, "pagewise_stat_options") }?;
+        // SAFETY: as the caller promised.
+        unsafe { ffi::check_report(out, "pagewise_stat_report") }?;
+        check_flags("pagewise_stat_options", o.flags, WALK_FLAGS)?;
+        // SAFETY: as the caller promised.
+        let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
+        // SAFETY: the option struct's arrays, as the caller promised.
+        let w = unsafe {
+            walked(
+                "pagewise_stat_options",
+                o.flags,
+                o.threads,
+                o.max_depth,
+                o.method,
+                (o.range_start, o.range_end),
+                (o.include, o.include_count),
+                (o.exclude, o.exclude_count),
+            )
+        }?;
+        let options = StatOptions {
+            walk: w.walk,
+            range: w.range,
+            method: w.method,
+            ..StatOptions::new(roots)
+        };
+        let observer = CallbackObserver::new(o.progress, o.user);
+        let r = stat(&options, &observer).map_err(|e| Failure::verb("stat", &e))?;
+        let t = &r.total;
+        let report = pagewise_stat_report {
+            size: 0,
+            interrupted: r.outcome.interrupted as u32,
+            files: t.files,
+            size_bytes: t.size,
+            bytes: t.bytes,
+            cached_bytes: t.cached_bytes,
+            dirty_bytes: known(t.dirty_bytes),
+            writeback_bytes: known(t.writeback_bytes),
+            evicted_bytes: known(t.evicted_bytes),
+            recently_evicted_bytes: known(t.recently_evicted_bytes),
+            unknown_files: t.unknown_files,
+            unknown_bytes: t.unknown_bytes,
+            error_count: r.outcome.error_count,
+            elapsed_s: r.outcome.elapsed_s,
+        };
+        // SAFETY: checked above.
+        unsafe { ffi::write_report(out, report) };
+        Ok(finish(&r.outcome, "stat"))
+    })
+}
