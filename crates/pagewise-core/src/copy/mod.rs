@@ -21,6 +21,7 @@
 mod commit;
 mod dest;
 mod engine;
+pub mod filter;
 mod finish;
 mod options;
 mod plan;
@@ -28,6 +29,7 @@ mod report;
 mod worker;
 
 pub use engine::Strategy;
+pub use filter::{Filters, RuleKind, Side};
 pub use options::{CopyOptions, Dereference, Existing, MAX_CHUNK, MAX_DEPTH, MAX_THREADS};
 pub use plan::plan_targets;
 pub use report::{Action, CopyItem, CopyReport, EntryKind, Residue};

@@ -1,0 +1,239 @@
+//! The filter rules against rsync's documented semantics (the man page's examples), and the
+//! parser and matcher under arbitrary rules and paths.
+
+use super::*;
+
+fn rules(list: &[(RuleKind, &str)]) -> Filters {
+    let mut f = Filters::new(false);
+    for (kind, text) in list {
+        f.add(*kind, text.as_bytes()).unwrap();
+    }
+    f
+}
+
+fn out(f: &Filters, path: &str, dir: bool) -> bool {
+    f.excluded(path.as_bytes(), dir, Side::Sender)
+}
+
+use RuleKind::{Exclude as X, Filter as F, Include as I};
+
+#[test]
+fn basename_patterns_match_the_last_component_anywhere() {
+    let f = rules(&[(X, "*.o"), (X, "core")]);
+    assert!(out(&f, "a.o", false));
+    assert!(out(&f, "src/deep/a.o", false));
+    assert!(out(&f, "x/core", false));
+    assert!(out(&f, "core", true));
+    assert!(!out(&f, "corefile", false));
+    assert!(
+        !out(&f, "a.o/b", false),
+        "the pattern names the last component"
+    );
+}
+
+#[test]
+fn anchored_and_inner_slash_patterns() {
+    let f = rules(&[(X, "/top"), (X, "foo/bar")]);
+    assert!(out(&f, "top", false));
+    assert!(!out(&f, "a/top", false));
+    assert!(out(&f, "foo/bar", false));
+    assert!(out(&f, "x/foo/bar", false));
+    assert!(!out(&f, "bar", false));
+    assert!(!out(&f, "xfoo/bar", false));
+}
+
+#[test]
+fn trailing_slash_matches_directories_only() {
+    let f = rules(&[(X, "cache/")]);
+    assert!(out(&f, "a/cache", true));
+    assert!(!out(&f, "a/cache", false));
+}
+
+#[test]
+fn star_stops_at_slash_and_double_star_crosses_it() {
+    let f = rules(&[(X, "/a/*/c")]);
+    assert!(out(&f, "a/b/c", false));
+    assert!(!out(&f, "a/b/x/c", false));
+    let f = rules(&[(X, "/a/**/c")]);
+    assert!(out(&f, "a/b/x/c", false));
+    assert!(out(&f, "a/b/c", false));
+    let f = rules(&[(X, "**/tmp")]);
+    assert!(out(&f, "tmp", false), "a leading ** matches at the top too");
+    assert!(out(&f, "x/y/tmp", false));
+    let f = rules(&[(X, "logs/**")]);
+    assert!(out(&f, "logs/a", false));
+    assert!(out(&f, "x/logs/a/b", false));
+    assert!(
+        !out(&f, "logs", true),
+        "dir/** is what is below, not the directory"
+    );
+}
+
+#[test]
+fn triple_star_is_the_directory_and_all_below() {
+    let f = rules(&[(X, "/keep/***")]);
+    assert!(out(&f, "keep", true));
+    assert!(out(&f, "keep/a/b", false));
+    assert!(!out(&f, "keepx", true));
+}
+
+#[test]
+fn first_match_wins() {
+    // rsync's classic: only *.txt below any directory.
+    let f = rules(&[(I, "*/"), (I, "*.txt"), (X, "*")]);
+    assert!(!out(&f, "a", true));
+    assert!(!out(&f, "a/b.txt", false));
+    assert!(out(&f, "a/b.bin", false));
+    let f = rules(&[(X, "*.txt"), (I, "*.txt")]);
+    assert!(out(&f, "x.txt", false));
+}
+
+#[test]
+fn classes_question_marks_and_escapes() {
+    let f = rules(&[
+        (X, "file[0-9].?"),
+        (X, "[!a-c]x"),
+        (X, "\\*lit"),
+        (X, "[[:digit:]]z"),
+    ]);
+    assert!(out(&f, "file7.c", false));
+    assert!(!out(&f, "filex.c", false));
+    assert!(!out(&f, "file7.cc", false));
+    assert!(out(&f, "dx", false));
+    assert!(!out(&f, "bx", false));
+    assert!(out(&f, "*lit", false));
+    assert!(!out(&f, "alit", false));
+    assert!(out(&f, "5z", false));
+    assert!(!out(&f, "zz", false));
+}
+
+#[test]
+fn filter_rule_forms() {
+    let f = rules(&[
+        (F, "+ keep.log"),
+        (F, "- *.log"),
+        (F, "exclude,! */"),
+        (F, "include *"),
+    ]);
+    assert!(!out(&f, "keep.log", false));
+    assert!(out(&f, "x.log", false));
+    // "-! */": everything that is not a directory is excluded.
+    assert!(out(&f, "plain", false));
+    assert!(!out(&f, "dir", true));
+    let mut f = Filters::new(false);
+    for bad in ["x foo", "-x foo", "-", ": .rsync-filter", "-/ abs", "!x"] {
+        assert!(f.add(F, bad.as_bytes()).is_err(), "{bad:?} accepted");
+    }
+    f.add(F, b"- a").unwrap();
+    f.add(F, b"!").unwrap();
+    assert!(f.is_empty(), "'!' clears the list");
+    f.add(X, b"- b").unwrap();
+    f.add(X, b"!").unwrap();
+    assert!(f.is_empty(), "'!' clears the list for --exclude too");
+}
+
+#[test]
+fn old_prefixes_in_exclude_arguments() {
+    let f = rules(&[(X, "+ a.log"), (X, "*.log")]);
+    assert!(!out(&f, "a.log", false));
+    assert!(out(&f, "b.log", false));
+}
+
+#[test]
+fn sides_and_delete_excluded() {
+    let f = rules(&[(F, "P keep"), (F, "H hidden"), (X, "both")]);
+    assert!(!out(&f, "keep", false));
+    assert!(f.excluded(b"keep", false, Side::Receiver));
+    assert!(out(&f, "hidden", false));
+    assert!(!f.excluded(b"hidden", false, Side::Receiver));
+    assert!(f.excluded(b"both", false, Side::Receiver));
+    let mut f = Filters::new(true);
+    f.add(X, b"both").unwrap();
+    f.add(F, b"P kept").unwrap();
+    assert!(out(&f, "both", false));
+    assert!(
+        !f.excluded(b"both", false, Side::Receiver),
+        "--delete-excluded"
+    );
+    assert!(
+        f.excluded(b"kept", false, Side::Receiver),
+        "an explicit protect stays"
+    );
+}
+
+#[test]
+fn rule_files_skip_comments_and_blank_lines() {
+    let dir = std::env::temp_dir().join(format!("pw-filter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rules");
+    std::fs::write(&file, "# comment\n; also\n\n*.tmp\r\n+ keep.bak\n*.bak\n").unwrap();
+    let mut f = Filters::new(false);
+    f.add_file(X, &file).unwrap();
+    assert!(out(&f, "x.tmp", false));
+    assert!(!out(&f, "keep.bak", false));
+    assert!(out(&f, "y.bak", false));
+    assert!(!out(&f, "# comment", false));
+    let merged = dir.join("merged");
+    std::fs::write(&merged, format!("merge {}\n- *.c\n", file.display())).unwrap();
+    let mut f = Filters::new(false);
+    f.add_file(F, &merged).unwrap_err(); // "*.tmp" is not a filter rule
+    std::fs::write(&merged, format!("merge,- {}\n- *.c\n", file.display())).unwrap();
+    let mut f2 = Filters::new(false);
+    f2.add_file(F, &merged).unwrap();
+    assert!(out(&f2, "a.c", false) && out(&f2, "a.tmp", false));
+    std::fs::write(&merged, format!("merge {}\n", merged.display())).unwrap();
+    let e = Filters::new(false).add_file(F, &merged).unwrap_err();
+    assert!(e.to_string().contains("nested"), "{e}");
+    let e = Filters::new(false)
+        .add_file(X, &dir.join("missing"))
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("missing") && e.to_string().contains("open"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn hostile_patterns_are_bounded() {
+    let mut f = Filters::new(false);
+    let long = "a".repeat(MAX_PATTERN + 1);
+    assert!(f.add(X, long.as_bytes()).is_err());
+    let stars = "*a".repeat(MAX_STAR_RUNS + 1);
+    assert!(f.add(X, stars.as_bytes()).is_err());
+    // The classic exponential case of naive matchers stays fast.
+    let p = "*a".repeat(MAX_STAR_RUNS) + "b";
+    f.add(X, p.as_bytes()).unwrap();
+    let path = "a".repeat(4000);
+    let t = std::time::Instant::now();
+    assert!(!out(&f, &path, false));
+    assert!(t.elapsed().as_secs() < 2, "{:?}", t.elapsed());
+}
+
+#[test]
+fn fuzz_rules_and_paths() {
+    use proptest::prelude::*;
+    let alphabet = proptest::sample::select(b"ab/*?[]!^-:\\,+ _.#".to_vec());
+    let rule = proptest::collection::vec(alphabet.clone(), 0..24);
+    let path = proptest::collection::vec(alphabet, 0..32);
+    let kind = proptest::sample::select(vec![X, I, F]);
+    crate::fuzzing::fuzz(
+        "copy filters",
+        2048,
+        (
+            proptest::collection::vec((kind, rule), 0..6),
+            path,
+            any::<bool>(),
+        ),
+        |(list, path, dir)| {
+            let mut f = Filters::new(dir);
+            for (kind, text) in &list {
+                let _ = f.add(*kind, text);
+            }
+            let a = f.excluded(&path, dir, Side::Sender);
+            let b = f.excluded(&path, dir, Side::Sender);
+            assert_eq!(a, b);
+            let _ = f.excluded(&path, !dir, Side::Receiver);
+        },
+    );
+}
