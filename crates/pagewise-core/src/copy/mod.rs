@@ -23,6 +23,7 @@ mod dest;
 mod engine;
 pub mod filter;
 mod finish;
+pub mod limits;
 mod options;
 mod plan;
 mod report;
