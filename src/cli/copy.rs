@@ -6,11 +6,14 @@ use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
 use pagewise_core::copy::{
-    self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, Strategy,
+    self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, Filters,
+    RuleKind, Strategy,
 };
 use pagewise_core::{sys, Error, FileResult, Progress, Watch};
 use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The `pagewise copy --help` epilogue: examples, notes and exit codes.
@@ -46,7 +49,7 @@ pub enum CacheArg {
 #[derive(Args, Debug)]
 pub struct CopyArgs {
     /// Sources, then the destination (a directory when there are several sources)
-    #[arg(required = true, num_args = 2..)]
+    #[arg(value_name = "SOURCE... DEST")]
     pub paths: Vec<PathBuf>,
     /// How the page cache is kept clean
     #[arg(long, value_enum, default_value_t = CacheArg::Auto)]
@@ -84,6 +87,37 @@ pub struct CopyArgs {
     /// (rsync --delete)
     #[arg(long)]
     pub delete: bool,
+    /// Also delete destination entries the filter rules exclude (rsync --delete-excluded;
+    /// implies --delete)
+    #[arg(long)]
+    pub delete_excluded: bool,
+    /// Leave out what matches PATTERN (rsync's rules: `*.o`, `/top-only`, `dir/`, `a/**`,
+    /// `dir/***`); rules apply in the order given, the first match deciding
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true, value_parser = rule(RuleKind::Exclude))]
+    pub exclude: Vec<Rule>,
+    /// Keep what matches PATTERN even if a later --exclude matches it (rsync --include)
+    #[arg(long, value_name = "PATTERN", allow_hyphen_values = true, value_parser = rule(RuleKind::Include))]
+    pub include: Vec<Rule>,
+    /// Read exclude patterns from FILE, one per line (`#`/`;` comments; `-` is stdin)
+    #[arg(long, value_name = "FILE", value_parser = rule_file(RuleKind::Exclude))]
+    pub exclude_from: Vec<Rule>,
+    /// Read include patterns from FILE, one per line
+    #[arg(long, value_name = "FILE", value_parser = rule_file(RuleKind::Include))]
+    pub include_from: Vec<Rule>,
+    /// An rsync filter rule: `- PATTERN`, `+ PATTERN`, `P`/`R`/`H`/`S PATTERN`, `merge FILE`,
+    /// `!` (clear); modifiers `!`, `s`, `r` (see rsync(1) FILTER RULES)
+    #[arg(short = 'f', long, value_name = "RULE", allow_hyphen_values = true, value_parser = rule(RuleKind::Filter))]
+    pub filter: Vec<Rule>,
+    /// Do not cross file system boundaries: a mount point is copied as an empty directory
+    /// (rsync -x)
+    #[arg(short = 'x', long)]
+    pub one_file_system: bool,
+    /// Leave out regular files larger than SIZE (rsync --max-size: 100K, 1.5G, 10MB, 1G-1)
+    #[arg(long, value_name = "SIZE", value_parser = rsync_size)]
+    pub max_size: Option<u64>,
+    /// Leave out regular files smaller than SIZE (rsync --min-size)
+    #[arg(long, value_name = "SIZE", value_parser = rsync_size)]
+    pub min_size: Option<u64>,
     /// Follow every symlink in the sources, inside trees too (cp -L)
     #[arg(short = 'L', long, overrides_with_all = ["dereference_command_line", "no_dereference"])]
     pub dereference: bool,
@@ -205,20 +239,121 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     Ok(code)
 }
 
+/// One filter argument, numbered in command-line order (clap parses values left to right),
+/// so `--include`, `--exclude` and `--filter` given in any mix keep their order.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    seq: usize,
+    kind: RuleKind,
+    text: std::ffi::OsString,
+    file: bool,
+}
+
+static RULE_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// The value parser of the rule arguments: each value numbered as clap meets it.
+#[derive(Clone)]
+struct RuleParser {
+    kind: RuleKind,
+    file: bool,
+}
+
+impl clap::builder::TypedValueParser for RuleParser {
+    type Value = Rule;
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Rule, clap::Error> {
+        Ok(Rule {
+            seq: RULE_SEQ.fetch_add(1, Ordering::Relaxed),
+            kind: self.kind,
+            text: value.to_owned(),
+            file: self.file,
+        })
+    }
+}
+
+/// The value parser of a rule argument (`--exclude`, `--include`, `--filter`).
+fn rule(kind: RuleKind) -> RuleParser {
+    RuleParser { kind, file: false }
+}
+
+/// The value parser of a rule file argument (`--exclude-from`, `--include-from`).
+fn rule_file(kind: RuleKind) -> RuleParser {
+    RuleParser { kind, file: true }
+}
+
+/// A size as rsync's --max-size/--min-size read it.
+fn rsync_size(s: &str) -> Result<u64, String> {
+    copy::limits::parse_rsync_size(s, b'b', "size").map_err(|e| match e {
+        Error::Invalid { message, .. } => message,
+        e => e.to_string(),
+    })
+}
+
+/// The filter rules of the command line, in the order given.
+fn filters(a: &CopyArgs) -> Result<Filters, Error> {
+    let mut all: Vec<&Rule> = [
+        &a.exclude,
+        &a.include,
+        &a.exclude_from,
+        &a.include_from,
+        &a.filter,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    all.sort_by_key(|r| r.seq);
+    let mut f = Filters::new(a.delete_excluded);
+    for r in all {
+        if r.file {
+            f.add_file(r.kind, std::path::Path::new(&r.text))?;
+        } else {
+            f.add(r.kind, r.text.as_bytes())?;
+        }
+    }
+    Ok(f)
+}
+
+/// `host:path` (rsync's remote syntax, a colon before any slash) names a remote place.
+fn remote(p: &std::path::Path) -> bool {
+    let b = p.as_os_str().as_bytes();
+    let colon = b.iter().position(|&c| c == b':');
+    let slash = b.iter().position(|&c| c == b'/');
+    matches!((colon, slash), (Some(c), s) if c > 0 && s.is_none_or(|s| c < s)) && !p.exists()
+}
+
 /// The library's options from the command line, validated (with the flags' names).
 fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
-    let (dest, sources) = a
-        .paths
-        .split_last()
-        .ok_or_else(|| CliError::Usage("need a source and a destination".into()))?;
+    let (dest, sources) = match a.paths.split_last() {
+        Some((dest, sources)) if !sources.is_empty() => (dest, sources),
+        _ => {
+            return Err(CliError::Usage(
+                "copy needs a source and a destination: pagewise copy [OPTIONS] SOURCE... DEST"
+                    .into(),
+            ))
+        }
+    };
+    if let Some(p) = a.paths.iter().find(|p| remote(p)) {
+        return Err(CliError::Usage(format!(
+            "{}: remote destinations are not supported: mount it (NFS, sshfs) or use rsync over ssh for the transfer",
+            p.display()
+        )));
+    }
     let opts = CopyOptions {
+        filters: filters(a)?,
+        one_file_system: a.one_file_system,
+        max_size: a.max_size,
+        min_size: a.min_size,
         sources: sources.to_vec(),
         dest: dest.clone(),
         strategy: a.cache.into(),
         preserve: a.preserve || a.archive,
         dereference: Dereference::from_flags(a.dereference, a.dereference_command_line),
         no_target_directory: a.no_target_directory,
-        delete: a.delete,
+        delete: a.delete || a.delete_excluded,
         dry_run: a.dry_run,
         items: a.json_lines || ((a.itemize_changes || a.dry_run) && !a.json),
         existing: Existing::from_flags(a.checksum, a.update, a.no_clobber),

@@ -68,7 +68,7 @@ pub enum Command {
     #[command(after_help = load::EXAMPLES)]
     Load(load::LoadArgs),
     /// Copy files and trees at device speed, leaving the page cache as it was
-    #[command(after_help = copy::EXAMPLES)]
+    #[command(after_help = copy::EXAMPLES, override_usage = "pagewise copy [OPTIONS] SOURCE... DEST")]
     Copy(copy::CopyArgs),
     /// Record which file pages a command (and its children) brings into the page cache
     #[command(after_help = record::EXAMPLES)]

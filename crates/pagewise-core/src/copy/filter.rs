@@ -91,12 +91,14 @@ struct Head {
     clear: bool,
 }
 
-/// What the lines of a merge file are without a prefix.
+/// What the lines of a rule file are: filter rules (`merge FILE`), or patterns to exclude or
+/// include — with rsync's old `- `/`+ `/`!` prefixes honoured (`--exclude-from`,
+/// `--include-from`) or not (`merge,- FILE`, `merge,+ FILE`: every line is a pattern).
 #[derive(Clone, Copy)]
 enum MergeDefault {
     Rules,
-    Exclude,
-    Include,
+    Exclude { prefixes: bool },
+    Include { prefixes: bool },
 }
 
 fn invalid(message: String) -> Error {
@@ -141,8 +143,8 @@ impl Filters {
     /// trailing `\r` dropped.
     pub fn add_file(&mut self, kind: RuleKind, path: &Path) -> Result<(), Error> {
         let default = match kind {
-            RuleKind::Exclude => MergeDefault::Exclude,
-            RuleKind::Include => MergeDefault::Include,
+            RuleKind::Exclude => MergeDefault::Exclude { prefixes: true },
+            RuleKind::Include => MergeDefault::Include { prefixes: true },
             RuleKind::Filter => MergeDefault::Rules,
         };
         self.merge(path, default, 0)
@@ -167,6 +169,15 @@ impl Filters {
             [b'+', b' ', rest @ ..] => (true, rest),
             _ => (include, text),
         };
+        self.add_plain_as(pattern, include, text)
+    }
+
+    /// A pattern taken as it is (no prefix), to exclude or include.
+    fn add_plain(&mut self, pattern: &[u8], include: bool) -> Result<(), Error> {
+        self.add_plain_as(pattern, include, pattern)
+    }
+
+    fn add_plain_as(&mut self, pattern: &[u8], include: bool, text: &[u8]) -> Result<(), Error> {
         let head = Head {
             include,
             sender: true,
@@ -239,8 +250,10 @@ impl Filters {
             }
             match default {
                 MergeDefault::Rules => self.add_filter(line, depth)?,
-                MergeDefault::Exclude => self.add_old(line, false)?,
-                MergeDefault::Include => self.add_old(line, true)?,
+                MergeDefault::Exclude { prefixes: true } => self.add_old(line, false)?,
+                MergeDefault::Include { prefixes: true } => self.add_old(line, true)?,
+                MergeDefault::Exclude { prefixes: false } => self.add_plain(line, false)?,
+                MergeDefault::Include { prefixes: false } => self.add_plain(line, true)?,
             }
         }
         Ok(())
@@ -385,10 +398,10 @@ fn parse_head(text: &[u8]) -> Result<(Head, &[u8]), Error> {
         match m {
             b'!' if head.merge.is_none() => head.negate = true,
             b'-' if matches!(head.merge, Some(MergeDefault::Rules)) => {
-                head.merge = Some(MergeDefault::Exclude)
+                head.merge = Some(MergeDefault::Exclude { prefixes: false })
             }
             b'+' if matches!(head.merge, Some(MergeDefault::Rules)) => {
-                head.merge = Some(MergeDefault::Include)
+                head.merge = Some(MergeDefault::Include { prefixes: false })
             }
             b's' if !sided => {
                 head.receiver = false;

@@ -2,7 +2,7 @@
 //! ([`CopyOptions::validate`]), and the flag-to-mode rules shared by the CLI and the bindings
 //! ([`Existing::from_flags`], [`Dereference::from_flags`]).
 
-use super::Strategy;
+use super::{Filters, Strategy};
 use crate::error::Error;
 use std::path::PathBuf;
 
@@ -55,6 +55,17 @@ pub struct CopyOptions {
     /// Report every entry's outcome to the observer as a [`CopyItem`]
     /// ([`FileResult::Copy`](crate::verb::FileResult::Copy)). Default: false.
     pub items: bool,
+    /// rsync's filter rules (`--exclude`, `--include`, `--filter`, ...): excluded entries are
+    /// not copied (an excluded directory is not entered) and, with `delete`, excluded
+    /// destination entries are kept unless the rules say `--delete-excluded`. Default: none.
+    pub filters: Filters,
+    /// Stay on each source's file system (rsync -x): a directory another file system is
+    /// mounted on is copied empty. Default: false.
+    pub one_file_system: bool,
+    /// Regular files larger than this are not copied (rsync --max-size). Default: None.
+    pub max_size: Option<u64>,
+    /// Regular files smaller than this are not copied (rsync --min-size). Default: None.
+    pub min_size: Option<u64>,
 }
 
 /// What `copy` does with a destination file, symlink or special file that exists already.
@@ -144,6 +155,10 @@ impl Default for CopyOptions {
             delete: false,
             dry_run: false,
             items: false,
+            filters: Filters::default(),
+            one_file_system: false,
+            max_size: None,
+            min_size: None,
         }
     }
 }

@@ -6,14 +6,13 @@
 use super::super::commit::{TEMP_MARK, TEMP_MARK_VALUE};
 use super::super::{Action, Dereference, EntryKind};
 use super::jobs::{Chain, DirJob};
-use super::{DirTask, Entry, Planner, INTERLEAVE_DIRS, INTERLEAVE_FILES};
+use super::{DirTask, Entry, Planner, Side, INTERLEAVE_DIRS, INTERLEAVE_FILES};
 use crate::error::{FileError, Op};
 use crate::sys;
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -51,9 +50,13 @@ impl Planner<'_> {
                 self.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
             }
         }
-        let names = self.read_names(src_fd.as_fd(), &e.src);
-        let there = match (&dst_fd, existed) {
-            (Some(fd), true) => self.read_existing(fd.as_fd(), &e.dst, &names),
+        // A mount point under -x is made but not entered, on either side.
+        let names = match e.contents {
+            true => self.read_names(src_fd.as_fd(), &e, follow),
+            false => Vec::new(),
+        };
+        let there = match (&dst_fd, existed && e.contents) {
+            (Some(fd), true) => self.read_existing(fd.as_fd(), &e, &names),
             _ => HashSet::new(),
         };
         let up = Some(Arc::new(Chain {
@@ -124,25 +127,48 @@ impl Planner<'_> {
         Some((src_fd, st))
     }
 
-    /// The names in the source directory `fd` (`src`), sorted; a failed read is reported.
-    fn read_names(&mut self, fd: BorrowedFd<'_>, src: &Path) -> Vec<CString> {
+    /// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
+    /// sorted; a failed read is reported.
+    fn read_names(&mut self, fd: BorrowedFd<'_>, e: &Entry, follow: bool) -> Vec<CString> {
         let mut names: Vec<CString> = Vec::new();
         for ent in sys::DirReader::new(fd) {
             match ent {
+                Ok(d) if self.excluded(fd, e, &d, follow) => {}
                 Ok(d) => names.push(d.name),
-                Err(err) => self.ctx.fail(FileError::io(src, Op::Readdir, &err)),
+                Err(err) => self.ctx.fail(FileError::io(&e.src, Op::Readdir, &err)),
             }
         }
         names.sort();
         names
     }
 
-    /// Reads a destination directory that existed (`fd`, at `dst`) once, tidies it against
+    /// Whether the filter rules exclude the entry `d` of the source directory `fd` (of `e`)
+    /// from the copy. Its type comes from the directory entry, or fstatat when the file
+    /// system does not say (or, with -L, for a symlink: a link to a directory is one).
+    fn excluded(&self, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, follow: bool) -> bool {
+        let filters = &self.ctx.opts.filters;
+        if filters.is_empty() {
+            return false;
+        }
+        let is_dir = match d.kind {
+            sys::DirentType::Dir => true,
+            sys::DirentType::Unknown => {
+                sys::fstatat(Some(fd), &d.name, follow).is_ok_and(|m| m.is_dir())
+            }
+            sys::DirentType::Symlink if follow => {
+                sys::fstatat(Some(fd), &d.name, true).is_ok_and(|m| m.is_dir())
+            }
+            _ => false,
+        };
+        filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
+    }
+
+    /// Reads a destination directory that existed (`fd`, of `e`) once, tidies it against
     /// the source's `names` (see [`Planner::tidy_existing`]), and returns the names it holds.
     fn read_existing(
         &mut self,
         fd: BorrowedFd<'_>,
-        dst: &Path,
+        e: &Entry,
         names: &[CString],
     ) -> HashSet<CString> {
         let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
@@ -151,7 +177,7 @@ impl Planner<'_> {
             .collect();
         dst_names.sort();
         let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
-        self.tidy_existing(fd, dst, &dst_names, &keep);
+        self.tidy_existing(fd, e, &dst_names, &keep);
         dst_names.into_iter().collect()
     }
 
@@ -184,12 +210,19 @@ impl Planner<'_> {
                 Some(fd) if sides.there.contains(&n) => sys::fstatat(Some(fd), &n, false).ok(),
                 _ => None,
             };
+            let opts = self.ctx.opts;
             let child = Entry {
                 dst: e.dst.join(sys::name_os(&n)),
                 src,
-                st,
                 dst_st,
                 depth: e.depth + 1,
+                rel: match opts.filters.is_empty() {
+                    true => Vec::new(),
+                    false => child_rel(&e.rel, &n),
+                },
+                fs: e.fs,
+                contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs),
+                st,
             };
             subdirs.extend(self.entry(child, up.clone()));
         }
@@ -200,15 +233,17 @@ impl Planner<'_> {
     /// hidden temporaries that copies killed before they could clean up (SIGKILL, power cut)
     /// left in it are removed — only those whose process is gone, so a copy running now into
     /// the same directory keeps its own —, and with `--delete` what the source directory
-    /// (`keep`) no longer has, as rsync --delete does.
+    /// (`keep`) no longer has, as rsync --delete does — except what the filter rules protect
+    /// (an excluded name, unless `--delete-excluded`).
     fn tidy_existing(
         &mut self,
         dir: BorrowedFd<'_>,
-        dst: &Path,
+        e: &Entry,
         names: &[CString],
         keep: &HashSet<&CStr>,
     ) {
-        let dry = self.ctx.opts.dry_run;
+        let (dry, dst) = (self.ctx.opts.dry_run, &e.dst);
+        let filters = &self.ctx.opts.filters;
         for name in names {
             let path = dst.join(sys::name_os(name));
             if let Some(pid) = temp_owner(name.to_bytes()) {
@@ -223,16 +258,24 @@ impl Planner<'_> {
                 continue;
             }
             let is_dir = sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_dir());
+            if !filters.is_empty()
+                && filters.excluded(&child_rel(&e.rel, name), is_dir, Side::Receiver)
+            {
+                continue;
+            }
             let (r, op) = match (dry, is_dir) {
-                (true, _) => (Ok(()), Op::Unlink),
-                (false, true) => (
-                    sys::remove_tree_at(dir, sys::name_os(name), MAX_REMOVE_DEPTH),
-                    Op::Rmdir,
+                (true, _) => (Ok(true), Op::Unlink),
+                (false, true) => (self.remove_dir(dir, e, name), Op::Rmdir),
+                (false, false) => (
+                    sys::unlink_at(dir, sys::name_os(name), false).map(|_| true),
+                    Op::Unlink,
                 ),
-                (false, false) => (sys::unlink_at(dir, sys::name_os(name), false), Op::Unlink),
             };
             match r {
-                Ok(()) => {
+                // A directory holding what the rules protect stays, with that inside (rsync:
+                // "cannot delete non-empty directory").
+                Ok(false) => {}
+                Ok(true) => {
                     self.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
                     let kind = if is_dir {
                         EntryKind::Dir
@@ -244,6 +287,17 @@ impl Planner<'_> {
                 Err(err) => self.ctx.fail(FileError::io(&path, op, &err)),
             }
         }
+    }
+
+    /// Removes the destination directory `name` in `dir` (of `e`) with all below it but what
+    /// the filter rules protect: Ok(true) when all of it went.
+    fn remove_dir(&self, dir: BorrowedFd<'_>, e: &Entry, name: &CStr) -> io::Result<bool> {
+        let filters = &self.ctx.opts.filters;
+        let rel = child_rel(&e.rel, name);
+        let keep = |path: &[u8], is_dir: bool| {
+            path != rel.as_slice() && filters.excluded(path, is_dir, Side::Receiver)
+        };
+        sys::remove_tree_keeping(dir, sys::name_os(name), &rel, MAX_REMOVE_DEPTH, &keep)
     }
 
     /// Whether `name` in `dir` is a temporary a pagewise copy made and left behind: a regular
@@ -307,6 +361,18 @@ impl Planner<'_> {
             }
         }
     }
+}
+
+/// The filter rules' name of the entry `name` in the directory named `rel`.
+fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
+    let name = name.to_bytes();
+    let mut out = Vec::with_capacity(rel.len() + 1 + name.len());
+    if !rel.is_empty() {
+        out.extend_from_slice(rel);
+        out.push(b'/');
+    }
+    out.extend_from_slice(name);
+    out
 }
 
 /// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.

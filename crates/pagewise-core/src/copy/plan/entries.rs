@@ -145,6 +145,11 @@ impl Planner<'_> {
     /// queued, a hard link to make at the end).
     pub(super) fn file(&mut self, e: Entry) {
         let size = e.st.size;
+        // rsync's --max-size and --min-size: the file is left out, its destination kept.
+        let opts = self.ctx.opts;
+        if opts.max_size.is_some_and(|m| size > m) || opts.min_size.is_some_and(|m| size < m) {
+            return;
+        }
         // --checksum never leaves a file on its metadata alone: same-size files are compared.
         let quick = self.ctx.opts.existing != Existing::Checksum;
         let same = |d: &sys::Stat| quick && d.is_file() && d.size == size && d.mtime == e.st.mtime;

@@ -22,11 +22,12 @@ pub(super) use targets::nesting_notice;
 pub use targets::plan_targets;
 
 use super::worker::{SMALL_BATCH_BYTES, SMALL_FILE};
-use super::{Ctx, Dereference};
+use super::{Ctx, Dereference, Side};
 use crate::error::{FileError, Op};
 use crate::sys;
 use crossbeam_channel::Sender;
 use jobs::{Chain, DirJob, Shared};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use targets::refuse_source;
@@ -132,6 +133,13 @@ struct Entry {
     dst_st: Option<sys::Stat>,
     /// 0 for a source named by the caller, 1 for its entries, ...
     depth: usize,
+    /// The name rsync's filter rules see: the path below the transfer root (empty for the
+    /// root itself, and when there are no rules).
+    rel: Vec<u8>,
+    /// The device of the source named by the caller (`-x` stays on it).
+    fs: u64,
+    /// A directory's entries are copied (false: a mount point under `-x`, copied empty).
+    contents: bool,
 }
 
 /// One planner thread's state while it walks.
@@ -195,12 +203,27 @@ impl<'a> Planner<'a> {
                 d
             }
         });
+        // rsync's name for the root: none when its contents go to the destination itself
+        // (`-T`, `SRC/.`), else its own name, which the rules see.
+        let opts = self.ctx.opts;
+        let rel = match src.file_name() {
+            Some(name) if !opts.filters.is_empty() && !(st.is_dir() && dst == opts.dest) => {
+                name.as_bytes().to_vec()
+            }
+            _ => Vec::new(),
+        };
+        if !rel.is_empty() && opts.filters.excluded(&rel, st.is_dir(), Side::Sender) {
+            return None;
+        }
         let root = Entry {
             src: src.to_path_buf(),
             dst: dst.to_path_buf(),
+            fs: st.dev,
             st,
             dst_st,
             depth: 0,
+            rel,
+            contents: true,
         };
         self.entry(root, None)
     }

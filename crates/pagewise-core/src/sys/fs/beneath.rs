@@ -207,9 +207,24 @@ pub fn unlink_at(dir: BorrowedFd<'_>, name: &OsStr, is_dir: bool) -> io::Result<
 /// symlink (each directory is opened with O_NOFOLLOW from its parent's descriptor, and entries
 /// are removed by name in it). Stops at the first error; at most `max_depth` levels.
 pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &OsStr, max_depth: usize) -> io::Result<()> {
+    remove_tree_keeping(dir, name, name.as_bytes(), max_depth, &|_, _| false).map(|_| ())
+}
+
+/// [`remove_tree_at`], leaving what `keep(path, is_dir)` says to keep (`path`: `rel`, then
+/// `rel/NAME` below it) and the directories above it. Ok(true) when all of it was removed.
+pub fn remove_tree_keeping(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    rel: &[u8],
+    max_depth: usize,
+    keep: &dyn Fn(&[u8], bool) -> bool,
+) -> io::Result<bool> {
     let st = super::fstatat(Some(dir), &c_name(name)?, false)?;
+    if keep(rel, st.is_dir()) {
+        return Ok(false);
+    }
     if !st.is_dir() {
-        return unlink_at(dir, name, false);
+        return unlink_at(dir, name, false).map(|_| true);
     }
     if max_depth == 0 {
         return Err(io::Error::other("directory tree too deep to remove"));
@@ -219,11 +234,17 @@ pub fn remove_tree_at(dir: BorrowedFd<'_>, name: &OsStr, max_depth: usize) -> io
     for ent in DirReader::new(sub.as_fd()) {
         names.push(ent?.name);
     }
+    let mut all = true;
     for n in names {
-        remove_tree_at(sub.as_fd(), OsStr::from_bytes(n.to_bytes()), max_depth - 1)?;
+        let below = [rel, b"/", n.to_bytes()].concat();
+        let name = OsStr::from_bytes(n.to_bytes());
+        all &= remove_tree_keeping(sub.as_fd(), name, &below, max_depth - 1, keep)?;
     }
     drop(sub);
-    unlink_at(dir, name, true)
+    if all {
+        unlink_at(dir, name, true)?;
+    }
+    Ok(all)
 }
 
 /// `ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t size)` —
