@@ -342,6 +342,8 @@ fn argument_errors_in_plain_words() {
     assert!(!t.path().join("backup-host:").exists());
     // A local name with a colon after a slash is a path like any other.
     let local = t.path().join("a:b");
-    assert!(run(bin().arg("copy").arg(&src).arg(&local)).status.success());
+    assert!(run(bin().arg("copy").arg(&src).arg(&local))
+        .status
+        .success());
     assert!(same(&src, &local));
 }

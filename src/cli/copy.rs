@@ -1,19 +1,20 @@
 //! `pagewise copy`: render the library's CopyReport.
 
 use super::args::parse_size_arg;
+use super::copy_log::{self, CopyLog};
+use super::copy_rules::{filters, rsync_size, rule, rule_file, Rule};
 use super::exit::{CliError, ExitCode};
-use super::progress::ProgressLine;
+use super::progress::{ProgressLine, Show};
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
 use pagewise_core::copy::{
-    self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, Filters,
-    RuleKind, Strategy,
+    self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, RuleKind,
+    Strategy,
 };
 use pagewise_core::{sys, Error, FileResult, Progress, Watch};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// The `pagewise copy --help` epilogue: examples, notes and exit codes.
@@ -152,6 +153,17 @@ pub struct CopyArgs {
     /// Say which strategy each kind of file used
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Print nothing but errors (rsync -q): no summary, no notes
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Show the progress of the whole copy on stderr even when it is not a terminal (then one
+    /// line per second, for logs; rsync --info=progress2). On a terminal it is shown anyway
+    #[arg(long)]
+    pub progress: bool,
+    /// Append a line per change to FILE: `TIME [PID] CODE PATH` (UTC time, rsync's itemize
+    /// code), then the summary (rsync --log-file)
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
     /// One JSON document on stdout (schema: docs/json.md)
     #[arg(short = 'J', long, conflicts_with = "json_lines")]
     pub json: bool,
@@ -198,11 +210,28 @@ fn extras(report: &CopyReport) -> String {
 /// `pagewise copy`.
 pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let opts = options(&a)?;
+    let log = a.log_file.as_deref().map(CopyLog::open).transpose()?;
+    if let Some(log) = &log {
+        let paths: Vec<String> = a
+            .paths
+            .iter()
+            .map(|p| copy_log::escaped(p.as_os_str().as_bytes()))
+            .collect();
+        log.line(&format!("pagewise copy {}", paths.join(" ")));
+    }
     let progress = Arc::new(Progress::default());
-    let bar = ProgressLine::start("copy", progress.clone(), !(a.json || a.json_lines));
+    let show = match (a.json || a.json_lines || a.quiet, a.progress) {
+        (true, _) => Show::Off,
+        (false, true) => Show::Always,
+        (false, false) => Show::Terminal,
+    };
+    let bar = ProgressLine::start_as("copy", progress.clone(), show);
     let (stream, list) = (a.json_lines, (a.itemize_changes || a.dry_run) && !a.json);
     let on_file = |r: FileResult| {
         let FileResult::Copy(item) = r else { return };
+        if let Some(log) = &log {
+            log.item(&item);
+        }
         if stream {
             render::print_json_line("entry", &item);
         } else if list && item.action != Action::Skipped {
@@ -230,91 +259,29 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
         render::print_json(&report);
         return Ok(code);
     }
-    render::report_problems("copy", &o.errors, o.error_count, &o.notices);
+    let notices: &[String] = if a.quiet { &[] } else { &o.notices };
+    render::report_problems("copy", &o.errors, o.error_count, notices);
     let view = View {
         verbose: a.verbose,
         verify: a.verify,
     };
-    let _ = write_summary(&mut std::io::stderr().lock(), &report, &view);
-    Ok(code)
-}
-
-/// One filter argument, numbered in command-line order (clap parses values left to right),
-/// so `--include`, `--exclude` and `--filter` given in any mix keep their order.
-#[derive(Debug, Clone)]
-pub struct Rule {
-    seq: usize,
-    kind: RuleKind,
-    text: std::ffi::OsString,
-    file: bool,
-}
-
-static RULE_SEQ: AtomicUsize = AtomicUsize::new(0);
-
-/// The value parser of the rule arguments: each value numbered as clap meets it.
-#[derive(Clone)]
-struct RuleParser {
-    kind: RuleKind,
-    file: bool,
-}
-
-impl clap::builder::TypedValueParser for RuleParser {
-    type Value = Rule;
-    fn parse_ref(
-        &self,
-        _cmd: &clap::Command,
-        _arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<Rule, clap::Error> {
-        Ok(Rule {
-            seq: RULE_SEQ.fetch_add(1, Ordering::Relaxed),
-            kind: self.kind,
-            text: value.to_owned(),
-            file: self.file,
-        })
-    }
-}
-
-/// The value parser of a rule argument (`--exclude`, `--include`, `--filter`).
-fn rule(kind: RuleKind) -> RuleParser {
-    RuleParser { kind, file: false }
-}
-
-/// The value parser of a rule file argument (`--exclude-from`, `--include-from`).
-fn rule_file(kind: RuleKind) -> RuleParser {
-    RuleParser { kind, file: true }
-}
-
-/// A size as rsync's --max-size/--min-size read it.
-fn rsync_size(s: &str) -> Result<u64, String> {
-    copy::limits::parse_rsync_size(s, b'b', "size").map_err(|e| match e {
-        Error::Invalid { message, .. } => message,
-        e => e.to_string(),
-    })
-}
-
-/// The filter rules of the command line, in the order given.
-fn filters(a: &CopyArgs) -> Result<Filters, Error> {
-    let mut all: Vec<&Rule> = [
-        &a.exclude,
-        &a.include,
-        &a.exclude_from,
-        &a.include_from,
-        &a.filter,
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    all.sort_by_key(|r| r.seq);
-    let mut f = Filters::new(a.delete_excluded);
-    for r in all {
-        if r.file {
-            f.add_file(r.kind, std::path::Path::new(&r.text))?;
-        } else {
-            f.add(r.kind, r.text.as_bytes())?;
+    let mut summary = Vec::new();
+    let _ = write_summary(&mut summary, &report, &view);
+    if let Some(log) = &log {
+        for e in &o.errors {
+            log.line(&format!(
+                "*failed     {}",
+                copy_log::escaped(e.to_string().as_bytes())
+            ));
+        }
+        for line in String::from_utf8_lossy(&summary).lines() {
+            log.line(line);
         }
     }
-    Ok(f)
+    if !a.quiet {
+        let _ = std::io::stderr().write_all(&summary);
+    }
+    Ok(code)
 }
 
 /// `host:path` (rsync's remote syntax, a colon before any slash) names a remote place.
@@ -355,7 +322,9 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         no_target_directory: a.no_target_directory,
         delete: a.delete || a.delete_excluded,
         dry_run: a.dry_run,
-        items: a.json_lines || ((a.itemize_changes || a.dry_run) && !a.json),
+        items: a.json_lines
+            || a.log_file.is_some()
+            || ((a.itemize_changes || a.dry_run) && !a.json),
         existing: Existing::from_flags(a.checksum, a.update, a.no_clobber),
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,

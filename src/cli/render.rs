@@ -181,6 +181,10 @@ pub fn print_json_line<T: serde::Serialize>(kind: &str, v: &T) {
     let mut val = serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
     if let serde_json::Value::Object(m) = &mut val {
         m.insert("type".into(), kind.into());
+        m.insert(
+            "time".into(),
+            super::copy_log::utc(std::time::SystemTime::now()).into(),
+        );
     }
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, &val);

@@ -48,6 +48,8 @@ pub trait Observer: Sync {
     fn planned(&self, files: u64, bytes: u64) {
         let _ = (files, bytes);
     }
+    /// Everything to do has been found: the totals of [`Observer::planned`] are final.
+    fn planned_all(&self) {}
     /// One file's result (only verbs that report per file, and only when their options ask
     /// for per-file results, e.g. `StatOptions::files`).
     fn file(&self, result: FileResult) {
@@ -74,6 +76,8 @@ pub struct Progress {
     pub total_files: AtomicU64,
     /// Bytes to do, as far as known (0 when unknown).
     pub total_bytes: AtomicU64,
+    /// The totals are final (the verb found everything it will do).
+    pub totals_final: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
@@ -91,6 +95,9 @@ impl Observer for Progress {
     fn planned(&self, files: u64, bytes: u64) {
         self.total_files.fetch_add(files, Ordering::Relaxed);
         self.total_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+    fn planned_all(&self) {
+        self.totals_final.store(true, Ordering::Relaxed);
     }
 }
 
@@ -124,6 +131,11 @@ impl<F: Fn(FileResult) + Sync> Observer for Watch<'_, F> {
     fn planned(&self, files: u64, bytes: u64) {
         if let Some(p) = self.progress {
             p.planned(files, bytes);
+        }
+    }
+    fn planned_all(&self) {
+        if let Some(p) = self.progress {
+            p.planned_all();
         }
     }
     fn file(&self, result: FileResult) {

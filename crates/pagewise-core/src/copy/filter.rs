@@ -381,8 +381,8 @@ fn parse_head(text: &[u8]) -> Result<(Head, &[u8]), Error> {
         }
         _ => return Err(invalid(format!("unknown filter rule: {}", shown(text)))),
     }
-    // Modifiers up to the separating ` ` or `_`.
-    while ch != b'!' {
+    // Modifiers up to the separating ` ` or `_` (none after `!`).
+    while !head.clear {
         i += 1;
         let Some(&m) = text.get(i) else { break };
         if m == b' ' || m == b'_' {

@@ -178,7 +178,9 @@ impl<'a> Ctx<'a> {
                 s.spawn(move || worker::work(self, rx, merged));
             }
             drop(rx);
-            plan::plan(self, targets, tx)
+            let planned = plan::plan(self, targets, tx);
+            self.observer.planned_all();
+            planned
         });
         (planned, merged.into_inner().unwrap())
     }

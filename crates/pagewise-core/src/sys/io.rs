@@ -194,6 +194,16 @@ pub fn pwritev2(fd: BorrowedFd<'_>, buf: &[u8], off: u64, flags: i32) -> io::Res
     write_at(fd, buf, off, RwFlags::from_bits_retain(flags as u32))
 }
 
+/// `int ioctl(int fd, TIOCGWINSZ, struct winsize *)` —
+/// <https://man7.org/linux/man-pages/man2/TIOCGWINSZ.2const.html>: the columns of the terminal
+/// `fd` is, None when it is not a terminal (or says 0).
+pub fn terminal_columns(fd: BorrowedFd<'_>) -> Option<u16> {
+    rustix::termios::tcgetwinsize(fd)
+        .ok()
+        .map(|w| w.ws_col)
+        .filter(|&c| c > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{cold_file, require, scratch_dir};

@@ -207,7 +207,7 @@ impl<'a> Planner<'a> {
         // (`-T`, `SRC/.`), else its own name, which the rules see.
         let opts = self.ctx.opts;
         let rel = match src.file_name() {
-            Some(name) if !opts.filters.is_empty() && !(st.is_dir() && dst == opts.dest) => {
+            Some(name) if !(opts.filters.is_empty() || st.is_dir() && dst == opts.dest) => {
                 name.as_bytes().to_vec()
             }
             _ => Vec::new(),

@@ -1,0 +1,155 @@
+//! `copy --log-file FILE`: one line per change, as rsync's log file has them —
+//! `TIME [PID] CODE PATH` with TIME in UTC (`2026-11-26T15:20:01.123Z`), CODE rsync's itemize
+//! code (`>f+++++++++` a file created, `cd+++++++++` a directory, `cL` a symlink, `cS` a special
+//! file, `hf` a hard link, `*deleting` a deletion, `*failed` a failure), PATH the destination
+//! with bytes that are not printable UTF-8 escaped as `\#ooo` (rsync's escape). An update's
+//! attribute letters are `?`: pagewise does not record which attributes differed. Entries left
+//! as they were are not logged. The run's command starts the log and its summary ends it.
+
+use super::exit::CliError;
+use pagewise_core::copy::{Action, CopyItem, EntryKind};
+use std::fs::File;
+use std::io::{LineWriter, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// An open log file (appended to; lines are written whole, from any thread).
+pub struct CopyLog {
+    out: Mutex<LineWriter<File>>,
+    pid: u32,
+}
+
+impl CopyLog {
+    /// Opens (or creates, mode 0644) `path` for appending. A FIFO or device is refused
+    /// rather than blocked on or written to.
+    pub fn open(path: &Path) -> Result<CopyLog, CliError> {
+        let fail = |what: &str, e: std::io::Error| {
+            CliError::Usage(format!("--log-file {}: {what} failed: {e}", path.display()))
+        };
+        let f = File::options()
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| fail("open", e))?;
+        if !f.metadata().map_err(|e| fail("fstat", e))?.is_file() {
+            return Err(CliError::Usage(format!(
+                "--log-file {}: not a regular file",
+                path.display()
+            )));
+        }
+        Ok(CopyLog {
+            out: Mutex::new(LineWriter::new(f)),
+            pid: std::process::id(),
+        })
+    }
+
+    /// Writes `text` as one line (`TIME [PID] text`).
+    pub fn line(&self, text: &str) {
+        let line = format!("{} [{}] {text}\n", utc(SystemTime::now()), self.pid);
+        if let Ok(mut out) = self.out.lock() {
+            let _ = out.write_all(line.as_bytes());
+        }
+    }
+
+    /// Logs one entry's outcome, if it is a change or a failure.
+    pub fn item(&self, item: &CopyItem) {
+        let Some(code) = itemize(item) else { return };
+        let path = escaped(item.path.as_os_str().as_bytes());
+        match &item.error {
+            Some(e) => self.line(&format!("{code} {path}: {}", escaped(e.as_bytes()))),
+            None => self.line(&format!("{code} {path}")),
+        }
+    }
+}
+
+/// rsync's itemize code of an entry's outcome; None for an entry left as it was.
+pub fn itemize(item: &CopyItem) -> Option<String> {
+    let kind = match item.kind {
+        Some(EntryKind::File) => ">f",
+        Some(EntryKind::Dir) => "cd",
+        Some(EntryKind::Symlink) => "cL",
+        Some(EntryKind::Special) => "cS",
+        Some(EntryKind::Hardlink) => "hf",
+        None => "  ",
+    };
+    Some(match item.action {
+        Action::Created => format!("{kind}+++++++++"),
+        Action::Updated => format!("{kind}?????????"),
+        Action::Metadata => format!("{}?????????", kind.replace('>', ".")),
+        Action::Deleted => "*deleting  ".into(),
+        Action::Failed => "*failed    ".into(),
+        Action::Skipped => return None,
+    })
+}
+
+/// `bytes` as text, with what is not printable UTF-8 (and `\`) as rsync's `\#ooo`.
+pub fn escaped(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() || c == '\\' {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\#{b:03o}"));
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\#{b:03o}"));
+        }
+    }
+    out
+}
+
+/// A time as RFC 3339 in UTC with milliseconds: `2026-11-26T15:20:01.123Z`.
+pub fn utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn utc_times() {
+        let t = |s| utc(UNIX_EPOCH + Duration::from_millis(s));
+        assert_eq!(t(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(t(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(t(1_795_708_801_123), "2026-11-26T16:00:01.123Z");
+    }
+
+    #[test]
+    fn escapes_as_rsync() {
+        assert_eq!(escaped(b"a b/c"), "a b/c");
+        assert_eq!(escaped(b"new\nline"), "new\\#012line");
+        assert_eq!(escaped(b"bad\xffname"), "bad\\#377name");
+        assert_eq!(escaped("é".as_bytes()), "é");
+    }
+}

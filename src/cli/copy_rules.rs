@@ -1,0 +1,87 @@
+//! `copy`'s rsync filter arguments: `--exclude`, `--include`, `--exclude-from`,
+//! `--include-from` and `--filter`, numbered as clap meets them so that the rules keep the
+//! order they were given in across the five flags; and rsync's size arguments.
+
+use super::copy::CopyArgs;
+use pagewise_core::copy::{self, Filters, RuleKind};
+use pagewise_core::Error;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// One filter argument, numbered in command-line order (clap parses values left to right),
+/// so `--include`, `--exclude` and `--filter` given in any mix keep their order.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    seq: usize,
+    kind: RuleKind,
+    text: std::ffi::OsString,
+    file: bool,
+}
+
+static RULE_SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// The value parser of the rule arguments: each value numbered as clap meets it.
+#[derive(Clone)]
+pub struct RuleParser {
+    kind: RuleKind,
+    file: bool,
+}
+
+impl clap::builder::TypedValueParser for RuleParser {
+    type Value = Rule;
+    fn parse_ref(
+        &self,
+        _cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Rule, clap::Error> {
+        Ok(Rule {
+            seq: RULE_SEQ.fetch_add(1, Ordering::Relaxed),
+            kind: self.kind,
+            text: value.to_owned(),
+            file: self.file,
+        })
+    }
+}
+
+/// The value parser of a rule argument (`--exclude`, `--include`, `--filter`).
+pub fn rule(kind: RuleKind) -> RuleParser {
+    RuleParser { kind, file: false }
+}
+
+/// The value parser of a rule file argument (`--exclude-from`, `--include-from`).
+pub fn rule_file(kind: RuleKind) -> RuleParser {
+    RuleParser { kind, file: true }
+}
+
+/// A size as rsync's --max-size/--min-size read it.
+pub fn rsync_size(s: &str) -> Result<u64, String> {
+    copy::limits::parse_rsync_size(s, b'b', "size").map_err(|e| match e {
+        Error::Invalid { message, .. } => message,
+        e => e.to_string(),
+    })
+}
+
+/// The filter rules of the command line, in the order given.
+pub fn filters(a: &CopyArgs) -> Result<Filters, Error> {
+    let mut all: Vec<&Rule> = [
+        &a.exclude,
+        &a.include,
+        &a.exclude_from,
+        &a.include_from,
+        &a.filter,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    all.sort_by_key(|r| r.seq);
+    let mut f = Filters::new(a.delete_excluded);
+    for r in all {
+        if r.file {
+            f.add_file(r.kind, std::path::Path::new(&r.text))?;
+        } else {
+            f.add(r.kind, r.text.as_bytes())?;
+        }
+    }
+    Ok(f)
+}

@@ -1,0 +1,128 @@
+//! What `copy` prints and logs: `-q` nothing on success, `--log-file` lines that parse
+//! (`TIME [PID] CODE PATH`), timestamps on every `--json-lines` line.
+
+mod common;
+use common::*;
+use std::fs;
+
+fn tree(root: &std::path::Path) {
+    for (name, size) in [("a", 10), ("d/b", 5000), ("d/e/c", 0)] {
+        let p = root.join(name);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        write_file(&p, size);
+    }
+    std::os::unix::fs::symlink("a", root.join("link")).unwrap();
+    write_file(&root.join("new\nline"), 3);
+}
+
+#[test]
+fn quiet_prints_nothing_on_success_and_errors_still() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree(&src);
+    let out = run(bin()
+        .args(["copy", "-a", "-q"])
+        .arg(&src)
+        .arg(t.path().join("dst")));
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out), "");
+    let out = run(bin()
+        .args(["copy", "-a", "-q"])
+        .arg(t.path().join("missing"))
+        .arg(t.path().join("dst2")));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("missing"), "{}", stderr(&out));
+}
+
+/// `TIME [PID] REST`: TIME is RFC 3339 UTC with milliseconds, PID a number.
+fn parse_line(line: &str) -> (String, u32, String) {
+    let (time, rest) = line.split_once(' ').unwrap();
+    assert_eq!(time.len(), 24, "{line:?}");
+    assert!(
+        time.ends_with('Z') && time.as_bytes()[10] == b'T',
+        "{line:?}"
+    );
+    let (pid, rest) = rest.split_once("] ").unwrap();
+    let pid = pid.strip_prefix('[').unwrap().parse().unwrap();
+    (time.to_string(), pid, rest.to_string())
+}
+
+#[test]
+fn log_file_lines_parse() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree(&src);
+    let dst = t.path().join("dst");
+    let log = t.path().join("copy.log");
+    let out = run(bin()
+        .args(["copy", "-a", "--log-file"])
+        .arg(&log)
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Second run: an update and a deletion.
+    write_file(&src.join("a"), 11);
+    fs::remove_file(src.join("d/b")).unwrap();
+    let out = run(bin()
+        .args(["copy", "-a", "-T", "-u", "--delete", "--log-file"])
+        .arg(&log)
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = fs::read_to_string(&log).unwrap();
+    let lines: Vec<_> = text.lines().map(parse_line).collect();
+    let codes: Vec<&str> = lines.iter().map(|(_, _, r)| r.as_str()).collect();
+    let pids: std::collections::HashSet<u32> = lines.iter().map(|l| l.1).collect();
+    assert_eq!(pids.len(), 2, "{text}");
+    assert!(codes[0].starts_with("pagewise copy "), "{text}");
+    let has = |s: &str| codes.contains(&s);
+    let d = dst.display();
+    assert!(has(&format!(">f+++++++++ {d}/d/b")), "{text}");
+    assert!(has(&format!("cd+++++++++ {d}/d/e")), "{text}");
+    assert!(has(&format!("cL+++++++++ {d}/link")), "{text}");
+    assert!(has(&format!(">f+++++++++ {d}/new\\#012line")), "{text}");
+    assert!(has(&format!(">f????????? {d}/a")), "{text}");
+    assert!(has(&format!("*deleting   {d}/d/b")), "{text}");
+    assert!(codes.iter().any(|c| c.starts_with("copied ")), "{text}");
+    // Times do not go backwards.
+    let times: Vec<&String> = lines.iter().map(|l| &l.0).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{text}");
+    // A log file that cannot be one is refused before anything is copied.
+    let fifo = mkfifo(&t.path().join("fifo"));
+    let out = run(bin()
+        .args(["copy", "-a", "--log-file"])
+        .arg(&fifo)
+        .arg(&src)
+        .arg(t.path().join("x")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("--log-file") && stderr(&out).contains("fifo"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!t.path().join("x").exists());
+}
+
+#[test]
+fn json_lines_carry_timestamps() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree(&src);
+    let out = run(bin()
+        .args(["copy", "-a", "--json-lines"])
+        .arg(&src)
+        .arg(t.path().join("dst")));
+    assert!(out.status.success());
+    let mut n = 0;
+    for line in stdout(&out).lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let time = v["time"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no time: {line}"));
+        assert_eq!(time.len(), 24, "{line}");
+        assert!(time.starts_with("20") && time.ends_with('Z'), "{line}");
+        n += 1;
+    }
+    assert!(n >= 7, "{}", stdout(&out));
+}
