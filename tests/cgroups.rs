@@ -94,7 +94,7 @@ impl Drop for ChildCgroup {
 /// How far memory.stat may lag the charges (Linux 6.8+): MEMCG_CHARGE_BATCH pages per CPU.
 fn stat_batch() -> u64 {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    64 * 4096 * cpus
+    64 * PAGE * cpus
 }
 
 #[test]

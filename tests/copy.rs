@@ -29,10 +29,7 @@ fn every_strategy_copies_exact_bytes_and_leaves_no_cache() {
     }
     for strategy in ["auto", "direct", "dontcache", "drop-behind", "buffered"] {
         let dst = t.path().join(format!("dst-{strategy}"));
-        let out = run(bin()
-            .args(["copy", "--json", "--cache", strategy])
-            .arg(&src)
-            .arg(&dst));
+        let out = run_copy(&["--json", "--cache", strategy], &src, &dst);
         assert!(out.status.success(), "{strategy}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["files"], SIZES.len());
@@ -179,12 +176,9 @@ fn precached_source_pages_stay_cached() {
     assert_eq!(before_head, 512);
     for strategy in ["direct", "dontcache", "drop-behind"] {
         let dst = t.path().join(format!("dst-{strategy}"));
-        assert!(run(bin()
-            .args(["copy", "--cache", strategy])
-            .arg(&src)
-            .arg(&dst))
-        .status
-        .success());
+        assert!(run_copy(&["--cache", strategy], &src, &dst)
+            .status
+            .success());
         let head = resident_pages(&f, 0, 2 << 20);
         let tail = resident_pages(&f, 2 << 20, 0);
         // >= 98%: DAMON pageout may take a few behind our back (see above); dropping one
@@ -239,9 +233,7 @@ fn preserve_keeps_mode_owner_times_xattrs_and_links() {
     std::os::unix::fs::symlink("d/file", src.join("link")).unwrap();
     fs::hard_link(&f, src.join("hard")).unwrap();
     let dst = t.path().join("dst");
-    assert!(run(bin().args(["copy", "-p"]).arg(&src).arg(&dst))
-        .status
-        .success());
+    assert!(run_copy(&["-p"], &src, &dst).status.success());
     let m = fs::metadata(dst.join("d/file")).unwrap();
     assert_eq!(m.mode() & 0o7777, 0o640);
     assert_eq!(m.modified().unwrap(), old);
@@ -283,12 +275,9 @@ fn sparse_files_stay_sparse() {
     drop(f);
     for strategy in ["auto", "direct", "dontcache", "drop-behind", "buffered"] {
         let dst = t.path().join(format!("dst-{strategy}"));
-        assert!(run(bin()
-            .args(["copy", "--cache", strategy])
-            .arg(&src)
-            .arg(&dst))
-        .status
-        .success());
+        assert!(run_copy(&["--cache", strategy], &src, &dst)
+            .status
+            .success());
         let m = fs::metadata(&dst).unwrap();
         assert_eq!(m.len(), 1 << 30);
         assert!(
@@ -306,10 +295,7 @@ fn verify_reads_back_from_disk() {
     let src = t.path().join("f");
     write_file(&src, 3 << 20);
     let dst = t.path().join("g");
-    let out = run(bin()
-        .args(["copy", "--verify", "--fsync", "--json"])
-        .arg(&src)
-        .arg(&dst));
+    let out = run_copy(&["--verify", "--fsync", "--json"], &src, &dst);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["verified_files"], 1);
@@ -331,10 +317,7 @@ fn tmpfs_destination_works_whatever_its_direct_io_rules() {
     write_file(&src, (4 << 20) + 123);
     for strategy in ["direct", "dontcache", "auto"] {
         let dst = m.path().join(strategy);
-        let out = run(bin()
-            .args(["copy", "--cache", strategy])
-            .arg(&src)
-            .arg(&dst));
+        let out = run_copy(&["--cache", strategy], &src, &dst);
         assert!(
             out.status.success(),
             "{strategy}: falls back instead of failing"

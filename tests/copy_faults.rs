@@ -143,13 +143,9 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
     let dst = t.path().join("dst");
     // How long an uninterrupted copy takes here: the kills fall inside it.
     let start = std::time::Instant::now();
-    let out = run(bin().args(["copy", "-a", "-T"]).arg(&src).arg(&dst));
+    let out = run_copy(&["-a", "-T"], &src, &dst);
     let full = start.elapsed();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     fs::remove_dir_all(&dst).unwrap();
     // A fixed seed: the moments differ between rounds, and a failure can be replayed.
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
@@ -171,10 +167,7 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
         let _ = child.kill(); // SIGKILL
         let _ = child.wait();
         eprintln!("round {round}: killed after {at:?} of {full:?} ({temp_flag})");
-        let out = run(bin()
-            .args(["copy", "-a", "-u", "-T", "--json"])
-            .arg(&src)
-            .arg(&dst));
+        let out = run_copy(&["-a", "-u", "-T", "--json"], &src, &dst);
         assert!(
             out.status.success(),
             "round {round}: {}",
@@ -183,10 +176,7 @@ fn killed_copy_is_finished_by_update_and_leaves_no_temporaries() {
         assert_eq!(rsync_differences(&src, &dst), "", "round {round}");
         let stray = stray_temporaries(&dst);
         assert!(stray.is_empty(), "round {round}: {stray:?}");
-        let again = run(bin()
-            .args(["copy", "-a", "-u", "-T", "--json"])
-            .arg(&src)
-            .arg(&dst));
+        let again = run_copy(&["-a", "-u", "-T", "--json"], &src, &dst);
         let v: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
         assert_eq!(v["files"], 0, "an up-to-date copy copies nothing: {v}");
         assert_eq!(v["skipped"], 4_000);
@@ -236,9 +226,7 @@ fn copy_to_a_small_tmpfs_completes_one_of_two_files_and_leaves_no_temporaries() 
     // The two files are copied in parallel, so the outcome could depend on which write or
     // fallocate comes first: several rounds, each of which must keep exactly one file whole.
     for round in 0..10 {
-        for n in names_in(m.path()) {
-            fs::remove_file(m.path().join(OsStr::from_bytes(&n))).unwrap();
-        }
+        remove_files_in(m.path());
         let out = run_deadline(
             bin()
                 .arg("copy")
@@ -279,9 +267,7 @@ fn copy_to_a_small_tmpfs_completes_one_of_two_files_and_leaves_no_temporaries() 
     }
 
     // One 5 MiB file alone fits in 8 MiB.
-    for n in names_in(m.path()) {
-        fs::remove_file(m.path().join(OsStr::from_bytes(&n))).unwrap();
-    }
+    remove_files_in(m.path());
     let out = run_deadline(
         bin()
             .arg("copy")
@@ -303,11 +289,7 @@ fn o_tmpfile_errors_name_each_destination_file() {
         return;
     }
     let t = tmp();
-    let src = t.path().join("src");
-    fs::create_dir(&src).unwrap();
-    for i in 1..=3 {
-        write_file(&src.join(format!("f{i}")), 8192);
-    }
+    let src = numbered_files(t.path(), 3, 8192);
     let m = Mount::tmpfs_opts("size=1m,nr_inodes=2");
     let dst = m.path().join("x");
     let (out, _) = run_deadline(bin().arg("copy").arg(&src).arg(&dst), 20);
@@ -332,11 +314,7 @@ fn enospc_errors_name_each_destination_file() {
         return;
     }
     let t = tmp();
-    let src = t.path().join("src");
-    fs::create_dir(&src).unwrap();
-    for i in 1..=3 {
-        write_file(&src.join(format!("f{i}")), 8192);
-    }
+    let src = numbered_files(t.path(), 3, 8192);
     let m = Mount::tmpfs("1m");
     {
         let mut fill = File::create(m.path().join("fill")).unwrap();

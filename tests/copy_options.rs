@@ -96,10 +96,7 @@ fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
         return;
     }
     let t = tmp();
-    let src = t.path().join("src");
-    let sub = src.join("sub");
-    fs::create_dir_all(&sub).unwrap();
-    write_file(&src.join("data"), 10_000);
+    let (src, sub) = src_with_sub(t.path());
     sys::mknod(&src.join("fifo"), sys::NodeKind::Fifo, 0o640, 0).unwrap();
     sys::mknod(&src.join("sock"), sys::NodeKind::Socket, 0o600, 0).unwrap();
     // Device 1:3 as a source node only: nothing opens or writes it.
@@ -113,12 +110,8 @@ fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
     tool(&["setfattr", "-n", "user.origin", "-v", "test"], &sub);
     tool(&["setfacl", "-d", "-m", "u:65534:rx"], &sub);
     let dst = t.path().join("dst");
-    let out = run(bin().args(["copy", "-p", "--json"]).arg(&src).arg(&dst));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_copy(&["-p", "--json"], &src, &dst);
+    assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["specials"], 3, "{v}");
     let ft = |p: &str| fs::symlink_metadata(dst.join(p)).unwrap();
@@ -131,15 +124,8 @@ fn preserve_keeps_special_files_symlink_times_and_directory_acls() {
         (ft("lnk").mtime(), ft("lnk").mtime_nsec()),
         (1_600_000_000, 123)
     );
-    let itemize = Command::new("rsync")
-        .args(["-naHAXc", "--itemize-changes", "--specials", "--devices"])
-        .arg(format!("{}/", src.display()))
-        .arg(format!("{}/", dst.display()))
-        .output()
-        .unwrap();
-    assert!(itemize.status.success());
     assert_eq!(
-        String::from_utf8_lossy(&itemize.stdout),
+        rsync_differences(&src, &dst),
         "",
         "rsync finds differences after copy -p"
     );
@@ -156,12 +142,8 @@ fn no_target_directory_and_dot_land_in_the_same_place_again() {
     write_file(&src.join("a"), 5000);
     let dst = t.path().join("dst");
     for _ in 0..2 {
-        let out = run(bin().args(["copy", "-aT"]).arg(&src).arg(&dst));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_copy(&["-aT"], &src, &dst);
+        assert!(out.status.success(), "{}", stderr(&out));
     }
     assert!(same(&src.join("a"), &dst.join("a")));
     assert!(!dst.join("src").exists(), "-T never copies into DST/SRC");
@@ -171,11 +153,7 @@ fn no_target_directory_and_dot_land_in_the_same_place_again() {
     fs::create_dir(&into).unwrap();
     write_file(&into.join("kept"), 10);
     let out = run(bin().arg("copy").arg(src.join(".")).arg(&into));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         same(&src.join("a"), &into.join("a")),
         "SRC/. copies the contents"
@@ -243,10 +221,7 @@ fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
         return;
     }
     let t = tmp();
-    let src = t.path().join("src");
-    let sub = src.join("sub");
-    fs::create_dir_all(&sub).unwrap();
-    write_file(&src.join("data"), 10_000);
+    let (src, sub) = src_with_sub(t.path());
     write_file(&src.join("empty"), 0);
     {
         let f = File::create(src.join("sparse")).unwrap();
@@ -277,12 +252,8 @@ fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
         &src.join("h1"),
     );
     let dst = t.path().join("dst");
-    let out = run(bin().args(["copy", "-a", "--json"]).arg(&src).arg(&dst));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_copy(&["-a", "--json"], &src, &dst);
+    assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(rsync_differences(&src, &dst), "", "rsync finds differences");
     let sparse = fs::metadata(dst.join("sparse")).unwrap();
     assert_eq!(sparse.len(), 8 << 20);
@@ -303,10 +274,7 @@ fn archive_copy_of_every_file_type_leaves_nothing_for_rsync() {
     assert!(got.contains(&format!("security.capability={cap}")), "{got}");
     assert!(stray_temporaries(&dst).is_empty());
     // Run again with -u: every entry, hard link included, is up to date and left alone.
-    let out = run(bin()
-        .args(["copy", "-a", "-u", "-T", "--json"])
-        .arg(&src)
-        .arg(&dst));
+    let out = run_copy(&["-a", "-u", "-T", "--json"], &src, &dst);
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -330,9 +298,7 @@ fn checksum_dry_run_and_json_lines() {
     write_file(&src.join("d/b"), 5000);
     write_file(&src.join("gone-soon"), 10);
     let dst = t.path().join("dst");
-    assert!(run(bin().args(["copy", "-aT"]).arg(&src).arg(&dst))
-        .status
-        .success());
+    assert!(run_copy(&["-aT"], &src, &dst).status.success());
     // Same size and mtime, other bytes: -u's quick check cannot see it.
     let mut bytes = fs::read(dst.join("a")).unwrap();
     bytes[1 << 20] ^= 0xff;
@@ -346,22 +312,15 @@ fn checksum_dry_run_and_json_lines() {
         .unwrap();
     fs::remove_file(src.join("gone-soon")).unwrap();
     write_file(&src.join("new"), 100);
-    let out = run(bin().args(["copy", "-auT", "--json"]).arg(&src).arg(&dst));
+    let out = run_copy(&["-auT", "--json"], &src, &dst);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["created"], 1, "only the new file: {v}");
     assert!(!same(&src.join("a"), &dst.join("a")));
 
     // Dry run: the list, and nothing touched.
     let before = tree_listing(&dst);
-    let out = run(bin()
-        .args(["copy", "-aT", "--checksum", "--delete", "--dry-run"])
-        .arg(&src)
-        .arg(&dst));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_copy(&["-aT", "--checksum", "--delete", "--dry-run"], &src, &dst);
+    assert!(out.status.success(), "{}", stderr(&out));
     let list = String::from_utf8_lossy(&out.stdout).into_owned();
     let a = format!("updated  file     {}\n", dst.join("a").display());
     let gone = format!("deleted  file     {}\n", dst.join("gone-soon").display());
@@ -376,30 +335,23 @@ fn checksum_dry_run_and_json_lines() {
     assert!(!same(&src.join("a"), &dst.join("a")));
 
     // --checksum for real, both sides cold before: they stay cold.
-    for p in [
+    let both_sides = [
         src.join("a"),
         dst.join("a"),
         src.join("d/b"),
         dst.join("d/b"),
-    ] {
-        evict(&p);
+    ];
+    for p in &both_sides {
+        evict(p);
     }
-    let out = run(bin()
-        .args(["copy", "-aT", "--checksum", "--delete", "--json-lines"])
-        .arg(&src)
-        .arg(&dst));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_copy(
+        &["-aT", "--checksum", "--delete", "--json-lines"],
+        &src,
+        &dst,
     );
-    for p in [
-        src.join("a"),
-        dst.join("a"),
-        src.join("d/b"),
-        dst.join("d/b"),
-    ] {
-        assert_eq!(cached(&p), 0, "{} read without caching", p.display());
+    assert!(out.status.success(), "{}", stderr(&out));
+    for p in &both_sides {
+        assert_eq!(cached(p), 0, "{} read without caching", p.display());
     }
     assert!(same(&src.join("a"), &dst.join("a")));
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
@@ -434,38 +386,26 @@ fn delete_removes_what_the_source_lost_and_no_clobber_keeps() {
     write_file(&src.join("a"), 100);
     write_file(&src.join("keep/b"), 100);
     let dst = t.path().join("dst");
-    assert!(run(bin().args(["copy", "-aT"]).arg(&src).arg(&dst))
-        .status
-        .success());
+    assert!(run_copy(&["-aT"], &src, &dst).status.success());
     fs::create_dir_all(dst.join("old/deep")).unwrap();
     write_file(&dst.join("old/deep/x"), 10);
     write_file(&dst.join("keep/stale"), 10);
-    let out = run(bin().args(["copy", "-auT"]).arg(&src).arg(&dst));
+    let out = run_copy(&["-auT"], &src, &dst);
     assert!(out.status.success());
     assert!(
         dst.join("old/deep/x").exists(),
         "nothing removed unless asked"
     );
-    let out = run(bin()
-        .args(["copy", "-auT", "--delete", "--json"])
-        .arg(&src)
-        .arg(&dst));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_copy(&["-auT", "--delete", "--json"], &src, &dst);
+    assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["deleted"], 2, "{v}");
     assert!(!dst.join("old").exists() && !dst.join("keep/stale").exists());
     assert!(dst.join("a").exists() && dst.join("keep/b").exists());
     fs::write(dst.join("a"), b"mine").unwrap();
-    assert!(run(bin()
-        .args(["copy", "--no-clobber", "-T"])
-        .arg(&src)
-        .arg(&dst))
-    .status
-    .success());
+    assert!(run_copy(&["--no-clobber", "-T"], &src, &dst)
+        .status
+        .success());
     assert_eq!(
         fs::read(dst.join("a")).unwrap(),
         b"mine",

@@ -10,7 +10,6 @@ use std::fs::{self, File};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Both ways of following the command, unless this kernel refuses perf events (then the
 /// reason is printed and only tracefs is tested).
@@ -79,9 +78,7 @@ fn an_mmap_reader_leaves_no_cache() {
     let t = tmp();
     let data = t.path().join("data");
     cold_file(&data, 1 << 20);
-    let mut cmd = toucher(t.path());
-    cmd.push(data.to_string_lossy().into_owned());
-    cmd.extend(["1", "100", "200"].map(String::from));
+    let cmd = toucher_of(t.path(), &data, &["1", "100", "200"]);
     let out = run(bin().arg("run").arg("--").args(&cmd));
     assert!(out.status.success());
     assert_eq!(cached(&data), 0);
@@ -513,31 +510,25 @@ fn unwritable_output_path_fails_before_the_command_runs() {
 
 #[test]
 fn run_exits_130_on_sigint_and_its_command_is_gone() {
-    if !require_root("tracing (run)") {
+    let Some(out) = run_signal_case(libc::SIGINT) else {
         return;
-    }
-    let t = tmp();
-    let out = signal_case(t.path(), &["run"], libc::SIGINT);
+    };
     assert_eq!(out.status.code(), Some(130), "128 + SIGINT (old: 143)");
 }
 
 #[test]
 fn run_exits_129_on_sighup_and_its_command_is_gone() {
-    if !require_root("tracing (run)") {
+    let Some(out) = run_signal_case(libc::SIGHUP) else {
         return;
-    }
-    let t = tmp();
-    let out = signal_case(t.path(), &["run"], libc::SIGHUP);
+    };
     assert_eq!(out.status.code(), Some(129), "128 + SIGHUP");
 }
 
 #[test]
 fn run_exits_131_on_sigquit_and_its_command_is_gone() {
-    if !require_root("tracing (run)") {
+    let Some(out) = run_signal_case(libc::SIGQUIT) else {
         return;
-    }
-    let t = tmp();
-    let out = signal_case(t.path(), &["run"], libc::SIGQUIT);
+    };
     assert_eq!(out.status.code(), Some(131), "128 + SIGQUIT");
 }
 
@@ -577,12 +568,7 @@ fn run_report_is_in_bytes() {
         .args(["--", "cat"])
         .arg(&f)
         .stdout(sink);
-    let out = cmd.output().unwrap();
-    eprintln!(
-        "--- {cmd:?}\nstatus {:?}\nstderr:\n{}",
-        out.status,
-        stderr(&out)
-    );
+    let out = output_logged(&mut cmd);
     assert!(out.status.success());
     let text = fs::read_to_string(&report).unwrap();
     eprintln!("report: {text}");
@@ -607,13 +593,7 @@ fn daemonising_command_returns_at_once_with_a_note() {
             bin().args(["run", "--", "sh", "-c", "sleep 7.123 & exit 0"]),
             10,
         );
-        assert_eq!(out.status.code(), Some(0));
-        assert!(took < Duration::from_secs(3), "took {took:?}");
-        assert!(
-            stderr(&out).contains("still running when it exited"),
-            "{}",
-            stderr(&out)
-        );
+        assert_returned_at_once_with_a_note(&out, took);
         assert!(
             !pids_with_cmdline(&["sleep", "7.123"]).is_empty(),
             "setup: the background job ran"
@@ -630,13 +610,7 @@ fn daemonising_command_returns_at_once_with_a_note() {
             ]),
             10,
         );
-        assert_eq!(out.status.code(), Some(0));
-        assert!(took < Duration::from_secs(3), "took {took:?}");
-        assert!(
-            stderr(&out).contains("still running when it exited"),
-            "{}",
-            stderr(&out)
-        );
+        assert_returned_at_once_with_a_note(&out, took);
         assert!(t.path().join("T").exists());
     }
 }

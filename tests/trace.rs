@@ -92,9 +92,7 @@ fn records_exactly_the_pages_an_mmap_reader_faults_in() {
     let t = tmp();
     let data = t.path().join("data");
     write_pages(&data, 64);
-    let mut cmd = toucher(t.path());
-    cmd.push(data.to_string_lossy().into_owned());
-    cmd.extend(["3", "17", "40"].map(String::from));
+    let cmd = toucher_of(t.path(), &data, &["3", "17", "40"]);
     // Both ways of collecting see the same pages.
     for backend in backends() {
         sync_and_evict(&data);
@@ -300,9 +298,7 @@ fn evict_and_load_by_trace_touch_only_the_traced_pages() {
     let t = tmp();
     let data = t.path().join("data");
     write_pages(&data, 64);
-    let mut cmd = toucher(t.path());
-    cmd.push(data.to_string_lossy().into_owned());
-    cmd.extend(["5", "30", "50"].map(String::from));
+    let cmd = toucher_of(t.path(), &data, &["5", "30", "50"]);
     let trace = t.path().join("a.trace");
     let tr = record(&trace, &cmd);
     let traced = pages_of(&tr, &data);

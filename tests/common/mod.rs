@@ -1,9 +1,9 @@
-//! Helpers shared by the end-to-end tests: the pagewise binary, temp dirs on a real
-//! filesystem, files written and evicted, the kernel's view of the cache (cachestat or
-//! mincore), a compiled toucher and C programs, the one capability gate (`require`), and
-//! pagewise's output read back. Submodules: child processes (`process`), mounts (`mount`),
-//! tables (`table`), comparing copies (`compare`), the gate (`require`, also used by the C
-//! API's tests).
+//! Helpers shared by the end-to-end tests: the pagewise binary (and `copy` runs), temp dirs
+//! on a real filesystem, files and small trees written and evicted, the kernel's view of the
+//! cache (cachestat or mincore), a compiled toucher and C programs, the one capability gate
+//! (`require`), and pagewise's output read back. Submodules: child processes (`process`),
+//! mounts (`mount`), tables (`table`), comparing copies (`compare`), the gate (`require`,
+//! also used by the C API's tests).
 #![allow(dead_code)]
 
 mod compare;
@@ -19,7 +19,7 @@ use pagewise_core::sys;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStringExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -284,14 +284,60 @@ pub fn record_trace(dir: &Path, trace: &Path, file: &Path) {
         .args(["--", "cat"])
         .arg(file)
         .stdout(sink);
+    let out = output_logged(&mut cmd);
+    assert!(out.status.success(), "record");
+    assert!(trace.exists());
+}
+
+/// Runs `cmd` (its stdout as set up) and shows the command, its status and stderr in the
+/// test's log.
+pub fn output_logged(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap();
     eprintln!(
         "--- {cmd:?}\nstatus {:?}\nstderr:\n{}",
         out.status,
         stderr(&out)
     );
-    assert!(out.status.success(), "record");
-    assert!(trace.exists());
+    out
+}
+
+/// `pagewise copy ARGS SRC DST`.
+pub fn run_copy(args: &[&str], src: &Path, dst: &Path) -> Output {
+    run(bin().arg("copy").args(args).arg(src).arg(dst))
+}
+
+/// The directory `DIR/src` holding `f1` to `fN`, `size` bytes of noise each ([`write_file`]).
+pub fn numbered_files(dir: &Path, n: usize, size: usize) -> std::path::PathBuf {
+    let src = dir.join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 1..=n {
+        write_file(&src.join(format!("f{i}")), size);
+    }
+    src
+}
+
+/// The tree `DIR/src` with a directory `sub` and a file `data` of 10,000 bytes: (src, sub).
+pub fn src_with_sub(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let src = dir.join("src");
+    let sub = src.join("sub");
+    fs::create_dir_all(&sub).unwrap();
+    write_file(&src.join("data"), 10_000);
+    (src, sub)
+}
+
+/// Removes every file directly in `dir`.
+pub fn remove_files_in(dir: &Path) {
+    for n in names_in(dir) {
+        fs::remove_file(dir.join(std::ffi::OsStr::from_bytes(&n))).unwrap();
+    }
+}
+
+/// The [`toucher`] command (built in `dir`) touching `pages` of `data`.
+pub fn toucher_of(dir: &Path, data: &Path, pages: &[&str]) -> Vec<String> {
+    let mut cmd = toucher(dir);
+    cmd.push(data.to_string_lossy().into_owned());
+    cmd.extend(pages.iter().map(|p| p.to_string()));
+    cmd
 }
 
 /// pagewise's stdout as one JSON document (fails the test, showing it, when it is not).

@@ -228,6 +228,28 @@ pub fn signal_case(dir: &Path, args: &[&str], sig: i32) -> Output {
     out
 }
 
+/// [`signal_case`] of `pagewise run` in a fresh temp dir; None where tracing cannot run (said
+/// through [`require_root`]).
+pub fn run_signal_case(sig: i32) -> Option<Output> {
+    if !require_root("tracing (run)") {
+        return None;
+    }
+    let t = tmp();
+    Some(signal_case(t.path(), &["run"], sig))
+}
+
+/// What `pagewise run` and `record` of a command that leaves a background job running must
+/// do: exit 0 at once (`took`, within 3 s) with a note that something was still running.
+pub fn assert_returned_at_once_with_a_note(out: &Output, took: Duration) {
+    assert_eq!(out.status.code(), Some(0));
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(
+        stderr(out).contains("still running when it exited"),
+        "{}",
+        stderr(out)
+    );
+}
+
 /// Runs `pagewise ARGS` with RLIMIT_NOFILE at `limit` (soft and hard: it cannot be raised).
 pub fn with_nofile(limit: u32, args: &[&OsStr]) -> Output {
     let mut cmd = Command::new("sh");

@@ -423,25 +423,16 @@ pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! 
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                ) =>
+            {
+                continue
+            }
             Err(e) => {
-                match e.kind() {
-                    ErrorKind::Interrupted | ErrorKind::ConnectionAborted => continue,
-                    _ => {}
-                }
-                // EMFILE, ENFILE, ENOBUFS, ENOMEM and anything else: free a descriptor if
-                // an idle connection holds one, back off, accept again.
-                let evicted = evict_oldest_idle(&mut shared.lock());
-                accept_msg.say(&format!(
-                    "accept failed: {e}{}; retrying",
-                    if evicted {
-                        "; closed the longest-idle connection"
-                    } else {
-                        ""
-                    }
-                ));
-                // An evicted connection's thread closes its descriptor at once: retry soon,
-                // so that a scrape queued behind idle connections is reached quickly.
-                std::thread::sleep(Duration::from_millis(if evicted { 2 } else { 50 }));
+                accept_failed(&e, &shared, &mut accept_msg);
                 continue;
             }
         };
@@ -475,6 +466,24 @@ pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! 
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// After `accept` failed with `e` (EMFILE, ENFILE, ENOBUFS, ENOMEM and anything else): frees
+/// a descriptor if an idle connection holds one, says so (rate-limited) and backs off before
+/// the caller accepts again.
+fn accept_failed(e: &std::io::Error, shared: &Shared, msg: &mut RateLimited) {
+    let evicted = evict_oldest_idle(&mut shared.lock());
+    msg.say(&format!(
+        "accept failed: {e}{}; retrying",
+        if evicted {
+            "; closed the longest-idle connection"
+        } else {
+            ""
+        }
+    ));
+    // An evicted connection's thread closes its descriptor at once: retry soon, so that a
+    // scrape queued behind idle connections is reached quickly.
+    std::thread::sleep(Duration::from_millis(if evicted { 2 } else { 50 }));
 }
 
 /// Counts a connection open until dropped (also when its thread unwinds).

@@ -120,34 +120,29 @@ fn render_paths(w: &mut Writer, snap: &Snapshot) {
 
 /// The top files of each configured path: cached bytes and size.
 fn render_top_files(w: &mut Writer, snap: &Snapshot) {
-    if snap.paths.iter().any(|p| !p.top.is_empty()) {
-        for (name, help, cached) in [
-            (
-                "pagewise_file_cached_bytes",
-                "Cached bytes of the top files of a configured path.",
-                true,
-            ),
-            (
-                "pagewise_file_size_bytes",
-                "Size of the top files of a configured path.",
-                false,
-            ),
-        ] {
-            w.family(name, Kind::Gauge, help);
-            for p in &snap.paths {
-                let root = path_text(&p.path);
-                for f in &p.top {
-                    let v = if cached {
-                        f.residency.cached.unwrap_or(0)
-                    } else {
-                        f.size
-                    };
-                    w.sample(
-                        name,
-                        &[("path", &root), ("file", &path_text(&f.path))],
-                        v as f64,
-                    );
-                }
+    if snap.paths.iter().all(|p| p.top.is_empty()) {
+        return;
+    }
+    type FileFig = fn(&crate::stat::FileStat) -> u64;
+    let per_file: [(&str, &str, FileFig); 2] = [
+        (
+            "pagewise_file_cached_bytes",
+            "Cached bytes of the top files of a configured path.",
+            |f| f.residency.cached.unwrap_or(0),
+        ),
+        (
+            "pagewise_file_size_bytes",
+            "Size of the top files of a configured path.",
+            |f| f.size,
+        ),
+    ];
+    for (name, help, fig) in per_file {
+        w.family(name, Kind::Gauge, help);
+        for p in &snap.paths {
+            let root = path_text(&p.path);
+            for f in &p.top {
+                let labels = [("path", root.as_str()), ("file", &path_text(&f.path))];
+                w.sample(name, &labels, fig(f) as f64);
             }
         }
     }

@@ -367,38 +367,33 @@ mod tests {
         let tr = t(&[(0, 8, 1), (0, 9, 1), (1, 0, 1), (0, 0, 1)]);
         let files = OpenFiles::default();
         let all = [u64::MAX; 2];
-        let r = plan_within(
-            &tr,
-            &files,
-            &all,
-            &ReplayOptions {
-                order: Order::Recorded,
-                ..Default::default()
-            }
-            .settings(),
-        )
-        .unwrap();
-        let v: Vec<(u32, u64, u64)> = r
-            .iter()
-            .map(|r| (r.file, r.off / 4096, r.len / 4096))
-            .collect();
+        let v = planned_pages(&tr, &files, &all, Order::Recorded);
         assert_eq!(v, vec![(0, 8, 2), (1, 0, 1), (0, 0, 1)]);
+        let v = planned_pages(&tr, &files, &all, Order::File);
+        assert_eq!(v, vec![(0, 0, 1), (0, 8, 2), (1, 0, 1)]);
+    }
+
+    /// The plan of `tr` in `order` (other options default), as (file, first page, pages).
+    fn planned_pages(
+        tr: &Trace,
+        files: &OpenFiles,
+        ends: &[u64],
+        order: Order,
+    ) -> Vec<(u32, u64, u64)> {
         let r = plan_within(
-            &tr,
-            &files,
-            &all,
+            tr,
+            files,
+            ends,
             &ReplayOptions {
-                order: Order::File,
+                order,
                 ..Default::default()
             }
             .settings(),
         )
         .unwrap();
-        let v: Vec<(u32, u64, u64)> = r
-            .iter()
+        r.iter()
             .map(|r| (r.file, r.off / 4096, r.len / 4096))
-            .collect();
-        assert_eq!(v, vec![(0, 0, 1), (0, 8, 2), (1, 0, 1)]);
+            .collect()
     }
 
     #[test]

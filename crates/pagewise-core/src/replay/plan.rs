@@ -95,39 +95,7 @@ pub(crate) fn plan_within(
     let page = trace.page_size as u64;
     let mut plan = Plan::new(trace, opts.max_request.max(page));
     match opts.order {
-        Order::Recorded => {
-            // Consecutive events on the same file with contiguous pages, merged (as
-            // `trace::grouped`), each run clipped.
-            let mut run: Option<(u32, u64, u64)> = None;
-            let emit = |plan: &mut Plan, (file, index, pages): (u32, u64, u64)| {
-                let limit = ends.get(file as usize).copied().unwrap_or(0);
-                match span(index, pages, page, limit) {
-                    Some((off, end)) => plan.add(Request {
-                        file,
-                        off,
-                        len: end - off,
-                        physical: 0,
-                    }),
-                    None => Ok(()),
-                }
-            };
-            for e in &trace.events {
-                let pages = e.pages as u64;
-                run = match run {
-                    Some((f, i, n)) if f == e.file && i.checked_add(n) == Some(e.index) => {
-                        Some((f, i, n + pages))
-                    }
-                    Some(r) => {
-                        emit(&mut plan, r)?;
-                        Some((e.file, e.index, pages))
-                    }
-                    None => Some((e.file, e.index, pages)),
-                };
-            }
-            if let Some(r) = run {
-                emit(&mut plan, r)?;
-            }
-        }
+        Order::Recorded => recorded(trace, ends, &mut plan)?,
         Order::File => {
             for (file, off, len) in file_ranges(trace, opts.merge_gap, ends)? {
                 plan.add(Request {
@@ -145,6 +113,42 @@ pub(crate) fn plan_within(
         }
     }
     Ok(plan.reqs)
+}
+
+/// The requests in recorded order: consecutive events on the same file with contiguous
+/// pages, merged (as `trace::grouped`), each run clipped to its file's end in `ends`.
+fn recorded(trace: &Trace, ends: &[u64], plan: &mut Plan) -> Result<(), crate::Error> {
+    let page = trace.page_size as u64;
+    let mut run: Option<(u32, u64, u64)> = None;
+    let emit = |plan: &mut Plan, (file, index, pages): (u32, u64, u64)| {
+        let limit = ends.get(file as usize).copied().unwrap_or(0);
+        match span(index, pages, page, limit) {
+            Some((off, end)) => plan.add(Request {
+                file,
+                off,
+                len: end - off,
+                physical: 0,
+            }),
+            None => Ok(()),
+        }
+    };
+    for e in &trace.events {
+        let pages = e.pages as u64;
+        run = match run {
+            Some((f, i, n)) if f == e.file && i.checked_add(n) == Some(e.index) => {
+                Some((f, i, n + pages))
+            }
+            Some(r) => {
+                emit(plan, r)?;
+                Some((e.file, e.index, pages))
+            }
+            None => Some((e.file, e.index, pages)),
+        };
+    }
+    if let Some(r) = run {
+        emit(plan, r)?;
+    }
+    Ok(())
 }
 
 /// The traced ranges by physical position (FIEMAP), neighbours on disk that are neighbours in
@@ -201,18 +205,7 @@ fn extents(
     match sys::fiemap(fd, off, len) {
         Ok(ext) if !ext.is_empty() => {
             reserve(out, ext.len(), "extents")?;
-            for x in ext {
-                let s = off.max(x.logical);
-                let e = (off + len).min(x.logical.saturating_add(x.length));
-                if e > s {
-                    out.push(Request {
-                        file,
-                        off: s,
-                        len: e - s,
-                        physical: x.physical.saturating_add(s - x.logical),
-                    });
-                }
-            }
+            out.extend(ext.iter().filter_map(|x| clip(x, file, off, len)));
         }
         // Holes, inline data or no FIEMAP: keep the range, ordered by file offset.
         _ => {
@@ -226,4 +219,17 @@ fn extents(
         }
     }
     Ok(())
+}
+
+/// The part of extent `x` within `off..off + len` of `file`, with its physical address (None
+/// where they do not overlap).
+fn clip(x: &sys::Extent, file: u32, off: u64, len: u64) -> Option<Request> {
+    let s = off.max(x.logical);
+    let e = (off + len).min(x.logical.saturating_add(x.length));
+    (e > s).then(|| Request {
+        file,
+        off: s,
+        len: e - s,
+        physical: x.physical.saturating_add(s - x.logical),
+    })
 }

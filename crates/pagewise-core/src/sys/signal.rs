@@ -21,28 +21,26 @@ use super::kill;
 /// one of them or for `timeout`. Returns the signal number, or None on timeout.
 pub fn wait_for_interrupt(timeout: Option<Duration>) -> Option<i32> {
     let set = block_interrupts();
-    // SAFETY: set is initialised; all pointers are to locals.
-    unsafe {
-        loop {
-            let r = match timeout {
-                Some(t) => {
-                    let ts = libc::timespec {
-                        tv_sec: t.as_secs() as libc::time_t,
-                        tv_nsec: t.subsec_nanos() as libc::c_long,
-                    };
-                    libc::sigtimedwait(&set, std::ptr::null_mut(), &ts)
-                }
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    loop {
+        // SAFETY: set and ts are initialised; all pointers are to locals.
+        let r = unsafe {
+            match &ts {
+                Some(ts) => libc::sigtimedwait(&set, std::ptr::null_mut(), ts),
                 None => libc::sigwaitinfo(&set, std::ptr::null_mut()),
-            };
-            if r > 0 {
-                return Some(r);
             }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EAGAIN) {
-                return None;
-            }
-            // EINTR: try again (timeout restarts; acceptable for a hold loop).
+        };
+        if r > 0 {
+            return Some(r);
         }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EAGAIN) {
+            return None;
+        }
+        // EINTR: try again (timeout restarts; acceptable for a hold loop).
     }
 }
 

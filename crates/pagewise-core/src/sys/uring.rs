@@ -79,11 +79,7 @@ pub fn uring_read_all(
             let slot = (cqe.user_data() & 0xffff) as usize;
             let idx = (cqe.user_data() >> 16) as usize;
             debug_assert_eq!(slot_of[slot], idx);
-            results[idx] = if cqe.result() < 0 {
-                Err(io::Error::from_raw_os_error(-cqe.result()))
-            } else {
-                Ok(cqe.result() as usize)
-            };
+            results[idx] = read_result(&cqe);
             free.push(slot);
             in_flight -= 1;
         }
@@ -133,42 +129,53 @@ impl ReadRing {
                         .build()
                         .user_data(i as u64);
                     // SAFETY: each buffer is borrowed mutably for this whole call and every
-                    // submitted entry is reaped below before it returns; the ring has room
+                    // submitted entry is reaped below (`reap`) before it returns; the ring has room
                     // for `cap` entries and is empty here.
                     unsafe { sq.push(&e) }.expect("ring has room for the part");
                 }
             }
-            let mut left = part.len();
-            while left > 0 {
-                match self.ring.submit_and_wait(left) {
-                    Ok(_) => {}
-                    Err(e)
-                        if matches!(
-                            e.raw_os_error(),
-                            Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
-                        ) => {}
-                    Err(e) => {
-                        // Reads in flight would write into buffers the caller is about to
-                        // free: then nothing safe is left to do but stop.
-                        if left > self.ring.submission().len() {
-                            eprintln!("pagewise: io_uring wait failed with reads in flight: {e}");
-                            std::process::abort();
-                        }
-                        return Err(e);
-                    }
-                }
-                for cqe in self.ring.completion() {
-                    let i = cqe.user_data() as usize;
-                    results[base + i] = if cqe.result() < 0 {
-                        Err(io::Error::from_raw_os_error(-cqe.result()))
-                    } else {
-                        Ok(cqe.result() as usize)
-                    };
-                    left -= 1;
-                }
-            }
+            self.reap(part.len(), &mut results[base..])?;
         }
         Ok(results)
+    }
+
+    /// Submits what is queued and waits for the `left` reads in flight, each one's result
+    /// stored at its `user_data` index in `results`. A failed wait with reads still in flight
+    /// aborts the process: they would write into buffers the caller is about to free.
+    fn reap(&mut self, mut left: usize, results: &mut [io::Result<usize>]) -> io::Result<()> {
+        while left > 0 {
+            match self.ring.submit_and_wait(left) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                    ) => {}
+                Err(e) => {
+                    // Reads in flight would write into buffers the caller is about to
+                    // free: then nothing safe is left to do but stop.
+                    if left > self.ring.submission().len() {
+                        eprintln!("pagewise: io_uring wait failed with reads in flight: {e}");
+                        std::process::abort();
+                    }
+                    return Err(e);
+                }
+            }
+            for cqe in self.ring.completion() {
+                results[cqe.user_data() as usize] = read_result(&cqe);
+                left -= 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A completed read's result: the bytes read, or the error.
+fn read_result(cqe: &io_uring::cqueue::Entry) -> io::Result<usize> {
+    if cqe.result() < 0 {
+        Err(io::Error::from_raw_os_error(-cqe.result()))
+    } else {
+        Ok(cqe.result() as usize)
     }
 }
 
@@ -178,18 +185,27 @@ mod tests {
     use super::*;
     use std::os::fd::AsFd;
 
-    #[test]
-    fn a_batch_larger_than_the_ring_is_split_and_errors_stay_per_read() {
+    /// A temporary file of `len` bytes repeating every 251, and those bytes; None where
+    /// io_uring is disabled (said through `require`).
+    fn pattern_file(len: u32) -> Option<(std::fs::File, Vec<u8>)> {
         if !super::super::probe_io_uring() {
             require(
                 false,
                 "io_uring (disabled on this kernel: sysctl or seccomp)",
             );
-            return;
+            return None;
         }
         let f = tempfile::tempfile().unwrap();
-        let data: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         super::super::pwritev2(f.as_fd(), &data, 0, 0).unwrap();
+        Some((f, data))
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_ring_is_split_and_errors_stay_per_read() {
+        let Some((f, data)) = pattern_file(8192) else {
+            return;
+        };
         let dir = tempfile::tempdir().unwrap();
         let d = std::fs::File::open(dir.path()).unwrap();
         let mut ring = ReadRing::new(2).unwrap();
@@ -219,16 +235,9 @@ mod tests {
     #[test]
     fn ring_reads_come_back_in_request_order() {
         // This machine (and CI's) has io_uring: the test runs; elsewhere it says why not.
-        if !super::super::probe_io_uring() {
-            require(
-                false,
-                "io_uring (disabled on this kernel: sysctl or seccomp)",
-            );
+        let Some((f, data)) = pattern_file(20_000) else {
             return;
-        }
-        let f = tempfile::tempfile().unwrap();
-        let data: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
-        super::super::pwritev2(f.as_fd(), &data, 0, 0).unwrap();
+        };
 
         let reqs: Vec<ReadReq> = [(0u64, 100u32), (8192, 4096), (19_990, 4096)]
             .iter()

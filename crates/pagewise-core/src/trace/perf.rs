@@ -118,6 +118,104 @@ fn layout(event: &str) -> Result<(u64, Layout), TraceUnavailable> {
     ))
 }
 
+/// Whether the page faults are sampled through perf software events rather than traced
+/// (the fault tracepoint where the kernel has it, unless told otherwise), and the notice
+/// saying so.
+fn faults_sampled() -> (bool, Option<String>) {
+    match FaultsFrom::from_env() {
+        FaultsFrom::Samples => (
+            true,
+            Some(format!(
+                "page faults sampled through perf software events \
+                 ({}=samples)",
+                faults::FAULTS_FROM_ENV
+            )),
+        ),
+        FaultsFrom::Tracepoint => (false, None),
+        FaultsFrom::Auto => match layout(super::FAULT_EVENT) {
+            Ok(_) => (false, None),
+            Err(why) => (
+                true,
+                Some(format!(
+                    "page faults sampled through perf software events (major and \
+                     minor page faults, addresses resolved through /proc/PID/maps): \
+                     {why}"
+                )),
+            ),
+        },
+    }
+}
+
+/// The events `--assist` adds where the faults are traced with a wake-up each.
+///
+/// A wake-up costs the faulting thread ~13 us (the kernel's irq_work interrupt and the
+/// reader's wake-up, in a guest: fio mmap randread spent 40% of its CPU there), and only
+/// misses need the reader at once. Where the filesystems' synchronous page reads have a
+/// tracepoint (ext4_read_folio, iomap_readpage: a fault on a page that is not cached, before
+/// its read is submitted), those wake the reader and faults only every FAULT_WAKE_EVERY
+/// samples (hits drive sequential windows; a filesystem without such a tracepoint still gets
+/// its misses seen within that many faults).
+fn add_assist_events(
+    events: &[&str],
+    layouts: &mut HashMap<u16, Layout>,
+    ids: &mut Vec<u64>,
+    wakes: &mut Vec<sys::PerfWake>,
+) {
+    // Fault-around, where the kernel has the tracepoint: the assistant sees how far a chunk
+    // was read after its window made the pages ready (those faults do not reach
+    // mm_filemap_fault). It wakes the reader every 64 samples, as pages added do.
+    if let Ok((id, l)) = layout(super::MAP_EVENT) {
+        layouts.insert(id as u16, l);
+        ids.push(id);
+        wakes.push(sys::PerfWake::Samples(64));
+    }
+    let before_miss = ids.len();
+    for ev in MISS_EVENTS {
+        if let Ok(id) = event_id(ev) {
+            ids.push(id);
+            wakes.push(sys::PerfWake::Samples(1));
+        }
+    }
+    if ids.len() > before_miss {
+        for (e, w) in events.iter().zip(wakes.iter_mut()) {
+            if is_fault(e) {
+                *w = sys::PerfWake::Samples(FAULT_WAKE_EVERY);
+            }
+        }
+    }
+}
+
+/// Opens the page-fault software event `config` for thread `tid` on `cpu`, counted in the
+/// kernel too where allowed, else in user space only (EACCES, EPERM).
+fn open_fault_event(
+    config: u64,
+    tid: i32,
+    cpu: i32,
+    wake: sys::PerfWake,
+) -> std::io::Result<OwnedFd> {
+    let open = |user_only| sys::perf_software_open_for(config, tid, cpu, true, wake, user_only);
+    open(false).or_else(|e| match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => open(true),
+        _ => Err(e),
+    })
+}
+
+/// Why the `name` page-fault event of thread `tid` on `cpu` could not be opened: `e`, and
+/// for a permission error the `perf_event_paranoid` setting behind it.
+fn fault_event_failed(e: &std::io::Error, name: &str, tid: i32, cpu: i32) -> TraceUnavailable {
+    let paranoid = match (e.raw_os_error(), crate::procfs::perf_event_paranoid()) {
+        (Some(libc::EACCES | libc::EPERM), Some(p)) => format!(
+            " (kernel.perf_event_paranoid is {p}: perf events of \
+             another user's process need root or CAP_PERFMON, and above 2 any at all)"
+        ),
+        _ => String::new(),
+    };
+    TraceUnavailable(format!(
+        "perf_event_open(software event: {name} page faults, thread {tid}, \
+         cpu {cpu}) failed: {e}{paranoid}"
+    ))
+}
+
 /// What a ring holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -187,31 +285,11 @@ impl Session {
         tids: &[i32],
     ) -> Result<Session, TraceUnavailable> {
         let want_faults = events.iter().any(|e| is_fault(e));
-        // The fault tracepoint where the kernel has it (unless told otherwise), else samples.
-        let mut notice = None;
-        let sampled = want_faults
-            && match FaultsFrom::from_env() {
-                FaultsFrom::Samples => {
-                    notice = Some(format!(
-                        "page faults sampled through perf software events \
-                         ({}=samples)",
-                        faults::FAULTS_FROM_ENV
-                    ));
-                    true
-                }
-                FaultsFrom::Tracepoint => false,
-                FaultsFrom::Auto => match layout(super::FAULT_EVENT) {
-                    Ok(_) => false,
-                    Err(why) => {
-                        notice = Some(format!(
-                            "page faults sampled through perf software events (major and \
-                             minor page faults, addresses resolved through /proc/PID/maps): \
-                             {why}"
-                        ));
-                        true
-                    }
-                },
-            };
+        let (sampled, notice) = if want_faults {
+            faults_sampled()
+        } else {
+            (false, None)
+        };
         let events: Vec<&str> = events
             .iter()
             .copied()
@@ -239,36 +317,8 @@ impl Session {
                 (true, true) => sys::PerfWake::Samples(64),
             })
             .collect();
-        // A wake-up costs the faulting thread ~13 us (the kernel's irq_work interrupt and the
-        // reader's wake-up, in a guest: fio mmap randread spent 40% of its CPU there), and
-        // only misses need the reader at once. Where the filesystems' synchronous page reads
-        // have a tracepoint (ext4_read_folio, iomap_readpage: a fault on a page that is not
-        // cached, before its read is submitted), those wake the reader and faults only every
-        // FAULT_WAKE_EVERY samples (hits drive sequential windows; a filesystem without such
-        // a tracepoint still gets its misses seen within that many faults).
         if wake_each && has_faults {
-            // Fault-around, where the kernel has the tracepoint: the assistant sees how far a
-            // chunk was read after its window made the pages ready (those faults do not reach
-            // mm_filemap_fault). It wakes the reader every 64 samples, as pages added do.
-            if let Ok((id, l)) = layout(super::MAP_EVENT) {
-                layouts.insert(id as u16, l);
-                ids.push(id);
-                wakes.push(sys::PerfWake::Samples(64));
-            }
-            let before_miss = ids.len();
-            for ev in MISS_EVENTS {
-                if let Ok(id) = event_id(ev) {
-                    ids.push(id);
-                    wakes.push(sys::PerfWake::Samples(1));
-                }
-            }
-            if ids.len() > before_miss {
-                for (e, w) in events.iter().zip(wakes.iter_mut()) {
-                    if is_fault(e) {
-                        *w = sys::PerfWake::Samples(FAULT_WAKE_EVERY);
-                    }
-                }
-            }
+            add_assist_events(&events, &mut layouts, &mut ids, &mut wakes);
         }
         let mut s = Session {
             events: Vec::new(),
@@ -323,16 +373,29 @@ impl Session {
                     )))
                 }
             };
-            let Some(f) = &first else {
-                self.add_ring(&fd, pages, Kind::Tracepoints)?;
-                first = Some(fd);
-                continue;
-            };
-            sys::perf_set_output(fd.as_fd(), f.as_fd())
-                .map_err(|e| TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}")))?;
-            self.events.push(fd);
+            self.attach(fd, &mut first, pages, Kind::Tracepoints)?;
         }
         self.events.extend(first);
+        Ok(())
+    }
+
+    /// Adds event `fd` of one CPU and kind: the first (`first` empty) gets a ring of `pages`
+    /// and is kept in `first`; the others write into its ring.
+    fn attach(
+        &mut self,
+        fd: OwnedFd,
+        first: &mut Option<OwnedFd>,
+        pages: usize,
+        kind: Kind,
+    ) -> Result<(), TraceUnavailable> {
+        let Some(f) = first else {
+            self.add_ring(&fd, pages, kind)?;
+            *first = Some(fd);
+            return Ok(());
+        };
+        sys::perf_set_output(fd.as_fd(), f.as_fd())
+            .map_err(|e| TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}")))?;
+        self.events.push(fd);
         Ok(())
     }
 
@@ -373,44 +436,13 @@ impl Session {
             };
             let mut first: Option<OwnedFd> = None;
             for &tid in tids {
-                let open = |user_only| {
-                    sys::perf_software_open_for(config, tid, cpu, true, wake, user_only)
-                };
-                let fd = match open(false).or_else(|e| match e.raw_os_error() {
-                    Some(libc::EACCES | libc::EPERM) => open(true),
-                    _ => Err(e),
-                }) {
+                let fd = match open_fault_event(config, tid, cpu, wake) {
                     Ok(fd) => fd,
                     Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) && tid != 0 => continue,
-                    Err(e) => {
-                        let paranoid =
-                            match (e.raw_os_error(), crate::procfs::perf_event_paranoid()) {
-                                (Some(libc::EACCES | libc::EPERM), Some(p)) => format!(
-                                    " (kernel.perf_event_paranoid is {p}: perf events of \
-                                 another user's process need root or CAP_PERFMON, and \
-                                 above 2 any at all)"
-                                ),
-                                _ => String::new(),
-                            };
-                        return Err(TraceUnavailable(format!(
-                            "perf_event_open(software event: {name} page faults, thread {tid}, \
-                             cpu {cpu}) failed: {e}{paranoid}"
-                        )));
-                    }
+                    Err(e) => return Err(fault_event_failed(&e, name, tid, cpu)),
                 };
-                match &first {
-                    None => {
-                        self.add_ring(&fd, pages, kind)?;
-                        first = Some(fd);
-                    }
-                    Some(f) => {
-                        sys::perf_set_output(fd.as_fd(), f.as_fd()).map_err(|e| {
-                            TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}"))
-                        })?;
-                        self.events.push(fd);
-                    }
-                }
+                self.attach(fd, &mut first, pages, kind)?;
             }
             self.events.extend(first);
         }

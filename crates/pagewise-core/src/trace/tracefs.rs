@@ -238,22 +238,13 @@ impl Instance {
     }
 
     fn lost_total(&self) -> u64 {
-        let mut n = 0;
-        if let Ok(rd) = fs::read_dir(self.dir.join("per_cpu")) {
-            for cpu in rd.flatten() {
-                if let Ok(s) = fs::read_to_string(cpu.path().join("stats")) {
-                    for l in s.lines() {
-                        if let Some(v) = l
-                            .strip_prefix("overrun:")
-                            .or_else(|| l.strip_prefix("dropped events:"))
-                        {
-                            n += v.trim().parse::<u64>().unwrap_or(0);
-                        }
-                    }
-                }
-            }
-        }
-        n
+        let Ok(rd) = fs::read_dir(self.dir.join("per_cpu")) else {
+            return 0;
+        };
+        rd.flatten()
+            .filter_map(|cpu| fs::read_to_string(cpu.path().join("stats")).ok())
+            .map(|s| lost_in_stats(&s))
+            .sum()
     }
 
     /// Stops a [`reader`](Self::reader) thread: sets `stop`, wakes it, and waits until it has
@@ -309,6 +300,18 @@ impl Instance {
             }
         }))
     }
+}
+
+/// Events lost in one CPU's `stats` file: its `overrun` and `dropped events` figures.
+fn lost_in_stats(stats: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("overrun:")
+                .or_else(|| l.strip_prefix("dropped events:"))
+        })
+        .map(|v| v.trim().parse::<u64>().unwrap_or(0))
+        .sum()
 }
 
 /// Hands every complete line of `partial` to `on_line` and keeps the incomplete rest.

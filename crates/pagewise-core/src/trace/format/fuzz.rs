@@ -169,21 +169,31 @@ fn accepted(t: &Trace, bytes: &[u8], ends_seed: &[u64]) -> Result<(), TestCaseEr
                 depth: None,
                 max_request,
             };
-            let files = crate::trace::OpenFiles::default();
-            match crate::replay::plan_within(t, &files, &ends, &settings) {
-                Ok(reqs) => {
-                    let limit = t.events.len() as u64 + MAX_EXTRA_REQUESTS;
-                    prop_assert!(reqs.len() as u64 <= limit);
-                    for r in &reqs {
-                        let max = max_request.max(t.page_size as u64);
-                        prop_assert!(r.len > 0 && r.len <= max);
-                        prop_assert!(r.off + r.len <= ends[r.file as usize]);
-                    }
-                }
-                Err(crate::Error::Trace(TraceError::TooLarge(_))) => {}
-                Err(e) => return Err(TestCaseError::fail(e.to_string())),
-            }
+            plan_bounded(t, &ends, &settings)?;
         }
+    }
+    Ok(())
+}
+
+/// The plan of `t` with `settings`, unless too large, is within the files' `ends`, non-empty,
+/// and bounded in count and request size.
+fn plan_bounded(
+    t: &Trace,
+    ends: &[u64],
+    settings: &crate::replay::Settings,
+) -> Result<(), TestCaseError> {
+    let files = crate::trace::OpenFiles::default();
+    let reqs = match crate::replay::plan_within(t, &files, ends, settings) {
+        Ok(reqs) => reqs,
+        Err(crate::Error::Trace(TraceError::TooLarge(_))) => return Ok(()),
+        Err(e) => return Err(TestCaseError::fail(e.to_string())),
+    };
+    let limit = t.events.len() as u64 + MAX_EXTRA_REQUESTS;
+    prop_assert!(reqs.len() as u64 <= limit);
+    for r in &reqs {
+        let max = settings.max_request.max(t.page_size as u64);
+        prop_assert!(r.len > 0 && r.len <= max);
+        prop_assert!(r.off + r.len <= ends[r.file as usize]);
     }
     Ok(())
 }
