@@ -347,14 +347,19 @@ impl FileError {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} failed: {}",
-            self.path.display(),
-            self.op,
-            self.message
-        )
+        failed(f, &self.path, &self.op, &self.message)
     }
+}
+
+/// `path: op failed: what`, the one wording of a failed call on a path: of [`FileError`] and
+/// [`DioError`](crate::dio::DioError) ([`Error::Io`] says the same through thiserror).
+pub(crate) fn failed(
+    f: &mut fmt::Formatter<'_>,
+    path: &Path,
+    op: &Op,
+    what: &dyn fmt::Display,
+) -> fmt::Result {
+    write!(f, "{}: {op} failed: {what}", path.display())
 }
 
 /// Fatal errors: the verb could not run at all.

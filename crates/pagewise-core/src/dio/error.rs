@@ -40,13 +40,7 @@ impl From<DioError> for Error {
 
 impl fmt::Display for DioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} failed: {}",
-            self.path.display(),
-            self.op,
-            self.source
-        )
+        crate::error::failed(f, &self.path, &self.op, &self.source)
     }
 }
 

@@ -232,12 +232,9 @@ fn merge(mut ranges: Vec<PageRange>) -> Vec<PageRange> {
 mod tests {
     use super::*;
 
-    fn pr(first: u64, count: u64) -> PageRange {
-        PageRange::new(first, count)
-    }
-
     #[test]
     fn ranges_are_sorted_and_overlapping_or_touching_ones_merged() {
+        let pr = PageRange::new;
         assert_eq!(merge(Vec::new()), Vec::<PageRange>::new());
         assert_eq!(
             merge(vec![
