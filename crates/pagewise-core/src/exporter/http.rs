@@ -96,17 +96,15 @@ impl HeadError {
     }
 }
 
-/// The reason the answer gives: what is malformed for [`HeadError::Bad`], else the status's
-/// reason phrase.
+/// The reason the answer gives: what is malformed ([`HeadError::Bad`]), else the reason phrase.
 impl std::fmt::Display for HeadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HeadError::Bad(d) => f.write_str(d),
-            other => f.write_str(other.status().1),
-        }
+        f.write_str(match self {
+            HeadError::Bad(d) => d,
+            other => other.status().1,
+        })
     }
 }
-
 impl std::error::Error for HeadError {}
 
 fn is_tchar(b: u8) -> bool {
