@@ -161,7 +161,7 @@ fn io_err(py: Python<'_>, e: std::io::Error) -> PyErr {
             dio::errno(&e),
             &errors::strerror(&f.source),
             Some(&f.path),
-            Some(f.syscall),
+            Some(&f.op.to_string()),
         ),
         None => errors::io(py, &e, None, "io"),
     }

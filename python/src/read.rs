@@ -16,6 +16,7 @@
 use crate::wait::Control;
 use pagewise_core::dio::{self, CachePolicy, DioError};
 use pagewise_core::sys::{self, AlignedBuf};
+use pagewise_core::Op;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
@@ -48,15 +49,8 @@ fn interrupted() -> io::Error {
     io::Error::new(io::ErrorKind::Interrupted, "interrupted")
 }
 
-fn fail(path: &Path, syscall: &'static str, source: io::Error) -> io::Error {
-    io::Error::new(
-        source.kind(),
-        DioError {
-            path: path.to_path_buf(),
-            syscall,
-            source,
-        },
-    )
+fn fail(path: &Path, op: Op, source: io::Error) -> io::Error {
+    DioError::wrap(path.to_path_buf(), op, source)
 }
 
 /// The head of a range at `off`: up to the next aligned offset, or one block when `off` is
@@ -220,7 +214,7 @@ fn middle(
                     None => {
                         match AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize)) {
                             Ok(b) => bounce.insert(b),
-                            Err(e) => return record_error(fail(path, "posix_memalign", e)),
+                            Err(e) => return record_error(fail(path, Op::PosixMemalign, e)),
                         }
                     }
                 };
@@ -238,7 +232,7 @@ fn middle(
                         }
                     }
                 }
-                Err(e) => return record_error(fail(path, "pread(O_DIRECT)", e)),
+                Err(e) => return record_error(fail(path, Op::PreadDirect, e)),
             }
         }
     };
@@ -257,7 +251,7 @@ fn middle(
         Ok(spawned)
     });
     if let Err(e) = spawned {
-        return Err(fail(path, "pthread_create", e));
+        return Err(fail(path, Op::PthreadCreate, e));
     }
     if let Some(e) = first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);

@@ -1,5 +1,30 @@
 //! Error types. A per-file error names the path and the syscall; it is counted and the run goes
 //! on. A fatal error stops the verb before it starts.
+//!
+//! The family, and which type is for what. Every syscall or step is named by one [`Op`]
+//! (printed as strace would), every failed call on a path as `path: op failed: error`:
+//!
+//! - [`Error`]: fatal, the verb did not run (an option, a path before the start, the command,
+//!   tracing); what every verb returns. Its [`Error::Io`] is the I/O error on a path.
+//! - [`FileError`]: one file's failure (`path`, [`Op`], message, errno), counted in an
+//!   [`ErrorLog`] while the run goes on.
+//! - [`DioError`](crate::dio::DioError): a failed call of a
+//!   [`DirectFile`](crate::dio::DirectFile) (`path`, [`Op`], the `io::Error`), carried inside
+//!   the `io::Error`s its `Read`/`Write`/`Seek` methods must return; `dio::errno` and
+//!   `dio::failure` get it back out. Converts into [`Error::Io`].
+//! - Errors of input content, no I/O in them: [`TraceError`](crate::trace::TraceError) (a
+//!   trace file's bytes; wrapped by [`Error::Trace`]),
+//!   [`ParseError`](crate::residency::ParseError) (sizes and ranges as users write them),
+//!   [`HeadError`](crate::exporter::http::HeadError) (an HTTP request head: the status to
+//!   answer with).
+//! - Domain errors of one step, whose I/O cases carry the `io::Error` with its source chain:
+//!   [`SimError`](crate::assist::sim::SimError) (a trace cannot be simulated: no faults, or a
+//!   [`TraceError`](crate::trace::TraceError)), [`StartError`](crate::trace::StartError) (a
+//!   trace follower did not start: [`TraceUnavailable`](crate::trace::TraceUnavailable), or
+//!   its reader failed).
+//!
+//! Each implements `std::error::Error`; `source()` gives the error underneath (the
+//! `io::Error`, the [`TraceError`](crate::trace::TraceError)) where there is one.
 
 use serde::Serialize;
 use std::fmt;
@@ -66,6 +91,12 @@ pub enum Op {
     LseekData,
     /// `ioctl(BLKGETSIZE64)`
     IoctlBlkgetsize64,
+    /// `fcntl(F_SETFL)`: turning O_DIRECT off or on for a descriptor.
+    FcntlSetfl,
+    /// `posix_memalign`: an aligned buffer for O_DIRECT.
+    PosixMemalign,
+    /// `pthread_create`: a thread of a parallel read.
+    PthreadCreate,
     /// `pread`
     Pread,
     /// `pread(O_DIRECT)`
@@ -92,6 +123,8 @@ pub enum Op {
     Ftruncate,
     /// `fsync`
     Fsync,
+    /// `fdatasync`
+    Fdatasync,
     /// `mkdir`
     Mkdir,
     /// `symlink`
@@ -171,6 +204,9 @@ impl Op {
             Op::SyncFileRangeWait => "sync_file_range(WAIT)",
             Op::LseekData => "lseek(SEEK_DATA)",
             Op::IoctlBlkgetsize64 => "ioctl(BLKGETSIZE64)",
+            Op::FcntlSetfl => "fcntl(F_SETFL)",
+            Op::PosixMemalign => "posix_memalign",
+            Op::PthreadCreate => "pthread_create",
             Op::Pread => "pread",
             Op::PreadDirect => "pread(O_DIRECT)",
             Op::Preadv2Dontcache => "preadv2(RWF_DONTCACHE)",
@@ -184,6 +220,7 @@ impl Op {
             Op::CopyFileRange => "copy_file_range",
             Op::Ftruncate => "ftruncate",
             Op::Fsync => "fsync",
+            Op::Fdatasync => "fdatasync",
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",
             Op::Mknod => "mknod",
@@ -294,6 +331,10 @@ impl FileError {
     }
 }
 
+/// A leaf: the kernel's error is kept as its text and errno (a `FileError` is cloned into
+/// reports and serialised), so there is no `source()`.
+impl std::error::Error for FileError {}
+
 impl FileError {
     /// The message without std's ` (os error N)` suffix (errno is a field of its own).
     pub fn plain_message(&self) -> &str {
@@ -306,14 +347,19 @@ impl FileError {
 
 impl fmt::Display for FileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} failed: {}",
-            self.path.display(),
-            self.op,
-            self.message
-        )
+        failed(f, &self.path, &self.op, &self.message)
     }
+}
+
+/// `path: op failed: what`, the one wording of a failed call on a path: of [`FileError`] and
+/// [`DioError`](crate::dio::DioError) ([`Error::Io`] says the same through thiserror).
+pub(crate) fn failed(
+    f: &mut fmt::Formatter<'_>,
+    path: &Path,
+    op: &Op,
+    what: &dyn fmt::Display,
+) -> fmt::Result {
+    write!(f, "{}: {op} failed: {what}", path.display())
 }
 
 /// Fatal errors: the verb could not run at all.
@@ -363,13 +409,13 @@ pub enum Error {
     },
     /// Tracing started but then failed (a tracefs file could not be written or read).
     #[error("tracefs: {0}")]
-    Tracefs(io::Error),
+    Tracefs(#[source] io::Error),
     /// The tracefs instance's trace_pipe could not be opened.
     #[error("trace_pipe: open failed: {0}")]
-    TracePipe(io::Error),
+    TracePipe(#[source] io::Error),
     /// Waiting for the command that was run or recorded failed.
     #[error("wait for the command: {0}")]
-    Wait(io::Error),
+    Wait(#[source] io::Error),
     /// A trace file could not be read.
     #[error("{0}")]
     Trace(#[from] crate::trace::TraceError),

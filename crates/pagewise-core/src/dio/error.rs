@@ -1,31 +1,46 @@
 //! The errors of a [`DirectFile`](super::DirectFile): each names the path and the call
-//! ([`DioError`]); [`errno`] and [`failure`] get them back out of an `io::Error`.
+//! ([`DioError`], the call an [`Op`]); [`errno`] and [`failure`] get them back out of an
+//! `io::Error`.
 
+use crate::error::{Error, Op};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-/// A failed call on a [`DirectFile`]: `path: syscall failed: error`. The `io::Error`s of
-/// `DirectFile` carry one inside (`io::Error::get_ref`); [`errno`] finds its errno.
+/// A failed call on a [`DirectFile`]: `path: op failed: error`, as [`Error::Io`] says it
+/// (into which it converts). The `io::Error`s of `DirectFile` carry one inside
+/// (`io::Error::get_ref`); [`errno`] finds its errno.
 #[derive(Debug)]
 pub struct DioError {
     /// The path the file was opened with.
     pub path: PathBuf,
     /// The call that failed, as strace names it (`pread(O_DIRECT)`, `sync_file_range`, ...).
-    pub syscall: &'static str,
+    pub op: Op,
     /// The kernel's error.
     pub source: io::Error,
 }
 
+impl DioError {
+    /// The `io::Error` a `DirectFile` returns for a failure of `op` on `path`, carrying the
+    /// [`DioError`] (its kind kept).
+    pub fn wrap(path: PathBuf, op: Op, source: io::Error) -> io::Error {
+        io::Error::new(source.kind(), DioError { path, op, source })
+    }
+}
+
+impl From<DioError> for Error {
+    fn from(e: DioError) -> Error {
+        Error::Io {
+            path: e.path,
+            op: e.op,
+            source: e.source,
+        }
+    }
+}
+
 impl fmt::Display for DioError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} failed: {}",
-            self.path.display(),
-            self.syscall,
-            self.source
-        )
+        crate::error::failed(f, &self.path, &self.op, &self.source)
     }
 }
 

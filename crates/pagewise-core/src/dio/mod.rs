@@ -54,6 +54,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
 
+use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf};
 
 mod align;
@@ -143,15 +144,15 @@ impl DirectFile {
         let a = self.io.align;
         // Rounded up without wrapping: a length that cannot be rounded cannot be allocated.
         let size = len.checked_next_multiple_of(a.offset).unwrap_or(usize::MAX);
-        AlignedBuf::try_alloc(size, a.memory).map_err(|e| self.io.fail("posix_memalign", e))
+        AlignedBuf::try_alloc(size, a.memory).map_err(|e| self.io.fail(Op::PosixMemalign, e))
     }
 
     /// The file's length in bytes, staged writes included.
     pub fn len(&self) -> io::Result<u64> {
         let fd = self.io.fd.as_fd();
-        let st = sys::fstat(fd).map_err(|e| self.io.fail("fstat", e))?;
+        let st = sys::fstat(fd).map_err(|e| self.io.fail(Op::Fstat, e))?;
         let size = if st.is_block_device() {
-            sys::block_device_size(fd).map_err(|e| self.io.fail("ioctl(BLKGETSIZE64)", e))?
+            sys::block_device_size(fd).map_err(|e| self.io.fail(Op::IoctlBlkgetsize64, e))?
         } else {
             st.size
         };
@@ -172,7 +173,7 @@ impl DirectFile {
     pub fn sync(&mut self) -> io::Result<()> {
         self.settle()?;
         self.io.finish_behind()?;
-        sys::fdatasync(self.io.fd.as_fd()).map_err(|e| self.io.fail("fdatasync", e))
+        sys::fdatasync(self.io.fd.as_fd()).map_err(|e| self.io.fail(Op::Fdatasync, e))
     }
 
     /// Cuts or extends the file to `len` bytes (what is staged is written first). The page
@@ -182,24 +183,24 @@ impl DirectFile {
         if !self.mode.write {
             return Err(self
                 .io
-                .fail("ftruncate", io::Error::from_raw_os_error(libc::EBADF)));
+                .fail(Op::Ftruncate, io::Error::from_raw_os_error(libc::EBADF)));
         }
         if len > MAX_OFFSET {
             let why = format!("length {len} is past the largest file offset ({MAX_OFFSET})");
             let e = io::Error::new(io::ErrorKind::InvalidInput, why);
-            return Err(self.io.fail("ftruncate", e));
+            return Err(self.io.fail(Op::Ftruncate, e));
         }
         self.settle()?;
         self.io.finish_behind()?;
         self.window.len = 0;
         let fd = self.io.fd.as_fd();
-        sys::ftruncate(fd, len).map_err(|e| self.io.fail("ftruncate", e))?;
+        sys::ftruncate(fd, len).map_err(|e| self.io.fail(Op::Ftruncate, e))?;
         let page = sys::page_size();
         if !len.is_multiple_of(page) {
             let lo = len / page * page;
             let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
             sys::sync_file_range(fd, lo, page, all)
-                .map_err(|e| self.io.fail("sync_file_range", e))?;
+                .map_err(|e| self.io.fail(Op::SyncFileRange, e))?;
             let _ = sys::fadvise(fd, lo, page, Advice::DontNeed);
         }
         Ok(())

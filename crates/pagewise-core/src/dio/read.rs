@@ -3,6 +3,7 @@
 
 use std::io;
 
+use crate::error::Op;
 use crate::sys::AlignedBuf;
 
 use super::align::{align_down, align_up, MAX_OFFSET};
@@ -36,12 +37,12 @@ impl DirectFile {
         if !self.mode.read {
             return Err(self
                 .io
-                .fail("pread", io::Error::from_raw_os_error(libc::EBADF)));
+                .fail(Op::Pread, io::Error::from_raw_os_error(libc::EBADF)));
         }
         if buf.is_empty() {
             return Ok(0);
         }
-        self.check_span("pread", off, buf.len())?;
+        self.check_span(Op::Pread, off, buf.len())?;
         let end = off + buf.len() as u64;
         if self.stage.active && off < self.stage.end() && end > self.stage.off {
             self.settle()?;

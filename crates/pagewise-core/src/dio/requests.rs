@@ -10,6 +10,7 @@ use super::{
     align_down, page_cover, refused, Alignment, CachePolicy, DioError, BEHIND_WINDOW, CHUNK,
     KEEP_BLOCK,
 };
+use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf, RwFlags};
 
 /// The descriptor and what every request needs: the policy in force and its fallbacks,
@@ -30,21 +31,14 @@ pub(super) struct Io {
 }
 
 impl Io {
-    pub(super) fn fail(&self, syscall: &'static str, source: io::Error) -> io::Error {
-        io::Error::new(
-            source.kind(),
-            DioError {
-                path: self.path.clone(),
-                syscall,
-                source,
-            },
-        )
+    pub(super) fn fail(&self, op: Op, source: io::Error) -> io::Error {
+        DioError::wrap(self.path.clone(), op, source)
     }
 
     /// A bounce buffer ([`CHUNK`] bytes at the memory alignment); `ENOMEM` rather than an
     /// abort when it cannot be had.
     pub(super) fn bounce_buffer(&self) -> io::Result<AlignedBuf> {
-        AlignedBuf::try_alloc(CHUNK, self.align.memory).map_err(|e| self.fail("posix_memalign", e))
+        AlignedBuf::try_alloc(CHUNK, self.align.memory).map_err(|e| self.fail(Op::PosixMemalign, e))
     }
 
     /// Records a fallback in the notice and switches the descriptor to `to`.
@@ -56,7 +50,7 @@ impl Io {
             Some(n) => format!("{n}; then {line}"),
         });
         if self.policy == CachePolicy::Direct {
-            sys::set_direct(self.fd.as_fd(), false).map_err(|e| self.fail("fcntl(F_SETFL)", e))?;
+            sys::set_direct(self.fd.as_fd(), false).map_err(|e| self.fail(Op::FcntlSetfl, e))?;
         }
         self.become_buffered(to);
         Ok(())
@@ -100,12 +94,12 @@ impl Io {
         loop {
             let fd = self.fd.as_fd();
             let (r, call) = match self.policy {
-                CachePolicy::Direct => (sys::pread(fd, buf, off), "pread(O_DIRECT)"),
+                CachePolicy::Direct => (sys::pread(fd, buf, off), Op::PreadDirect),
                 CachePolicy::DontCache => (
                     sys::read_at(fd, buf, off, RwFlags::DONTCACHE),
-                    "preadv2(RWF_DONTCACHE)",
+                    Op::Preadv2Dontcache,
                 ),
-                CachePolicy::DropBehind => (sys::pread(fd, buf, off), "pread"),
+                CachePolicy::DropBehind => (sys::pread(fd, buf, off), Op::Pread),
             };
             match r {
                 Ok(n) => {
@@ -113,7 +107,7 @@ impl Io {
                     return Ok(n);
                 }
                 Err(e) if !self.proven && refused(&e) && self.policy != CachePolicy::DropBehind => {
-                    self.fall_back(call, &e.to_string())?;
+                    self.fall_back(&call.to_string(), &e.to_string())?;
                 }
                 Err(e) => return Err(self.fail(call, e)),
             }
@@ -157,14 +151,14 @@ impl Io {
             let (r, call) = match self.policy {
                 CachePolicy::Direct => (
                     sys::write_at(fd, buf, off, RwFlags::empty()),
-                    "pwrite(O_DIRECT)",
+                    Op::PwriteDirect,
                 ),
                 CachePolicy::DontCache => (
                     sys::write_at(fd, buf, off, RwFlags::DONTCACHE),
-                    "pwritev2(RWF_DONTCACHE)",
+                    Op::Pwritev2Dontcache,
                 ),
                 CachePolicy::DropBehind => {
-                    (sys::write_at(fd, buf, off, RwFlags::empty()), "pwrite")
+                    (sys::write_at(fd, buf, off, RwFlags::empty()), Op::Pwrite)
                 }
             };
             match r {
@@ -174,12 +168,12 @@ impl Io {
                         let fd = self.fd.as_fd();
                         self.behind
                             .wrote(fd, off, n as u64)
-                            .map_err(|e| self.fail("sync_file_range", e))?;
+                            .map_err(|e| self.fail(Op::SyncFileRange, e))?;
                     }
                     return Ok(n);
                 }
                 Err(e) if !self.proven && refused(&e) && self.policy != CachePolicy::DropBehind => {
-                    self.fall_back(call, &e.to_string())?;
+                    self.fall_back(&call.to_string(), &e.to_string())?;
                 }
                 Err(e) => return Err(self.fail(call, e)),
             }
@@ -193,7 +187,7 @@ impl Io {
             match self.write(&buf[done..], off + done as u64)? {
                 0 => {
                     return Err(self.fail(
-                        "pwrite",
+                        Op::Pwrite,
                         io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes"),
                     ))
                 }
@@ -207,7 +201,7 @@ impl Io {
     /// off for the moment, then the page written back and dropped.
     pub(super) fn write_tail_buffered(&mut self, buf: &[u8], off: u64) -> io::Result<()> {
         let fd = self.fd.as_fd();
-        sys::set_direct(fd, false).map_err(|e| self.fail("fcntl(F_SETFL)", e))?;
+        sys::set_direct(fd, false).map_err(|e| self.fail(Op::FcntlSetfl, e))?;
         let mut done = 0;
         let mut res = Ok(());
         while done < buf.len() {
@@ -224,11 +218,11 @@ impl Io {
             }
         }
         let restored = sys::set_direct(fd, true);
-        res.map_err(|e| self.fail("pwrite", e))?;
-        restored.map_err(|e| self.fail("fcntl(F_SETFL)", e))?;
+        res.map_err(|e| self.fail(Op::Pwrite, e))?;
+        restored.map_err(|e| self.fail(Op::FcntlSetfl, e))?;
         let (lo, hi) = page_cover(off, buf.len() as u64);
         let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
-        sys::sync_file_range(fd, lo, hi - lo, all).map_err(|e| self.fail("sync_file_range", e))?;
+        sys::sync_file_range(fd, lo, hi - lo, all).map_err(|e| self.fail(Op::SyncFileRange, e))?;
         let _ = sys::fadvise(fd, lo, hi - lo, Advice::DontNeed);
         Ok(())
     }
@@ -244,7 +238,7 @@ impl Io {
     pub(super) fn write_back_and_drop(&self, off: u64, len: u64) -> io::Result<()> {
         let fd = self.fd.as_fd();
         let all = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
-        sys::sync_file_range(fd, off, len, all).map_err(|e| self.fail("sync_file_range", e))?;
+        sys::sync_file_range(fd, off, len, all).map_err(|e| self.fail(Op::SyncFileRange, e))?;
         let _ = sys::fadvise(fd, off, len, Advice::DontNeed);
         Ok(())
     }
@@ -254,7 +248,7 @@ impl Io {
         let fd = self.fd.as_fd();
         self.behind
             .finish(fd)
-            .map_err(|e| self.fail("sync_file_range", e))
+            .map_err(|e| self.fail(Op::SyncFileRange, e))
     }
 }
 

@@ -92,7 +92,7 @@ fn errors_name_the_path_and_the_call() {
     let e = f.read_at(&mut [0u8; 4], 0).unwrap_err();
     assert_eq!(errno(&e), Some(libc::EBADF));
     let d = failure(&e).unwrap();
-    assert_eq!((d.path.as_path(), d.syscall), (p.as_path(), "pread"));
+    assert_eq!((d.path.as_path(), &d.op), (p.as_path(), &Op::Pread));
     assert_eq!(
         e.to_string(),
         format!(
@@ -438,7 +438,7 @@ fn impossible_offsets_and_sizes_are_errors() {
                 Some(libc::EINVAL),
                 "{policy} read {len} at {off}: {e}"
             );
-            assert_eq!(failure(&e).unwrap().syscall, "pread");
+            assert_eq!(failure(&e).unwrap().op, Op::Pread);
             assert!(e.to_string().starts_with(p.to_str().unwrap()), "{e}");
             let e = f.write_at(&vec![7u8; len], off).unwrap_err();
             assert_eq!(
@@ -446,7 +446,7 @@ fn impossible_offsets_and_sizes_are_errors() {
                 Some(libc::EINVAL),
                 "{policy} write {len} at {off}: {e}"
             );
-            assert_eq!(failure(&e).unwrap().syscall, "pwrite");
+            assert_eq!(failure(&e).unwrap().op, Op::Pwrite);
         }
         // At the limit itself a read is the end of the file; a write is too large for any
         // file (its last block would cross the limit).
@@ -454,7 +454,7 @@ fn impossible_offsets_and_sizes_are_errors() {
         assert_eq!(f.read_at(&mut [0u8; 3], max - 5000).unwrap(), 0);
         let e = f.write_at(b"abc", max - 3).unwrap_err();
         assert_eq!(errno(&e), Some(libc::EFBIG), "{e}");
-        assert_eq!(failure(&e).unwrap().syscall, "pwrite");
+        assert_eq!(failure(&e).unwrap().op, Op::Pwrite);
         let e = f.set_len(u64::MAX).unwrap_err();
         assert_eq!(errno(&e), Some(libc::EINVAL), "{e}");
         let e = f.aligned_buffer(usize::MAX - 10).unwrap_err();

@@ -6,6 +6,7 @@ use std::io;
 
 use super::align::{align_down, align_up, MAX_OFFSET};
 use super::{CachePolicy, DirectFile, CHUNK};
+use crate::error::Op;
 use crate::sys::{self, AlignedBuf};
 
 /// The write-behind stage: file bytes `[off, off+len)` in `buf`, written by the caller (and,
@@ -32,19 +33,19 @@ impl DirectFile {
         if !self.mode.write {
             return Err(self
                 .io
-                .fail("pwrite", io::Error::from_raw_os_error(libc::EBADF)));
+                .fail(Op::Pwrite, io::Error::from_raw_os_error(libc::EBADF)));
         }
         if buf.is_empty() {
             return Ok(0);
         }
         let off = if self.mode.append { self.len()? } else { off };
-        self.check_span("pwrite", off, buf.len())?;
+        self.check_span(Op::Pwrite, off, buf.len())?;
         // Written in whole blocks (O_DIRECT) or pages (write-back), which must end by the
         // largest offset too: past it no filesystem stores a byte (EFBIG, as the kernel says).
         let block = self.io.align.offset.max(sys::page_size() as usize);
         if align_up(off + buf.len() as u64, block) > MAX_OFFSET {
             let e = io::Error::from_raw_os_error(libc::EFBIG);
-            return Err(self.io.fail("pwrite", e));
+            return Err(self.io.fail(Op::Pwrite, e));
         }
         self.window.invalidate_overlap(off, buf.len() as u64);
         if self.stage.active && off != self.stage.end() {
@@ -110,11 +111,11 @@ impl DirectFile {
     /// Checks that a request of `len` bytes at `off` ends by the largest offset the kernel
     /// takes (`EINVAL` otherwise, as the kernel's own check says), before any of it is
     /// staged or read ahead.
-    pub(super) fn check_span(&self, syscall: &'static str, off: u64, len: usize) -> io::Result<()> {
+    pub(super) fn check_span(&self, op: Op, off: u64, len: usize) -> io::Result<()> {
         match off.checked_add(len as u64) {
             Some(end) if end <= MAX_OFFSET => Ok(()),
             _ => Err(self.io.fail(
-                syscall,
+                op,
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!(

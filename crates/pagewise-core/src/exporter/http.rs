@@ -96,6 +96,17 @@ impl HeadError {
     }
 }
 
+/// The reason the answer gives: what is malformed ([`HeadError::Bad`]), else the reason phrase.
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HeadError::Bad(d) => d,
+            other => other.status().1,
+        })
+    }
+}
+impl std::error::Error for HeadError {}
+
 fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

@@ -3,15 +3,16 @@
 //! report numbers it knows to be false ([`Meter`], [`Residency`], [`ByteRange`]).
 
 //!
-//! Here: the [`Meter`] and what it reports; byte ranges and sizes in `range`; page-level
-//! queries on a descriptor (cached pages, resident pages, cached spans) in `pages`.
+//! Here: the [`Meter`] and what it reports; byte ranges, page ranges ([`PageRange`]) and
+//! sizes in `range`; page-level queries on a descriptor (cached pages, resident pages,
+//! cached spans) in `pages`.
 
 mod pages;
 mod range;
 
 use pages::mincore_pages;
 pub use pages::{cached_pages, cached_spans, resident_pages};
-pub use range::{parse_size, ByteRange, ParseError};
+pub use range::{parse_size, ByteRange, PageRange, ParseError};
 
 use crate::error::{FileError, Op};
 use crate::sys::{self, CacheStat};

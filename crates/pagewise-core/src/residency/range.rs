@@ -1,5 +1,5 @@
 //! Byte ranges and sizes as users write them (`START-END`, `64K`, `1G`): [`ByteRange`],
-//! [`parse_size`] and their [`ParseError`].
+//! [`parse_size`] and their [`ParseError`]; ranges of pages ([`PageRange`]).
 
 use crate::sys;
 use serde::Serialize;
@@ -54,6 +54,35 @@ impl ByteRange {
     pub fn span(&self, size: u64) -> (u64, u64) {
         let start = self.start.min(size);
         (start, self.end.unwrap_or(u64::MAX).min(size).max(start))
+    }
+}
+
+/// A range of pages of a file: `count` pages from page `first`, the pages
+/// `[first, first + count)` (half-open), in units of the page size. What the page-cache events
+/// report (`run` keeps the command's pages as these until it drops them). Ordered by `first`,
+/// then `count`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageRange {
+    /// The first page (its byte offset divided by the page size).
+    pub first: u64,
+    /// How many pages.
+    pub count: u64,
+}
+
+impl PageRange {
+    /// `count` pages from page `first`.
+    pub const fn new(first: u64, count: u64) -> PageRange {
+        PageRange { first, count }
+    }
+
+    /// The page after the last one (`first + count`).
+    pub const fn end(&self) -> u64 {
+        self.first + self.count
+    }
+
+    /// The same pages in bytes, `(offset, length)`, for pages of `page` bytes.
+    pub const fn bytes(&self, page: u64) -> (u64, u64) {
+        (self.first * page, self.count * page)
     }
 }
 

@@ -2,6 +2,7 @@
 //! `--assist`, the windows prefetched for it), pending until they are dropped.
 
 use crate::assist::{Assistant, Prefetch};
+use crate::residency::PageRange;
 use crate::sys::FileId;
 use crate::trace::tracefs::RawEvent;
 use std::collections::{HashMap, VecDeque};
@@ -9,14 +10,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Page ranges `(first page, pages)` per file.
-pub(super) type PageMap = HashMap<FileId, Vec<(u64, u64)>>;
+/// Page ranges per file.
+pub(super) type PageMap = HashMap<FileId, Vec<PageRange>>;
 /// The command's threads seen adding or faulting on each file's pages: the processes that
 /// may map it.
 pub(super) type Mappers = HashMap<FileId, Vec<u32>>;
 
-/// A prefetched window `(file, (first page, pages))` and when it was issued.
-type Prefetched = (Instant, FileId, (u64, u64));
+/// A prefetched window `(file, pages)` and when it was issued.
+type Prefetched = (Instant, FileId, PageRange);
 
 /// Prefetched windows join the drop-behind once the command has used every page of them, or
 /// after this long, so they are not dropped before the command reads them.
@@ -45,10 +46,10 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    /// Adds the range `(first page, pages)` of a file.
-    pub fn add(&mut self, key: FileId, r: (u64, u64)) {
+    /// Adds a range of pages of a file.
+    pub fn add(&mut self, key: FileId, r: PageRange) {
         self.files.entry(key).or_default().push(r);
-        self.pages += r.1;
+        self.pages += r.count;
     }
 
     /// Takes out the front of each streaming file: per file (at most `files` of them, those
@@ -64,24 +65,24 @@ impl Pending {
         let mut by_size: Vec<(u64, FileId)> = self
             .files
             .iter()
-            .map(|(k, v)| (v.iter().map(|r| r.1).sum(), *k))
+            .map(|(k, v)| (v.iter().map(|r| r.count).sum(), *k))
             .collect();
         by_size.sort_unstable_by(|a, b| b.cmp(a));
         for (_, key) in by_size.into_iter().take(files) {
             let Some(ranges) = self.files.get_mut(&key) else {
                 continue;
             };
-            let end = ranges.iter().map(|&(i, n)| i + n).max().unwrap_or(0);
+            let end = ranges.iter().map(PageRange::end).max().unwrap_or(0);
             let cut = end.saturating_sub(front);
             let mut keep = Vec::with_capacity(ranges.len());
-            for &(i, n) in ranges.iter() {
-                if i + n <= cut {
-                    keep.push((i, n));
-                } else if i >= cut {
-                    held.add(key, (i, n));
+            for &r in ranges.iter() {
+                if r.end() <= cut {
+                    keep.push(r);
+                } else if r.first >= cut {
+                    held.add(key, r);
                 } else {
-                    keep.push((i, cut - i));
-                    held.add(key, (cut, i + n - cut));
+                    keep.push(PageRange::new(r.first, cut - r.first));
+                    held.add(key, PageRange::new(cut, r.end() - cut));
                 }
             }
             *ranges = keep;
@@ -177,7 +178,7 @@ impl Footprint {
                 let mut d = self.delayed.lock().unwrap();
                 for (key, start, n) in windows {
                     user(files.entry(key).or_default(), e.pid);
-                    d.push_back((now, key, (start, n)));
+                    d.push_back((now, key, PageRange::new(start, n)));
                     self.delayed_pages.fetch_add(n, Ordering::Relaxed);
                 }
             }
@@ -192,8 +193,8 @@ impl Footprint {
             }
             return None;
         }
-        let r = (e.ofs / self.page, 1u64 << e.order.min(20));
-        self.added.fetch_add(r.1, Ordering::Relaxed);
+        let r = PageRange::new(e.ofs / self.page, 1u64 << e.order.min(20));
+        self.added.fetch_add(r.count, Ordering::Relaxed);
         let pending = {
             let mut p = self.pending.lock().unwrap();
             p.add(key, r);
@@ -228,10 +229,10 @@ impl Footprint {
             let from = d.len().saturating_sub(CONSUMED_SEARCH);
             let found = d
                 .range(from..)
-                .rposition(|x| x.1 == key && x.2 == (start, n))
+                .rposition(|x| x.1 == key && x.2 == PageRange::new(start, n))
                 .map(|i| from + i);
             if let Some((_, key, r)) = found.and_then(|i| d.remove(i)) {
-                self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
+                self.delayed_pages.fetch_sub(r.count, Ordering::Relaxed);
                 p.add(key, r);
             }
         }
@@ -246,7 +247,7 @@ impl Footprint {
             .is_some_and(|x| now.saturating_duration_since(x.0) >= PREFETCH_GRACE)
         {
             let (_, key, r) = d.pop_front().unwrap();
-            self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
+            self.delayed_pages.fetch_sub(r.count, Ordering::Relaxed);
             p.add(key, r);
         }
     }
@@ -260,7 +261,7 @@ impl Footprint {
             let Some((_, key, r)) = d.pop_front() else {
                 break;
             };
-            self.delayed_pages.fetch_sub(r.1, Ordering::Relaxed);
+            self.delayed_pages.fetch_sub(r.count, Ordering::Relaxed);
             p.add(key, r);
         }
     }
@@ -301,38 +302,42 @@ impl Footprint {
 mod tests {
     use super::*;
 
+    fn pr(first: u64, count: u64) -> PageRange {
+        PageRange::new(first, count)
+    }
+
     #[test]
     fn split_front_holds_the_last_pages_of_the_largest_files() {
         let (a, b, c) = (FileId(1, 0, 1), FileId(1, 0, 2), FileId(1, 0, 3));
         let mut p = Pending::default();
-        p.add(a, (0, 100));
-        p.add(a, (100, 28)); // a: pages 0..128
-        p.add(b, (10, 50)); // b: 10..60
-        p.add(c, (0, 4)); // c: the smallest, left alone with files = 2
+        p.add(a, pr(0, 100));
+        p.add(a, pr(100, 28)); // a: pages 0..128
+        p.add(b, pr(10, 50)); // b: 10..60
+        p.add(c, pr(0, 4)); // c: the smallest, left alone with files = 2
         let held = p.split_front(32, 2);
-        assert_eq!(held.files[&a], vec![(96, 4), (100, 28)]);
-        assert_eq!(held.files[&b], vec![(28, 32)]);
+        assert_eq!(held.files[&a], vec![pr(96, 4), pr(100, 28)]);
+        assert_eq!(held.files[&b], vec![pr(28, 32)]);
         assert!(!held.files.contains_key(&c));
-        assert_eq!(p.files[&a], vec![(0, 96)]);
-        assert_eq!(p.files[&b], vec![(10, 18)]);
-        assert_eq!(p.files[&c], vec![(0, 4)]);
+        assert_eq!(p.files[&a], vec![pr(0, 96)]);
+        assert_eq!(p.files[&b], vec![pr(10, 18)]);
+        assert_eq!(p.files[&c], vec![pr(0, 4)]);
         assert_eq!(held.pages, 64);
         assert_eq!(p.pages, 182 - 64);
         // A file entirely inside its front leaves the pending set.
         let mut q = Pending::default();
-        q.add(c, (0, 4));
+        q.add(c, pr(0, 4));
         let h = q.split_front(32, 1);
         assert_eq!((h.pages, q.pages), (4, 0));
         assert!(q.files.is_empty());
     }
 
-    /// A footprint holding prefetched windows `(issued, file, (first page, pages))`, oldest
-    /// first, as the assistant's events would leave them.
+    /// A footprint holding prefetched windows `(issued, file, pages)`, oldest first, as the
+    /// assistant's events would leave them.
     fn with_prefetches(windows: &[Prefetched]) -> Footprint {
         let f = Footprint::new(None, 4096, None);
         for &w in windows {
             f.delayed.lock().unwrap().push_back(w);
-            f.delayed_pages.fetch_add(w.2 .1, Ordering::Relaxed);
+            f.delayed_pages.fetch_add(w.2.count, Ordering::Relaxed);
         }
         f
     }
@@ -342,7 +347,7 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let (a, b) = (FileId(8, 1, 1), FileId(8, 1, 2));
-        let f = with_prefetches(&[(t0, a, (0, 32)), (t0 + ms(100), b, (64, 16))]);
+        let f = with_prefetches(&[(t0, a, pr(0, 32)), (t0 + ms(100), b, pr(64, 16))]);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (48, 0));
         f.promote_prefetches(t0 + PREFETCH_GRACE - ms(1));
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (48, 0));
@@ -351,10 +356,10 @@ mod tests {
         f.promote_prefetches(t0 + ms(100) + PREFETCH_GRACE);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (0, 48));
         let p = f.take_pending();
-        assert_eq!(p.files[&a], vec![(0, 32)]);
-        assert_eq!(p.files[&b], vec![(64, 16)]);
+        assert_eq!(p.files[&a], vec![pr(0, 32)]);
+        assert_eq!(p.files[&b], vec![pr(64, 16)]);
         // A clock behind the windows' (never earlier than issued) promotes nothing.
-        let g = with_prefetches(&[(t0 + ms(10), a, (0, 1))]);
+        let g = with_prefetches(&[(t0 + ms(10), a, pr(0, 1))]);
         g.promote_prefetches(t0);
         assert_eq!((g.prefetch_pages(), g.pending_pages()), (1, 0));
     }
@@ -363,12 +368,12 @@ mod tests {
     fn the_oldest_prefetches_join_early_until_at_most_keep_pages_are_left() {
         let t0 = Instant::now();
         let k = FileId(8, 1, 1);
-        let f = with_prefetches(&[(t0, k, (0, 10)), (t0, k, (10, 10)), (t0, k, (20, 10))]);
+        let f = with_prefetches(&[(t0, k, pr(0, 10)), (t0, k, pr(10, 10)), (t0, k, pr(20, 10))]);
         f.promote_oldest_prefetches(30);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (30, 0));
         f.promote_oldest_prefetches(15);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (10, 20));
-        assert_eq!(f.take_pending().files[&k], vec![(0, 10), (10, 10)]);
+        assert_eq!(f.take_pending().files[&k], vec![pr(0, 10), pr(10, 10)]);
         f.promote_oldest_prefetches(0);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (0, 10));
     }
@@ -377,11 +382,11 @@ mod tests {
     fn used_up_prefetches_join_before_their_time_and_others_wait() {
         let t0 = Instant::now();
         let (a, b) = (FileId(8, 1, 1), FileId(8, 1, 2));
-        let f = with_prefetches(&[(t0, a, (0, 8)), (t0, b, (0, 8)), (t0, a, (8, 8))]);
+        let f = with_prefetches(&[(t0, a, pr(0, 8)), (t0, b, pr(0, 8)), (t0, a, pr(8, 8))]);
         // One used up; one the footprint never held (not found: nothing happens).
         f.promote_consumed(vec![(a, 8, 8), (b, 100, 8)]);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (16, 8));
-        assert_eq!(f.take_pending().files[&a], vec![(8, 8)]);
+        assert_eq!(f.take_pending().files[&a], vec![pr(8, 8)]);
         let left: Vec<_> = f
             .delayed
             .lock()
@@ -389,22 +394,22 @@ mod tests {
             .iter()
             .map(|x| (x.1, x.2))
             .collect();
-        assert_eq!(left, vec![(a, (0, 8)), (b, (0, 8))]);
+        assert_eq!(left, vec![(a, pr(0, 8)), (b, pr(0, 8))]);
     }
 
     #[test]
     fn the_final_drop_takes_pending_pages_and_prefetches_alike() {
         let t0 = Instant::now();
         let k = FileId(8, 1, 1);
-        let f = with_prefetches(&[(t0, k, (100, 4))]);
+        let f = with_prefetches(&[(t0, k, pr(100, 4))]);
         f.requeue({
             let mut p = Pending::default();
-            p.add(k, (0, 2));
+            p.add(k, pr(0, 2));
             p
         });
         let all = f.take_all();
         assert_eq!(all.pages, 6);
-        assert_eq!(all.files[&k], vec![(0, 2), (100, 4)]);
+        assert_eq!(all.files[&k], vec![pr(0, 2), pr(100, 4)]);
         assert_eq!((f.prefetch_pages(), f.pending_pages()), (0, 0));
     }
 }

@@ -62,19 +62,21 @@ pub struct Follow<'a> {
 }
 
 /// Why a [`Follower`] did not start.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// Neither way of following is available (both reasons when both were tried).
+    #[error(transparent)]
     Unavailable(TraceUnavailable),
-    /// The reader thread could not be started.
-    Reader(std::io::Error),
+    /// The reader thread could not be started (or its trace_pipe opened).
+    #[error("trace reader: {0}")]
+    Reader(#[source] std::io::Error),
 }
 
 impl From<StartError> for TraceUnavailable {
     fn from(e: StartError) -> TraceUnavailable {
         match e {
             StartError::Unavailable(u) => u,
-            StartError::Reader(e) => TraceUnavailable(format!("trace reader: {e}")),
+            reader @ StartError::Reader(_) => TraceUnavailable(reader.to_string()),
         }
     }
 }

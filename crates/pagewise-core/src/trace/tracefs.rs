@@ -29,6 +29,9 @@ impl std::fmt::Display for TraceUnavailable {
     }
 }
 
+/// A leaf: the reason is already worded (and names the file and call where one failed).
+impl std::error::Error for TraceUnavailable {}
+
 /// Finds tracefs, mounting it at /sys/kernel/tracing when it is only unmounted and we are root.
 pub fn tracefs_root() -> Result<PathBuf, TraceUnavailable> {
     for p in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {

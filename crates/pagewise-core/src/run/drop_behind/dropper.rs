@@ -7,7 +7,7 @@ use super::super::footprint::PageMap;
 use super::measured::Measured;
 use super::page_out::ReadMaps;
 use super::ranges::drop_seen;
-use crate::residency::{MeasuredBy, Meter, Method};
+use crate::residency::{MeasuredBy, Meter, Method, PageRange};
 use crate::sys;
 use crate::sys::FileId as FileKey;
 use crate::trace::Mounts;
@@ -273,8 +273,9 @@ impl Dropper {
             let Some(fd) = self.fd(*key) else {
                 continue;
             };
-            for &(i, n) in ranges {
-                if let Some(m) = self.last_try(*key, fd.as_fd(), i * page, n * page) {
+            for r in ranges {
+                let (off, len) = r.bytes(page);
+                if let Some(m) = self.last_try(*key, fd.as_fd(), off, len) {
                     left += m.cached;
                     if m.cached > 0 {
                         dirty = dirty.zip(m.dirty).map(|(a, b)| a + b);
@@ -309,7 +310,7 @@ impl Dropper {
         }
         let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
         let page = sys::page_size();
-        let _ = drop_seen(fd, (off / page, len / page), Some(&m));
+        let _ = drop_seen(fd, PageRange::new(off / page, len / page), Some(&m));
         let after = self.measure(key, fd, off, len)?;
         self.counts.lock().unwrap().dropped_bytes += m.dropped(&after) * sys::page_size();
         Some(after)

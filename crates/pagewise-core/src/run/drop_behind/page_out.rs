@@ -4,6 +4,7 @@
 
 use super::super::footprint::Mappers;
 use super::dropper::Dropper;
+use crate::residency::PageRange;
 use crate::sys;
 use crate::sys::FileId as FileKey;
 use std::collections::HashMap;
@@ -35,7 +36,7 @@ impl Dropper {
     /// stays (pages several processes map) is retried and parked by the caller. Where the
     /// kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice says so once and mapped
     /// pages stay until the command unmaps them.
-    pub(super) fn page_out(&self, ranges: &[&(FileKey, Vec<(u64, u64)>)], mappers: &Mappers) {
+    pub(super) fn page_out(&self, ranges: &[&(FileKey, Vec<PageRange>)], mappers: &Mappers) {
         if self.no_page_out.load(Ordering::Relaxed) {
             return;
         }
@@ -62,11 +63,10 @@ impl Dropper {
                     .iter()
                     .filter(|m| m.dev == (key.0, key.1) && m.ino == key.2)
                 {
-                    iov.extend(
-                        ranges
-                            .iter()
-                            .filter_map(|&(i, n)| m.addresses_of(i * page, n * page)),
-                    );
+                    iov.extend(ranges.iter().filter_map(|r| {
+                        let (off, len) = r.bytes(page);
+                        m.addresses_of(off, len)
+                    }));
                 }
             }
         }

@@ -6,6 +6,7 @@ use super::super::footprint::{Mappers, Pending};
 use super::dropper::{file_name, Dropper, WRITE_AND_WAIT};
 use super::measured::Measured;
 use crate::error::{FileError, Op};
+use crate::residency::PageRange;
 use crate::sys::FileId as FileKey;
 use crate::sys::{self, Advice};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -20,7 +21,7 @@ impl Dropper {
     /// so the caller can try them again.
     pub fn drop_pending(&self, pending: Pending, mappers: &Mappers) -> Pending {
         let mut stayed = Pending::default();
-        let work: Vec<(FileKey, Vec<(u64, u64)>)> = pending
+        let work: Vec<(FileKey, Vec<PageRange>)> = pending
             .files
             .into_iter()
             .map(|(key, ranges)| (key, merge(ranges)))
@@ -43,7 +44,7 @@ impl Dropper {
     /// cachestat before and after. Returns (pages dropped, pages of written files kept).
     fn drop_batch(
         &self,
-        batch: &[(FileKey, Vec<(u64, u64)>)],
+        batch: &[(FileKey, Vec<PageRange>)],
         fds: &[Option<Arc<OwnedFd>>],
         mappers: &Mappers,
         stayed: &mut Pending,
@@ -56,7 +57,7 @@ impl Dropper {
                 None => Vec::new(),
             })
             .collect();
-        let droppable: Vec<&(FileKey, Vec<(u64, u64)>)> = batch
+        let droppable: Vec<&(FileKey, Vec<PageRange>)> = batch
             .iter()
             .zip(fds)
             .filter(|((key, _), fd)| fd.is_some() && !self.kept(key))
@@ -86,7 +87,7 @@ impl Dropper {
         &self,
         key: FileKey,
         fd: BorrowedFd,
-        ranges: &[(u64, u64)],
+        ranges: &[PageRange],
         before: &[(Option<Measured>, bool)],
         stayed: &mut Pending,
     ) -> u64 {
@@ -113,12 +114,13 @@ impl Dropper {
         &self,
         key: FileKey,
         fd: BorrowedFd,
-        ranges: &[(u64, u64)],
+        ranges: &[PageRange],
     ) -> Vec<(Option<Measured>, bool)> {
         let page = sys::page_size();
         let mut v = Vec::with_capacity(ranges.len());
-        for &(i, n) in ranges {
-            let m = self.measure(key, fd, i * page, n * page);
+        for r in ranges {
+            let (off, len) = r.bytes(page);
+            let m = self.measure(key, fd, off, len);
             let known_dirty = m.as_ref().and_then(|m| m.dirty);
             let dirty = match known_dirty {
                 Some(d) => d > 0,
@@ -132,7 +134,7 @@ impl Dropper {
                 self.written.lock().unwrap().insert(key);
             }
             if dirty && !self.kept(&key) {
-                let _ = sys::sync_file_range(fd, i * page, n * page, sys::SFR_WRITE);
+                let _ = sys::sync_file_range(fd, off, len, sys::SFR_WRITE);
             }
             v.push((m, dirty));
         }
@@ -146,17 +148,17 @@ impl Dropper {
         &self,
         key: FileKey,
         fd: BorrowedFd,
-        (i, n): (u64, u64),
+        range: PageRange,
         before: Option<&Measured>,
         dirty: bool,
         stayed: &mut Pending,
     ) -> u64 {
         let page = sys::page_size();
-        let (off, len) = (i * page, n * page);
+        let (off, len) = range.bytes(page);
         if dirty {
             let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
         }
-        if let Err(e) = drop_seen(fd, (i, n), before) {
+        if let Err(e) = drop_seen(fd, range, before) {
             let name = file_name(key);
             let path = std::path::Path::new(&name);
             self.tally
@@ -169,7 +171,7 @@ impl Dropper {
         let Some(after) = self.measure(key, fd, off, len) else {
             return 0;
         };
-        let (parts, pages) = before.stayed(&after, (i, n));
+        let (parts, pages) = before.stayed(&after, range);
         if pages > 0 {
             stayed.files.entry(key).or_default().extend(parts);
             stayed.pages += pages;
@@ -178,18 +180,19 @@ impl Dropper {
     }
 }
 
-/// DONTNEED over the range `(first page, pages)`; with mincore's page-by-page view `before`,
+/// DONTNEED over the pages `range`; with mincore's page-by-page view `before`,
 /// over the pages it saw cached only. A page it did not see may be one still being read in,
 /// which DONTNEED would drop once its read completed, uncounted: it stays pending (see
 /// [`Measured::stayed`]) and is dropped once seen.
 pub(super) fn drop_seen(
     fd: BorrowedFd,
-    (i, n): (u64, u64),
+    range: PageRange,
     before: Option<&Measured>,
 ) -> std::io::Result<()> {
     let page = sys::page_size();
     let Some(seen) = before.and_then(|m| m.pages.as_ref()) else {
-        return sys::fadvise(fd, i * page, n * page, Advice::DontNeed);
+        let (off, len) = range.bytes(page);
+        return sys::fadvise(fd, off, len, Advice::DontNeed);
     };
     let mut j = 0;
     while j < seen.len() {
@@ -201,7 +204,7 @@ pub(super) fn drop_seen(
         while j < seen.len() && seen[j] {
             j += 1;
         }
-        let first = i + start as u64;
+        let first = range.first + start as u64;
         sys::fadvise(
             fd,
             first * page,
@@ -212,14 +215,14 @@ pub(super) fn drop_seen(
     Ok(())
 }
 
-/// A file's ranges `(first page, pages)` sorted, overlapping and touching ones merged.
-fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+/// A file's page ranges sorted, overlapping and touching ones merged.
+fn merge(mut ranges: Vec<PageRange>) -> Vec<PageRange> {
     ranges.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (i, n) in ranges {
+    let mut merged: Vec<PageRange> = Vec::new();
+    for r in ranges {
         match merged.last_mut() {
-            Some(m) if i <= m.0 + m.1 => m.1 = m.1.max(i + n - m.0),
-            _ => merged.push((i, n)),
+            Some(m) if r.first <= m.end() => m.count = m.count.max(r.end() - m.first),
+            _ => merged.push(r),
         }
     }
     merged
@@ -231,13 +234,21 @@ mod tests {
 
     #[test]
     fn ranges_are_sorted_and_overlapping_or_touching_ones_merged() {
-        assert_eq!(merge(Vec::new()), Vec::<(u64, u64)>::new());
+        let pr = PageRange::new;
+        assert_eq!(merge(Vec::new()), Vec::<PageRange>::new());
         assert_eq!(
-            merge(vec![(10, 5), (0, 4), (4, 2), (12, 1), (20, 1), (14, 3)]),
-            vec![(0, 6), (10, 7), (20, 1)]
+            merge(vec![
+                pr(10, 5),
+                pr(0, 4),
+                pr(4, 2),
+                pr(12, 1),
+                pr(20, 1),
+                pr(14, 3)
+            ]),
+            vec![pr(0, 6), pr(10, 7), pr(20, 1)]
         );
         // A range inside another leaves it as it is; one gap page keeps them apart.
-        assert_eq!(merge(vec![(0, 10), (2, 3)]), vec![(0, 10)]);
-        assert_eq!(merge(vec![(0, 2), (3, 2)]), vec![(0, 2), (3, 2)]);
+        assert_eq!(merge(vec![pr(0, 10), pr(2, 3)]), vec![pr(0, 10)]);
+        assert_eq!(merge(vec![pr(0, 2), pr(3, 2)]), vec![pr(0, 2), pr(3, 2)]);
     }
 }

@@ -106,12 +106,13 @@ impl Retries {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::residency::PageRange;
 
     const KEY: FileKey = FileKey(8, 1, 42);
 
     fn pages(n: u64) -> Pending {
         let mut p = Pending::default();
-        p.add(KEY, (0, n));
+        p.add(KEY, PageRange::new(0, n));
         p
     }
 
