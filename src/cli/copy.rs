@@ -43,6 +43,9 @@ pub enum CacheArg {
     Buffered,
 }
 
+/// `--chunk`'s default as clap shows it: `copy::DEFAULT_CHUNK` (checked by a test).
+const DEFAULT_CHUNK_ARG: &str = "4M";
+
 #[derive(Args, Debug)]
 pub struct CopyArgs {
     /// Sources, then the destination (a directory when there are several sources)
@@ -107,13 +110,13 @@ pub struct CopyArgs {
     #[arg(long)]
     pub verify: bool,
     /// Files copied in parallel
-    #[arg(short = 'j', long, value_name = "N", default_value_t = 16)]
+    #[arg(short = 'j', long, value_name = "N", default_value_t = copy::DEFAULT_THREADS)]
     pub threads: usize,
     /// I/Os in flight within one large file
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = copy::DEFAULT_DEPTH)]
     pub depth: usize,
     /// Bytes per I/O
-    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_CHUNK_ARG, value_parser = parse_size_arg)]
     pub chunk: u64,
     /// Say which strategy each kind of file used
     #[arg(short = 'v', long)]
@@ -347,6 +350,12 @@ mod tests {
     use super::*;
     use pagewise_core::copy::Residue;
     use pagewise_core::Outcome;
+
+    #[test]
+    fn the_chunk_default_is_the_library_s() {
+        let chunk = parse_size_arg(DEFAULT_CHUNK_ARG).unwrap();
+        assert_eq!(chunk, copy::DEFAULT_CHUNK as u64);
+    }
 
     fn report() -> CopyReport {
         CopyReport {

@@ -105,9 +105,7 @@ fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, Cl
 fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError> {
     let opts = EvictOptions {
         roots,
-        walk: a
-            .walk
-            .walk_options(pagewise_core::walk::default_threads() * 2),
+        walk: a.walk.walk_options(evict::default_threads()),
         range: a.walk.range(),
         method: a.walk.method(),
         sync: !a.no_sync,

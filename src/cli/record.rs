@@ -7,7 +7,7 @@ use super::render::{bytes, path_text};
 use super::signals::Signals;
 use super::trace_file::{write_trace, TraceFormat};
 use clap::Args;
-use pagewise_core::trace::{self, RecordOptions, RecordReport};
+use pagewise_core::trace::{self, FollowOptions, RecordOptions, RecordReport};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,7 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value_t = TraceFormat::Binary)]
     pub format: TraceFormat,
     /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
-    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    #[arg(long, value_name = "KIB", default_value_t = trace::DEFAULT_BUFFER_KB)]
     pub buffer_kb: u64,
     /// Also record the command's page faults on file mappings (for `assist --simulate`)
     #[arg(long)]
@@ -57,9 +57,11 @@ pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
     let out = Output::open(&a.output)?;
     let opts = RecordOptions {
         command: a.command,
-        buffer_kb: a.buffer_kb,
+        follow: FollowOptions {
+            buffer_kb: a.buffer_kb,
+            backend: a.backend.into(),
+        },
         faults: a.faults,
-        backend: a.backend.into(),
     };
     let rec = match trace::record(&opts, &Signals) {
         Ok(r) => r,

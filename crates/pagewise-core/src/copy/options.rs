@@ -123,6 +123,16 @@ impl Dereference {
     }
 }
 
+/// [`CopyOptions::threads`]'s default: files copied in parallel (`copy -j`, Python's
+/// `threads`, C's `threads = 0`).
+pub const DEFAULT_THREADS: usize = 16;
+/// [`CopyOptions::depth`]'s default: I/Os in flight within one large file.
+pub const DEFAULT_DEPTH: usize = 8;
+/// [`CopyOptions::chunk`]'s default, 4 MiB per I/O.
+pub const DEFAULT_CHUNK: usize = 4 << 20;
+/// [`CopyOptions::direct_min`]'s default, 1 MiB.
+pub const DEFAULT_DIRECT_MIN: u64 = 1 << 20;
+
 impl Default for CopyOptions {
     fn default() -> Self {
         CopyOptions {
@@ -133,10 +143,10 @@ impl Default for CopyOptions {
             preallocate: true,
             fsync: false,
             verify: false,
-            threads: 16,
-            depth: 8,
-            chunk: 4 << 20,
-            direct_min: 1 << 20,
+            threads: DEFAULT_THREADS,
+            depth: DEFAULT_DEPTH,
+            chunk: DEFAULT_CHUNK,
+            direct_min: DEFAULT_DIRECT_MIN,
             named_temp: false,
             dereference: Dereference::Never,
             no_target_directory: false,
