@@ -231,38 +231,29 @@ pub struct CopyArgs<'py> {
 }
 
 impl CopyArgs<'_> {
-    /// What to do with existing destinations, as the CLI decides it (`-c` over `-u` over
-    /// `--no-clobber`; the CLI refuses `--no-clobber` with either, and so does this).
+    /// What to do with existing destinations: the library's rule (`-c` over `-u` over
+    /// `--no-clobber`, which goes with neither).
     fn existing(&self) -> PyResult<Existing> {
-        if self.no_clobber && (self.update || self.checksum) {
-            return Err(PyValueError::new_err(
-                "no_clobber cannot be combined with update or checksum (it never replaces, they replace what differs)",
-            ));
-        }
-        Ok(Existing::from_flags(
-            self.checksum,
-            self.update,
-            self.no_clobber,
-        ))
+        Existing::checked_flags(self.checksum, self.update, self.no_clobber).map_err(value_error)
     }
 
     /// Which symlinks are followed: at most one of `dereference` (-L),
     /// `dereference_command_line` (-H) and `no_dereference` (-P, the default).
     fn dereference(&self) -> PyResult<Dereference> {
-        let set = [
+        Dereference::checked_flags(
             self.dereference,
             self.dereference_command_line,
             self.no_dereference,
-        ];
-        if set.iter().filter(|&&b| b).count() > 1 {
-            return Err(PyValueError::new_err(
-                "dereference, dereference_command_line and no_dereference: give at most one",
-            ));
-        }
-        Ok(Dereference::from_flags(
-            self.dereference,
-            self.dereference_command_line,
-        ))
+        )
+        .map_err(value_error)
+    }
+}
+
+/// A refused option as ValueError, its message alone (the option's names are in it).
+fn value_error(e: pagewise_core::Error) -> PyErr {
+    match e {
+        pagewise_core::Error::Invalid { message, .. } => PyValueError::new_err(message),
+        e => PyValueError::new_err(e.to_string()),
     }
 }
 

@@ -219,12 +219,18 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         dest: dest.clone(),
         strategy: a.cache.into(),
         preserve: a.preserve || a.archive,
-        dereference: Dereference::from_flags(a.dereference, a.dereference_command_line),
+        // The library's rules; the parser has already kept one of -L/-H/-P (the last) and
+        // refused --no-clobber with -u or -c.
+        dereference: Dereference::checked_flags(
+            a.dereference,
+            a.dereference_command_line,
+            a.no_dereference,
+        )?,
         no_target_directory: a.no_target_directory,
         delete: a.delete,
         dry_run: a.dry_run,
         items: a.json_lines || ((a.itemize_changes || a.dry_run) && !a.json),
-        existing: Existing::from_flags(a.checksum, a.update, a.no_clobber),
+        existing: Existing::checked_flags(a.checksum, a.update, a.no_clobber)?,
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
         fsync: a.fsync,

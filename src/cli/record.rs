@@ -1,7 +1,7 @@
 //! `pagewise record`: a command's page-cache reads, from the kernel's tracepoint.
 
 use super::args::BackendArg;
-use super::exit::{command_error, CliError, ExitCode};
+use super::exit::{command_error, outcome_in_flag_names, CliError, ExitCode};
 use super::output::Output;
 use super::render::{bytes, path_text};
 use super::signals::Signals;
@@ -63,10 +63,11 @@ pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
         },
         faults: a.faults,
     };
-    let rec = match trace::record(&opts, &Signals) {
+    let mut rec = match trace::record(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("record", e)),
     };
+    outcome_in_flag_names(&mut rec.outcome);
     // The trace first, then the words about it.
     write_trace(&rec.trace, a.format, out)?;
     for n in &rec.outcome.notices {

@@ -1,7 +1,7 @@
 //! `pagewise run`: run a command and drop again the pages it brings into the page cache.
 
 use super::args::{parse_limit_arg, AssistTuning, BackendArg, MethodArg};
-use super::exit::{command_error, CliError, ExitCode};
+use super::exit::{command_error, outcome_in_flag_names, CliError, ExitCode};
 use super::output::Output;
 use super::render::{self, bytes};
 use super::signals::Signals;
@@ -79,10 +79,11 @@ pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
     };
     // The report file first: a bad path is found before the command runs.
     let report_out = a.report.as_deref().map(Output::open).transpose()?;
-    let r = match pagewise_core::run::run(&opts, &Signals) {
+    let mut r = match pagewise_core::run::run(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("run", e)),
     };
+    outcome_in_flag_names(&mut r.outcome);
     if let Some(out) = report_out {
         out.write(|w| {
             serde_json::to_writer_pretty(&mut *w, &r)

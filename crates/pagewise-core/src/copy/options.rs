@@ -89,6 +89,25 @@ impl Existing {
             Existing::Replace
         }
     }
+
+    /// [`Existing::from_flags`], refusing `no_clobber` with `update` or `checksum` (it never
+    /// replaces, they replace what differs): the one owner of that rule, which the CLI (whose
+    /// parser also refuses the flags together) and the bindings call.
+    pub fn checked_flags(
+        checksum: bool,
+        update: bool,
+        no_clobber: bool,
+    ) -> Result<Existing, Error> {
+        if no_clobber && (update || checksum) {
+            return Err(Error::Invalid {
+                what: "existing",
+                message: "no_clobber cannot be combined with update or checksum (it never \
+                          replaces, they replace what differs)"
+                    .into(),
+            });
+        }
+        Ok(Existing::from_flags(checksum, update, no_clobber))
+    }
 }
 
 /// The largest chunk (bytes per I/O): each of `depth` I/Os in flight has a buffer of it.
@@ -120,6 +139,24 @@ impl Dereference {
         } else {
             Dereference::Never
         }
+    }
+
+    /// [`Dereference::from_flags`], refusing more than one of `always` (-L), `command_line`
+    /// (-H) and `never` (-P): the one owner of that rule.
+    pub fn checked_flags(
+        always: bool,
+        command_line: bool,
+        never: bool,
+    ) -> Result<Dereference, Error> {
+        if [always, command_line, never].iter().filter(|&&b| b).count() > 1 {
+            return Err(Error::Invalid {
+                what: "dereference",
+                message: "dereference, dereference_command_line and no_dereference: give at \
+                          most one"
+                    .into(),
+            });
+        }
+        Ok(Dereference::from_flags(always, command_line))
     }
 }
 

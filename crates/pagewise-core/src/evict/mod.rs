@@ -536,7 +536,7 @@ pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictRep
     });
     let mut notices = ctx.meter.take_notices();
     if !opts.sync && m.totals.stayed_bytes > 0 {
-        notices.push("--no-sync: dirty pages were not written back and stay cached".into());
+        notices.push("`sync` off: dirty pages were not written back and stay cached".into());
     }
     Ok(EvictReport {
         dry_run: opts.dry_run,

@@ -160,7 +160,7 @@ impl Follower {
     {
         let backend = spec.options.backend;
         let session = match backend {
-            Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
+            Backend::Tracefs => Err(TraceUnavailable("`backend` tracefs".into())),
             _ => perf::Session::start_on(
                 spec.events,
                 spec.options.buffer_kb,
