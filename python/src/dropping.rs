@@ -3,6 +3,7 @@
 use crate::convert;
 use crate::errors;
 use pagewise_core::run::{self, DroppingOptions};
+use pagewise_core::trace::FollowOptions;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use std::sync::Mutex;
@@ -28,12 +29,15 @@ impl Dropping {
     ) -> PyResult<Dropping> {
         let opts = DroppingOptions {
             max_cache: match &max_cache {
-                Some(m) if !m.is_none() => convert::size("max_cache", m)?,
-                _ => u64::MAX,
+                Some(m) if !m.is_none() => Some(convert::size("max_cache", m)?),
+                _ => None,
             },
             keep_written,
-            buffer_kb,
-            backend: convert::backend(backend)?,
+            follow: FollowOptions {
+                buffer_kb,
+                backend: convert::backend(backend)?,
+            },
+            ..DroppingOptions::default()
         };
         // On this thread: it is the one followed.
         let d = py

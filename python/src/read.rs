@@ -165,6 +165,33 @@ fn pread_full(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, align: usize) -> io:
     Ok(got)
 }
 
+/// Reads one piece of the middle at `pos`: straight into it, or with `bounce` (the memory is
+/// misaligned for O_DIRECT) through the worker's aligned buffer, allocated at its first use.
+fn read_piece(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+    piece: &mut [u8],
+    pos: u64,
+    align: usize,
+    bounce: Option<&mut Option<AlignedBuf>>,
+) -> io::Result<usize> {
+    let Some(bounce) = bounce else {
+        return pread_full(fd, piece, pos, align).map_err(|e| fail(path, Op::PreadDirect, e));
+    };
+    let b = match bounce {
+        Some(b) => b,
+        None => {
+            let b = AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize))
+                .map_err(|e| fail(path, Op::PosixMemalign, e))?;
+            bounce.insert(b)
+        }
+    };
+    let len = piece.len();
+    pread_full(fd, &mut b[..len], pos, align)
+        .inspect(|&got| piece[..got].copy_from_slice(&b[..got]))
+        .map_err(|e| fail(path, Op::PreadDirect, e))
+}
+
 /// The middle: whole blocks at an aligned offset, in [`PIECE`]s, `depth` in flight.
 #[allow(clippy::too_many_arguments)]
 fn middle(
@@ -197,6 +224,16 @@ fn middle(
             *g = Some(e);
         }
     };
+    // A piece read: counted, and noted when it came short (the lowest index wins).
+    let on_read = |i: usize, got: usize, len: usize| {
+        ctl.progress.bytes.fetch_add(got as u64, Ordering::Relaxed);
+        if got < len {
+            let mut s = short.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_none_or(|(j, _)| i < j) {
+                *s = Some((i, got));
+            }
+        }
+    };
     let worker = || {
         let mut bounce: Option<AlignedBuf> = None;
         loop {
@@ -206,33 +243,10 @@ fn middle(
             let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
             let Some((i, piece)) = next else { return };
             let pos = off + (i * PIECE) as u64;
-            let r = if aligned {
-                pread_full(fd, piece, pos, align)
-            } else {
-                let b = match bounce {
-                    Some(ref mut b) => b,
-                    None => {
-                        match AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize)) {
-                            Ok(b) => bounce.insert(b),
-                            Err(e) => return record_error(fail(path, Op::PosixMemalign, e)),
-                        }
-                    }
-                };
-                let len = piece.len();
-                pread_full(fd, &mut b[..len], pos, align)
-                    .inspect(|&got| piece[..got].copy_from_slice(&b[..got]))
-            };
-            match r {
-                Ok(got) => {
-                    ctl.progress.bytes.fetch_add(got as u64, Ordering::Relaxed);
-                    if got < piece.len() {
-                        let mut s = short.lock().unwrap_or_else(|p| p.into_inner());
-                        if s.is_none_or(|(j, _)| i < j) {
-                            *s = Some((i, got));
-                        }
-                    }
-                }
-                Err(e) => return record_error(fail(path, Op::PreadDirect, e)),
+            let bounce = if aligned { None } else { Some(&mut bounce) };
+            match read_piece(fd, path, piece, pos, align, bounce) {
+                Ok(got) => on_read(i, got, piece.len()),
+                Err(e) => return record_error(e),
             }
         }
     };

@@ -12,7 +12,7 @@ use pagewise_core::evict::{EvictOptions, TraceEvictOptions};
 use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
 use pagewise_core::stat::{ChargeOptions, FileCharge, FileStat, StatOptions};
-use pagewise_core::trace::RecordOptions;
+use pagewise_core::trace::{FollowOptions, RecordOptions};
 use pagewise_core::{sys, FileResult, Observer, WalkOptions, Watch};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
@@ -36,7 +36,9 @@ pub struct WalkArgs<'py> {
 }
 
 impl WalkArgs<'_> {
-    fn walk(&self) -> PyResult<WalkOptions> {
+    /// The walk options; `default_threads` (the verb's policy, e.g. `evict::default_threads`)
+    /// when `threads` is None.
+    fn walk(&self, default_threads: usize) -> PyResult<WalkOptions> {
         if let Some(t) = self.threads {
             convert::at_most("threads", t, convert::MAX_THREADS)?;
         }
@@ -46,9 +48,7 @@ impl WalkArgs<'_> {
             max_depth: self.max_depth,
             include: self.include.clone(),
             exclude: self.exclude.clone(),
-            threads: self
-                .threads
-                .unwrap_or_else(pagewise_core::walk::default_threads),
+            threads: self.threads.unwrap_or(default_threads),
             noatime: false,
         })
     }
@@ -76,7 +76,7 @@ pub fn stat<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = StatOptions {
         roots: convert::paths(roots),
-        walk: walk.walk()?,
+        walk: walk.walk(pagewise_core::walk::default_threads())?,
         range: convert::range(Some(&walk.range))?,
         method: convert::method(&walk.method)?,
         map_cells: 0,
@@ -121,7 +121,7 @@ pub fn evict<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let opts = EvictOptions {
         roots: convert::paths(roots),
-        walk: walk.walk()?,
+        walk: walk.walk(pagewise_core::evict::default_threads())?,
         range: convert::range(Some(&walk.range))?,
         method: convert::method(&walk.method)?,
         sync: !no_sync,
@@ -180,7 +180,7 @@ pub fn load<'py>(
 ) -> PyResult<Bound<'py, PyTuple>> {
     let opts = LoadOptions {
         roots: convert::paths(roots),
-        walk: walk.walk()?,
+        walk: walk.walk(pagewise_core::load::default_threads())?,
         range: convert::range(Some(&walk.range))?,
         method: convert::method(&walk.method)?,
         lock,
@@ -231,38 +231,29 @@ pub struct CopyArgs<'py> {
 }
 
 impl CopyArgs<'_> {
-    /// What to do with existing destinations, as the CLI decides it (`-c` over `-u` over
-    /// `--no-clobber`; the CLI refuses `--no-clobber` with either, and so does this).
+    /// What to do with existing destinations: the library's rule (`-c` over `-u` over
+    /// `--no-clobber`, which goes with neither).
     fn existing(&self) -> PyResult<Existing> {
-        if self.no_clobber && (self.update || self.checksum) {
-            return Err(PyValueError::new_err(
-                "no_clobber cannot be combined with update or checksum (it never replaces, they replace what differs)",
-            ));
-        }
-        Ok(Existing::from_flags(
-            self.checksum,
-            self.update,
-            self.no_clobber,
-        ))
+        Existing::checked_flags(self.checksum, self.update, self.no_clobber).map_err(value_error)
     }
 
     /// Which symlinks are followed: at most one of `dereference` (-L),
     /// `dereference_command_line` (-H) and `no_dereference` (-P, the default).
     fn dereference(&self) -> PyResult<Dereference> {
-        let set = [
+        Dereference::checked_flags(
             self.dereference,
             self.dereference_command_line,
             self.no_dereference,
-        ];
-        if set.iter().filter(|&&b| b).count() > 1 {
-            return Err(PyValueError::new_err(
-                "dereference, dereference_command_line and no_dereference: give at most one",
-            ));
-        }
-        Ok(Dereference::from_flags(
-            self.dereference,
-            self.dereference_command_line,
-        ))
+        )
+        .map_err(value_error)
+    }
+}
+
+/// A refused option as ValueError, its message alone (the option's names are in it).
+fn value_error(e: pagewise_core::Error) -> PyErr {
+    match e {
+        pagewise_core::Error::Invalid { message, .. } => PyValueError::new_err(message),
+        e => PyValueError::new_err(e.to_string()),
     }
 }
 
@@ -427,7 +418,7 @@ pub fn stat_by_cgroup<'py>(
     }
     let opts = ChargeOptions {
         roots: convert::paths(roots),
-        walk: walk.walk()?,
+        walk: walk.walk(pagewise_core::walk::default_threads())?,
         files,
     };
     let keep: Mutex<Vec<FileCharge>> = Mutex::default();
@@ -602,8 +593,10 @@ pub fn record<'py>(
             .map(|a| convert::path(a).into_os_string())
             .collect(),
         faults,
-        buffer_kb,
-        backend: convert::backend(backend)?,
+        follow: FollowOptions {
+            buffer_kb,
+            backend: convert::backend(backend)?,
+        },
     };
     opts.validate().map_err(|e| errors::to_py(py, e))?;
     let saved = sys::SignalActions::save(&sys::FORWARDED_SIGNALS);

@@ -204,10 +204,9 @@ impl AssistTuning {
     }
 
     /// Live-assist options from the command line.
-    pub fn options(&self, buffer_kb: u64) -> Prefetch {
+    pub fn options(&self) -> Prefetch {
         Prefetch {
             config: self.config(pagewise_core::sys::page_size()),
-            buffer_kb,
             ..Default::default()
         }
     }
@@ -218,11 +217,11 @@ pub fn parse_size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
 }
 
-/// A size, or `none`/`off`/`unlimited` for no limit.
-pub fn parse_limit_arg(s: &str) -> Result<u64, String> {
+/// A size, or `none`/`off`/`unlimited` for no limit (None).
+pub fn parse_limit_arg(s: &str) -> Result<Option<u64>, String> {
     match s {
-        "none" | "off" | "unlimited" => Ok(u64::MAX),
-        _ => parse_size(s).map_err(|e| e.to_string()),
+        "none" | "off" | "unlimited" => Ok(None),
+        _ => parse_size(s).map(Some).map_err(|e| e.to_string()),
     }
 }
 
@@ -298,7 +297,7 @@ mod tests {
             let e = parse_size_arg(s).unwrap_err();
             assert!(e.contains("larger than any size"), "{s}: {e}");
         }
-        assert_eq!(parse_limit_arg("none"), Ok(u64::MAX));
+        assert_eq!(parse_limit_arg("none"), Ok(None));
     }
 
     mod fuzz {

@@ -8,6 +8,7 @@ use super::trace_file::load_trace;
 use clap::Args;
 use pagewise_core::assist::sim::{self, SimReport, SimulateOptions};
 use pagewise_core::assist::{self, AssistOptions};
+use pagewise_core::trace::{FollowOptions, DEFAULT_BUFFER_KB};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,7 +46,7 @@ pub struct AssistArgs {
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "simulate")]
     pub for_: Option<Duration>,
     /// Ring buffer per CPU in KiB
-    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    #[arg(long, value_name = "KIB", default_value_t = DEFAULT_BUFFER_KB)]
     pub buffer_kb: u64,
     #[command(flatten)]
     pub tuning: AssistTuning,
@@ -60,7 +61,11 @@ pub fn run(a: AssistArgs) -> Result<ExitCode, CliError> {
         return simulate(path, &a);
     }
     let opts = AssistOptions {
-        prefetch: a.tuning.options(a.buffer_kb),
+        prefetch: a.tuning.options(),
+        follow: FollowOptions {
+            buffer_kb: a.buffer_kb,
+            ..FollowOptions::default()
+        },
         pids: a.pid,
         duration: a.for_,
     };

@@ -47,6 +47,9 @@ pub enum CacheArg {
     Buffered,
 }
 
+/// `--chunk`'s default as clap shows it: `copy::DEFAULT_CHUNK` (checked by a test).
+const DEFAULT_CHUNK_ARG: &str = "4M";
+
 #[derive(Args, Debug)]
 pub struct CopyArgs {
     /// Sources, then the destination (a directory when there are several sources)
@@ -142,13 +145,13 @@ pub struct CopyArgs {
     #[arg(long)]
     pub verify: bool,
     /// Files copied in parallel
-    #[arg(short = 'j', long, value_name = "N", default_value_t = 16)]
+    #[arg(short = 'j', long, value_name = "N", default_value_t = copy::DEFAULT_THREADS)]
     pub threads: usize,
     /// I/Os in flight within one large file
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = copy::DEFAULT_DEPTH)]
     pub depth: usize,
     /// Bytes per I/O
-    #[arg(long, value_name = "SIZE", default_value = "4M", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_CHUNK_ARG, value_parser = parse_size_arg)]
     pub chunk: u64,
     /// Say which strategy each kind of file used
     #[arg(short = 'v', long)]
@@ -318,14 +321,20 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         dest: dest.clone(),
         strategy: a.cache.into(),
         preserve: a.preserve || a.archive,
-        dereference: Dereference::from_flags(a.dereference, a.dereference_command_line),
+        // The library's rules; the parser has already kept one of -L/-H/-P (the last) and
+        // refused --no-clobber with -u or -c.
+        dereference: Dereference::checked_flags(
+            a.dereference,
+            a.dereference_command_line,
+            a.no_dereference,
+        )?,
         no_target_directory: a.no_target_directory,
         delete: a.delete || a.delete_excluded,
         dry_run: a.dry_run,
         items: a.json_lines
             || a.log_file.is_some()
             || ((a.itemize_changes || a.dry_run) && !a.json),
-        existing: Existing::from_flags(a.checksum, a.update, a.no_clobber),
+        existing: Existing::checked_flags(a.checksum, a.update, a.no_clobber)?,
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
         fsync: a.fsync,
@@ -451,6 +460,12 @@ mod tests {
     use super::*;
     use pagewise_core::copy::Residue;
     use pagewise_core::Outcome;
+
+    #[test]
+    fn the_chunk_default_is_the_library_s() {
+        let chunk = parse_size_arg(DEFAULT_CHUNK_ARG).unwrap();
+        assert_eq!(chunk, copy::DEFAULT_CHUNK as u64);
+    }
 
     fn report() -> CopyReport {
         CopyReport {

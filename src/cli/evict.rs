@@ -2,7 +2,7 @@
 //! the renderers of their reports.
 
 use super::args::{OutputArgs, WalkArgs};
-use super::exit::{CliError, ExitCode};
+use super::exit::{outcome_in_flag_names, CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use super::{trace_file, trace_report};
@@ -105,9 +105,7 @@ fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, Cl
 fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError> {
     let opts = EvictOptions {
         roots,
-        walk: a
-            .walk
-            .walk_options(pagewise_core::walk::default_threads() * 2),
+        walk: a.walk.walk_options(evict::default_threads()),
         range: a.walk.range(),
         method: a.walk.method(),
         sync: !a.no_sync,
@@ -138,7 +136,8 @@ fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError>
         on_file: Some(on_file),
         cancel: None,
     };
-    let report = evict::evict(&opts, &observer)?;
+    let mut report = evict::evict(&opts, &observer)?;
+    outcome_in_flag_names(&mut report.outcome);
     bar.finish();
     let o = &report.outcome;
     let code = ExitCode::from_outcome(o);

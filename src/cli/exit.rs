@@ -136,11 +136,13 @@ impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CliError::Usage(m) | CliError::Message(m) => f.write_str(m),
-            CliError::Library { about: None, error } => write!(f, "{error}"),
+            CliError::Library { about: None, error } => {
+                f.write_str(&in_flag_names(&error.to_string()))
+            }
             CliError::Library {
                 about: Some(a),
                 error,
-            } => write!(f, "{a}: {error}"),
+            } => write!(f, "{a}: {}", in_flag_names(&error.to_string())),
             CliError::File { path, op, error } => write!(f, "{path}: {op} failed: {error}"),
         }
     }
@@ -161,10 +163,37 @@ impl From<serde_json::Error> for CliError {
     }
 }
 
+/// Option fields as library messages name them, and the flags that set them on the command
+/// line: [`in_flag_names`]'s table.
+const FLAG_NAMES: [(&str, &str); 4] = [
+    ("`sync` off", "--no-sync"),
+    ("`max_cache`", "--max-cache"),
+    ("`bytes`", "--bytes"),
+    ("`backend` tracefs", "--backend tracefs"),
+];
+
+/// The one place a library message (an error, a notice) is put in the command line's words:
+/// the option fields it names (`` `max_cache` ``, as Python and C users set them) become the
+/// flags that set them (`--max-cache`).
+pub fn in_flag_names(message: &str) -> String {
+    FLAG_NAMES
+        .iter()
+        .fold(message.to_string(), |m, (field, flag)| {
+            m.replace(field, flag)
+        })
+}
+
+/// [`in_flag_names`] over a report's notices, before it is printed or written as JSON.
+pub fn outcome_in_flag_names(o: &mut pagewise_core::Outcome) {
+    for n in &mut o.notices {
+        *n = in_flag_names(n);
+    }
+}
+
 /// A library error of `record` / `run`: the message, and the exit status a shell would give
 /// (127 / 126 when the command could not be started).
 pub fn command_error(verb: &str, e: pagewise_core::Error) -> ExitCode {
-    eprintln!("pagewise {verb}: {e}");
+    eprintln!("pagewise {verb}: {}", in_flag_names(&e.to_string()));
     ExitCode::from_error(&e)
 }
 
@@ -205,5 +234,22 @@ mod tests {
         let e = CliError::about("t.trace", pagewise_core::trace::TraceError::BadMagic);
         assert_eq!(e.to_string(), "t.trace: not a pagewise trace (bad magic)");
         assert_eq!(CliError::Usage("--x".into()).to_string(), "--x");
+    }
+
+    #[test]
+    fn library_messages_name_the_flags() {
+        assert_eq!(
+            in_flag_names("`sync` off: dirty pages were not written back and stay cached"),
+            "--no-sync: dirty pages were not written back and stay cached"
+        );
+        assert_eq!(
+            in_flag_names("drop-behind ...: `max_cache` may be exceeded"),
+            "drop-behind ...: --max-cache may be exceeded"
+        );
+        let e = pagewise_core::Error::Invalid {
+            what: "bytes",
+            message: "v1 has no partial reclaim; leave out `bytes`".into(),
+        };
+        assert!(CliError::from(e).to_string().ends_with("leave out --bytes"));
     }
 }

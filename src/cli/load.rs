@@ -24,6 +24,9 @@ Examples:
 Exit codes: 0 success, 1 fatal error, 2 some files failed, 3 nothing to do (--trace: the trace
 has no pages, or none of its files or pages is there any more).";
 
+/// `--window`'s default as clap shows it: `load::DEFAULT_WINDOW` (checked by a test).
+const DEFAULT_WINDOW_ARG: &str = "256M";
+
 #[derive(Args, Debug)]
 pub struct LoadArgs {
     #[command(flatten)]
@@ -37,13 +40,13 @@ pub struct LoadArgs {
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, requires = "lock")]
     pub hold_for: Option<Duration>,
     /// Files each worker queues readahead for before waiting on them
-    #[arg(long, value_name = "N", default_value_t = 256)]
+    #[arg(long, value_name = "N", default_value_t = load::DEFAULT_BATCH_FILES)]
     pub batch: usize,
     /// Bytes in flight within one large file (>= 64 MiB), split into --depth chunks
-    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size_arg)]
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_WINDOW_ARG, value_parser = parse_size_arg)]
     pub window: u64,
     /// Threads reading one large file
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    #[arg(long, value_name = "N", default_value_t = load::DEFAULT_DEPTH)]
     pub depth: usize,
     /// Load exactly the pages recorded in TRACE, in on-disk order with a deep queue
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from", "lock"])]
@@ -63,7 +66,7 @@ impl Mode {
         Ok(match &a.trace {
             Some(t) => Mode::Trace {
                 path: t.clone(),
-                depth: a.walk.threads.unwrap_or(32),
+                depth: a.walk.threads.unwrap_or(load::DEFAULT_TRACE_DEPTH),
             },
             None => Mode::Paths(a.walk.roots()?),
         })
@@ -96,8 +99,7 @@ fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
         roots,
         walk: pagewise_core::WalkOptions {
             noatime: true,
-            ..a.walk
-                .walk_options((pagewise_core::walk::default_threads() * 2).max(4))
+            ..a.walk.walk_options(load::default_threads())
         },
         range: a.walk.range(),
         method: a.walk.method(),
@@ -176,6 +178,11 @@ mod tests {
     use pagewise_core::load::LoadTotals;
     use pagewise_core::walk::WalkSummary;
     use pagewise_core::Outcome;
+
+    #[test]
+    fn the_window_default_is_the_library_s() {
+        assert_eq!(parse_size_arg(DEFAULT_WINDOW_ARG), Ok(load::DEFAULT_WINDOW));
+    }
 
     #[test]
     fn summary_marks_unknown_before_with_ge() {

@@ -1,13 +1,13 @@
 //! `pagewise record`: a command's page-cache reads, from the kernel's tracepoint.
 
 use super::args::BackendArg;
-use super::exit::{command_error, CliError, ExitCode};
+use super::exit::{command_error, outcome_in_flag_names, CliError, ExitCode};
 use super::output::Output;
 use super::render::{bytes, path_text};
 use super::signals::Signals;
 use super::trace_file::{write_trace, TraceFormat};
 use clap::Args;
-use pagewise_core::trace::{self, RecordOptions, RecordReport};
+use pagewise_core::trace::{self, FollowOptions, RecordOptions, RecordReport};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -37,7 +37,7 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value_t = TraceFormat::Binary)]
     pub format: TraceFormat,
     /// Ring buffer per CPU in KiB (events beyond it are lost, and counted)
-    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    #[arg(long, value_name = "KIB", default_value_t = trace::DEFAULT_BUFFER_KB)]
     pub buffer_kb: u64,
     /// Also record the command's page faults on file mappings (for `assist --simulate`)
     #[arg(long)]
@@ -57,14 +57,17 @@ pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
     let out = Output::open(&a.output)?;
     let opts = RecordOptions {
         command: a.command,
-        buffer_kb: a.buffer_kb,
+        follow: FollowOptions {
+            buffer_kb: a.buffer_kb,
+            backend: a.backend.into(),
+        },
         faults: a.faults,
-        backend: a.backend.into(),
     };
-    let rec = match trace::record(&opts, &Signals) {
+    let mut rec = match trace::record(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("record", e)),
     };
+    outcome_in_flag_names(&mut rec.outcome);
     // The trace first, then the words about it.
     write_trace(&rec.trace, a.format, out)?;
     for n in &rec.outcome.notices {

@@ -1,12 +1,13 @@
 //! `pagewise run`: run a command and drop again the pages it brings into the page cache.
 
 use super::args::{parse_limit_arg, AssistTuning, BackendArg, MethodArg};
-use super::exit::{command_error, CliError, ExitCode};
+use super::exit::{command_error, outcome_in_flag_names, CliError, ExitCode};
 use super::output::Output;
 use super::render::{self, bytes};
 use super::signals::Signals;
 use clap::Args;
-use pagewise_core::run::{RunOptions, RunReport};
+use pagewise_core::run::{DroppingOptions, RunOptions, RunReport};
+use pagewise_core::trace::{FollowOptions, DEFAULT_BUFFER_KB};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -24,12 +25,16 @@ pagewise exits. Exit code: the command's own (128+N when killed by signal N: 130
 127 command not found, 126 not executable; 1 when tracing is impossible (needs root or
 CAP_SYS_ADMIN with tracefs).";
 
+/// `--max-cache`'s default as clap shows it: `run::DEFAULT_MAX_CACHE` (checked by a test).
+const DEFAULT_MAX_CACHE_ARG: &str = "64M";
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Drop the command's pages whenever more than SIZE of them are cached ('none': only when
     /// the command exits)
-    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_limit_arg)]
-    pub max_cache: u64,
+    // `std::option::Option`: clap takes the type as it is (`none` parses to None).
+    #[arg(long, value_name = "SIZE", default_value = DEFAULT_MAX_CACHE_ARG, value_parser = parse_limit_arg)]
+    pub max_cache: std::option::Option<u64>,
     /// Prefetch for the command like `pagewise assist` (the prefetched pages are dropped too)
     #[arg(long)]
     pub assist: bool,
@@ -42,7 +47,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
     /// Ring buffer per CPU in KiB
-    #[arg(long, value_name = "KIB", default_value_t = 4096)]
+    #[arg(long, value_name = "KIB", default_value_t = DEFAULT_BUFFER_KB)]
     pub buffer_kb: u64,
     /// How the command's page-cache events are followed (as for `record`)
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
@@ -61,19 +66,24 @@ pub struct RunArgs {
 pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
     let opts = RunOptions {
         command: a.command,
-        max_cache: a.max_cache,
-        keep_written: a.keep_written,
-        buffer_kb: a.buffer_kb,
-        backend: a.backend.into(),
-        assist: a.assist.then(|| a.tuning.options(a.buffer_kb)),
-        method: a.method.into(),
+        dropping: DroppingOptions {
+            max_cache: a.max_cache,
+            keep_written: a.keep_written,
+            follow: FollowOptions {
+                buffer_kb: a.buffer_kb,
+                backend: a.backend.into(),
+            },
+            method: a.method.into(),
+        },
+        assist: a.assist.then(|| a.tuning.options()),
     };
     // The report file first: a bad path is found before the command runs.
     let report_out = a.report.as_deref().map(Output::open).transpose()?;
-    let r = match pagewise_core::run::run(&opts, &Signals) {
+    let mut r = match pagewise_core::run::run(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("run", e)),
     };
+    outcome_in_flag_names(&mut r.outcome);
     if let Some(out) = report_out {
         out.write(|w| {
             serde_json::to_writer_pretty(&mut *w, &r)
@@ -154,6 +164,14 @@ mod tests {
             },
             ..RunReport::default()
         }
+    }
+
+    #[test]
+    fn the_max_cache_default_is_the_library_s() {
+        assert_eq!(
+            super::super::args::parse_limit_arg(DEFAULT_MAX_CACHE_ARG),
+            Ok(Some(pagewise_core::run::DEFAULT_MAX_CACHE))
+        );
     }
 
     fn summary(r: &RunReport) -> String {

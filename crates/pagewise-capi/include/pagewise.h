@@ -192,7 +192,7 @@ typedef struct pagewise_evict_options {
     uint32_t size;
     // Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
     uint32_t flags;
-    // Walker threads (0: one per CPU; at most 1024).
+    // Walker threads (0: twice the CPUs; at most 1024).
     uint32_t threads;
     // Levels to descend below the roots (0: no limit).
     uint32_t max_depth;
@@ -257,7 +257,7 @@ typedef struct pagewise_load_options {
     uint32_t size;
     // Walk flags.
     uint32_t flags;
-    // Walker threads (0: one per CPU; at most 1024).
+    // Walker threads (0: twice the CPUs, at least 4; at most 1024).
     uint32_t threads;
     // Levels to descend below the roots (0: no limit).
     uint32_t max_depth;

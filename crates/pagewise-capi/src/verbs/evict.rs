@@ -5,11 +5,11 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::evict::{evict, EvictOptions};
 
-use super::{check_flags, finish, known, walked, EVICT_FLAGS, WALK_FLAGS};
+use super::{known, publish, tree_call, EVICT_FLAGS, WALK_FLAGS};
 use super::{
     PAGEWISE_EVICT_DRY_RUN, PAGEWISE_EVICT_NO_SYNC, PAGEWISE_EVICT_OWNED, PAGEWISE_EVICT_WHY,
 };
-use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
+use crate::ffi::{call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
 /// Options of `pagewise_evict`. Zero means the default for every field.
 #[repr(C)]
@@ -19,7 +19,7 @@ pub struct pagewise_evict_options {
     pub size: u32,
     /// Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
     pub flags: u32,
-    /// Walker threads (0: one per CPU; at most 1024).
+    /// Walker threads (0: twice the CPUs; at most 1024).
     pub threads: u32,
     /// Levels to descend below the roots (0: no limit).
     pub max_depth: u32,
@@ -102,23 +102,14 @@ pub unsafe extern "C" fn pagewise_evict(
 ) -> c_int {
     call_int(|| {
         // SAFETY: as the caller promised.
-        let o = unsafe { ffi::read_options(opts, "pagewise_evict_options") }?;
-        // SAFETY: as the caller promised.
-        unsafe { ffi::check_report(out, "pagewise_evict_report") }?;
-        check_flags("pagewise_evict_options", o.flags, WALK_FLAGS | EVICT_FLAGS)?;
-        // SAFETY: as the caller promised.
-        let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
-        // SAFETY: the option struct's arrays, as the caller promised.
-        let w = unsafe {
-            walked(
-                "pagewise_evict_options",
-                o.flags,
-                o.threads,
-                o.max_depth,
-                o.method,
-                (o.range_start, o.range_end),
-                (o.include, o.include_count),
-                (o.exclude, o.exclude_count),
+        let (o, roots, w) = unsafe {
+            tree_call(
+                paths,
+                n,
+                opts,
+                out,
+                WALK_FLAGS | EVICT_FLAGS,
+                EvictOptions::default().walk,
             )
         }?;
         let options = EvictOptions {
@@ -150,8 +141,7 @@ pub unsafe extern "C" fn pagewise_evict(
             error_count: r.outcome.error_count,
             elapsed_s: r.outcome.elapsed_s,
         };
-        // SAFETY: checked above.
-        unsafe { ffi::write_report(out, report) };
-        Ok(finish(&r.outcome, "evict"))
+        // SAFETY: checked by tree_call.
+        Ok(unsafe { publish(out, report, &r.outcome, "evict") })
     })
 }

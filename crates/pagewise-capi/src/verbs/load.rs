@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::load::{load, LoadOptions, LockSet};
 
-use super::{at_most, check_flags, finish, walked, MAX_DEPTH, WALK_FLAGS};
+use super::{at_most, publish, tree_call, MAX_DEPTH, WALK_FLAGS};
 use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
 /// Options of `pagewise_load`. Zero means the default for every field.
@@ -17,7 +17,7 @@ pub struct pagewise_load_options {
     pub size: u32,
     /// Walk flags.
     pub flags: u32,
-    /// Walker threads (0: one per CPU; at most 1024).
+    /// Walker threads (0: twice the CPUs, at least 4; at most 1024).
     pub threads: u32,
     /// Levels to descend below the roots (0: no limit).
     pub max_depth: u32,
@@ -111,25 +111,8 @@ pub unsafe extern "C" fn pagewise_load(
 ) -> c_int {
     call_int(|| {
         // SAFETY: as the caller promised.
-        let o = unsafe { ffi::read_options(opts, "pagewise_load_options") }?;
-        // SAFETY: as the caller promised.
-        unsafe { ffi::check_report(out, "pagewise_load_report") }?;
-        check_flags("pagewise_load_options", o.flags, WALK_FLAGS)?;
-        // SAFETY: as the caller promised.
-        let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
-        // SAFETY: the option struct's arrays, as the caller promised.
-        let w = unsafe {
-            walked(
-                "pagewise_load_options",
-                o.flags,
-                o.threads,
-                o.max_depth,
-                o.method,
-                (o.range_start, o.range_end),
-                (o.include, o.include_count),
-                (o.exclude, o.exclude_count),
-            )
-        }?;
+        let (o, roots, w) =
+            unsafe { tree_call(paths, n, opts, out, WALK_FLAGS, LoadOptions::default().walk) }?;
         let mut options = LoadOptions {
             walk: w.walk,
             range: w.range,
@@ -166,8 +149,6 @@ pub unsafe extern "C" fn pagewise_load(
             elapsed_s: r.outcome.elapsed_s,
             rate_bytes_per_s: r.rate_bytes_per_s,
         };
-        // SAFETY: checked above.
-        unsafe { ffi::write_report(out, report) };
         if !lock_out.is_null() {
             let locks = std::mem::take(&mut r.locks);
             let lock = if locks.is_empty() {
@@ -178,7 +159,8 @@ pub unsafe extern "C" fn pagewise_load(
             // SAFETY: the caller passes a writable pointer.
             unsafe { lock_out.write(lock) };
         }
-        Ok(finish(&r.outcome, "load"))
+        // SAFETY: checked by tree_call.
+        Ok(unsafe { publish(out, report, &r.outcome, "load") })
     })
 }
 

@@ -6,10 +6,11 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
+use std::path::PathBuf;
 
 use pagewise_core::{ByteRange, Method, Outcome, WalkOptions};
 
-use crate::ffi::{self, Failure};
+use crate::ffi::{self, Failure, Sized32};
 
 // In this order (kept apart so rustfmt does not sort them), so pagewise.h lists the structs and
 // functions as it did: stat, evict, load, copy.
@@ -88,35 +89,120 @@ struct Walked {
     method: Method,
 }
 
-#[allow(clippy::too_many_arguments)]
-/// # Safety
-/// The glob arrays are as `ffi::string_array` requires.
-unsafe fn walked(
-    what: &str,
-    flags: u32,
+/// The option structs of the three tree verbs (stat, evict, load): the fields they share, by
+/// the same names, read by [`tree_call`].
+trait TreeOptions: Sized32 {
+    /// The struct's C name (`pagewise_stat_options`), for messages.
+    const NAME: &'static str;
+    /// The walk flags and the verb's own flags.
+    fn flags(&self) -> u32;
+    /// Walker threads, levels, method, range, include and exclude globs, as `walked` takes
+    /// them.
+    fn walk_fields(&self) -> WalkFields;
+}
+
+/// The shared fields of a [`TreeOptions`] struct.
+struct WalkFields {
     threads: u32,
     max_depth: u32,
     method: u32,
     range: (u64, u64),
     include: (*const *const c_char, usize),
     exclude: (*const *const c_char, usize),
+}
+
+/// Implements [`TreeOptions`] for option structs with the shared fields.
+macro_rules! tree_options {
+    ($($t:ty),*) => {$(
+        impl TreeOptions for $t {
+            const NAME: &'static str = stringify!($t);
+            fn flags(&self) -> u32 {
+                self.flags
+            }
+            fn walk_fields(&self) -> WalkFields {
+                WalkFields {
+                    threads: self.threads,
+                    max_depth: self.max_depth,
+                    method: self.method,
+                    range: (self.range_start, self.range_end),
+                    include: (self.include, self.include_count),
+                    exclude: (self.exclude, self.exclude_count),
+                }
+            }
+        }
+    )*};
+}
+tree_options!(
+    pagewise_stat_options,
+    pagewise_evict_options,
+    pagewise_load_options
+);
+
+/// What a tree verb reads from its arguments before it runs: its options (zero: the defaults),
+/// the roots, and the walk part of the options over `default` (the verb's own
+/// `XOptions::default().walk`, its thread policy included). The report pointer is checked;
+/// `known` are the flags the verb takes.
+///
+/// # Safety
+/// `paths`, `opts` and `out` are as `pagewise_stat` requires.
+unsafe fn tree_call<O: TreeOptions, R: Sized32>(
+    paths: *const *const c_char,
+    n: usize,
+    opts: *const O,
+    out: *mut R,
+    known: u32,
+    default: WalkOptions,
+) -> Result<(O, Vec<PathBuf>, Walked), Failure> {
+    // SAFETY: as the caller promised.
+    let o = unsafe { ffi::read_options(opts, O::NAME) }?;
+    let report_name = O::NAME.replace("_options", "_report");
+    // SAFETY: as the caller promised.
+    unsafe { ffi::check_report(out, &report_name) }?;
+    check_flags(O::NAME, o.flags(), known)?;
+    // SAFETY: as the caller promised.
+    let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
+    // SAFETY: the option struct's arrays, as the caller promised.
+    let w = unsafe { walked(O::NAME, o.flags(), &o.walk_fields(), default) }?;
+    Ok((o, roots, w))
+}
+
+/// Writes the verb's report (when `out` is not NULL) and publishes its outcome; the verb's
+/// `int` result.
+///
+/// # Safety
+/// `out` was checked by [`tree_call`] (or `ffi::check_report`).
+unsafe fn publish<R: Sized32>(out: *mut R, report: R, outcome: &Outcome, verb: &str) -> c_int {
+    // SAFETY: as the caller promised.
+    unsafe { ffi::write_report(out, report) };
+    finish(outcome, verb)
+}
+
+/// # Safety
+/// The glob arrays are as `ffi::string_array` requires.
+unsafe fn walked(
+    what: &str,
+    flags: u32,
+    f: &WalkFields,
+    default: WalkOptions,
 ) -> Result<Walked, Failure> {
     let mut walk = WalkOptions {
         follow: flags & PAGEWISE_FOLLOW != 0,
         one_file_system: flags & PAGEWISE_ONE_FILE_SYSTEM != 0,
         noatime: flags & PAGEWISE_NOATIME != 0,
-        max_depth: (max_depth > 0).then_some(max_depth as usize),
-        ..WalkOptions::default()
+        max_depth: (f.max_depth > 0).then_some(f.max_depth as usize),
+        ..default
     };
-    at_most(&format!("{what}.threads"), threads.into(), MAX_THREADS)?;
-    if threads > 0 {
-        walk.threads = threads as usize;
+    at_most(&format!("{what}.threads"), f.threads.into(), MAX_THREADS)?;
+    if f.threads > 0 {
+        walk.threads = f.threads as usize;
     }
     // SAFETY: as the caller promised.
-    walk.include = unsafe { ffi::text_array(include.0, include.1, &format!("{what}.include")) }?;
+    walk.include =
+        unsafe { ffi::text_array(f.include.0, f.include.1, &format!("{what}.include")) }?;
     // SAFETY: as the caller promised.
-    walk.exclude = unsafe { ffi::text_array(exclude.0, exclude.1, &format!("{what}.exclude")) }?;
-    let method = match method {
+    walk.exclude =
+        unsafe { ffi::text_array(f.exclude.0, f.exclude.1, &format!("{what}.exclude")) }?;
+    let method = match f.method {
         PAGEWISE_METHOD_AUTO => Method::Auto,
         PAGEWISE_METHOD_CACHESTAT => Method::Cachestat,
         PAGEWISE_METHOD_MINCORE => Method::Mincore,
@@ -126,6 +212,7 @@ unsafe fn walked(
             )))
         }
     };
+    let range = f.range;
     if range.1 != 0 && range.1 < range.0 {
         return Err(Failure::invalid(format!(
             "{what}: range_end {} before range_start {}",

@@ -5,8 +5,8 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::stat::{stat, StatOptions};
 
-use super::{check_flags, finish, known, walked, WALK_FLAGS};
-use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
+use super::{known, publish, tree_call, WALK_FLAGS};
+use crate::ffi::{call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
 /// Options of `pagewise_stat`. Zero means the default for every field.
 #[repr(C)]
@@ -98,25 +98,8 @@ pub unsafe extern "C" fn pagewise_stat(
 ) -> c_int {
     call_int(|| {
         // SAFETY: as the caller promised.
-        let o = unsafe { ffi::read_options(opts, "pagewise_stat_options") }?;
-        // SAFETY: as the caller promised.
-        unsafe { ffi::check_report(out, "pagewise_stat_report") }?;
-        check_flags("pagewise_stat_options", o.flags, WALK_FLAGS)?;
-        // SAFETY: as the caller promised.
-        let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
-        // SAFETY: the option struct's arrays, as the caller promised.
-        let w = unsafe {
-            walked(
-                "pagewise_stat_options",
-                o.flags,
-                o.threads,
-                o.max_depth,
-                o.method,
-                (o.range_start, o.range_end),
-                (o.include, o.include_count),
-                (o.exclude, o.exclude_count),
-            )
-        }?;
+        let (o, roots, w) =
+            unsafe { tree_call(paths, n, opts, out, WALK_FLAGS, StatOptions::default().walk) }?;
         let options = StatOptions {
             walk: w.walk,
             range: w.range,
@@ -142,8 +125,7 @@ pub unsafe extern "C" fn pagewise_stat(
             error_count: r.outcome.error_count,
             elapsed_s: r.outcome.elapsed_s,
         };
-        // SAFETY: checked above.
-        unsafe { ffi::write_report(out, report) };
-        Ok(finish(&r.outcome, "stat"))
+        // SAFETY: checked by tree_call.
+        Ok(unsafe { publish(out, report, &r.outcome, "stat") })
     })
 }

@@ -20,8 +20,6 @@ pub struct Prefetch {
     /// The predictor's detectors and windows. Default: [`Config::for_page_size`] of this
     /// system's page size.
     pub config: Config,
-    /// Ring buffer per CPU, KiB. Default: 4096.
-    pub buffer_kb: u64,
     /// Files kept open at once (the least recently used is closed). Default: 1024.
     pub max_open: usize,
 }
@@ -30,7 +28,6 @@ impl Default for Prefetch {
     fn default() -> Self {
         Prefetch {
             config: Config::for_page_size(sys::page_size()),
-            buffer_kb: 4096,
             max_open: 1024,
         }
     }

@@ -8,7 +8,7 @@ use super::assistant::{Assistant, Prefetch};
 use super::report::AssistReport;
 use crate::procfs;
 use crate::trace::tracefs::RawEvent;
-use crate::trace::{Backend, EventSink, Follow, Follower, StartError};
+use crate::trace::{EventSink, Follow, FollowOptions, Follower, StartError};
 use crate::verb::{Observer, Tally};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,6 +27,9 @@ pub struct AssistOptions {
     /// Stop after this long even if the processes still run. Default: None (until they all
     /// exit, or the observer says stop).
     pub duration: Option<Duration>,
+    /// The ring buffer per CPU and how the events are collected.
+    /// Default: [`FollowOptions::default`].
+    pub follow: FollowOptions,
     /// How to predict and prefetch. Default: [`Prefetch::default`].
     pub prefetch: Prefetch,
 }
@@ -91,8 +94,7 @@ pub fn assist(opts: &AssistOptions, observer: &dyn Observer) -> Result<AssistRep
     let ptids: Vec<i32> = tids.iter().map(|&t| t as i32).collect();
     let spec = Follow {
         events: &EVENTS,
-        buffer_kb: opts.prefetch.buffer_kb,
-        backend: Backend::Auto,
+        options: opts.follow,
         every: None,
         tids: &ptids,
         skip_own: true,

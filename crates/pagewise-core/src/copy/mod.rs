@@ -32,6 +32,7 @@ mod worker;
 pub use engine::Strategy;
 pub use filter::{Filters, RuleKind, Side};
 pub use options::{CopyOptions, Dereference, Existing, MAX_CHUNK, MAX_DEPTH, MAX_THREADS};
+pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS};
 pub use plan::plan_targets;
 pub use report::{Action, CopyItem, CopyReport, EntryKind, Residue};
 

@@ -100,6 +100,25 @@ impl Existing {
             Existing::Replace
         }
     }
+
+    /// [`Existing::from_flags`], refusing `no_clobber` with `update` or `checksum` (it never
+    /// replaces, they replace what differs): the one owner of that rule, which the CLI (whose
+    /// parser also refuses the flags together) and the bindings call.
+    pub fn checked_flags(
+        checksum: bool,
+        update: bool,
+        no_clobber: bool,
+    ) -> Result<Existing, Error> {
+        if no_clobber && (update || checksum) {
+            return Err(Error::Invalid {
+                what: "existing",
+                message: "no_clobber cannot be combined with update or checksum (it never \
+                          replaces, they replace what differs)"
+                    .into(),
+            });
+        }
+        Ok(Existing::from_flags(checksum, update, no_clobber))
+    }
 }
 
 /// The largest chunk (bytes per I/O): each of `depth` I/Os in flight has a buffer of it.
@@ -132,7 +151,35 @@ impl Dereference {
             Dereference::Never
         }
     }
+
+    /// [`Dereference::from_flags`], refusing more than one of `always` (-L), `command_line`
+    /// (-H) and `never` (-P): the one owner of that rule.
+    pub fn checked_flags(
+        always: bool,
+        command_line: bool,
+        never: bool,
+    ) -> Result<Dereference, Error> {
+        if [always, command_line, never].iter().filter(|&&b| b).count() > 1 {
+            return Err(Error::Invalid {
+                what: "dereference",
+                message: "dereference, dereference_command_line and no_dereference: give at \
+                          most one"
+                    .into(),
+            });
+        }
+        Ok(Dereference::from_flags(always, command_line))
+    }
 }
+
+/// [`CopyOptions::threads`]'s default: files copied in parallel (`copy -j`, Python's
+/// `threads`, C's `threads = 0`).
+pub const DEFAULT_THREADS: usize = 16;
+/// [`CopyOptions::depth`]'s default: I/Os in flight within one large file.
+pub const DEFAULT_DEPTH: usize = 8;
+/// [`CopyOptions::chunk`]'s default, 4 MiB per I/O.
+pub const DEFAULT_CHUNK: usize = 4 << 20;
+/// [`CopyOptions::direct_min`]'s default, 1 MiB.
+pub const DEFAULT_DIRECT_MIN: u64 = 1 << 20;
 
 impl Default for CopyOptions {
     fn default() -> Self {
@@ -144,10 +191,10 @@ impl Default for CopyOptions {
             preallocate: true,
             fsync: false,
             verify: false,
-            threads: 16,
-            depth: 8,
-            chunk: 4 << 20,
-            direct_min: 1 << 20,
+            threads: DEFAULT_THREADS,
+            depth: DEFAULT_DEPTH,
+            chunk: DEFAULT_CHUNK,
+            direct_min: DEFAULT_DIRECT_MIN,
             named_temp: false,
             dereference: Dereference::Never,
             no_target_directory: false,

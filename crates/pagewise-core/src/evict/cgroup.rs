@@ -121,7 +121,7 @@ pub fn evict_cgroup(
             what: "bytes",
             message: format!(
                 "{} is a cgroup v1 group: v1 has no partial reclaim (memory.force_empty \
-                 reclaims all it can); leave out --bytes",
+                 reclaims all it can); leave out `bytes`",
                 dir.display()
             ),
         });

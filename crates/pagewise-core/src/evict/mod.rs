@@ -33,7 +33,7 @@ use std::sync::Mutex;
 pub struct EvictOptions {
     /// Files and trees to evict (directories recurse). Required: at least one.
     pub roots: Vec<PathBuf>,
-    /// How to walk the trees (default: [`WalkOptions::default`]).
+    /// How to walk the trees (default: [`WalkOptions::default`] with [`default_threads`]).
     pub walk: WalkOptions,
     /// Part of every file to drop (default: all of it). The kernel drops whole pages.
     pub range: ByteRange,
@@ -51,11 +51,21 @@ pub struct EvictOptions {
     pub files: bool,
 }
 
+/// `evict`'s walker threads when none are asked for: twice the CPUs (a worker spends most of
+/// its time in the kernel, writing back and measuring). What the CLI's `-j`, Python's
+/// `threads` and C's `threads = 0` default to.
+pub fn default_threads() -> usize {
+    crate::walk::default_threads() * 2
+}
+
 impl Default for EvictOptions {
     fn default() -> Self {
         EvictOptions {
             roots: Vec::new(),
-            walk: WalkOptions::default(),
+            walk: WalkOptions {
+                threads: default_threads(),
+                ..WalkOptions::default()
+            },
             range: ByteRange::default(),
             method: Method::Auto,
             sync: true,
@@ -526,7 +536,7 @@ pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictRep
     });
     let mut notices = ctx.meter.take_notices();
     if !opts.sync && m.totals.stayed_bytes > 0 {
-        notices.push("--no-sync: dirty pages were not written back and stay cached".into());
+        notices.push("`sync` off: dirty pages were not written back and stay cached".into());
     }
     Ok(EvictReport {
         dry_run: opts.dry_run,

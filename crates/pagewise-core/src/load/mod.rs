@@ -13,7 +13,7 @@
 //! `load --trace` ([`load_trace`]: exactly the pages a trace recorded) is in trace.rs.
 
 mod trace;
-pub use trace::{load_trace, TraceLoadOptions};
+pub use trace::{load_trace, TraceLoadOptions, DEFAULT_TRACE_DEPTH};
 
 use crate::chunks::{self, Stopped};
 use crate::error::{FileError, Op};
@@ -32,7 +32,7 @@ use std::sync::Mutex;
 pub struct LoadOptions {
     /// Files and trees to load (directories recurse). Required: at least one.
     pub roots: Vec<PathBuf>,
-    /// How to walk the trees (default: [`WalkOptions::default`]).
+    /// How to walk the trees (default: [`WalkOptions::default`] with [`default_threads`]).
     pub walk: WalkOptions,
     /// Part of every file to load (default: all of it).
     pub range: ByteRange,
@@ -77,20 +77,35 @@ impl LoadOptions {
     }
 }
 
+/// `load`'s walker threads when none are asked for: twice the CPUs, at least 4 (workers wait
+/// on reads). What the CLI's `-j`, Python's `threads` and C's `threads = 0` default to.
+pub fn default_threads() -> usize {
+    (crate::walk::default_threads() * 2).max(4)
+}
+
+/// [`LoadOptions::batch_files`]'s default.
+pub const DEFAULT_BATCH_FILES: usize = 256;
+/// [`LoadOptions::window`]'s default, 256 MiB: 16 threads x 16 MiB chunks, each faulting
+/// thread keeping ~4 MiB of huge-folio readahead in flight; on this VM's disk 16 x 16 MiB
+/// reached fio's O_DIRECT rate where 4 x 16 MiB reached half of it (bench/cache-verbs).
+pub const DEFAULT_WINDOW: u64 = 256 << 20;
+/// [`LoadOptions::depth`]'s default.
+pub const DEFAULT_DEPTH: usize = 16;
+
 impl Default for LoadOptions {
     fn default() -> Self {
         LoadOptions {
             roots: Vec::new(),
-            walk: WalkOptions::default(),
+            walk: WalkOptions {
+                threads: default_threads(),
+                ..WalkOptions::default()
+            },
             range: ByteRange::default(),
             method: Method::Auto,
             lock: false,
-            batch_files: 256,
-            // 16 threads x 16 MiB chunks: each faulting thread keeps ~4 MiB of huge-folio
-            // readahead in flight; on this VM's disk 16 x 16 MiB reached fio's O_DIRECT rate
-            // where 4 x 16 MiB reached half of it (bench/cache-verbs).
-            window: 256 << 20,
-            depth: 16,
+            batch_files: DEFAULT_BATCH_FILES,
+            window: DEFAULT_WINDOW,
+            depth: DEFAULT_DEPTH,
         }
     }
 }

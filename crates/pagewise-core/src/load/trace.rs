@@ -15,15 +15,18 @@ use crate::verb::{Observer, Tally};
 pub struct TraceLoadOptions {
     /// The recording whose pages are loaded. Default: an empty trace (nothing to load).
     pub trace: Trace,
-    /// Reads in flight (the pages are read in disk order). Default: 32.
+    /// Reads in flight (the pages are read in disk order). Default: [`DEFAULT_TRACE_DEPTH`].
     pub depth: usize,
 }
+
+/// [`TraceLoadOptions::depth`]'s default (the CLI's `load --trace` without `-j`).
+pub const DEFAULT_TRACE_DEPTH: usize = 32;
 
 impl Default for TraceLoadOptions {
     fn default() -> Self {
         TraceLoadOptions {
             trace: Trace::default(),
-            depth: 32,
+            depth: DEFAULT_TRACE_DEPTH,
         }
     }
 }

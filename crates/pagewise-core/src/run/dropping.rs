@@ -4,35 +4,30 @@
 //! and drop-behind as `run`, and dropped again at the end (or whenever more than `max_cache`
 //! of them are outstanding). What the Python binding's `with pagewise.dropping():` is.
 
-use super::{Session, Settings, Whom};
-use crate::residency::MeasuredBy;
-use crate::trace::Backend;
+use super::{Session, Whom};
+use crate::residency::{MeasuredBy, Method};
+use crate::trace::FollowOptions;
 use crate::verb::{Observer, Outcome};
 use serde::Serialize;
 
-/// Options of [`Dropping::start`]: `run`'s, without a command.
-#[derive(Debug, Clone)]
+/// Options of [`Dropping::start`], and the drop-behind part of [`super::RunOptions`] (its
+/// `dropping`): how pages are followed, measured and dropped.
+#[derive(Debug, Clone, Default)]
 pub struct DroppingOptions {
-    /// Drop the pages whenever more than this many bytes of them are outstanding
-    /// (`u64::MAX`: only at [`Dropping::finish`]). Default: `u64::MAX`.
-    pub max_cache: u64,
+    /// Drop the pages whenever more than this many bytes of them are outstanding (None: no
+    /// limit, only at the end). Default: None (`run`'s default:
+    /// `Some(`[`super::DEFAULT_MAX_CACHE`]`)`).
+    pub max_cache: Option<u64>,
     /// Leave the pages of files written meanwhile alone. Default: false.
     pub keep_written: bool,
-    /// Ring buffer per CPU, KiB. Default: 4096.
-    pub buffer_kb: u64,
-    /// How the events are followed. Default: [`Backend::Auto`].
-    pub backend: Backend,
-}
-
-impl Default for DroppingOptions {
-    fn default() -> Self {
-        DroppingOptions {
-            max_cache: u64::MAX,
-            keep_written: false,
-            buffer_kb: 4096,
-            backend: Backend::Auto,
-        }
-    }
+    /// The ring buffer per CPU and how the events are followed.
+    /// Default: [`FollowOptions::default`].
+    pub follow: FollowOptions,
+    /// How the pages are measured before and after each drop: [`Method::Auto`] uses
+    /// cachestat(2) where the kernel has it (probed at run time) and mmap+mincore(2) where it
+    /// does not (Linux < 6.5); [`Method::Mincore`] forces the latter. Default:
+    /// [`Method::Auto`].
+    pub method: Method,
 }
 
 /// What a [`Dropping`] did to the page cache, in bytes (the figures of `RunReport`).
@@ -98,14 +93,7 @@ pub struct Dropping {
 impl Dropping {
     /// Starts following the calling thread (and what it starts from now on).
     pub fn start(opts: &DroppingOptions) -> Result<Dropping, crate::Error> {
-        let settings = Settings {
-            max_cache: opts.max_cache,
-            keep_written: opts.keep_written,
-            buffer_kb: opts.buffer_kb,
-            backend: opts.backend,
-            method: crate::residency::Method::Auto,
-        };
-        let session = Session::start(&settings, None, Whom::Caller)?;
+        let session = Session::start(opts, None, Whom::Caller)?;
         if let Err(e) = session.follower.arm() {
             session.finish();
             return Err(crate::Error::Tracefs(e));

@@ -2,7 +2,7 @@
 //!
 //! The same tracepoint as `record` (one tracefs instance following the command's process tree)
 //! says which pages the command added. Those pages, and only those, are dropped: whenever the
-//! command's outstanding footprint exceeds `max_cache` (drop-behind), and all of them when it
+//! command's outstanding footprint exceeds `dropping.max_cache` (drop-behind), and all of them when it
 //! exits. Pages that were cached before the command touched them never produce an event, so
 //! they stay. Written pages are written back (one batched wait) before they are dropped, unless
 //! `keep_written`. Works for static binaries and mmap readers alike: nothing is injected into
@@ -23,9 +23,9 @@ mod priority;
 pub use dropping::{Dropping, DroppingOptions, DroppingReport};
 
 use crate::assist::{AssistReport, Prefetch};
-use crate::residency::{MeasuredBy, Method};
+use crate::residency::MeasuredBy;
 use crate::sys;
-use crate::trace::{self, command, Backend, Follower};
+use crate::trace::{self, command, FollowOptions, Follower};
 use crate::verb::Tally;
 use crate::verb::{Observer, Outcome};
 use drop_behind::{Counts, DropBehind, Dropper};
@@ -36,41 +36,33 @@ use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// `run`'s drop-behind limit: [`DroppingOptions::max_cache`] of [`RunOptions::default`] (the
+/// CLI's `--max-cache` default), 64 MiB.
+pub const DEFAULT_MAX_CACHE: u64 = 64 << 20;
+
 /// Options of [`run`].
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The command and its arguments (`command[0]` is the program, looked up in `PATH`).
     /// Default: empty, which [`RunOptions::validate`] refuses.
     pub command: Vec<OsString>,
-    /// Drop the command's pages whenever more than this many bytes of them are outstanding
-    /// (`u64::MAX`: only when it exits). Default: 64 MiB.
-    pub max_cache: u64,
-    /// Leave the pages of files the command wrote alone. Default: false.
-    pub keep_written: bool,
-    /// Ring buffer per CPU, KiB. Default: 4096.
-    pub buffer_kb: u64,
-    /// How the command's events are followed. Default: [`Backend::Auto`].
-    pub backend: Backend,
+    /// How the command's pages are followed, measured and dropped: `max_cache` (default
+    /// here: `Some(`[`DEFAULT_MAX_CACHE`]`)`), `keep_written`, `follow`, `method`.
+    pub dropping: DroppingOptions,
     /// Also prefetch for the command (`run --assist`); its prefetches are dropped like its own
-    /// pages. Default: None.
+    /// pages, and its events come through `dropping.follow`. Default: None.
     pub assist: Option<Prefetch>,
-    /// How the command's pages are measured before and after each drop:
-    /// [`Method::Auto`] uses cachestat(2) where the kernel has it (probed at run time) and
-    /// mmap+mincore(2) where it does not (Linux < 6.5); [`Method::Mincore`] forces the
-    /// latter. Default: [`Method::Auto`].
-    pub method: Method,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             command: Vec::new(),
-            max_cache: 64 << 20,
-            keep_written: false,
-            buffer_kb: 4096,
-            backend: Backend::Auto,
+            dropping: DroppingOptions {
+                max_cache: Some(DEFAULT_MAX_CACHE),
+                ..DroppingOptions::default()
+            },
             assist: None,
-            method: Method::Auto,
         }
     }
 }
@@ -162,7 +154,7 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
     opts.validate()?;
     let launcher = command::Launcher::new(&opts.command);
     let whom = Whom::Command(launcher.tid());
-    let session = Session::start(&opts.settings(), opts.assist.as_ref(), whom)?;
+    let session = Session::start(&opts.dropping, opts.assist.as_ref(), whom)?;
     // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command
     // brought in; those sent to pagewise alone are forwarded to the command as they are (the
     // terminal's reach it anyway), so it exits as it would have (130 for Ctrl-C).
@@ -223,28 +215,6 @@ enum Whom {
     Caller,
 }
 
-/// How a [`Session`] drops: the options `run` and [`Dropping`] share.
-#[derive(Debug, Clone, Copy)]
-struct Settings {
-    max_cache: u64,
-    keep_written: bool,
-    buffer_kb: u64,
-    backend: Backend,
-    method: Method,
-}
-
-impl RunOptions {
-    fn settings(&self) -> Settings {
-        Settings {
-            max_cache: self.max_cache,
-            keep_written: self.keep_written,
-            buffer_kb: self.buffer_kb,
-            backend: self.backend,
-            method: self.method,
-        }
-    }
-}
-
 /// The machinery of `run` and [`Dropping`]: the follower filling the footprint, and the
 /// drop-behind thread emptying it.
 struct Session {
@@ -269,7 +239,7 @@ impl Session {
     /// Starts following `whom` into a footprint (the assistant's prefetches too, with
     /// `assist`), and the drop-behind thread.
     fn start(
-        settings: &Settings,
+        opts: &DroppingOptions,
         assist: Option<&Prefetch>,
         whom: Whom,
     ) -> Result<Session, crate::Error> {
@@ -277,15 +247,16 @@ impl Session {
         let page = sys::page_size();
         let skip = matches!(whom, Whom::Command(_)).then(std::process::id);
         let footprint = Arc::new(Footprint::new(assist, page, skip));
-        let dropper = Arc::new(Dropper::new(settings.keep_written, settings.method));
-        let limit_pages = (settings.max_cache / page).max(1);
+        let dropper = Arc::new(Dropper::new(opts.keep_written, opts.method));
+        // No limit: more pages than any machine has.
+        let limit_pages = (opts.max_cache.unwrap_or(u64::MAX) / page).max(1);
         let priority = Arc::new(Priority::new(limit_pages));
         let sink = footprint::Sink {
             footprint: footprint.clone(),
             priority: priority.clone(),
             dropper: dropper.clone(),
         };
-        let follower = follow(settings, assist.is_some(), whom, sink)?;
+        let follower = follow(opts.follow, assist.is_some(), whom, sink)?;
         if let Some(n) = &follower.notice {
             dropper.tally.notice(n.clone());
         }
@@ -330,7 +301,7 @@ impl Session {
 
 /// Starts following `whom`'s events into `footprint`, the assistant's too with `--assist`.
 fn follow(
-    settings: &Settings,
+    options: FollowOptions,
     assist: bool,
     whom: Whom,
     on_event: footprint::Sink,
@@ -345,10 +316,9 @@ fn follow(
     // they follow the command from its fork without a PID list, whose changes cost an RCU
     // grace period each (~40 ms per run back to back).
     let every = (!assist).then_some(Duration::from_millis(2));
-    let (buffer_kb, backend) = (settings.buffer_kb, settings.backend);
     let started = match whom {
-        Whom::Command(tid) => Follower::start(events, buffer_kb, backend, every, tid, on_event),
-        Whom::Caller => Follower::start_self(events, buffer_kb, backend, every, on_event),
+        Whom::Command(tid) => Follower::start(events, options, every, tid, on_event),
+        Whom::Caller => Follower::start_self(events, options, every, on_event),
     };
     started.map_err(|e| crate::Error::TracingUnavailable {
         reason: e.0,

@@ -109,7 +109,7 @@ impl Priority {
                 tally.notice(if urgent {
                     format!(
                         "drop-behind stays at background priority (sched_setscheduler: {e}): \
-                         --max-cache may be exceeded while the CPUs are busy"
+                         `max_cache` may be exceeded while the CPUs are busy"
                     )
                 } else {
                     format!(

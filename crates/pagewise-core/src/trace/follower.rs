@@ -2,7 +2,7 @@
 //! perf events or a tracefs instance — the one place that chooses between them (`record`,
 //! `run` and `assist` all follow through it).
 
-use super::{perf, tracefs, Backend, TraceUnavailable};
+use super::{perf, tracefs, Backend, FollowOptions, TraceUnavailable};
 use serde::Serialize;
 use std::fmt;
 use std::sync::atomic::AtomicBool;
@@ -45,10 +45,9 @@ impl fmt::Display for Source {
 pub struct Follow<'a> {
     /// The tracepoints (`filemap/mm_filemap_add_to_page_cache`, ...).
     pub events: &'a [&'a str],
-    /// Ring buffer per CPU, KiB.
-    pub buffer_kb: u64,
-    /// Perf events, tracefs, or perf events else tracefs: the one place that choice is made.
-    pub backend: Backend,
+    /// The ring buffer per CPU, and perf events, tracefs, or perf events else tracefs
+    /// (`backend`: the one place that choice is made).
+    pub options: FollowOptions,
     /// The reader is woken at least this often (None: at once for every event).
     pub every: Option<std::time::Duration>,
     /// The threads followed, with what they start later (0: the calling thread).
@@ -112,8 +111,7 @@ impl Follower {
     /// tracefs at [`Follower::arm`].
     pub fn start<F>(
         events: &[&str],
-        buffer_kb: u64,
-        backend: Backend,
+        follow: FollowOptions,
         every: Option<std::time::Duration>,
         tid: i32,
         sink: F,
@@ -123,8 +121,7 @@ impl Follower {
     {
         let spec = Follow {
             events,
-            buffer_kb,
-            backend,
+            options: follow,
             every,
             tids: &[tid],
             skip_own: true,
@@ -138,8 +135,7 @@ impl Follower {
     /// included (it reads no files). Used by `run::Dropping`.
     pub fn start_self<F>(
         events: &[&str],
-        buffer_kb: u64,
-        backend: Backend,
+        follow: FollowOptions,
         every: Option<std::time::Duration>,
         sink: F,
     ) -> Result<Follower, TraceUnavailable>
@@ -148,8 +144,7 @@ impl Follower {
     {
         let spec = Follow {
             events,
-            buffer_kb,
-            backend,
+            options: follow,
             every,
             tids: &[0],
             skip_own: false,
@@ -165,12 +160,12 @@ impl Follower {
     where
         F: super::EventSink,
     {
-        let backend = spec.backend;
+        let backend = spec.options.backend;
         let session = match backend {
-            Backend::Tracefs => Err(TraceUnavailable("--backend tracefs".into())),
+            Backend::Tracefs => Err(TraceUnavailable("`backend` tracefs".into())),
             _ => perf::Session::start_on(
                 spec.events,
-                spec.buffer_kb,
+                spec.options.buffer_kb,
                 spec.every.is_none(),
                 spec.tids,
             ),
@@ -185,13 +180,14 @@ impl Follower {
                         spec.doing
                     )
                 });
-                let inst = tracefs::Instance::new(spec.events, spec.buffer_kb).map_err(|e| {
-                    StartError::Unavailable(if backend == Backend::Auto && why.0 != e.0 {
-                        TraceUnavailable(format!("perf events unavailable ({why}); {e}"))
-                    } else {
-                        e
-                    })
-                })?;
+                let inst =
+                    tracefs::Instance::new(spec.events, spec.options.buffer_kb).map_err(|e| {
+                        StartError::Unavailable(if backend == Backend::Auto && why.0 != e.0 {
+                            TraceUnavailable(format!("perf events unavailable ({why}); {e}"))
+                        } else {
+                            e
+                        })
+                    })?;
                 Self::over_tracefs(spec, inst, notice, sink)
             }
         }

@@ -58,7 +58,7 @@ impl<F: FnMut(tracefs::RawEvent) + Send + 'static> EventSink for F {
     }
 }
 
-/// How `record` and `run` follow the command's events.
+/// How `record`, `run` and `assist` follow the events ([`FollowOptions::backend`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
     /// Perf events where the kernel allows them, else a tracefs instance (with a notice).
@@ -68,6 +68,30 @@ pub enum Backend {
     Perf,
     /// A tracefs instance ([`tracefs`]) following the command with set_event_pid.
     Tracefs,
+}
+
+/// Ring buffer per CPU of a follower, KiB: [`FollowOptions::buffer_kb`]'s default (and the
+/// CLI's `--buffer-kb`, Python's `buffer_kb`).
+pub const DEFAULT_BUFFER_KB: u64 = 4096;
+
+/// How a verb follows the page-cache events: the option group `record`, `run` (and
+/// [`crate::run::Dropping`]) and `assist` embed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowOptions {
+    /// Ring buffer per CPU, KiB (events beyond it are lost, and counted).
+    /// Default: [`DEFAULT_BUFFER_KB`].
+    pub buffer_kb: u64,
+    /// How the events are collected. Default: [`Backend::Auto`].
+    pub backend: Backend,
+}
+
+impl Default for FollowOptions {
+    fn default() -> Self {
+        FollowOptions {
+            buffer_kb: DEFAULT_BUFFER_KB,
+            backend: Backend::Auto,
+        }
+    }
 }
 
 /// The tracepoint of pages entering the page cache.

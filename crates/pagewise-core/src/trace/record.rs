@@ -1,7 +1,7 @@
 //! `record`: runs a command under the filemap tracepoints and returns its trace.
 
 use super::command::{self, exit_code, orphans_left, orphans_notice};
-use super::{format, tracefs, Backend, Event, Follower, Source, Trace, TraceFile};
+use super::{format, tracefs, Event, FollowOptions, Follower, Source, Trace, TraceFile};
 use super::{ADD_EVENT, FAULT_EVENT};
 use crate::sys;
 use crate::verb::{Observer, Outcome, Tally};
@@ -11,29 +11,17 @@ use std::ffi::OsString;
 use std::sync::{Arc, Mutex};
 
 /// Options of [`record`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RecordOptions {
     /// The command and its arguments (`command[0]` is the program, looked up in `PATH`).
     /// Default: empty, which [`RecordOptions::validate`] refuses.
     pub command: Vec<OsString>,
-    /// Ring buffer per CPU, KiB (events beyond it are lost, and counted). Default: 4096.
-    pub buffer_kb: u64,
+    /// The ring buffer per CPU and how events are collected.
+    /// Default: [`FollowOptions::default`].
+    pub follow: FollowOptions,
     /// Also record page faults on file mappings (mm_filemap_fault), for `assist --simulate`.
     /// Default: false.
     pub faults: bool,
-    /// How events are collected. Default: [`Backend::Auto`].
-    pub backend: Backend,
-}
-
-impl Default for RecordOptions {
-    fn default() -> Self {
-        RecordOptions {
-            command: Vec::new(),
-            buffer_kb: 4096,
-            faults: false,
-            backend: Backend::Auto,
-        }
-    }
 }
 
 impl RecordOptions {
@@ -102,8 +90,7 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let launcher = command::Launcher::new(&opts.command);
     let follower = Follower::start(
         events,
-        opts.buffer_kb,
-        opts.backend,
+        opts.follow,
         Some(std::time::Duration::from_millis(10)),
         launcher.tid(),
         move |e| s2.lock().unwrap().push(e),
