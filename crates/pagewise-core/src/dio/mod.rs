@@ -64,11 +64,11 @@ mod read;
 mod requests;
 #[cfg(test)]
 mod tests;
+pub(crate) mod uncached;
 mod write;
 
 pub use align::Alignment;
 use align::{align_down, page_cover, MAX_OFFSET};
-use error::refused;
 pub use error::{errno, failure, DioError};
 pub use mode::{CachePolicy, OpenMode};
 use read::Window;
