@@ -248,6 +248,32 @@ pub fn walk_batched<B: Batched>(
     )
 }
 
+/// A [`Batched`] verb whose threads' batches fold into one at the end (evict, load).
+pub(crate) trait Merged: Batched {
+    /// Folds a finished thread's batch (drained) into `all`.
+    fn merge(&self, all: &mut Self::Local, local: Self::Local);
+}
+
+/// [`walk_batched`] for a [`Merged`] verb: the walk of the verb's roots with the verb's walk
+/// options, every thread's batch folded into one, returned with the walk's summary.
+pub(crate) fn walk_merged<B: Merged>(
+    roots: &[PathBuf],
+    opts: &WalkOptions,
+    tally: &Tally,
+    observer: &dyn Observer,
+    verb: &B,
+) -> Result<(B::Local, WalkSummary), crate::Error>
+where
+    B::Local: Send,
+{
+    let all = Mutex::new(B::Local::default());
+    let summary = walk_batched(roots, opts, tally, observer, verb, |local| {
+        let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+        verb.merge(&mut all, local);
+    })?;
+    Ok((all.into_inner().unwrap_or_else(|e| e.into_inner()), summary))
+}
+
 impl<S, V> Walker<'_, S, V>
 where
     V: Fn(&mut S, FileRef<'_>) + Sync,
