@@ -259,27 +259,12 @@ pub fn compare(opts: &SimulateOptions) -> Result<Vec<SimReport>, SimError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Fault, TraceFile};
+    use crate::trace::Fault;
 
     fn trace(faults: Vec<Fault>) -> Trace {
         Trace {
-            version: 1,
-            page_size: 4096,
-            lost_events: 0,
-            started_unix_ns: 0,
-            duration_ns: 0,
-            command: vec![],
-            files: vec![TraceFile {
-                dev_major: 0,
-                dev_minor: 0,
-                ino: 1,
-                size: 8 << 30,
-                path: None,
-                path_bytes: None,
-                deleted: false,
-            }],
-            events: vec![],
             faults: Some(faults),
+            ..crate::replay::test_trace(&[(1, 8 << 30)])
         }
     }
 

@@ -8,6 +8,7 @@
 //! copy_file_range, a different shape (no buffer of ours), and runs its own work per chunk.
 
 use crate::chunks::{self, pieces, Stopped};
+use crate::dio::uncached::{read_direct, read_full, refused};
 use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf};
 use crate::verb::{Observer, Tally};
@@ -164,32 +165,6 @@ fn fail(op: Op, on_dest: bool, err: io::Error) -> Moved {
     Moved::Failed(IoFailure { op, on_dest, err })
 }
 
-/// EINVAL or EOPNOTSUPP: the filesystem does not do what was asked (rather than failing it).
-pub(super) fn refused(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
-    )
-}
-
-/// Reads `len` bytes at `off` fully (short only at EOF) with `read`.
-pub(super) fn read_full(
-    buf: &mut [u8],
-    off: u64,
-    len: usize,
-    mut read: impl FnMut(&mut [u8], u64) -> io::Result<usize>,
-) -> io::Result<usize> {
-    let mut got = 0;
-    while got < len {
-        let n = read(&mut buf[got..len], off + got as u64)?;
-        if n == 0 {
-            break;
-        }
-        got += n;
-    }
-    Ok(got)
-}
-
 /// Writes all of `buf` at `off` with `write` (a write of 0 bytes is an error).
 pub(super) fn write_full(
     buf: &[u8],
@@ -313,27 +288,6 @@ pub(super) fn copy_direct(
     chunk_loop(job, &steps)
 }
 
-/// Reads `len` bytes at `off` with O_DIRECT: lengths must be aligned too, so it asks for the
-/// aligned-up length and takes the short read at EOF.
-pub(super) fn read_direct(
-    fd: BorrowedFd<'_>,
-    buf: &mut [u8],
-    off: u64,
-    len: u64,
-    off_align: u64,
-) -> io::Result<usize> {
-    let want = len as usize;
-    let req = ((len.div_ceil(off_align) * off_align) as usize).min(buf.len());
-    let mut got = 0usize;
-    while got < want {
-        match sys::pread(fd, &mut buf[got..req], off + got as u64)? {
-            0 => break,
-            r => got += r,
-        }
-    }
-    Ok(got.min(want))
-}
-
 fn pwrite(fd: BorrowedFd<'_>, b: &[u8], o: u64) -> io::Result<usize> {
     sys::pwritev2(fd, b, o, 0)
 }
@@ -349,7 +303,8 @@ impl Steps for DontcacheSteps<'_> {
         4096
     }
     fn read(&self, buf: &mut [u8], off: u64, len: u64) -> Result<usize, StepError> {
-        read_full(buf, off, len as usize, |b, o| {
+        let len = len as usize;
+        read_full(&mut buf[..len], off, len, |b, o| {
             sys::preadv2(self.src, b, o, sys::RWF_DONTCACHE)
         })
         .map_err(StepError::refusable(
@@ -452,7 +407,8 @@ impl Steps for DropBehindSteps<'_> {
         4096
     }
     fn read(&self, buf: &mut [u8], off: u64, len: u64) -> Result<usize, StepError> {
-        read_full(buf, off, len as usize, |b, o| sys::pread(self.src, b, o))
+        let len = len as usize;
+        read_full(&mut buf[..len], off, len, |b, o| sys::pread(self.src, b, o))
             .map_err(StepError::of(Op::Pread))
     }
     fn write(&self, buf: &mut [u8], off: u64, len: u64, n: usize) -> Result<(), StepError> {
@@ -493,7 +449,7 @@ pub(super) fn copy_buffered(job: &Job<'_>) -> Moved {
             let mut o = off;
             while o < off + done {
                 let want = ((off + done - o) as usize).min(buf.len());
-                let n = read_full(buf, o, want, |b, p| sys::pread(job.src, b, p))
+                let n = read_full(&mut buf[..want], o, want, |b, p| sys::pread(job.src, b, p))
                     .map_err(|e| fail(Op::Pread, false, e))?;
                 if n == 0 {
                     break;
@@ -524,10 +480,9 @@ fn copy_range(job: &Job<'_>, buf: &mut [u8], off: u64, len: u64) -> Result<u64, 
                         | Some(libc::EOPNOTSUPP)
                 ) =>
             {
-                let n = read_full(buf, at, (len - done) as usize, |b, o| {
-                    sys::pread(job.src, b, o)
-                })
-                .map_err(|e| fail(Op::Pread, false, e))?;
+                let want = (len - done) as usize;
+                let n = read_full(&mut buf[..want], at, want, |b, o| sys::pread(job.src, b, o))
+                    .map_err(|e| fail(Op::Pread, false, e))?;
                 if n == 0 {
                     break;
                 }

@@ -9,6 +9,7 @@ use super::engine::{self, ChunkHashes, IoFailure, Job, Moved, Unsupported};
 use super::finish::{settle, Settle};
 use super::plan::FileTask;
 use super::{Ctx, Residue, Strategy};
+use crate::dio::uncached;
 use crate::error::{FileError, Op};
 use crate::sys::{self, AlignedBuf};
 use std::collections::BTreeMap;
@@ -201,7 +202,7 @@ impl Ctx<'_> {
         let size = data.len();
         let got = match got {
             Some(Ok(n)) => Ok(n),
-            Some(Err(e)) if engine::refused(&e) => {
+            Some(Err(e)) if uncached::refused(&e) => {
                 // RWF_DONTCACHE or io_uring reads refused here: the general path decides.
                 self.no_small_path.store(true, Ordering::Relaxed);
                 Err(None)
@@ -211,7 +212,7 @@ impl Ctx<'_> {
         };
         // Short reads (a file shrinking, or a partial read) are finished synchronously.
         let n = got.and_then(|n| {
-            engine::read_full(&mut data[n..], n as u64, size - n, |b, off| {
+            uncached::read_full(&mut data[n..], n as u64, size - n, |b, off| {
                 sys::preadv2(o.sf.as_fd(), b, off, sys::RWF_DONTCACHE)
             })
             .map(|m| n + m)

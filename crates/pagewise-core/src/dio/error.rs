@@ -66,11 +66,3 @@ pub fn errno(e: &io::Error) -> Option<i32> {
 pub fn failure(e: &io::Error) -> Option<&DioError> {
     e.get_ref()?.downcast_ref::<DioError>()
 }
-
-/// EINVAL or EOPNOTSUPP: the filesystem does not do what was asked (rather than failing it).
-pub(super) fn refused(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
-    )
-}

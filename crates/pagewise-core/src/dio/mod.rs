@@ -23,6 +23,8 @@
 //! Where a policy is refused (O_DIRECT: EINVAL at open or on the first request, or tmpfs,
 //! whose O_DIRECT is buffered I/O over its own pages; RWF_DONTCACHE: EOPNOTSUPP/EINVAL), the
 //! file falls back to the next one and [`DirectFile::notice`] says why in one line.
+//! What a refusal is, and the read loops past the cache that copy shares with this file
+//! (the aligned O_DIRECT read, the buffered read dropped after), are in `uncached`.
 //!
 //! Errors name the path and the call: the `io::Error`s returned here wrap a [`DioError`]
 //! (`/data/x: pwrite(O_DIRECT) failed: No space left on device`); [`errno`] gets the errno back.
@@ -65,11 +67,11 @@ mod read;
 mod requests;
 #[cfg(test)]
 mod tests;
+pub(crate) mod uncached;
 mod write;
 
 pub use align::Alignment;
 use align::{align_down, page_cover, MAX_OFFSET};
-use error::refused;
 pub use error::{errno, failure, DioError};
 pub use mode::{CachePolicy, OpenMode};
 use read::Window;

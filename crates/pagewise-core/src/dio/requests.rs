@@ -6,9 +6,9 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
+use super::uncached::{read_full, refused};
 use super::{
-    align_down, page_cover, refused, Alignment, CachePolicy, DioError, BEHIND_WINDOW, CHUNK,
-    KEEP_BLOCK,
+    align_down, page_cover, Alignment, CachePolicy, DioError, BEHIND_WINDOW, CHUNK, KEEP_BLOCK,
 };
 use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf, RwFlags};
@@ -123,15 +123,19 @@ impl Io {
         } else {
             Some(Precached::snapshot(self.fd.as_fd(), off, buf.len() as u64))
         };
-        let mut got = 0;
-        while got < buf.len() {
-            let direct = self.policy == CachePolicy::Direct;
-            let n = self.read(&mut buf[got..], off + got as u64)?;
-            got += n;
-            if n == 0 || (direct && !got.is_multiple_of(self.align.offset)) {
-                break;
+        // With O_DIRECT a read that ends off a block boundary was the end of the file: the
+        // next read (at an unaligned offset) is not made.
+        let mut ended = false;
+        let want = buf.len();
+        let got = read_full(buf, off, want, |b, o| {
+            if ended {
+                return Ok(0);
             }
-        }
+            let direct = self.policy == CachePolicy::Direct;
+            let n = self.read(b, o)?;
+            ended = direct && !n.is_multiple_of(self.align.offset);
+            Ok(n)
+        })?;
         let keep = match (keep, self.policy) {
             (Some(k), _) => Some(k),
             // Fell back from O_DIRECT during this read: what it read buffered is ours.
@@ -281,28 +285,38 @@ impl Precached {
         if cached(p.lo, p.hi) == 0 {
             return p;
         }
-        let page = sys::page_size();
-        let mut keep = |a: u64, b: u64| match p.kept.last_mut() {
-            Some(last) if last.1 == a => last.1 = b,
-            _ => p.kept.push((a, b)),
-        };
         let mut b = p.lo;
         while b < p.hi {
             let e = (align_down(b, KEEP_BLOCK as usize) + KEEP_BLOCK).min(p.hi);
-            match cached(b, e) {
-                0 => {}
-                n if n == (e - b) / page => keep(b, e),
-                _ => {
-                    for q in (b..e).step_by(page as usize) {
-                        if cached(q, q + page) > 0 {
-                            keep(q, q + page);
-                        }
-                    }
-                }
-            }
+            p.keep_cached(b, e, &cached);
             b = e;
         }
         p
+    }
+
+    /// Keeps what of the block `[b, e)` is cached (`cached` counts the pages of a range): all
+    /// of it, or the cached pages one by one.
+    fn keep_cached(&mut self, b: u64, e: u64, cached: &impl Fn(u64, u64) -> u64) {
+        let page = sys::page_size();
+        match cached(b, e) {
+            0 => {}
+            n if n == (e - b) / page => self.keep(b, e),
+            _ => {
+                for q in (b..e).step_by(page as usize) {
+                    if cached(q, q + page) > 0 {
+                        self.keep(q, q + page);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds `[a, b)` to the kept ranges, joined to the last one where they touch.
+    fn keep(&mut self, a: u64, b: u64) {
+        match self.kept.last_mut() {
+            Some(last) if last.1 == a => last.1 = b,
+            _ => self.kept.push((a, b)),
+        }
     }
 
     /// Drops the pages of `[lo, end)` (`end` widened to a page) outside the kept ranges.

@@ -22,11 +22,10 @@ use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method, Residency};
 use crate::sys::{self, Advice};
 use crate::verb::{FileResult, Observer, Outcome, Tally};
-use crate::walk::{self, Batched, FileRef, WalkOptions, WalkSummary};
+use crate::walk::{self, Batched, FileRef, Merged, WalkOptions, WalkSummary};
 use serde::Serialize;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 /// Options of `evict`.
 #[derive(Debug, Clone)]
@@ -242,6 +241,14 @@ struct Ctx<'a> {
     meter: Meter,
     tally: Tally,
     observer: &'a dyn Observer,
+}
+
+impl Merged for Ctx<'_> {
+    fn merge(&self, m: &mut Local, local: Local) {
+        merge_totals(&mut m.totals, &local.totals);
+        let room = MAX_RESIDUE.saturating_sub(m.residue.len());
+        m.residue.extend(local.residue.into_iter().take(room));
+    }
 }
 
 impl Batched for Ctx<'_> {
@@ -511,21 +518,7 @@ pub fn evict(options: &EvictOptions, observer: &dyn Observer) -> Result<EvictRep
         tally: Tally::new(),
         observer,
     };
-    let merged = Mutex::new(Local::default());
-    let summary = walk::walk_batched(
-        &opts.roots,
-        &opts.walk,
-        &ctx.tally,
-        observer,
-        &ctx,
-        |local| {
-            let mut m = merged.lock().unwrap();
-            merge_totals(&mut m.totals, &local.totals);
-            let room = MAX_RESIDUE.saturating_sub(m.residue.len());
-            m.residue.extend(local.residue.into_iter().take(room));
-        },
-    )?;
-    let mut m = merged.into_inner().unwrap();
+    let (mut m, summary) = walk::walk_merged(&opts.roots, &opts.walk, &ctx.tally, observer, &ctx)?;
     if opts.why && !m.residue.is_empty() {
         explain(&mut m.residue);
     }

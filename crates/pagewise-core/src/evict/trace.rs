@@ -8,7 +8,7 @@
 
 use crate::error::{FileError, Op};
 use crate::sys::{self, Advice};
-use crate::trace::pages::{cache_report, ends, file_ranges, open_traced};
+use crate::trace::pages::{ends, file_ranges, measured};
 use crate::trace::{OpenFiles, Trace, TraceCacheReport};
 use crate::verb::{Observer, Tally};
 use std::os::fd::AsFd;
@@ -87,16 +87,15 @@ pub fn evict_trace(
 ) -> Result<TraceCacheReport, crate::Error> {
     opts.validate()?;
     let trace = &opts.trace;
-    // The clock starts before the first measure, which the report's time includes.
-    let tally = Tally::new();
-    let (files, ranges, before) = open_traced(trace)?;
-    for e in &files.errors {
-        tally.error(e.clone());
-    }
-    if !opts.dry_run {
-        drop_ranges(trace, &files, &ranges, &tally, observer);
-    }
-    let mut r = cache_report(&files, &ranges, before, tally);
+    let mut r = measured(trace, |files, ranges, tally| {
+        for e in &files.errors {
+            tally.error(e.clone());
+        }
+        if !opts.dry_run {
+            drop_ranges(trace, files, ranges, tally, observer);
+        }
+        Ok(())
+    })?;
     r.dry_run = opts.dry_run;
     Ok(r)
 }

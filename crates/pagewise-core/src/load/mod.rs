@@ -20,12 +20,11 @@ use crate::error::{FileError, Op};
 use crate::residency::{ByteRange, Meter, Method};
 use crate::sys::{self, Advice, LockedMapping};
 use crate::verb::{rate, Observer, Outcome, Tally};
-use crate::walk::{self, Batched, FileRef, WalkOptions, WalkSummary};
+use crate::walk::{self, Batched, FileRef, Merged, WalkOptions, WalkSummary};
 use serde::Serialize;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 
 /// Options of `load`.
 #[derive(Debug, Clone)]
@@ -181,6 +180,19 @@ impl LockSet {
     }
 }
 
+/// What of a file is loaded, for measuring and locking it after the read.
+#[derive(Clone, Copy)]
+struct Part<'f> {
+    path: &'f Path,
+    fd: BorrowedFd<'f>,
+    /// The range, whole pages: `(off, len)`.
+    pages: (u64, u64),
+    /// The exact bytes of the file in it: `[start, end)`.
+    span: (u64, u64),
+    /// Only the data extents count (a sparse file's holes are neither read nor locked).
+    sparse: bool,
+}
+
 struct Queued {
     path: PathBuf,
     fd: OwnedFd,
@@ -215,6 +227,13 @@ struct Ctx<'a> {
     lock_blocked: AtomicBool,
 }
 
+impl Merged for Ctx<'_> {
+    fn merge(&self, all: &mut Local, mut local: Local) {
+        all.totals.merge(&local.totals);
+        all.locks.append(&mut local.locks);
+    }
+}
+
 impl Batched for Ctx<'_> {
     type Local = Local;
 
@@ -237,13 +256,20 @@ impl Batched for Ctx<'_> {
         if len == 0 {
             return;
         }
+        let part = Part {
+            path: f.path,
+            fd: f.fd(),
+            pages: (off, len),
+            span,
+            sparse: false,
+        };
         let fully = before.cached.is_some_and(|c| c >= before.bytes);
         if fully {
             local.totals.already_cached_files += 1;
             local.totals.cached_bytes_after += real;
             self.observer.progress(1, len);
             // All of it is cached (holes too): locking pins what is there, no I/O.
-            self.lock(local, f.path, f.fd(), (off, len), span, false);
+            self.lock(local, part);
             return;
         }
         if f.stat.allocated < f.stat.size {
@@ -256,12 +282,18 @@ impl Batched for Ctx<'_> {
                 }
                 Err(e) => return self.tally.error(FileError::io(f.path, Op::LseekData, &e)),
             }
-            self.after(local, f.path, f.fd.as_fd(), (off, len), span, true);
+            self.after(
+                local,
+                Part {
+                    sparse: true,
+                    ..part
+                },
+            );
             return;
         }
         if len >= LARGE_FILE.min(self.opts.window) {
             self.read_large(f.path, f.fd(), off, len);
-            self.after(local, f.path, f.fd.as_fd(), (off, len), span, false);
+            self.after(local, part);
             return;
         }
         if let Err(e) = sys::fadvise(f.fd(), off, len, Advice::WillNeed) {
@@ -285,7 +317,14 @@ impl Batched for Ctx<'_> {
     fn drain(&self, local: &mut Local) {
         for q in std::mem::take(&mut local.queued) {
             if self.read_range(local, &q.path, &q.fd, q.off, q.len) {
-                self.after(local, &q.path, q.fd.as_fd(), (q.off, q.len), q.span, false);
+                let part = Part {
+                    path: &q.path,
+                    fd: q.fd.as_fd(),
+                    pages: (q.off, q.len),
+                    span: q.span,
+                    sparse: false,
+                };
+                self.after(local, part);
             }
         }
     }
@@ -343,15 +382,15 @@ impl Ctx<'_> {
         }
     }
 
-    fn after(
-        &self,
-        local: &mut Local,
-        path: &Path,
-        fd: std::os::fd::BorrowedFd<'_>,
-        (off, len): (u64, u64),
-        (start, end): (u64, u64),
-        sparse: bool,
-    ) {
+    /// Measures a part read, counts it and tells the observer, then locks it (`lock`).
+    fn after(&self, local: &mut Local, part: Part<'_>) {
+        let Part {
+            path,
+            fd,
+            pages: (_, len),
+            span: (start, end),
+            ..
+        } = part;
         let after = match self.meter.measure_fd(path, fd, start, end, || true) {
             Ok(r) => r,
             Err(e) => return self.tally.error(e),
@@ -363,22 +402,21 @@ impl Ctx<'_> {
         } else {
             self.observer.progress(1, 0);
         }
-        self.lock(local, path, fd, (off, len), (start, end), sparse);
+        self.lock(local, part);
     }
 
     /// Locks the pages `[off, off+len)` of a file (of a sparse one, only its data extents:
     /// mlock would read every hole in as zeros) and counts what the kernel then holds locked:
     /// the bytes of `[start, end)` whose pages are resident in the locked mappings (mincore),
     /// so a file's partial last page counts its bytes only and a hole nothing.
-    fn lock(
-        &self,
-        local: &mut Local,
-        path: &Path,
-        fd: std::os::fd::BorrowedFd<'_>,
-        (off, len): (u64, u64),
-        (start, end): (u64, u64),
-        sparse: bool,
-    ) {
+    fn lock(&self, local: &mut Local, part: Part<'_>) {
+        let Part {
+            path,
+            fd,
+            pages: (off, len),
+            sparse,
+            ..
+        } = part;
         if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
             return;
         }
@@ -393,7 +431,7 @@ impl Ctx<'_> {
         let mut locked = 0;
         let mut any = false;
         for (o, l) in parts {
-            match self.lock_part(local, path, fd, o, l, (start, end), &mut locked) {
+            match self.lock_part(local, &part, (o, l), &mut locked) {
                 Ok(()) => any = true,
                 Err(e) => {
                     self.tally.error(e);
@@ -405,19 +443,17 @@ impl Ctx<'_> {
         local.totals.locked_files += any as u64;
     }
 
-    /// Locks one page-aligned part and adds the bytes of `[start, end)` it holds locked.
-    #[allow(clippy::too_many_arguments)]
+    /// Locks the page-aligned `[off, off+len)` of `part` and adds the bytes of its span it
+    /// holds locked.
     fn lock_part(
         &self,
         local: &mut Local,
-        path: &Path,
-        fd: std::os::fd::BorrowedFd<'_>,
-        off: u64,
-        len: u64,
-        (start, end): (u64, u64),
+        part: &Part<'_>,
+        (off, len): (u64, u64),
         locked: &mut u64,
     ) -> Result<(), FileError> {
-        match sys::mmap_lock(fd, off, len) {
+        let (path, (start, end)) = (part.path, part.span);
+        match sys::mmap_lock(part.fd, off, len) {
             Ok(m) => {
                 *locked += m
                     .resident_bytes(start, end)
@@ -492,20 +528,8 @@ pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport
         observer,
         lock_blocked: AtomicBool::new(false),
     };
-    let total = Mutex::new(LoadTotals::default());
-    let locks = Mutex::new(LockSet::default());
-    let summary = walk::walk_batched(
-        &opts.roots,
-        &opts.walk,
-        &ctx.tally,
-        observer,
-        &ctx,
-        |mut local| {
-            total.lock().unwrap().merge(&local.totals);
-            locks.lock().unwrap().maps.append(&mut local.locks);
-        },
-    )?;
-    let total = total.into_inner().unwrap();
+    let (all, summary) = walk::walk_merged(&opts.roots, &opts.walk, &ctx.tally, observer, &ctx)?;
+    let total = all.totals;
     let new_bytes = total
         .cached_bytes_after
         .saturating_sub(total.cached_bytes_before);
@@ -517,7 +541,7 @@ pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport
         total,
         walk: summary,
         outcome,
-        locks: locks.into_inner().unwrap(),
+        locks: LockSet { maps: all.locks },
     })
 }
 

@@ -6,9 +6,9 @@
 //! ```
 
 use crate::replay::{check_io, replay_with, Order, Settings};
-use crate::trace::pages::{cache_report, open_traced};
+use crate::trace::pages::measured;
 use crate::trace::{Trace, TraceCacheReport};
-use crate::verb::{Observer, Tally};
+use crate::verb::Observer;
 
 /// Options of [`load_trace`].
 #[derive(Debug, Clone)]
@@ -59,22 +59,21 @@ pub fn load_trace(
 ) -> Result<TraceCacheReport, crate::Error> {
     opts.validate()?;
     let trace = &opts.trace;
-    // The clock starts before the first measure, which the report's time includes.
-    let tally = Tally::new();
-    let (files, ranges, before) = open_traced(trace)?;
-    let settings = Settings {
-        order: Order::Disk,
-        direct: false,
-        merge_gap: 0,
-        depth: Some(opts.depth),
-        max_request: LOAD_REQUEST,
-    };
-    let r = replay_with(trace, &files, &settings, observer)?;
-    for e in r.outcome.errors {
-        tally.error(e);
-    }
-    if r.outcome.interrupted {
-        tally.interrupt();
-    }
-    Ok(cache_report(&files, &ranges, before, tally))
+    measured(trace, |files, _, tally| {
+        let settings = Settings {
+            order: Order::Disk,
+            direct: false,
+            merge_gap: 0,
+            depth: Some(opts.depth),
+            max_request: LOAD_REQUEST,
+        };
+        let r = replay_with(trace, files, &settings, observer)?;
+        for e in r.outcome.errors {
+            tally.error(e);
+        }
+        if r.outcome.interrupted {
+            tally.interrupt();
+        }
+        Ok(())
+    })
 }

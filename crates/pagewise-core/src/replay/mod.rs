@@ -323,30 +323,41 @@ pub(crate) fn replay_with(
     })
 }
 
+/// A trace for tests (here and in the simulator's): version 1, 4 KiB pages, a file of each
+/// `(inode, size)` (device 0:0, no path), no events, no faults.
+#[cfg(test)]
+pub(crate) fn test_trace(files: &[(u64, u64)]) -> Trace {
+    Trace {
+        version: 1,
+        page_size: 4096,
+        lost_events: 0,
+        started_unix_ns: 0,
+        duration_ns: 0,
+        command: vec![],
+        files: files
+            .iter()
+            .map(|&(ino, size)| crate::trace::TraceFile {
+                dev_major: 0,
+                dev_minor: 0,
+                ino,
+                size,
+                path: None,
+                path_bytes: None,
+                deleted: false,
+            })
+            .collect(),
+        events: vec![],
+        faults: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Event, TraceError, TraceFile};
+    use crate::trace::{Event, TraceError};
 
     fn t(events: &[(u32, u64, u32)]) -> Trace {
         Trace {
-            version: 1,
-            page_size: 4096,
-            lost_events: 0,
-            started_unix_ns: 0,
-            duration_ns: 0,
-            command: vec![],
-            files: (0..2)
-                .map(|i| TraceFile {
-                    dev_major: 0,
-                    dev_minor: 0,
-                    ino: i,
-                    size: 0,
-                    path: None,
-                    path_bytes: None,
-                    deleted: false,
-                })
-                .collect(),
             events: events
                 .iter()
                 .enumerate()
@@ -358,7 +369,7 @@ mod tests {
                     pages,
                 })
                 .collect(),
-            faults: None,
+            ..test_trace(&[(0, 0), (1, 0)])
         }
     }
 

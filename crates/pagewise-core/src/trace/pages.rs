@@ -172,9 +172,23 @@ fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
 /// Traced byte ranges: `(file index, offset, length)`.
 pub(crate) type Ranges = Vec<(u32, u64, u64)>;
 
+/// What both trace-driven verbs (`evict --trace`, `load --trace`) do around their own work:
+/// the traced files opened and their ranges measured (the clock starts before, so the
+/// report's time includes it), `work` on them, with the tally of the run, then the report
+/// from the ranges measured again.
+pub(crate) fn measured(
+    trace: &Trace,
+    work: impl FnOnce(&OpenFiles, &Ranges, &Tally) -> Result<(), crate::Error>,
+) -> Result<TraceCacheReport, crate::Error> {
+    let tally = Tally::new();
+    let (files, ranges, before) = open_traced(trace)?;
+    work(&files, &ranges, &tally)?;
+    Ok(cache_report(&files, &ranges, before, tally))
+}
+
 /// What both trace-driven verbs start from: the traced files opened, their page ranges up to
 /// each file's size now, and what of those is cached now.
-pub(crate) fn open_traced(trace: &Trace) -> Result<(OpenFiles, Ranges, Cached), crate::Error> {
+fn open_traced(trace: &Trace) -> Result<(OpenFiles, Ranges, Cached), crate::Error> {
     let files = OpenFiles::open(trace, false);
     let ranges = file_ranges(trace, 0, &ends(trace, &files)?)?;
     let before = traced_cached(&files, &ranges);
@@ -182,7 +196,7 @@ pub(crate) fn open_traced(trace: &Trace) -> Result<(OpenFiles, Ranges, Cached), 
 }
 
 /// The report: the ranges measured again, against `before`.
-pub(crate) fn cache_report(
+fn cache_report(
     files: &OpenFiles,
     ranges: &[(u32, u64, u64)],
     before: Cached,

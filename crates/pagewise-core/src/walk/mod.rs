@@ -11,17 +11,19 @@ use crate::error::{ErrorLog, FileError, Op};
 use crate::sys::{self, DirReader, DirentType, OpenFlags, Stat};
 use crate::verb::{Observer, Tally};
 use filter::{build_globs, Filter};
-use queue::{Ancestors, Counters, DirJob, Job, OpenDir, Place, Queue};
+use queue::{Ancestors, Counters, DirJob, Job, OpenDir, Place};
 
 mod filter;
 mod queue;
+mod stack;
 use serde::Serialize;
+pub(crate) use stack::{JobStack, Plain, Taker};
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 /// How to walk. Built by the CLI from its flags.
 #[derive(Debug, Clone)]
@@ -150,7 +152,7 @@ const BATCH: usize = 256;
 struct Walker<'v, S, V> {
     opts: &'v WalkOptions,
     filter: Filter,
-    queue: Queue,
+    queue: JobStack<Job>,
     counters: Counters,
     links: Mutex<HashSet<(u64, u64)>>,
     seen_dirs: Mutex<HashSet<(u64, u64)>>,
@@ -187,10 +189,7 @@ where
             include: build_globs(&opts.include)?,
             exclude: build_globs(&opts.exclude)?,
         },
-        queue: Queue {
-            state: Mutex::new((Vec::new(), 0)),
-            cv: Condvar::new(),
-        },
+        queue: JobStack::default(),
         counters: Counters::default(),
         links: Mutex::new(HashSet::new()),
         seen_dirs: Mutex::new(HashSet::new()),
@@ -208,21 +207,7 @@ where
     let threads = opts.threads.max(1);
     std::thread::scope(|scope| {
         for _ in 0..threads {
-            scope.spawn(|| {
-                let mut state = init();
-                while let Some(job) = w.queue.pop() {
-                    // The job is marked done however it ends: a panic in it unwinds through
-                    // this guard, the other workers finish the queue, and the scope hands the
-                    // panic to the caller (without it they waited for this job forever).
-                    let _done = queue::Done(&w.queue);
-                    // Once a stop is asked, queued jobs are popped and dropped: the queue
-                    // drains and every worker ends.
-                    if !w.tally.stop_requested(w.observer) {
-                        w.run(&mut state, job);
-                    }
-                }
-                finish(state);
-            });
+            scope.spawn(|| w.work(&init, &finish));
         }
     });
     Ok(w.counters.summary())
@@ -263,10 +248,53 @@ pub fn walk_batched<B: Batched>(
     )
 }
 
+/// A [`Batched`] verb whose threads' batches fold into one at the end (evict, load).
+pub(crate) trait Merged: Batched {
+    /// Folds a finished thread's batch (drained) into `all`.
+    fn merge(&self, all: &mut Self::Local, local: Self::Local);
+}
+
+/// [`walk_batched`] for a [`Merged`] verb: the walk of the verb's roots with the verb's walk
+/// options, every thread's batch folded into one, returned with the walk's summary.
+pub(crate) fn walk_merged<B: Merged>(
+    roots: &[PathBuf],
+    opts: &WalkOptions,
+    tally: &Tally,
+    observer: &dyn Observer,
+    verb: &B,
+) -> Result<(B::Local, WalkSummary), crate::Error>
+where
+    B::Local: Send,
+{
+    let all = Mutex::new(B::Local::default());
+    let summary = walk_batched(roots, opts, tally, observer, verb, |local| {
+        let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+        verb.merge(&mut all, local);
+    })?;
+    Ok((all.into_inner().unwrap_or_else(|e| e.into_inner()), summary))
+}
+
 impl<S, V> Walker<'_, S, V>
 where
     V: Fn(&mut S, FileRef<'_>) + Sync,
 {
+    /// A worker thread: takes jobs until none is left, with its own state from `init`,
+    /// handed to `finish` at the end.
+    fn work(&self, init: &impl Fn() -> S, finish: &impl Fn(S)) {
+        let mut state = init();
+        // The job is marked done however it ends (see `Taken`): a panic in it unwinds
+        // through the guard, the other workers finish the stack, and the scope hands the
+        // panic to the caller.
+        while let Some((job, _taken)) = self.queue.take(&mut Plain) {
+            // Once a stop is asked, queued jobs are taken and dropped: the stack drains and
+            // every worker ends.
+            if !self.tally.stop_requested(self.observer) {
+                self.run(&mut state, job);
+            }
+        }
+        finish(state);
+    }
+
     fn start_root(&self, state: &mut S, idx: usize, root: &Path) {
         let st = match sys::stat_path(root, true) {
             Ok(s) => s,

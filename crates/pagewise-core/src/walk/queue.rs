@@ -1,12 +1,12 @@
-//! The walk's shared state: the LIFO job queue its workers take directories and batches of
-//! files from, and the counters of what it met.
+//! The walk's shared state: the jobs its workers take from the [`JobStack`](super::JobStack)
+//! (directories and batches of files), and the counters of what it met.
 
 use super::WalkSummary;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 #[derive(Default)]
 pub(super) struct Counters {
@@ -68,6 +68,7 @@ pub(super) struct OpenDir {
     pub(super) rel: Arc<PathBuf>,
 }
 
+/// A job of the walk: a directory to read, or a batch of a huge directory's files to visit.
 pub(super) enum Job {
     Dir(DirJob),
     Files {
@@ -77,52 +78,4 @@ pub(super) enum Job {
         names: Vec<CString>,
         root: usize,
     },
-}
-
-pub(super) struct Queue {
-    pub(super) state: Mutex<(Vec<Job>, usize)>,
-    pub(super) cv: Condvar,
-}
-
-impl Queue {
-    pub(super) fn push(&self, job: Job) {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .push(job);
-        self.cv.notify_one();
-    }
-    /// Takes a job, marking the taker active; None when no job is left and nobody can add one.
-    pub(super) fn pop(&self) -> Option<Job> {
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(j) = g.0.pop() {
-                g.1 += 1;
-                return Some(j);
-            }
-            if g.1 == 0 {
-                self.cv.notify_all();
-                return None;
-            }
-            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-    pub(super) fn done(&self) {
-        // Called while unwinding too (see `Done`): a poisoned lock must not panic again.
-        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        g.1 -= 1;
-        if g.1 == 0 && g.0.is_empty() {
-            self.cv.notify_all();
-        }
-    }
-}
-
-/// Marks the job a worker took as done when dropped: at its end, or when it panicked.
-pub(super) struct Done<'a>(pub(super) &'a Queue);
-
-impl Drop for Done<'_> {
-    fn drop(&mut self) {
-        self.0.done();
-    }
 }

@@ -1,15 +1,15 @@
-//! Reading back from disk without the cache: `--verify`'s digests of the copied files, and
-//! the comparisons of an existing destination with its source (content with `--checksum`,
-//! metadata under `preserve`) that decide whether it is left as it is.
+//! Reading back from disk without the cache (an [`UncachedReader`]): `--verify`'s digests of
+//! the copied files, and the comparisons of an existing destination with its source (content
+//! with `--checksum`, metadata under `preserve`) that decide whether it is left as it is.
 
 use crate::chunks::pieces;
-use crate::copy::engine::{read_direct, read_full, refused, ChunkHashes};
+use crate::copy::engine::ChunkHashes;
 use crate::copy::plan::FileTask;
 use crate::copy::worker::Digest;
 use crate::copy::{Ctx, EntryKind};
+use crate::dio::uncached::UncachedReader;
 use crate::error::{FileError, Op};
-use crate::residency::cached_pages;
-use crate::sys::{self, Advice, AlignedBuf};
+use crate::sys;
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -43,54 +43,10 @@ impl Ctx<'_> {
     }
 }
 
-/// A file read from disk, not from the cache, leaving the cache as it was: O_DIRECT where
-/// the filesystem takes it, else buffered reads whose pages are dropped after (see
-/// [`read_uncached`]).
-struct DiskReader {
-    direct: Option<OwnedFd>,
-    buffered: fs::File,
-    buf: AlignedBuf,
-    off_align: u64,
-}
-
-impl DiskReader {
-    /// Reads the open file `fd`; its O_DIRECT twin is opened through /proc/self/fd (the same
-    /// file, whatever its name is now).
-    fn open(fd: OwnedFd, chunk: usize) -> io::Result<Self> {
-        let direct = sys::open_read_direct(&sys::fd_path(fd.as_fd())).ok();
-        let buffered = fs::File::from(fd);
-        let (align, off_align) = direct
-            .as_ref()
-            .and_then(|d| sys::dio_align(d.as_fd()))
-            .map_or((4096, 4096), |(m, o)| (m as usize, o as u64));
-        Ok(DiskReader {
-            direct,
-            buffered,
-            buf: AlignedBuf::new(chunk, align.max(4096)),
-            off_align: off_align.max(512),
-        })
-    }
-
-    /// Reads `[off, off+len)` (`len` at most the chunk): the bytes read (fewer at the end).
-    fn read(&mut self, off: u64, len: u64) -> io::Result<&[u8]> {
-        let fd = self.buffered.as_fd();
-        let pread = |b: &mut [u8], o| sys::pread(fd, b, o);
-        let n = match &self.direct {
-            Some(d) => match read_direct(d.as_fd(), &mut self.buf, off, len, self.off_align) {
-                Ok(n) => n,
-                Err(e) if refused(&e) => read_full(&mut self.buf, off, len as usize, pread)?,
-                Err(e) => return Err(e),
-            },
-            None => read_uncached(fd, &mut self.buf, off, len)?,
-        };
-        Ok(&self.buf[..n])
-    }
-}
-
 /// Reads a whole file from disk, not from the cache, returning the chunk digest used by copy.
 fn digest_from_disk(fd: OwnedFd, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
     let hashes = ChunkHashes::default();
-    let mut r = DiskReader::open(fd, chunk)?;
+    let mut r = UncachedReader::open(fd, chunk)?;
     for (off, len) in pieces(extents, chunk as u64) {
         let data = r.read(off, len)?;
         if data.is_empty() {
@@ -110,7 +66,10 @@ fn same_bytes(a: OwnedFd, b: OwnedFd, chunk: usize) -> io::Result<bool> {
     if !other.is_file() || other.size != size {
         return Ok(false);
     }
-    let (mut ra, mut rb) = (DiskReader::open(a, chunk)?, DiskReader::open(b, chunk)?);
+    let (mut ra, mut rb) = (
+        UncachedReader::open(a, chunk)?,
+        UncachedReader::open(b, chunk)?,
+    );
     let mut off = 0;
     while off < size {
         let len = (size - off).min(chunk as u64);
@@ -204,19 +163,4 @@ impl Ctx<'_> {
         self.keep_file(&t.src, &t.dst, EntryKind::File);
         true
     }
-}
-
-/// Reads `[off, off+len)` of `fd` from disk without O_DIRECT: cached pages are written back
-/// and dropped first (they cannot be re-read from disk otherwise), and what the read brings
-/// in is dropped after.
-fn read_uncached(fd: BorrowedFd<'_>, buf: &mut [u8], off: u64, len: u64) -> io::Result<usize> {
-    let was = cached_pages(fd, off, len).unwrap_or(1);
-    if was > 0 {
-        let flags = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | sys::SFR_WAIT_AFTER;
-        sys::sync_file_range(fd, off, len, flags)?;
-        sys::fadvise(fd, off, len, Advice::DontNeed)?;
-    }
-    let n = read_full(buf, off, len as usize, |b, o| sys::pread(fd, b, o))?;
-    sys::fadvise(fd, off, len, Advice::DontNeed)?;
-    Ok(n)
 }

@@ -71,7 +71,7 @@ impl Planner<'_> {
         };
         let mut subdirs = self.plan_entries(&e, sides, names, &up);
         subdirs.reverse();
-        self.shared.push(subdirs);
+        self.shared.jobs.push_all(subdirs);
         if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
             self.flush();
         }

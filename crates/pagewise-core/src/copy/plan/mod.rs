@@ -75,7 +75,7 @@ pub(super) fn plan(
     let mut top = Planner::new(ctx, &shared, tx.clone());
     for (src, dst) in targets {
         if let Some(job) = top.root(src, dst) {
-            shared.push(vec![job]);
+            shared.jobs.push_all(vec![job]);
         }
     }
     top.flush();
