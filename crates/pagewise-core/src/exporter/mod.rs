@@ -11,6 +11,7 @@
 //! Cardinality is bounded by the configuration: one series per path and figure, the top N
 //! files per path, the cgroups down to a depth.
 
+mod head;
 pub mod http;
 pub mod metrics;
 
