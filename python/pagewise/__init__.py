@@ -599,6 +599,14 @@ def copy(
     threads: int = 16,
     depth: int = 8,
     chunk: SizeArg = "4M",
+    filters: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    delete_excluded: bool = False,
+    one_file_system: bool = False,
+    max_size: Optional[SizeArg] = None,
+    min_size: Optional[SizeArg] = None,
+    bwlimit: Optional[SizeArg] = None,
+    ionice: Optional[str] = None,
     progress: Optional[ProgressCallback] = None,
 ) -> CopyReport:
     """Copy files and trees at device speed, leaving the page cache as it was
@@ -635,6 +643,17 @@ def copy(
     :param threads: files copied in parallel (``--threads``).
     :param depth: I/Os in flight within one large file (``--depth``).
     :param chunk: bytes per I/O, a multiple of 4 KiB (``--chunk``).
+    :param filters: rsync filter rules in order (``-f``: ``"- *.tmp"``, ``"+ keep/"``,
+        ``"- *"``; the first match decides, an excluded directory is not entered).
+    :param exclude: patterns to leave out, after ``filters`` (``--exclude``, rsync's rules).
+    :param delete_excluded: with ``delete``, also remove excluded destination entries
+        (``--delete-excluded``; implies ``delete``).
+    :param one_file_system: do not cross file systems: a mount point is copied empty (``-x``).
+    :param max_size: leave out regular files larger than this (``--max-size``).
+    :param min_size: leave out regular files smaller than this (``--min-size``).
+    :param bwlimit: move at most this many bytes per second (``"50M"``; ``--bwlimit``).
+    :param ionice: the copy's I/O priority, ``"idle"`` or ``"best-effort[:0-7]"``
+        (``--ionice``).
 
     Files are written under a temporary and linked into place only when complete: an
     interrupted copy (Ctrl-C) leaves no half file. Options that contradict each other
@@ -662,6 +681,14 @@ def copy(
         "threads": threads,
         "depth": depth,
         "chunk": chunk,
+        "filters": [os.fsencode(r) for r in filters],
+        "exclude": [os.fsencode(p) for p in exclude],
+        "delete_excluded": delete_excluded,
+        "one_file_system": one_file_system,
+        "max_size": max_size,
+        "min_size": min_size,
+        "bwlimit": bwlimit,
+        "ionice": ionice,
     }
     return CopyReport(_pagewise.copy(_paths(sources), os.fsencode(dest), args, progress))
 

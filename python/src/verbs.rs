@@ -7,7 +7,10 @@ use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
 use pagewise_core::cgroup::{CgroupStat, CgroupsOptions};
-use pagewise_core::copy::{CopyItem, CopyOptions, Dereference, Existing, Strategy};
+use pagewise_core::copy::limits::parse_io_priority;
+use pagewise_core::copy::{
+    CopyItem, CopyOptions, Dereference, Existing, Filters, RuleKind, Strategy,
+};
 use pagewise_core::evict::{EvictOptions, TraceEvictOptions};
 use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
@@ -228,9 +231,33 @@ pub struct CopyArgs<'py> {
     threads: usize,
     depth: usize,
     chunk: Bound<'py, PyAny>,
+    filters: Vec<Vec<u8>>,
+    exclude: Vec<Vec<u8>>,
+    delete_excluded: bool,
+    one_file_system: bool,
+    max_size: Option<Bound<'py, PyAny>>,
+    min_size: Option<Bound<'py, PyAny>>,
+    bwlimit: Option<Bound<'py, PyAny>>,
+    ionice: Option<String>,
 }
 
 impl CopyArgs<'_> {
+    /// rsync's rules: `filters` (rsync --filter rules) in order, then `exclude` patterns.
+    fn filters(&self) -> PyResult<Filters> {
+        let mut f = Filters::new(self.delete_excluded);
+        for r in &self.filters {
+            f.add(RuleKind::Filter, r).map_err(value_error)?;
+        }
+        for p in &self.exclude {
+            f.add(RuleKind::Exclude, p).map_err(value_error)?;
+        }
+        Ok(f)
+    }
+
+    /// An optional size argument (`max_size`, `bwlimit`): a number of bytes or "50M".
+    fn size(what: &str, v: &Option<Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+        v.as_ref().map(|v| convert::size(what, v)).transpose()
+    }
     /// What to do with existing destinations: the library's rule (`-c` over `-u` over
     /// `--no-clobber`, which goes with neither).
     fn existing(&self) -> PyResult<Existing> {
@@ -298,7 +325,6 @@ pub fn copy<'py>(
         dereference: args.dereference()?,
         no_target_directory: args.no_target_directory,
         existing: args.existing()?,
-        delete: args.delete,
         dry_run: args.dry_run,
         items,
         preallocate: !args.no_preallocate,
@@ -308,6 +334,18 @@ pub fn copy<'py>(
         depth: convert::at_most("depth", args.depth, convert::MAX_DEPTH)?,
         chunk: convert::at_most("chunk", chunk, convert::MAX_REQUEST)? as usize,
         named_temp: args.named_temp,
+        filters: args.filters()?,
+        one_file_system: args.one_file_system,
+        max_size: CopyArgs::size("max_size", &args.max_size)?,
+        min_size: CopyArgs::size("min_size", &args.min_size)?,
+        bwlimit: CopyArgs::size("bwlimit", &args.bwlimit)?.filter(|&r| r > 0),
+        io_priority: args
+            .ionice
+            .as_deref()
+            .map(parse_io_priority)
+            .transpose()
+            .map_err(|e| PyValueError::new_err(format!("ionice: {e}")))?,
+        delete: args.delete || args.delete_excluded,
         ..CopyOptions::default()
     };
     let keep: Mutex<Vec<CopyItem>> = Mutex::default();

@@ -2,15 +2,17 @@
 
 use super::args::parse_size_arg;
 use super::copy_log::{self, CopyLog};
-use super::copy_rules::{filters, rsync_size, rule, rule_file, Rule};
+use super::copy_rules::{filters, rsync_rate, rsync_size, rule, rule_file, Rule};
 use super::exit::{CliError, ExitCode};
 use super::progress::{ProgressLine, Show};
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
+use pagewise_core::copy::limits::parse_io_priority as io_priority;
 use pagewise_core::copy::{
     self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, RuleKind,
     Strategy,
 };
+use pagewise_core::sys::IoPriority;
 use pagewise_core::{sys, Error, FileResult, Progress, Watch};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
@@ -156,6 +158,14 @@ pub struct CopyArgs {
     /// Say which strategy each kind of file used
     #[arg(short = 'v', long)]
     pub verbose: bool,
+    /// Move at most RATE per second, all files together (rsync --bwlimit: a number in KiB, or
+    /// with a unit: 50M, 1.5G; 0 for no limit)
+    #[arg(long, value_name = "RATE", value_parser = rsync_rate)]
+    pub bwlimit: Option<u64>,
+    /// The copy's I/O priority (ionice): idle (only when the disk is otherwise idle) or
+    /// best-effort[:0-7] (0 first, 7 last; every process has 4)
+    #[arg(long, value_name = "CLASS", value_parser = io_priority)]
+    pub ionice: Option<IoPriority>,
     /// Print nothing but errors (rsync -q): no summary, no notes
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -317,6 +327,8 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         one_file_system: a.one_file_system,
         max_size: a.max_size,
         min_size: a.min_size,
+        bwlimit: a.bwlimit.filter(|&r| r > 0),
+        io_priority: a.ionice,
         sources: sources.to_vec(),
         dest: dest.clone(),
         strategy: a.cache.into(),

@@ -62,6 +62,14 @@ pub fn rsync_size(s: &str) -> Result<u64, String> {
     })
 }
 
+/// A rate as rsync's --bwlimit reads it (a bare number is KiB per second).
+pub fn rsync_rate(s: &str) -> Result<u64, String> {
+    copy::limits::parse_rsync_size(s, b'k', "bwlimit").map_err(|e| match e {
+        Error::Invalid { message, .. } => message,
+        e => e.to_string(),
+    })
+}
+
 /// The filter rules of the command line, in the order given.
 pub fn filters(a: &CopyArgs) -> Result<Filters, Error> {
     let mut all: Vec<&Rule> = [

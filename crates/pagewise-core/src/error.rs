@@ -123,6 +123,8 @@ pub enum Op {
     Ftruncate,
     /// `fsync`
     Fsync,
+    /// `ioprio_set`
+    IoprioSet,
     /// `fdatasync`
     Fdatasync,
     /// `mkdir`
@@ -220,6 +222,7 @@ impl Op {
             Op::CopyFileRange => "copy_file_range",
             Op::Ftruncate => "ftruncate",
             Op::Fsync => "fsync",
+            Op::IoprioSet => "ioprio_set",
             Op::Fdatasync => "fdatasync",
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",

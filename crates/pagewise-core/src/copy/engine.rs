@@ -103,6 +103,8 @@ pub(super) struct Job<'a> {
     pub hasher: Option<&'a ChunkHashes>,
     /// Source pages cached before the copy (cachestat of the whole file; None if unknown).
     pub src_cached_before: Option<u64>,
+    /// The copy's bandwidth limit, which each chunk waits for before it moves.
+    pub pace: Option<&'a super::limits::Bandwidth>,
 }
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
@@ -148,7 +150,8 @@ where
     F: Fn(&mut AlignedBuf, u64, u64) -> Result<(), Moved> + Sync,
 {
     let work = |buf: &mut AlignedBuf, off, len| {
-        if job.tally.stop_requested(job.observer) {
+        let stop = || job.tally.stop_requested(job.observer);
+        if stop() || job.pace.is_some_and(|b| !b.take(len, stop)) {
             return Err(Moved::Interrupted);
         }
         work(buf, off, len)

@@ -1,9 +1,78 @@
 //! Sizes as rsync reads them (`--max-size`, `--min-size`, `--bwlimit`): a number with an
 //! optional fraction, a unit (`b`, `k`, `m`, `g`, `t`, `p`, any case) that counts in 1024s,
 //! or in 1000s when followed by `b` (`kb`, `MB`), `ib` allowed (`KiB`), and an optional
-//! `+1` or `-1` ("just over", "just under").
+//! `+1` or `-1` ("just over", "just under"). And the bandwidth limit (`--bwlimit`):
+//! [`Bandwidth`].
 
 use crate::error::Error;
+use crate::sys::IoPriority;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// An I/O priority as ionice(1) names its classes: `idle` (3), `best-effort[:LEVEL]` (2,
+/// also `be`), LEVEL 0-7.
+pub fn parse_io_priority(s: &str) -> Result<IoPriority, String> {
+    let (class, level) = match s.split_once(':') {
+        Some((c, l)) => (c, Some(l)),
+        None => (s, None),
+    };
+    match (class, level) {
+        ("idle" | "3", None) => Ok(IoPriority::Idle),
+        ("best-effort" | "be" | "2", None) => Ok(IoPriority::BestEffort(4)),
+        ("best-effort" | "be" | "2", Some(l)) => match l.parse::<u8>() {
+            Ok(n) if n <= 7 => Ok(IoPriority::BestEffort(n)),
+            _ => Err(format!("{l:?} is not a level 0-7")),
+        },
+        ("realtime" | "1", _) => {
+            Err("the realtime class is not offered (it can starve the system)".into())
+        }
+        _ => Err(format!("{s:?}: use idle or best-effort[:0-7]")),
+    }
+}
+
+/// A bandwidth limit shared by every thread of a copy: each chunk reserves its time on one
+/// clock before it moves (`bytes / rate` after the previous reservation, never before now), so
+/// over any window the bytes moved are at most the rate times the window plus the chunks in
+/// flight, and idle time earns no burst.
+#[derive(Debug)]
+pub struct Bandwidth {
+    bytes_per_s: f64,
+    next: Mutex<Option<Instant>>,
+}
+
+/// Longest single sleep while waiting for a reservation (a stop is seen within it).
+const NAP: Duration = Duration::from_millis(50);
+
+impl Bandwidth {
+    /// A limit of `bytes_per_s` (at least 1).
+    pub fn new(bytes_per_s: u64) -> Self {
+        Bandwidth {
+            bytes_per_s: bytes_per_s.max(1) as f64,
+            next: Mutex::new(None),
+        }
+    }
+
+    /// Waits until `bytes` may move; returns early (false) when `stop()` says so.
+    pub fn take(&self, bytes: u64, stop: impl Fn() -> bool) -> bool {
+        let start = {
+            let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let start = next.map_or(now, |n| n.max(now));
+            *next = Some(start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s));
+            start
+        };
+        loop {
+            let now = Instant::now();
+            if now >= start {
+                return true;
+            }
+            if stop() {
+                return false;
+            }
+            std::thread::sleep((start - now).min(NAP));
+        }
+    }
+}
 
 /// Parses an rsync size argument; `default_unit` applies to a bare number (`b` for sizes,
 /// `k` for `--bwlimit`). `option` names the option in the error.
@@ -95,6 +164,41 @@ mod tests {
             parse_rsync_size("50M", b'k', "bwlimit").ok(),
             Some(50 << 20)
         );
+    }
+
+    #[test]
+    fn bandwidth_holds_the_rate_across_threads() {
+        let b = Bandwidth::new(40 << 20);
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..5 {
+                        b.take(1 << 20, || false);
+                    }
+                });
+            }
+        });
+        // 20 MiB at 40 MiB/s: the last reservation starts at 19/40 s.
+        let took = t.elapsed().as_secs_f64();
+        assert!((0.47..0.7).contains(&took), "{took}");
+        let slow = Bandwidth::new(1);
+        slow.take(10, || false);
+        assert!(!slow.take(1, || true), "a stop ends the wait");
+    }
+
+    #[test]
+    fn io_priorities_as_ionice_names_them() {
+        assert_eq!(parse_io_priority("idle"), Ok(IoPriority::Idle));
+        assert_eq!(parse_io_priority("3"), Ok(IoPriority::Idle));
+        assert_eq!(parse_io_priority("be"), Ok(IoPriority::BestEffort(4)));
+        assert_eq!(
+            parse_io_priority("best-effort:7"),
+            Ok(IoPriority::BestEffort(7))
+        );
+        for bad in ["idle:1", "be:8", "realtime", "1", "", "x"] {
+            assert!(parse_io_priority(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

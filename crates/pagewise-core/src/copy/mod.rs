@@ -92,6 +92,8 @@ struct Ctx<'a> {
     final_pass: AtomicBool,
     /// Destination names, resolved without following symlinks.
     dest: dest::Dest,
+    /// `--bwlimit`: every chunk and small-file batch waits for its turn.
+    bandwidth: Option<limits::Bandwidth>,
 }
 
 impl<'a> Ctx<'a> {
@@ -115,6 +117,15 @@ impl<'a> Ctx<'a> {
             no_space: Mutex::new(Vec::new()),
             final_pass: AtomicBool::new(false),
             dest,
+            bandwidth: opts.bwlimit.map(limits::Bandwidth::new),
+        }
+    }
+
+    /// Waits for `bytes` under the bandwidth limit; false when the copy stops meanwhile.
+    fn pace(&self, bytes: u64) -> bool {
+        match &self.bandwidth {
+            Some(b) => b.take(bytes, || self.stopped()),
+            None => true,
         }
     }
 
@@ -202,6 +213,28 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// The calling thread's I/O priority while a copy runs: set, then restored on drop.
+struct IoPriorityGuard(sys::IoPriority);
+
+impl IoPriorityGuard {
+    fn set(p: sys::IoPriority) -> Result<Self, Error> {
+        let io = |source| Error::Io {
+            path: "ioprio".into(),
+            op: crate::error::Op::IoprioSet,
+            source,
+        };
+        let before = sys::io_priority(0).map_err(io)?;
+        sys::set_io_priority(0, p).map_err(io)?;
+        Ok(IoPriorityGuard(before))
+    }
+}
+
+impl Drop for IoPriorityGuard {
+    fn drop(&mut self) {
+        let _ = sys::set_io_priority(0, self.0);
+    }
+}
+
 /// Copies `options.sources` to `options.dest` (cp -a / rsync -a style, see the module doc).
 ///
 /// Fatal errors (invalid options, several sources and a destination that is not a directory)
@@ -229,6 +262,12 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     let targets = plan_targets(&options.sources, &options.dest, options.no_target_directory)?;
     let umask = finish::umask();
     let follow_roots = options.dereference != Dereference::Never;
+    // The I/O priority is set on this thread before any other starts (they inherit it) and
+    // this thread's own is given back at the end.
+    let _io_priority = match options.io_priority {
+        Some(p) => Some(IoPriorityGuard::set(p)?),
+        None => None,
+    };
     let ctx = Ctx::new(options, observer, dest::Dest::new(&targets, follow_roots));
     if !options.no_target_directory {
         for (src, dst) in &targets {

@@ -66,6 +66,12 @@ pub struct CopyOptions {
     pub max_size: Option<u64>,
     /// Regular files smaller than this are not copied (rsync --min-size). Default: None.
     pub min_size: Option<u64>,
+    /// Move at most this many bytes per second, all files together (rsync --bwlimit; held
+    /// over any window of seconds). Default: None (no limit).
+    pub bwlimit: Option<u64>,
+    /// The I/O priority of the copy's threads (ionice): `Idle` yields the disk to every
+    /// other process. Default: None (inherited). The calling thread's own is restored after.
+    pub io_priority: Option<crate::sys::IoPriority>,
 }
 
 /// What `copy` does with a destination file, symlink or special file that exists already.
@@ -206,6 +212,8 @@ impl Default for CopyOptions {
             one_file_system: false,
             max_size: None,
             min_size: None,
+            bwlimit: None,
+            io_priority: None,
         }
     }
 }

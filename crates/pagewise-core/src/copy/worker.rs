@@ -158,6 +158,9 @@ impl Ctx<'_> {
             return;
         }
         let total: usize = open.iter().map(|o| o.st.size as usize).sum();
+        if !self.pace(total as u64) {
+            return;
+        }
         if w.buf.len() < total {
             w.buf = AlignedBuf::new(total.next_multiple_of(1 << 20), 4096);
         }
@@ -471,6 +474,7 @@ impl Ctx<'_> {
                 tally: &self.tally,
                 hasher: hashes,
                 src_cached_before: o.src_cached,
+                pace: self.bandwidth.as_ref(),
             };
             if let Some(h) = hashes {
                 h.parts.lock().unwrap().clear();

@@ -1,5 +1,5 @@
 //! The process: kill(2), prctl(2), getrlimit(2), mlock(2), eventfd(2), poll(2),
-//! clock_gettime(2), mount(2), scheduling classes, pidfds and process_madvise(2), the page
+//! clock_gettime(2), mount(2), scheduling classes, I/O priorities (ioprio_set(2)), pidfds and process_madvise(2), the page
 //! size, through rustix where it has them. Signal handling is in `signal`; what /proc says
 //! about processes is read by [`crate::procfs`].
 #![allow(unsafe_code)]
@@ -450,6 +450,75 @@ pub fn set_thread_latency(tid: u32, nice: i32, slice_ns: u64) -> io::Result<()> 
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// An I/O priority (ioprio(7)): what the block layer's schedulers (BFQ, mq-deadline)
+/// order requests by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoPriority {
+    /// `IOPRIO_CLASS_IDLE`: served only when no other I/O wants the disk.
+    Idle,
+    /// `IOPRIO_CLASS_BE` at a level 0 (first) to 7 (last); 4 is the default of every process.
+    BestEffort(u8),
+    /// What `ioprio_get` returns for a thread that set none (class NONE: from its nice value).
+    Default,
+}
+
+const IOPRIO_CLASS_SHIFT: u32 = 13;
+const IOPRIO_WHO_PROCESS: libc::c_int = 1;
+
+impl IoPriority {
+    fn value(self) -> libc::c_int {
+        let (class, level) = match self {
+            IoPriority::Idle => (3, 0),
+            IoPriority::BestEffort(l) => (2, u32::from(l.min(7))),
+            IoPriority::Default => (0, 0),
+        };
+        ((class << IOPRIO_CLASS_SHIFT) | level) as libc::c_int
+    }
+    fn from_value(v: libc::c_int) -> IoPriority {
+        let v = v as u32;
+        match v >> IOPRIO_CLASS_SHIFT {
+            3 => IoPriority::Idle,
+            2 => IoPriority::BestEffort((v & 7) as u8),
+            _ => IoPriority::Default,
+        }
+    }
+}
+
+/// `int ioprio_set(IOPRIO_WHO_PROCESS, tid, ioprio)` —
+/// <https://man7.org/linux/man-pages/man2/ioprio_set.2.html> (Linux 2.6.13), through
+/// syscall(2) (glibc has no wrapper, rustix no call): sets thread `tid`'s I/O priority (0: the
+/// calling thread). Threads it creates afterwards inherit it (their io_context is copied at
+/// clone), and so do io_uring's workers, which share their creator's.
+pub fn set_io_priority(tid: u32, prio: IoPriority) -> io::Result<()> {
+    // SAFETY: plain integer arguments; the kernel checks the thread and the permission.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioprio_set,
+            IOPRIO_WHO_PROCESS,
+            tid as libc::c_int,
+            prio.value(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `int ioprio_get(IOPRIO_WHO_PROCESS, tid)` —
+/// <https://man7.org/linux/man-pages/man2/ioprio_get.2.html>: thread `tid`'s I/O priority
+/// (0: the calling thread).
+pub fn io_priority(tid: u32) -> io::Result<IoPriority> {
+    // SAFETY: plain integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_ioprio_get, IOPRIO_WHO_PROCESS, tid as libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(IoPriority::from_value(r as libc::c_int))
     }
 }
 

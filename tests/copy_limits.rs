@@ -1,0 +1,117 @@
+//! `copy --bwlimit` and `--ionice`, checked with what the kernel reports: the bytes the
+//! process wrote (`wchar` of /proc/PID/io) over time, and the I/O priority of each of its
+//! threads (ioprio_get).
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+/// `wchar` of /proc/PID/io: bytes the process passed to write calls.
+fn wchar(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The I/O priority class of each thread of `pid` (ioprio_get; 3 is idle).
+fn io_classes(pid: u32) -> Vec<i64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
+        .map(|tid| {
+            // SAFETY: ioprio_get(IOPRIO_WHO_PROCESS, tid) takes plain integers.
+            let v = unsafe { libc::syscall(libc::SYS_ioprio_get, 1, tid) };
+            if v < 0 {
+                -1
+            } else {
+                v >> 13
+            }
+        })
+        .collect()
+}
+
+/// 1 GiB at `--bwlimit 50M` takes 20.5 s (19.5–21.5), no 10 s window moves more than 5 %
+/// over the rate, and with `--ionice idle` every thread of the copy is in the idle class.
+#[test]
+fn bandwidth_limit_and_io_priority() {
+    let t = tmp();
+    let src = t.path().join("one-gib");
+    write_file(&src, 1 << 30);
+    sync_and_evict(&src);
+    let dst = t.path().join("copy");
+    let start = Instant::now();
+    let mut child = bin()
+        .args(["copy", "--bwlimit", "50M", "--ionice", "idle", "-q"])
+        .arg(&src)
+        .arg(&dst)
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut samples: Vec<(f64, u64)> = Vec::new();
+    let mut classes = Vec::new();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if let Some(w) = wchar(pid) {
+            samples.push((start.elapsed().as_secs_f64(), w));
+        }
+        if samples.len() == 10 {
+            classes = io_classes(pid);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still copying after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let took = start.elapsed().as_secs_f64();
+    assert!(status.success());
+    assert!(same(&src, &dst));
+    assert!(
+        (19.5..=21.5).contains(&took),
+        "1 GiB at 50 MiB/s took {took:.2} s"
+    );
+    let rate = 50.0 * 1024.0 * 1024.0;
+    let mut worst: f64 = 0.0;
+    for (i, &(t0, w0)) in samples.iter().enumerate() {
+        if let Some(&(t1, w1)) = samples[i..].iter().find(|(t1, _)| t1 - t0 >= 10.0) {
+            worst = worst.max((w1 - w0) as f64 / (t1 - t0) / rate);
+        }
+    }
+    eprintln!(
+        "1 GiB at --bwlimit 50M: {took:.2} s; busiest 10 s window {worst:.3}x the limit; \
+         thread I/O classes {classes:?}"
+    );
+    assert!(worst > 0.0, "no 10 s window sampled: {samples:?}");
+    assert!(worst <= 1.05, "a 10 s window moved {worst:.3}x the limit");
+    assert!(
+        !classes.is_empty() && classes.iter().all(|&c| c == 3),
+        "{classes:?}"
+    );
+}
+
+#[test]
+fn bad_rates_and_classes_are_refused() {
+    let t = tmp();
+    let src = t.path().join("f");
+    write_file(&src, 10);
+    for (flag, value) in [
+        ("--bwlimit", "fast"),
+        ("--ionice", "realtime"),
+        ("--ionice", "best-effort:9"),
+        ("--ionice", "idle:3"),
+    ] {
+        let out = run(bin()
+            .arg("copy")
+            .args([flag, value])
+            .arg(&src)
+            .arg(t.path().join("d")));
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}");
+        assert!(stderr(&out).contains(flag), "{}", stderr(&out));
+    }
+}
