@@ -95,6 +95,14 @@ fn both(src: &Path, a: &Path, b: &Path, args: &[&str]) -> (Vec<String>, Vec<Stri
     (listing(a), listing(b))
 }
 
+/// [`both`] into `r{i}` and `p{i}` below `base`, asserting the two trees are the same.
+fn same_as_rsync(base: &Path, src: &Path, i: usize, rules: &[&str]) {
+    let a = base.join(format!("r{i}"));
+    let b = base.join(format!("p{i}"));
+    let (ra, pb) = both(src, &a, &b, rules);
+    assert_eq!(ra, pb, "rules {rules:?}: rsync (left) and pagewise (right) differ");
+}
+
 /// The rule sets compared: rsync's man-page forms and combinations.
 const RULE_SETS: &[&[&str]] = &[
     &["--exclude", "*.o"],
@@ -136,13 +144,7 @@ fn filters_leave_the_same_tree_as_rsync() {
     let src = t.path().join("src");
     tree(&src);
     for (i, rules) in RULE_SETS.iter().enumerate() {
-        let a = t.path().join(format!("r{i}"));
-        let b = t.path().join(format!("p{i}"));
-        let (ra, pb) = both(&src, &a, &b, rules);
-        assert_eq!(
-            ra, pb,
-            "rules {rules:?}: rsync (left) and pagewise (right) differ"
-        );
+        same_as_rsync(t.path(), &src, i, rules);
     }
 }
 
@@ -170,10 +172,7 @@ fn rule_files_as_rsync_reads_them() {
         &["--filter", &format!("merge,- {ex_s}")],
     ];
     for (i, rules) in sets.iter().enumerate() {
-        let a = t.path().join(format!("r{i}"));
-        let b = t.path().join(format!("p{i}"));
-        let (ra, pb) = both(&src, &a, &b, rules);
-        assert_eq!(ra, pb, "rules {rules:?}");
+        same_as_rsync(t.path(), &src, i, rules);
     }
 }
 
@@ -228,11 +227,7 @@ fn delete_with_excluded_files_as_rsync() {
                 write_file(&p, size);
             }
         }
-        let (ra, pb) = both(&src, &a, &b, rules);
-        assert_eq!(
-            ra, pb,
-            "rules {rules:?}: rsync (left) and pagewise (right) differ"
-        );
+        same_as_rsync(t.path(), &src, i, rules);
     }
 }
 
@@ -252,10 +247,7 @@ fn size_limits_as_rsync() {
         &["--min-size", "1kb"],
     ];
     for (i, rules) in sets.iter().enumerate() {
-        let a = t.path().join(format!("r{i}"));
-        let b = t.path().join(format!("p{i}"));
-        let (ra, pb) = both(&src, &a, &b, rules);
-        assert_eq!(ra, pb, "rules {rules:?}");
+        same_as_rsync(t.path(), &src, i, rules);
     }
 }
 

@@ -175,21 +175,23 @@ fn read_piece(
     align: usize,
     bounce: Option<&mut Option<AlignedBuf>>,
 ) -> io::Result<usize> {
-    let Some(bounce) = bounce else {
-        return pread_full(fd, piece, pos, align).map_err(|e| fail(path, Op::PreadDirect, e));
-    };
-    let b = match bounce {
-        Some(b) => b,
-        None => {
-            let b = AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize))
-                .map_err(|e| fail(path, Op::PosixMemalign, e))?;
-            bounce.insert(b)
+    let read = match bounce {
+        None => pread_full(fd, piece, pos, align),
+        Some(bounce) => {
+            let b = match bounce {
+                Some(b) => b,
+                None => {
+                    let b = AlignedBuf::try_alloc(PIECE, align.max(sys::page_size() as usize))
+                        .map_err(|e| fail(path, Op::PosixMemalign, e))?;
+                    bounce.insert(b)
+                }
+            };
+            let len = piece.len();
+            pread_full(fd, &mut b[..len], pos, align)
+                .inspect(|&got| piece[..got].copy_from_slice(&b[..got]))
         }
     };
-    let len = piece.len();
-    pread_full(fd, &mut b[..len], pos, align)
-        .inspect(|&got| piece[..got].copy_from_slice(&b[..got]))
-        .map_err(|e| fail(path, Op::PreadDirect, e))
+    read.map_err(|e| fail(path, Op::PreadDirect, e))
 }
 
 /// The middle: whole blocks at an aligned offset, in [`PIECE`]s, `depth` in flight.

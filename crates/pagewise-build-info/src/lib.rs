@@ -86,7 +86,15 @@ fn git_commit(dir: &Path) -> Option<String> {
 
 /// `YYYY-MM-DD` of a Unix time, UTC (Howard Hinnant's days-to-civil).
 fn civil_date(secs: i64) -> String {
-    let z = secs.div_euclid(86_400) + 719_468;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// The proleptic Gregorian date `(year, month, day)` of day `days` since 1970-01-01 (Howard
+/// Hinnant's civil_from_days): what the build date and the CLI's UTC log times are written
+/// with, no time-zone database needed.
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
     let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
@@ -94,8 +102,7 @@ fn civil_date(secs: i64) -> String {
     let mp = (5 * doy + 2) / 153;
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 #[cfg(test)]
