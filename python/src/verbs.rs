@@ -66,6 +66,16 @@ fn watch(c: &Control) -> Watch<'_> {
     }
 }
 
+/// Runs the library call `verb` on a worker thread ([`wait::run`]) with the [`watch`]
+/// observer of its [`Control`]; its error becomes the Python exception ([`errors::to_py`]).
+fn run_watched<'py, T: Send>(
+    py: Python<'py>,
+    progress: Option<&Bound<'py, PyAny>>,
+    verb: impl FnOnce(&dyn Observer) -> Result<T, pagewise_core::Error> + Send,
+) -> PyResult<T> {
+    wait::run(py, progress, |c| verb(&watch(c)))?.map_err(|e| errors::to_py(py, e))
+}
+
 /// `stat(roots, walk, files, progress)`: the report; with `files`, each file's line in a
 /// `files` list sorted by path, as `pagewise stat --json -l` adds it.
 #[pyfunction]
@@ -133,10 +143,7 @@ pub fn evict<'py>(
         why,
         files: false,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::evict::evict(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::evict::evict(&opts, o))?;
     report(py, &r)
 }
 
@@ -191,10 +198,7 @@ pub fn load<'py>(
         window: convert::size("window", &window)?,
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
-    let mut r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::load::load(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let mut r = run_watched(py, progress.as_ref(), |o| pagewise_core::load::load(&opts, o))?;
     let locks = std::mem::take(&mut r.locks);
     let dict = report(py, &r)?;
     let held = if lock {
@@ -415,16 +419,15 @@ pub fn cgroups<'py>(
             "cgroups: a path and self=True cannot be combined",
         ));
     }
-    let r = wait::run(py, None, |c| {
+    let mut r = run_watched(py, None, |o| {
         let root = if own {
             Some(pagewise_core::cgroup::own_memory_cgroup()?)
         } else {
             root.map(convert::path)
         };
         let opts = CgroupsOptions { root, max_depth };
-        pagewise_core::cgroup::cgroups(&opts, &watch(c))
+        pagewise_core::cgroup::cgroups(&opts, o)
     })?;
-    let mut r = r.map_err(|e| errors::to_py(py, e))?;
     if name != "tree" {
         // Stable: ties keep tree order.
         r.groups
@@ -549,10 +552,7 @@ pub fn replay<'py>(
             max_request,
             runs: args.runs,
         };
-        let r = wait::run(py, progress.as_ref(), |c| {
-            pagewise_core::replay::compare(&opts, &watch(c))
-        })?
-        .map_err(|e| errors::to_py(py, e))?;
+        let r = run_watched(py, progress.as_ref(), |o| pagewise_core::replay::compare(&opts, o))?;
         return report(py, &r);
     }
     let opts = ReplayOptions {
@@ -563,10 +563,7 @@ pub fn replay<'py>(
         depth: args.depth,
         max_request,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::replay::replay(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::replay::replay(&opts, o))?;
     report(py, &r)
 }
 
@@ -583,10 +580,7 @@ pub fn evict_trace<'py>(
         trace: trace.inner.as_ref().clone(),
         dry_run,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::evict::evict_trace(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::evict::evict_trace(&opts, o))?;
     report(py, &r)
 }
 
@@ -603,10 +597,7 @@ pub fn load_trace<'py>(
         trace: trace.inner.as_ref().clone(),
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::load::load_trace(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::load::load_trace(&opts, o))?;
     report(py, &r)
 }
 
