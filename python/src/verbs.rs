@@ -2,7 +2,7 @@
 //! call on a worker thread ([`wait::run`]) and returns its report as the CLI's `--json`
 //! document (a dict the Python layer wraps in a report class). No logic of their own.
 
-use crate::convert::{self, report};
+use crate::convert::{self, report, WalkArgs};
 use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
@@ -16,46 +16,12 @@ use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
 use pagewise_core::stat::{ChargeOptions, FileCharge, FileStat, StatOptions};
 use pagewise_core::trace::{FollowOptions, RecordOptions};
-use pagewise_core::{sys, FileResult, Observer, WalkOptions, Watch};
+use pagewise_core::{sys, FileResult, Observer, Watch};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-
-/// The walk and measuring options every cache verb takes, named like the CLI's flags (the
-/// Python layer passes them all, as a dict).
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-pub struct WalkArgs<'py> {
-    include: Vec<String>,
-    exclude: Vec<String>,
-    follow: bool,
-    one_file_system: bool,
-    max_depth: Option<usize>,
-    threads: Option<usize>,
-    range: Bound<'py, PyAny>,
-    method: String,
-}
-
-impl WalkArgs<'_> {
-    /// The walk options; `default_threads` (the verb's policy, e.g. `evict::default_threads`)
-    /// when `threads` is None.
-    fn walk(&self, default_threads: usize) -> PyResult<WalkOptions> {
-        if let Some(t) = self.threads {
-            convert::at_most("threads", t, convert::MAX_THREADS)?;
-        }
-        Ok(WalkOptions {
-            follow: self.follow,
-            one_file_system: self.one_file_system,
-            max_depth: self.max_depth,
-            include: self.include.clone(),
-            exclude: self.exclude.clone(),
-            threads: self.threads.unwrap_or(default_threads),
-            noatime: false,
-        })
-    }
-}
 
 /// An observer reporting progress to the [`Control`] and stopping when it is cancelled.
 fn watch(c: &Control) -> Watch<'_> {
@@ -90,8 +56,8 @@ pub fn stat<'py>(
     let opts = StatOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::walk::default_threads())?,
-        range: convert::range(Some(&walk.range))?,
-        method: convert::method(&walk.method)?,
+        range: walk.range()?,
+        method: walk.method()?,
         map_cells: 0,
         files,
     };
@@ -135,8 +101,8 @@ pub fn evict<'py>(
     let opts = EvictOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::evict::default_threads())?,
-        range: convert::range(Some(&walk.range))?,
-        method: convert::method(&walk.method)?,
+        range: walk.range()?,
+        method: walk.method()?,
         sync: !no_sync,
         owned,
         dry_run,
@@ -191,8 +157,8 @@ pub fn load<'py>(
     let opts = LoadOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::load::default_threads())?,
-        range: convert::range(Some(&walk.range))?,
-        method: convert::method(&walk.method)?,
+        range: walk.range()?,
+        method: walk.method()?,
         lock,
         batch_files: batch,
         window: convert::size("window", &window)?,
