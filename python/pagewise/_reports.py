@@ -202,6 +202,27 @@ class Report(View):
         return self.error_count == 0 and not self.interrupted
 
 
+class _CachedTotalsReport(Report):
+    """A report measured before and after (evict, load): ``total.cached_bytes_before`` and
+    ``total.cached_bytes_after`` at the top level too, and the ``repr`` of ``total``."""
+
+    __slots__ = ()
+    total: Any
+
+    @property
+    def cached_bytes_before(self) -> int:
+        """``total.cached_bytes_before``."""
+        return self.total.cached_bytes_before
+
+    def __repr__(self) -> str:
+        return self._summary(self.total.bytes, self.total.cached_bytes_after)
+
+    @property
+    def cached_bytes_after(self) -> int:
+        """``total.cached_bytes_after``."""
+        return self.total.cached_bytes_after
+
+
 class WalkSummary(View):
     """What a tree walk met besides the files it visited."""
 
@@ -365,7 +386,7 @@ class EvictTotals(View):
     unknown_bytes = _int("unknown_bytes", "Their bytes.")
 
 
-class EvictReport(Report):
+class EvictReport(_CachedTotalsReport):
     """What :func:`pagewise.evict` did, measured before and after."""
 
     __slots__ = ()
@@ -385,19 +406,6 @@ class EvictReport(Report):
         """``total.stayed_bytes``."""
         return self.total.stayed_bytes
 
-    @property
-    def cached_bytes_before(self) -> int:
-        """``total.cached_bytes_before``."""
-        return self.total.cached_bytes_before
-
-    def __repr__(self) -> str:
-        return self._summary(self.total.bytes, self.total.cached_bytes_after)
-
-    @property
-    def cached_bytes_after(self) -> int:
-        """``total.cached_bytes_after``."""
-        return self.total.cached_bytes_after
-
 
 class LoadTotals(View):
     """Sums of a load."""
@@ -414,7 +422,7 @@ class LoadTotals(View):
     unknown_files = _int("unknown_files", "Files whose residency before was unknown.")
 
 
-class LoadReport(Report):
+class LoadReport(_CachedTotalsReport):
     """What :func:`pagewise.load` did."""
 
     __slots__ = ()
@@ -422,19 +430,6 @@ class LoadReport(Report):
     total = _view(LoadTotals, "total", "Sums.")
     rate_bytes_per_s = _float("rate_bytes_per_s", "Bytes newly brought in per second.")
     walk = _view(WalkSummary, "walk", "What the walk met.")
-
-    @property
-    def cached_bytes_before(self) -> int:
-        """``total.cached_bytes_before``."""
-        return self.total.cached_bytes_before
-
-    def __repr__(self) -> str:
-        return self._summary(self.total.bytes, self.total.cached_bytes_after)
-
-    @property
-    def cached_bytes_after(self) -> int:
-        """``total.cached_bytes_after``."""
-        return self.total.cached_bytes_after
 
     @property
     def locked_bytes(self) -> int:

@@ -3,7 +3,7 @@
 //! library's option types.
 
 use pagewise_core::residency::parse_size;
-use pagewise_core::{ByteRange, Method};
+use pagewise_core::{ByteRange, Method, WalkOptions};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
@@ -154,5 +154,49 @@ pub fn backend(b: &str) -> PyResult<pagewise_core::trace::Backend> {
         _ => Err(PyValueError::new_err(format!(
             "backend: {b:?} is not one of 'auto', 'perf', 'tracefs'"
         ))),
+    }
+}
+
+/// The walk and measuring options every cache verb takes, named like the CLI's flags (the
+/// Python layer passes them all, as a dict).
+#[derive(FromPyObject)]
+#[pyo3(from_item_all)]
+pub struct WalkArgs<'py> {
+    include: Vec<String>,
+    exclude: Vec<String>,
+    follow: bool,
+    one_file_system: bool,
+    max_depth: Option<usize>,
+    threads: Option<usize>,
+    pub(crate) range: Bound<'py, PyAny>,
+    method: String,
+}
+
+impl WalkArgs<'_> {
+    /// The walk options; `default_threads` (the verb's policy, e.g. `evict::default_threads`)
+    /// when `threads` is None.
+    pub fn walk(&self, default_threads: usize) -> PyResult<WalkOptions> {
+        if let Some(t) = self.threads {
+            at_most("threads", t, MAX_THREADS)?;
+        }
+        Ok(WalkOptions {
+            follow: self.follow,
+            one_file_system: self.one_file_system,
+            max_depth: self.max_depth,
+            include: self.include.clone(),
+            exclude: self.exclude.clone(),
+            threads: self.threads.unwrap_or(default_threads),
+            noatime: false,
+        })
+    }
+
+    /// The byte range of each file (`range`).
+    pub fn range(&self) -> PyResult<ByteRange> {
+        range(Some(&self.range))
+    }
+
+    /// How residency is measured (`method`).
+    pub fn method(&self) -> PyResult<Method> {
+        method(&self.method)
     }
 }

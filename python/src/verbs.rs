@@ -2,7 +2,7 @@
 //! call on a worker thread ([`wait::run`]) and returns its report as the CLI's `--json`
 //! document (a dict the Python layer wraps in a report class). No logic of their own.
 
-use crate::convert::{self, report};
+use crate::convert::{self, report, WalkArgs};
 use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
@@ -16,46 +16,12 @@ use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
 use pagewise_core::stat::{ChargeOptions, FileCharge, FileStat, StatOptions};
 use pagewise_core::trace::{FollowOptions, RecordOptions};
-use pagewise_core::{sys, FileResult, Observer, WalkOptions, Watch};
+use pagewise_core::{sys, FileResult, Observer, Watch};
 use pyo3::exceptions::{PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-
-/// The walk and measuring options every cache verb takes, named like the CLI's flags (the
-/// Python layer passes them all, as a dict).
-#[derive(FromPyObject)]
-#[pyo3(from_item_all)]
-pub struct WalkArgs<'py> {
-    include: Vec<String>,
-    exclude: Vec<String>,
-    follow: bool,
-    one_file_system: bool,
-    max_depth: Option<usize>,
-    threads: Option<usize>,
-    range: Bound<'py, PyAny>,
-    method: String,
-}
-
-impl WalkArgs<'_> {
-    /// The walk options; `default_threads` (the verb's policy, e.g. `evict::default_threads`)
-    /// when `threads` is None.
-    fn walk(&self, default_threads: usize) -> PyResult<WalkOptions> {
-        if let Some(t) = self.threads {
-            convert::at_most("threads", t, convert::MAX_THREADS)?;
-        }
-        Ok(WalkOptions {
-            follow: self.follow,
-            one_file_system: self.one_file_system,
-            max_depth: self.max_depth,
-            include: self.include.clone(),
-            exclude: self.exclude.clone(),
-            threads: self.threads.unwrap_or(default_threads),
-            noatime: false,
-        })
-    }
-}
 
 /// An observer reporting progress to the [`Control`] and stopping when it is cancelled.
 fn watch(c: &Control) -> Watch<'_> {
@@ -64,6 +30,16 @@ fn watch(c: &Control) -> Watch<'_> {
         on_file: None,
         cancel: Some(&c.cancel),
     }
+}
+
+/// Runs the library call `verb` on a worker thread ([`wait::run`]) with the [`watch`]
+/// observer of its [`Control`]; its error becomes the Python exception ([`errors::to_py`]).
+fn run_watched<'py, T: Send>(
+    py: Python<'py>,
+    progress: Option<&Bound<'py, PyAny>>,
+    verb: impl FnOnce(&dyn Observer) -> Result<T, pagewise_core::Error> + Send,
+) -> PyResult<T> {
+    wait::run(py, progress, |c| verb(&watch(c)))?.map_err(|e| errors::to_py(py, e))
 }
 
 /// `stat(roots, walk, files, progress)`: the report; with `files`, each file's line in a
@@ -80,8 +56,8 @@ pub fn stat<'py>(
     let opts = StatOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::walk::default_threads())?,
-        range: convert::range(Some(&walk.range))?,
-        method: convert::method(&walk.method)?,
+        range: walk.range()?,
+        method: walk.method()?,
         map_cells: 0,
         files,
     };
@@ -125,18 +101,15 @@ pub fn evict<'py>(
     let opts = EvictOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::evict::default_threads())?,
-        range: convert::range(Some(&walk.range))?,
-        method: convert::method(&walk.method)?,
+        range: walk.range()?,
+        method: walk.method()?,
         sync: !no_sync,
         owned,
         dry_run,
         why,
         files: false,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::evict::evict(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::evict::evict(&opts, o))?;
     report(py, &r)
 }
 
@@ -184,17 +157,14 @@ pub fn load<'py>(
     let opts = LoadOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::load::default_threads())?,
-        range: convert::range(Some(&walk.range))?,
-        method: convert::method(&walk.method)?,
+        range: walk.range()?,
+        method: walk.method()?,
         lock,
         batch_files: batch,
         window: convert::size("window", &window)?,
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
-    let mut r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::load::load(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let mut r = run_watched(py, progress.as_ref(), |o| pagewise_core::load::load(&opts, o))?;
     let locks = std::mem::take(&mut r.locks);
     let dict = report(py, &r)?;
     let held = if lock {
@@ -415,16 +385,15 @@ pub fn cgroups<'py>(
             "cgroups: a path and self=True cannot be combined",
         ));
     }
-    let r = wait::run(py, None, |c| {
+    let mut r = run_watched(py, None, |o| {
         let root = if own {
             Some(pagewise_core::cgroup::own_memory_cgroup()?)
         } else {
             root.map(convert::path)
         };
         let opts = CgroupsOptions { root, max_depth };
-        pagewise_core::cgroup::cgroups(&opts, &watch(c))
+        pagewise_core::cgroup::cgroups(&opts, o)
     })?;
-    let mut r = r.map_err(|e| errors::to_py(py, e))?;
     if name != "tree" {
         // Stable: ties keep tree order.
         r.groups
@@ -549,10 +518,7 @@ pub fn replay<'py>(
             max_request,
             runs: args.runs,
         };
-        let r = wait::run(py, progress.as_ref(), |c| {
-            pagewise_core::replay::compare(&opts, &watch(c))
-        })?
-        .map_err(|e| errors::to_py(py, e))?;
+        let r = run_watched(py, progress.as_ref(), |o| pagewise_core::replay::compare(&opts, o))?;
         return report(py, &r);
     }
     let opts = ReplayOptions {
@@ -563,10 +529,7 @@ pub fn replay<'py>(
         depth: args.depth,
         max_request,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::replay::replay(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::replay::replay(&opts, o))?;
     report(py, &r)
 }
 
@@ -583,10 +546,7 @@ pub fn evict_trace<'py>(
         trace: trace.inner.as_ref().clone(),
         dry_run,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::evict::evict_trace(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::evict::evict_trace(&opts, o))?;
     report(py, &r)
 }
 
@@ -603,10 +563,7 @@ pub fn load_trace<'py>(
         trace: trace.inner.as_ref().clone(),
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
-    let r = wait::run(py, progress.as_ref(), |c| {
-        pagewise_core::load::load_trace(&opts, &watch(c))
-    })?
-    .map_err(|e| errors::to_py(py, e))?;
+    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::load::load_trace(&opts, o))?;
     report(py, &r)
 }
 

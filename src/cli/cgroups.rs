@@ -1,7 +1,7 @@
 //! `pagewise cgroups`: render the library's CgroupsReport.
 
 use super::exit::{CliError, ExitCode};
-use super::render::{self, bytes};
+use super::render;
 use clap::{Args, ValueEnum};
 use pagewise_core::cgroup::{self, CgroupStat, CgroupsOptions, CgroupsReport};
 use std::io::Write;
@@ -107,19 +107,7 @@ pub fn run(a: CgroupsArgs) -> Result<ExitCode, CliError> {
 
 /// One row per group; in tree order names are indented by depth.
 fn write_table(w: &mut dyn Write, report: &CgroupsReport, tree: bool) -> std::io::Result<()> {
-    let mut rows = vec![[
-        "CGROUP",
-        "FILE",
-        "DIRTY",
-        "WRITEBACK",
-        "MAPPED",
-        "ACTIVE",
-        "INACTIVE",
-        "REFAULTS",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect::<Vec<_>>()];
+    let mut rows = vec![render::file_cache_header("CGROUP", &["REFAULTS"])];
     let base = report.groups.iter().map(|g| g.depth).min().unwrap_or(0);
     for g in &report.groups {
         let c = &g.cache;
@@ -129,17 +117,12 @@ fn write_table(w: &mut dyn Write, report: &CgroupsReport, tree: bool) -> std::io
         } else {
             name
         };
-        rows.push(vec![
-            name,
-            bytes(c.file_bytes),
-            bytes(c.dirty_bytes),
-            bytes(c.writeback_bytes),
-            bytes(c.mapped_bytes),
-            bytes(c.active_bytes),
-            bytes(c.inactive_bytes),
+        let mut row = render::file_cache_row(name, c);
+        row.push(
             c.workingset_refaults
                 .map_or_else(|| "-".into(), |r| r.to_string()),
-        ]);
+        );
+        rows.push(row);
     }
     if rows.len() == 1 {
         return Ok(());

@@ -7,7 +7,7 @@ use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use super::{trace_file, trace_report};
 use clap::Args;
-use pagewise_core::cgroup::{FileCache, Hierarchy};
+use pagewise_core::cgroup::Hierarchy;
 use pagewise_core::evict::{
     self, CgroupEvictOptions, CgroupEvictReport, EvictFile, EvictOptions, EvictReport, StayReason,
     TraceEvictOptions,
@@ -210,34 +210,11 @@ fn write_cgroup_summary(w: &mut dyn Write, r: &CgroupEvictReport) -> std::io::Re
         bytes(r.after.file_bytes),
     )?;
     let rows = vec![
-        [
-            "",
-            "FILE",
-            "DIRTY",
-            "WRITEBACK",
-            "MAPPED",
-            "ACTIVE",
-            "INACTIVE",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        cache_row("before", &r.before),
-        cache_row("after", &r.after),
+        render::file_cache_header("", &[]),
+        render::file_cache_row("before".into(), &r.before),
+        render::file_cache_row("after".into(), &r.after),
     ];
     w.write_all(render::table(&rows).as_bytes())
-}
-
-fn cache_row(name: &str, c: &FileCache) -> Vec<String> {
-    vec![
-        name.to_string(),
-        bytes(c.file_bytes),
-        bytes(c.dirty_bytes),
-        bytes(c.writeback_bytes),
-        bytes(c.mapped_bytes),
-        bytes(c.active_bytes),
-        bytes(c.inactive_bytes),
-    ]
 }
 
 /// Writes what was dropped, what stayed and why: the summary line, the files `--owned` left

@@ -1,7 +1,44 @@
 //! Human rendering helpers: sizes, tables, error lists, notices.
 
+use pagewise_core::cgroup::FileCache;
 use pagewise_core::FileError;
 use std::io::Write;
+
+/// The page-cache columns of a cgroup table (`cgroups`, `evict --cgroup`).
+const FILE_CACHE_COLUMNS: [&str; 6] =
+    ["FILE", "DIRTY", "WRITEBACK", "MAPPED", "ACTIVE", "INACTIVE"];
+
+/// The header of a cgroup table: `first`, the page-cache columns, then `last`.
+pub fn file_cache_header(first: &str, last: &[&str]) -> Vec<String> {
+    std::iter::once(first)
+        .chain(FILE_CACHE_COLUMNS)
+        .chain(last.iter().copied())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A row of a cgroup table: `name`, then the file, dirty, writeback, mapped, active and
+/// inactive bytes of `c`.
+pub fn file_cache_row(name: String, c: &FileCache) -> Vec<String> {
+    vec![
+        name,
+        bytes(c.file_bytes),
+        bytes(c.dirty_bytes),
+        bytes(c.writeback_bytes),
+        bytes(c.mapped_bytes),
+        bytes(c.active_bytes),
+        bytes(c.inactive_bytes),
+    ]
+}
+
+/// `; WARNING: N events lost (raise --buffer-kb)` when the kernel lost events, else nothing.
+pub fn lost_events_warning(lost: u64) -> String {
+    if lost > 0 {
+        format!("; WARNING: {lost} events lost (raise --buffer-kb)")
+    } else {
+        String::new()
+    }
+}
 
 /// `1.5 GiB`, `12 KiB`, `0 B`.
 pub fn bytes(n: u64) -> String {
@@ -227,11 +264,7 @@ pub fn write_assist_summary(
         } else {
             String::new()
         },
-        if r.lost_events > 0 {
-            format!("; WARNING: {} events lost (raise --buffer-kb)", r.lost_events)
-        } else {
-            String::new()
-        },
+        lost_events_warning(r.lost_events),
         match r.source {
             Some(pagewise_core::trace::Source::PerfFaults) => {
                 "; faults sampled (perf software events: no mm_filemap_fault tracepoint)"

@@ -105,25 +105,19 @@ pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
 /// Writes the summary line (what the command brought in, what was dropped and what stayed),
 /// then `--assist`'s line when it ran.
 fn write_summary(w: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
-    let lost = if r.lost_events > 0 {
-        format!(
-            "; WARNING: {} events lost (raise --buffer-kb)",
-            r.lost_events
-        )
-    } else {
-        String::new()
-    };
-    let kept = if r.kept_written_bytes > 0 {
-        format!(", {} of written files kept", bytes(r.kept_written_bytes))
+    let d = &r.figures;
+    let lost = render::lost_events_warning(d.lost_events);
+    let kept = if d.kept_written_bytes > 0 {
+        format!(", {} of written files kept", bytes(d.kept_written_bytes))
     } else {
         String::new()
     };
     // Without cachestat (mincore) dirty pages cannot be told from the others.
-    let why_left = match (r.left_dirty_bytes, r.left_mapped_or_busy_bytes) {
+    let why_left = match (d.left_dirty_bytes, d.left_mapped_or_busy_bytes) {
         (Some(d), Some(m)) => format!("{} dirty, {} mapped or busy", bytes(d), bytes(m)),
         _ => format!(
             "dirty unknown, mapped or busy unknown: {}",
-            r.unknown_reason.unwrap_or("not measured")
+            d.unknown_reason.unwrap_or("not measured")
         ),
     };
     writeln!(
@@ -131,9 +125,9 @@ fn write_summary(w: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
         "pagewise run: the command brought {} into the page cache{}; dropped {}, {} left ({why_left}){kept}{lost}; {} files, {:.2} s",
         bytes(r.added_bytes),
         r.prefetched_bytes.map_or_else(String::new, |p| format!(" and --assist prefetched {}", bytes(p))),
-        bytes(r.dropped_bytes),
-        bytes(r.left_bytes),
-        r.files,
+        bytes(d.dropped_bytes),
+        bytes(d.left_bytes),
+        d.files,
         r.outcome.elapsed_s
     )?;
     if let Some(ar) = &r.assist {
@@ -147,17 +141,21 @@ mod tests {
     //! The summary, rendered from hand-made reports: no kernel involved.
     use super::*;
     use pagewise_core::assist::AssistReport;
+    use pagewise_core::run::DropFigures;
     use pagewise_core::Outcome;
 
     fn report() -> RunReport {
         RunReport {
             exit_code: 0,
             added_bytes: 96 << 20,
-            dropped_bytes: 95 << 20,
-            left_bytes: 1 << 20,
-            left_dirty_bytes: Some(768 << 10),
-            left_mapped_or_busy_bytes: Some(256 << 10),
-            files: 12,
+            figures: DropFigures {
+                dropped_bytes: 95 << 20,
+                left_bytes: 1 << 20,
+                left_dirty_bytes: Some(768 << 10),
+                left_mapped_or_busy_bytes: Some(256 << 10),
+                files: 12,
+                ..DropFigures::default()
+            },
             outcome: Outcome {
                 elapsed_s: 3.456,
                 ..Outcome::default()
@@ -191,11 +189,15 @@ mod tests {
 
     #[test]
     fn unknown_dirty_split_is_said_to_be_unknown() {
+        let base = report();
         let r = RunReport {
-            left_dirty_bytes: None,
-            left_mapped_or_busy_bytes: None,
-            unknown_reason: Some("why"),
-            ..report()
+            figures: DropFigures {
+                left_dirty_bytes: None,
+                left_mapped_or_busy_bytes: None,
+                unknown_reason: Some("why"),
+                ..base.figures.clone()
+            },
+            ..base
         };
         assert_eq!(
             summary(&r),
@@ -206,10 +208,14 @@ mod tests {
 
     #[test]
     fn kept_written_lost_events_and_assist() {
+        let base = report();
         let r = RunReport {
             prefetched_bytes: Some(8 << 20),
-            kept_written_bytes: 4 << 20,
-            lost_events: 3,
+            figures: DropFigures {
+                kept_written_bytes: 4 << 20,
+                lost_events: 3,
+                ..base.figures.clone()
+            },
             assist: Some(AssistReport {
                 faults: 100,
                 misses: 40,
@@ -229,7 +235,7 @@ mod tests {
                 outcome: Outcome::default(),
                 ..AssistReport::default()
             }),
-            ..report()
+            ..base
         };
         assert_eq!(
             summary(&r),

@@ -1,7 +1,7 @@
 //! The one capability gate of the end-to-end tests, kept free of anything of the `pagewise`
 //! package (no `env!` of its build) so the C API's tests include this same file
-//! (crates/pagewise-capi/tests/examples.rs). The library's unit tests, which cannot, follow
-//! the same rule in `pagewise_core::sys::testing::require`.
+//! (crates/pagewise-capi/tests/examples.rs), and so do the library's unit tests
+//! (`pagewise_core::sys::testing::require`).
 
 /// The capability gate every test uses: true when `ok`. When not, the test fails, naming what
 /// is missing (`./install-deps` installs it; root is needed for tracing, mounts and setpriv) —

@@ -141,6 +141,37 @@ pub unsafe extern "C" fn pagewise_open(
     )
 }
 
+/// The part pagewise_pread and pagewise_pwrite share: the handle checked (`name` in the
+/// errors), nothing done for a zero length, EFAULT for a NULL `buf`, the length capped at
+/// `isize::MAX`; `io` moves the bytes with that length. Returns its count or a negative errno.
+///
+/// # Safety
+/// `file` is NULL or an open handle.
+unsafe fn transfer(
+    file: *mut pagewise_file,
+    name: &str,
+    buf_is_null: bool,
+    len: usize,
+    io: impl FnOnce(&mut DirectFile, usize) -> std::io::Result<usize>,
+) -> ssize_t {
+    call(
+        |errno| -(errno as ssize_t),
+        || {
+            // SAFETY: as the caller promised.
+            let f = unsafe { handle(file, name) }?;
+            if len == 0 {
+                return Ok(0);
+            }
+            if buf_is_null {
+                return Err(Failure::new(libc::EFAULT, format!("{name}: buf is NULL")));
+            }
+            let len = len.min(isize::MAX as usize);
+            let n = io(&mut *f.lock()?, len).map_err(|e| Failure::io(&e))?;
+            Ok(n as ssize_t)
+        },
+    )
+}
+
 /// Reads up to `len` bytes at `offset` into `buf` (any address, offset and length; aligned
 /// ones go straight to the disk). Returns the bytes read (fewer only at the end of the file,
 /// 0 there) or a negative errno.
@@ -154,24 +185,13 @@ pub unsafe extern "C" fn pagewise_pread(
     len: usize,
     offset: u64,
 ) -> ssize_t {
-    call(
-        |errno| -(errno as ssize_t),
-        || {
-            // SAFETY: as the caller promised.
-            let f = unsafe { handle(file, "pagewise_pread") }?;
-            if len == 0 {
-                return Ok(0);
-            }
-            if buf.is_null() {
-                return Err(Failure::new(libc::EFAULT, "pagewise_pread: buf is NULL"));
-            }
-            let len = len.min(isize::MAX as usize);
-            // SAFETY: the caller passes len writable bytes.
-            let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
-            let n = f.lock()?.read_at(b, offset).map_err(|e| Failure::io(&e))?;
-            Ok(n as ssize_t)
-        },
-    )
+    let io = |f: &mut DirectFile, len| {
+        // SAFETY: the caller passes len writable bytes (transfer has refused a NULL buf).
+        let b = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
+        f.read_at(b, offset)
+    };
+    // SAFETY: as the caller promised.
+    unsafe { transfer(file, "pagewise_pread", buf.is_null(), len, io) }
 }
 
 /// Writes the `len` bytes of `buf` at `offset` (at the end with PAGEWISE_APPEND). Returns
@@ -187,24 +207,13 @@ pub unsafe extern "C" fn pagewise_pwrite(
     len: usize,
     offset: u64,
 ) -> ssize_t {
-    call(
-        |errno| -(errno as ssize_t),
-        || {
-            // SAFETY: as the caller promised.
-            let f = unsafe { handle(file, "pagewise_pwrite") }?;
-            if len == 0 {
-                return Ok(0);
-            }
-            if buf.is_null() {
-                return Err(Failure::new(libc::EFAULT, "pagewise_pwrite: buf is NULL"));
-            }
-            let len = len.min(isize::MAX as usize);
-            // SAFETY: the caller passes len readable bytes.
-            let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-            let n = f.lock()?.write_at(b, offset).map_err(|e| Failure::io(&e))?;
-            Ok(n as ssize_t)
-        },
-    )
+    let io = |f: &mut DirectFile, len| {
+        // SAFETY: the caller passes len readable bytes (transfer has refused a NULL buf).
+        let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        f.write_at(b, offset)
+    };
+    // SAFETY: as the caller promised.
+    unsafe { transfer(file, "pagewise_pwrite", buf.is_null(), len, io) }
 }
 
 /// The cache policy in force on `file` (PAGEWISE_DIRECT, _DONTCACHE, _DROP_BEHIND), which is

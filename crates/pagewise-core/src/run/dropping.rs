@@ -4,8 +4,8 @@
 //! and drop-behind as `run`, and dropped again at the end (or whenever more than `max_cache`
 //! of them are outstanding). What the Python binding's `with pagewise.dropping():` is.
 
-use super::{Session, Whom};
-use crate::residency::{MeasuredBy, Method};
+use super::{DropFigures, Session, Whom};
+use crate::residency::Method;
 use crate::trace::FollowOptions;
 use crate::verb::{Observer, Outcome};
 use serde::Serialize;
@@ -30,36 +30,15 @@ pub struct DroppingOptions {
     pub method: Method,
 }
 
-/// What a [`Dropping`] did to the page cache, in bytes (the figures of `RunReport`).
+/// What a [`Dropping`] did to the page cache, in bytes (the [`DropFigures`] of `RunReport`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct DroppingReport {
     /// Bytes brought into the cache meanwhile (the kernel's events for the followed threads
     /// and processes).
     pub added_bytes: u64,
-    /// Bytes dropped again, as measured before and after each drop (`method`).
-    pub dropped_bytes: u64,
-    /// Of those pages, bytes still cached after the final drop (measured).
-    pub left_bytes: u64,
-    /// Of `left_bytes`, dirty or under writeback (None: unknown, see `unknown_reason`).
-    pub left_dirty_bytes: Option<u64>,
-    /// Of `left_bytes`, clean: mapped by a process, or busy (None: unknown).
-    pub left_mapped_or_busy_bytes: Option<u64>,
-    /// How the pages were measured: cachestat(2), or mmap+mincore(2) where the kernel has
-    /// no cachestat (before Linux 6.5) or it refused a file.
-    pub method: MeasuredBy,
-    /// Why `left_dirty_bytes` and `left_mapped_or_busy_bytes` are null (only when they are).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unknown_reason: Option<&'static str>,
-    /// Bytes of written files left alone (`keep_written`).
-    pub kept_written_bytes: u64,
-    /// Drop-behind passes before the final one (`max_cache`).
-    pub drops_while_running: u64,
-    /// Files pages were added to.
-    pub files: u64,
-    /// Files that could not be opened to drop their pages (gone, or no handle support).
-    pub files_unreachable: u64,
-    /// Events the kernel lost (ring buffer overrun): their pages may stay cached.
-    pub lost_events: u64,
+    /// What the drops did: dropped, left and how it was measured.
+    #[serde(flatten)]
+    pub figures: DropFigures,
     /// Errors, notices (fallbacks taken), the time between start and finish, and
     /// `interrupted` when the observer was cancelled by the time of the finish.
     #[serde(flatten)]
@@ -84,7 +63,7 @@ pub struct DroppingReport {
 /// let report = d.finish(&());
 /// assert_eq!(data.len(), 4 << 20);
 /// assert!(report.added_bytes >= 4 << 20);
-/// assert!(report.left_bytes < report.added_bytes); // and dropped them again
+/// assert!(report.figures.left_bytes < report.added_bytes); // and dropped them again
 /// ```
 pub struct Dropping {
     session: Option<Session>,
@@ -113,20 +92,9 @@ impl Dropping {
             .expect("a Dropping finishes once")
             .finish();
         ended.tally.stop_requested(observer);
-        let c = ended.counts;
         DroppingReport {
             added_bytes: ended.added_bytes,
-            dropped_bytes: c.dropped_bytes,
-            left_bytes: c.left_bytes,
-            left_dirty_bytes: c.left_dirty_bytes,
-            left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
-            method: c.method,
-            unknown_reason: c.unknown_reason(),
-            kept_written_bytes: c.kept_written_bytes,
-            drops_while_running: c.drops_while_running,
-            files: ended.files,
-            files_unreachable: c.files_unreachable,
-            lost_events: ended.lost,
+            figures: DropFigures::new(&ended.counts, ended.files, ended.lost),
             outcome: ended.tally.finish(Vec::new()),
         }
     }

@@ -90,30 +90,9 @@ pub struct RunReport {
     /// Bytes `--assist` asked the kernel to prefetch for it (windows; dropped again too).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prefetched_bytes: Option<u64>,
-    /// Bytes dropped again, as measured before and after each drop (`method`).
-    pub dropped_bytes: u64,
-    /// Bytes of the command's still cached after the final drop (measured).
-    pub left_bytes: u64,
-    /// Of `left_bytes`, dirty or under writeback (None: unknown, see `unknown_reason`).
-    pub left_dirty_bytes: Option<u64>,
-    /// Of `left_bytes`, clean: mapped by a process, or busy (None: unknown).
-    pub left_mapped_or_busy_bytes: Option<u64>,
-    /// How the pages were measured: cachestat(2), or mmap+mincore(2) (no cachestat before
-    /// Linux 6.5, `--method mincore`, or cachestat refused a file).
-    pub method: MeasuredBy,
-    /// Why `left_dirty_bytes` and `left_mapped_or_busy_bytes` are null (only when they are).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub unknown_reason: Option<&'static str>,
-    /// Bytes of written files left alone (--keep-written).
-    pub kept_written_bytes: u64,
-    /// Drop-behind passes while the command ran (beyond the final one).
-    pub drops_while_running: u64,
-    /// Files the command (or `--assist`) added pages to.
-    pub files: u64,
-    /// Files that could not be opened to drop their pages (gone, or no handle support).
-    pub files_unreachable: u64,
-    /// Events the kernel lost (ring buffer overrun): their pages may stay cached.
-    pub lost_events: u64,
+    /// What the drops did: dropped, left and how it was measured.
+    #[serde(flatten)]
+    pub figures: DropFigures,
     /// What `--assist` did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub assist: Option<AssistReport>,
@@ -122,6 +101,58 @@ pub struct RunReport {
     /// command ended (the CLI: a signal was received, and forwarded to the command).
     #[serde(flatten)]
     pub outcome: Outcome,
+}
+
+/// What the drops did to the followed pages, in bytes: the figures [`RunReport`] and
+/// [`DroppingReport`] share (flattened into both, so their JSON keys are these). "The pages"
+/// are the command's (`run`) or those brought in between `start` and `finish` ([`Dropping`]).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DropFigures {
+    /// Bytes dropped again, as measured before and after each drop (`method`).
+    pub dropped_bytes: u64,
+    /// Of the pages, bytes still cached after the final drop (measured).
+    pub left_bytes: u64,
+    /// Of `left_bytes`, dirty or under writeback (None: unknown, see `unknown_reason`).
+    pub left_dirty_bytes: Option<u64>,
+    /// Of `left_bytes`, clean: mapped by a process, or busy (None: unknown).
+    pub left_mapped_or_busy_bytes: Option<u64>,
+    /// How the pages were measured: cachestat(2), or mmap+mincore(2) (no cachestat before
+    /// Linux 6.5, [`crate::residency::Method::Mincore`] / `--method mincore`, or cachestat
+    /// refused a file).
+    pub method: MeasuredBy,
+    /// Why `left_dirty_bytes` and `left_mapped_or_busy_bytes` are null (only when they are).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unknown_reason: Option<&'static str>,
+    /// Bytes of written files left alone (`keep_written`, the CLI's --keep-written).
+    pub kept_written_bytes: u64,
+    /// Drop-behind passes before the final one (`max_cache`): while the command ran, or
+    /// between `start` and `finish`.
+    pub drops_while_running: u64,
+    /// Files pages were added to (by the command or `--assist`, or since `start`).
+    pub files: u64,
+    /// Files that could not be opened to drop their pages (gone, or no handle support).
+    pub files_unreachable: u64,
+    /// Events the kernel lost (ring buffer overrun): their pages may stay cached.
+    pub lost_events: u64,
+}
+
+impl DropFigures {
+    /// The figures of a finished session: its drop counts, files followed and events lost.
+    fn new(c: &Counts, files: u64, lost_events: u64) -> DropFigures {
+        DropFigures {
+            dropped_bytes: c.dropped_bytes,
+            left_bytes: c.left_bytes,
+            left_dirty_bytes: c.left_dirty_bytes,
+            left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
+            method: c.method,
+            unknown_reason: c.unknown_reason(),
+            kept_written_bytes: c.kept_written_bytes,
+            drops_while_running: c.drops_while_running,
+            files,
+            files_unreachable: c.files_unreachable,
+            lost_events,
+        }
+    }
 }
 
 /// What to do when tracing is impossible: a cgroup limit also keeps a command's cache small.
@@ -148,7 +179,7 @@ const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps 
 /// let report = run(&opts, &()).unwrap(); // needs the tracepoints: root here
 /// assert_eq!(report.exit_code, 0);
 /// // What cat brought into the cache was dropped again.
-/// assert!(report.left_bytes < report.added_bytes.max(1));
+/// assert!(report.figures.left_bytes < report.added_bytes.max(1));
 /// ```
 pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crate::Error> {
     opts.validate()?;
@@ -184,22 +215,11 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
     });
     let mut outcome = ended.tally.finish(Vec::new());
     outcome.elapsed_s = elapsed;
-    let c = ended.counts;
     Ok(RunReport {
         exit_code: command::exit_code(status),
         added_bytes: ended.added_bytes,
         prefetched_bytes: assist.as_ref().map(|a| a.prefetched_bytes),
-        dropped_bytes: c.dropped_bytes,
-        left_bytes: c.left_bytes,
-        left_dirty_bytes: c.left_dirty_bytes,
-        left_mapped_or_busy_bytes: c.left_mapped_or_busy_bytes,
-        method: c.method,
-        unknown_reason: c.unknown_reason(),
-        kept_written_bytes: c.kept_written_bytes,
-        drops_while_running: c.drops_while_running,
-        files: ended.files,
-        files_unreachable: c.files_unreachable,
-        lost_events: ended.lost,
+        figures: DropFigures::new(&ended.counts, ended.files, ended.lost),
         assist,
         outcome,
     })

@@ -144,6 +144,11 @@ fn cstring(path: &Path) -> std::io::Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| nul_error())
 }
 
+/// The end-to-end tests' capability gate, whose `require` the unit tests use too.
+#[cfg(test)]
+#[path = "../../../../tests/common/require.rs"]
+mod require_gate;
+
 /// Test helpers shared by the families' tests.
 #[cfg(test)]
 mod testing {
@@ -182,20 +187,7 @@ mod testing {
         f
     }
 
-    /// The capability gate of the unit tests, the same rule as the end-to-end tests'
-    /// (tests/common `require`): true when `ok`. When not, the test fails, naming what is
-    /// missing, unless PAGEWISE_ALLOW_SKIP=1 is set, when it prints `skipped: WHY` and the
-    /// caller returns. Nothing is skipped silently.
-    pub fn require(ok: bool, why: &str) -> bool {
-        if ok {
-            return true;
-        }
-        if std::env::var_os("PAGEWISE_ALLOW_SKIP").is_some_and(|v| v == "1") {
-            eprintln!("skipped: {why}");
-            return false;
-        }
-        panic!(
-            "cannot run: {why} (run ./install-deps as root, or set PAGEWISE_ALLOW_SKIP=1 to skip)"
-        );
-    }
+    /// The capability gate of the unit tests: the end-to-end tests' own (tests/common
+    /// `require`), included from its file so there is one rule.
+    pub use super::require_gate::require;
 }

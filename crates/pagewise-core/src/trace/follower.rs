@@ -119,15 +119,7 @@ impl Follower {
     where
         F: super::EventSink,
     {
-        let spec = Follow {
-            events,
-            options: follow,
-            every,
-            tids: &[tid],
-            skip_own: true,
-            doing: "recording",
-        };
-        Ok(Self::follow(&spec, sink)?)
+        Self::record(events, follow, every, &[tid], true, sink)
     }
 
     /// [`Follower::start`] for a process that follows itself: the events of this thread and
@@ -142,12 +134,28 @@ impl Follower {
     where
         F: super::EventSink,
     {
+        Self::record(events, follow, every, &[0], false, sink)
+    }
+
+    /// What [`Follower::start`] and [`Follower::start_self`] share: [`Follower::follow`]
+    /// of `tids` (`skip_own`: leave pagewise's own threads out), "recording".
+    fn record<F>(
+        events: &[&str],
+        follow: FollowOptions,
+        every: Option<std::time::Duration>,
+        tids: &[i32],
+        skip_own: bool,
+        sink: F,
+    ) -> Result<Follower, TraceUnavailable>
+    where
+        F: super::EventSink,
+    {
         let spec = Follow {
             events,
             options: follow,
             every,
-            tids: &[0],
-            skip_own: false,
+            tids,
+            skip_own,
             doing: "recording",
         };
         Ok(Self::follow(&spec, sink)?)

@@ -28,7 +28,7 @@ const BATCH_FILES: usize = 1024;
 pub const UNKNOWN_NO_CACHESTAT: &str = "measured with mmap+mincore(2), which sees only whether \
 a page is cached: dirty and writeback counts need cachestat(2) (Linux >= 6.5)";
 
-/// What the drops did, in bytes (see `RunReport` for each).
+/// What the drops did, in bytes (see [`crate::run::DropFigures`] for each).
 #[derive(Debug, Clone, Copy, Default)]
 pub(in crate::run) struct Counts {
     pub dropped_bytes: u64,
