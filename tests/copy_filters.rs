@@ -100,7 +100,10 @@ fn same_as_rsync(base: &Path, src: &Path, i: usize, rules: &[&str]) {
     let a = base.join(format!("r{i}"));
     let b = base.join(format!("p{i}"));
     let (ra, pb) = both(src, &a, &b, rules);
-    assert_eq!(ra, pb, "rules {rules:?}: rsync (left) and pagewise (right) differ");
+    assert_eq!(
+        ra, pb,
+        "rules {rules:?}: rsync (left) and pagewise (right) differ"
+    );
 }
 
 /// The rule sets compared: rsync's man-page forms and combinations.
