@@ -14,7 +14,8 @@ fn wchar(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// The I/O priority class of each thread of `pid` (ioprio_get; 3 is idle).
+/// The I/O priority class of each thread of `pid` but the progress line's (ioprio_get; 3 is
+/// idle).
 fn io_classes(pid: u32) -> Vec<i64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
@@ -22,6 +23,11 @@ fn io_classes(pid: u32) -> Vec<i64> {
     tasks
         .flatten()
         .filter_map(|t| t.file_name().to_str()?.parse::<i32>().ok())
+        // The CLI's progress line (it does no I/O) is not the copy's.
+        .filter(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .is_ok_and(|c| c.trim() != "pw-progress")
+        })
         .map(|tid| {
             // SAFETY: ioprio_get(IOPRIO_WHO_PROCESS, tid) takes plain integers.
             let v = unsafe { libc::syscall(libc::SYS_ioprio_get, 1, tid) };
@@ -35,7 +41,8 @@ fn io_classes(pid: u32) -> Vec<i64> {
 }
 
 /// 1 GiB at `--bwlimit 50M` takes 20.5 s (19.5–21.5), no 10 s window moves more than 5 %
-/// over the rate, and with `--ionice idle` every thread of the copy is in the idle class.
+/// over the rate, with `--ionice idle` every thread of the copy is in the idle class, and
+/// `--progress` into a pipe writes a line a second with the totals and an ETA.
 #[test]
 fn bandwidth_limit_and_io_priority() {
     let t = tmp();
@@ -45,11 +52,15 @@ fn bandwidth_limit_and_io_priority() {
     let dst = t.path().join("copy");
     let start = Instant::now();
     let mut child = bin()
-        .args(["copy", "--bwlimit", "50M", "--ionice", "idle", "-q"])
+        .args(["copy", "--bwlimit", "50M", "--ionice", "idle", "--progress"])
         .arg(&src)
         .arg(&dst)
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // --progress where stderr is a pipe: one line a second, read as it comes.
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
     let pid = child.id();
     let mut samples: Vec<(f64, u64)> = Vec::new();
     let mut classes = Vec::new();
@@ -70,7 +81,19 @@ fn bandwidth_limit_and_io_priority() {
         std::thread::sleep(Duration::from_millis(250));
     };
     let took = start.elapsed().as_secs_f64();
-    assert!(status.success());
+    let stderr = reader.join().unwrap();
+    assert!(status.success(), "{stderr}");
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.starts_with("copy ")).collect();
+    assert!(
+        progress.len() >= 15 && progress.iter().all(|l| l.contains("/s")),
+        "expected a progress line a second: {stderr}"
+    );
+    assert!(
+        progress
+            .iter()
+            .any(|l| l.contains("/1.0 GiB ") && l.contains("ETA 0:")),
+        "the totals are known and an ETA is shown: {stderr}"
+    );
     assert!(same(&src, &dst));
     assert!(
         (19.5..=21.5).contains(&took),

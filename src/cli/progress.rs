@@ -54,28 +54,31 @@ impl ProgressLine {
             return ProgressLine { stop, thread: None };
         }
         let s = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let every = if tty { TTY_EVERY } else { PIPE_EVERY };
-            let mut line = Line::new(verb);
-            while !s.load(Ordering::Relaxed) {
-                std::thread::sleep(every);
-                let text = line.render(&progress, Instant::now());
-                let mut err = std::io::stderr().lock();
-                let _ = if tty {
-                    let width = sys::terminal_columns(err.as_fd()).unwrap_or(80);
-                    write!(err, "\r{}\x1b[K", cut(&text, usize::from(width) - 1))
-                } else {
-                    writeln!(err, "{text}")
-                };
-                let _ = err.flush();
-            }
-            if tty {
-                let _ = write!(std::io::stderr(), "\r\x1b[K");
-            }
-        });
+        // Named: it does no I/O, and tests tell it from the verb's threads (ionice).
+        let thread = std::thread::Builder::new()
+            .name("pw-progress".into())
+            .spawn(move || {
+                let every = if tty { TTY_EVERY } else { PIPE_EVERY };
+                let mut line = Line::new(verb);
+                while !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(every);
+                    let text = line.render(&progress, Instant::now());
+                    let mut err = std::io::stderr().lock();
+                    let _ = if tty {
+                        let width = sys::terminal_columns(err.as_fd()).unwrap_or(80);
+                        write!(err, "\r{}\x1b[K", cut(&text, usize::from(width) - 1))
+                    } else {
+                        writeln!(err, "{text}")
+                    };
+                    let _ = err.flush();
+                }
+                if tty {
+                    let _ = write!(std::io::stderr(), "\r\x1b[K");
+                }
+            });
         ProgressLine {
             stop,
-            thread: Some(thread),
+            thread: thread.ok(),
         }
     }
 
