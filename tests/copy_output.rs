@@ -85,6 +85,22 @@ fn log_file_lines_parse() {
     assert!(has(&format!(">f????????? {d}/a")), "{text}");
     assert!(has(&format!("*deleting   {d}/d/b")), "{text}");
     assert!(codes.iter().any(|c| c.starts_with("copied ")), "{text}");
+    // A failure is logged once, as its entry.
+    let missing = t.path().join("missing");
+    let out = run(bin()
+        .args(["copy", "-a", "--log-file"])
+        .arg(&log)
+        .arg(&missing)
+        .arg(&dst));
+    assert_eq!(out.status.code(), Some(2));
+    let text = fs::read_to_string(&log).unwrap();
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains("*failed")).collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(
+        failed[0].contains("missing") && failed[0].contains("failed:"),
+        "{text}"
+    );
+    let lines: Vec<_> = text.lines().map(parse_line).collect();
     // Times do not go backwards.
     let times: Vec<&String> = lines.iter().map(|l| &l.0).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{text}");

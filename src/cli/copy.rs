@@ -281,12 +281,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let mut summary = Vec::new();
     let _ = write_summary(&mut summary, &report, &view);
     if let Some(log) = &log {
-        for e in &o.errors {
-            log.line(&format!(
-                "*failed     {}",
-                copy_log::escaped(e.to_string().as_bytes())
-            ));
-        }
+        // Each failure was logged as its entry (`*failed`) when it happened.
         for line in String::from_utf8_lossy(&summary).lines() {
             log.line(line);
         }
