@@ -60,9 +60,16 @@ impl ProgressLine {
             .spawn(move || {
                 let every = if tty { TTY_EVERY } else { PIPE_EVERY };
                 let mut line = Line::new(verb);
+                // Short naps: `finish` must not wait out a whole period (a second in a pipe).
+                let mut next = Instant::now() + every;
                 while !s.load(Ordering::Relaxed) {
-                    std::thread::sleep(every);
-                    let text = line.render(&progress, Instant::now());
+                    let now = Instant::now();
+                    if now < next {
+                        std::thread::sleep((next - now).min(Duration::from_millis(20)));
+                        continue;
+                    }
+                    next = now + every;
+                    let text = line.render(&progress, now);
                     let mut err = std::io::stderr().lock();
                     let _ = if tty {
                         let width = sys::terminal_columns(err.as_fd()).unwrap_or(80);
