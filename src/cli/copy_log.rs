@@ -7,6 +7,7 @@
 //! as they were are not logged. The run's command starts the log and its summary ends it.
 
 use super::exit::CliError;
+use super::render::utc;
 use pagewise_core::copy::{Action, CopyItem, EntryKind};
 use std::fs::File;
 use std::io::{LineWriter, Write};
@@ -14,7 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// An open log file (appended to; lines are written whole, from any thread).
 pub struct CopyLog {
@@ -108,33 +109,9 @@ pub fn escaped(bytes: &[u8]) -> String {
     out
 }
 
-/// A time as RFC 3339 in UTC with milliseconds: `2026-11-26T15:20:01.123Z`.
-pub fn utc(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let (year, month, day) = pagewise_build_info::civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        d.subsec_millis()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn utc_times() {
-        let t = |s| utc(UNIX_EPOCH + Duration::from_millis(s));
-        assert_eq!(t(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(t(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(t(1_795_708_801_123), "2026-11-26T16:00:01.123Z");
-    }
 
     #[test]
     fn escapes_as_rsync() {

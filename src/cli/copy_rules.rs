@@ -56,15 +56,17 @@ pub fn rule_file(kind: RuleKind) -> RuleParser {
 
 /// A size as rsync's --max-size/--min-size read it.
 pub fn rsync_size(s: &str) -> Result<u64, String> {
-    copy::limits::parse_rsync_size(s, b'b', "size").map_err(|e| match e {
-        Error::Invalid { message, .. } => message,
-        e => e.to_string(),
-    })
+    rsync_arg(s, b'b', "size")
 }
 
 /// A rate as rsync's --bwlimit reads it (a bare number is KiB per second).
 pub fn rsync_rate(s: &str) -> Result<u64, String> {
-    copy::limits::parse_rsync_size(s, b'k', "bwlimit").map_err(|e| match e {
+    rsync_arg(s, b'k', "bwlimit")
+}
+
+/// An rsync size argument for clap: the library's reason alone (clap names the flag).
+fn rsync_arg(s: &str, unit: u8, option: &'static str) -> Result<u64, String> {
+    copy::limits::parse_rsync_size(s, unit, option).map_err(|e| match e {
         Error::Invalid { message, .. } => message,
         e => e.to_string(),
     })

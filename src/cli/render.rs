@@ -213,15 +213,27 @@ pub fn print_json<T: serde::Serialize>(v: &T) {
     let _ = writeln!(out);
 }
 
+/// A time as RFC 3339 in UTC with milliseconds: `2026-11-26T15:20:01.123Z`.
+pub fn utc(t: std::time::SystemTime) -> String {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let (year, month, day) = pagewise_build_info::civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
 /// Writes one JSON line to stdout, tagged with `type`.
 pub fn print_json_line<T: serde::Serialize>(kind: &str, v: &T) {
     let mut val = serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
     if let serde_json::Value::Object(m) = &mut val {
         m.insert("type".into(), kind.into());
-        m.insert(
-            "time".into(),
-            super::copy_log::utc(std::time::SystemTime::now()).into(),
-        );
+        m.insert("time".into(), utc(std::time::SystemTime::now()).into());
     }
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer(&mut out, &val);
@@ -279,6 +291,15 @@ pub fn write_assist_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_times() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let t = |s| utc(UNIX_EPOCH + Duration::from_millis(s));
+        assert_eq!(t(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(t(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(t(1_795_708_801_123), "2026-11-26T16:00:01.123Z");
+    }
 
     #[test]
     fn sizes_render() {

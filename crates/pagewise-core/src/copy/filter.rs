@@ -129,11 +129,6 @@ impl Filters {
         self.rules.is_empty()
     }
 
-    /// Whether `--delete-excluded` was given.
-    pub fn delete_excluded(&self) -> bool {
-        self.delete_excluded
-    }
-
     /// Adds one argument's rule.
     pub fn add(&mut self, kind: RuleKind, text: &[u8]) -> Result<(), Error> {
         self.add_at(kind, text, 0)
