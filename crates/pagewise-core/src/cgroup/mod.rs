@@ -10,6 +10,8 @@
 //!
 //! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
 
+pub mod container;
+
 use crate::error::{FileError, Op};
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
