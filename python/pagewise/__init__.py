@@ -594,6 +594,7 @@ def copy(
     itemize_changes: bool = False,
     no_preallocate: bool = False,
     named_temp: bool = False,
+    partial: bool = False,
     fsync: bool = False,
     verify: bool = False,
     threads: int = 16,
@@ -638,6 +639,8 @@ def copy(
         ``--json-lines`` streams the same entries).
     :param no_preallocate: do not fallocate destinations (``--no-preallocate``).
     :param named_temp: write under hidden temporary names, not O_TMPFILE (``--named-temp``).
+    :param partial: keep a file stopped mid-copy as a partial temporary with a checkpoint, resumed by the
+        next copy (``--partial``); implies ``named_temp``.
     :param fsync: fsync each file before it is linked into place (``--fsync``).
     :param verify: re-read every copy from disk and compare checksums (``--verify``).
     :param threads: files copied in parallel (``--threads``).
@@ -676,6 +679,7 @@ def copy(
         "itemize_changes": itemize_changes,
         "no_preallocate": no_preallocate,
         "named_temp": named_temp,
+        "partial": partial,
         "fsync": fsync,
         "verify": verify,
         "threads": threads,

@@ -487,6 +487,8 @@ class CopyReport(Report):
         "metadata_updated", "Up-to-date files whose metadata only was brought over (``preserve``/``archive``)."
     )
     stale_temporaries_removed = _int("stale_temporaries_removed", "Temporaries of interrupted earlier copies removed.")
+    resumed_files = _int("resumed_files", "Files continued from the partial temporary an earlier, stopped copy left.")
+    resumed_bytes = _int("resumed_bytes", "Data bytes those files kept from the earlier copy (not copied again).")
     dry_run = _bool("dry_run", "Nothing was changed: the counts say what the copy would do.")
     items = _views(
         CopyItem,

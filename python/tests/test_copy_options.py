@@ -33,6 +33,8 @@ COUNTS = (
     "deleted",
     "metadata_updated",
     "stale_temporaries_removed",
+    "resumed_files",
+    "resumed_bytes",
     "bytes",
     "data_bytes",
     "strategies",

@@ -140,6 +140,12 @@ pub struct CopyArgs {
     /// (default: an unnamed O_TMPFILE file, linked into place, where the filesystem has it)
     #[arg(long)]
     pub named_temp: bool,
+    /// Keep a file stopped mid-copy (Ctrl-C, a read or write error) under its hidden temporary
+    /// name, with a checkpoint of what is on disk: the next run resumes it instead of starting
+    /// over (rsync --partial). Implies --named-temp; a copy under named temporaries killed
+    /// outright (SIGKILL, power cut) is resumed too
+    #[arg(long)]
+    pub partial: bool,
     /// fsync each file before it is linked (or renamed) into place, and the directories at the end
     #[arg(long)]
     pub fsync: bool,
@@ -209,6 +215,13 @@ fn extras(report: &CopyReport) -> String {
         s += &format!(
             ", metadata brought over for {} up-to-date files",
             report.metadata_updated
+        );
+    }
+    if report.resumed_files > 0 {
+        s += &format!(
+            ", {} resumed from partial copies of earlier runs ({} kept)",
+            report.resumed_files,
+            render::bytes(report.resumed_bytes)
         );
     }
     if report.stale_temporaries_removed > 0 {
@@ -344,6 +357,7 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         existing: Existing::checked_flags(a.checksum, a.update, a.no_clobber)?,
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
+        partial: a.partial,
         fsync: a.fsync,
         verify: a.verify,
         threads: a.threads.max(1),

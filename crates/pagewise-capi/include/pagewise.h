@@ -84,6 +84,10 @@
 // Copy flag: write under hidden temporary names even where O_TMPFILE works.
 #define PAGEWISE_COPY_NAMED_TEMP 16
 
+// Copy flag: keep a file stopped mid-copy as a partial temporary with a checkpoint, for a
+// later copy to resume (rsync --partial); implies PAGEWISE_COPY_NAMED_TEMP.
+#define PAGEWISE_COPY_PARTIAL 32
+
 // Open flag: reads allowed.
 #define PAGEWISE_READ 1
 
@@ -323,7 +327,7 @@ typedef struct pagewise_load_report {
 typedef struct pagewise_copy_options {
     // sizeof(pagewise_copy_options).
     uint32_t size;
-    // PAGEWISE_COPY_PRESERVE | _NO_PREALLOCATE | _FSYNC | _VERIFY | _NAMED_TEMP.
+    // PAGEWISE_COPY_PRESERVE | _NO_PREALLOCATE | _FSYNC | _VERIFY | _NAMED_TEMP | _PARTIAL.
     uint32_t flags;
     // PAGEWISE_COPY_AUTO (0), _DONTCACHE, _DIRECT, _DROP_BEHIND, _BUFFERED.
     uint32_t strategy;

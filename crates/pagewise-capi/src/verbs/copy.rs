@@ -9,7 +9,8 @@ use super::{at_most, check_flags, finish, COPY_FLAGS, MAX_CHUNK, MAX_DEPTH, MAX_
 use super::{
     PAGEWISE_COPY_AUTO, PAGEWISE_COPY_BUFFERED, PAGEWISE_COPY_DIRECT, PAGEWISE_COPY_DONTCACHE,
     PAGEWISE_COPY_DROP_BEHIND, PAGEWISE_COPY_FSYNC, PAGEWISE_COPY_NAMED_TEMP,
-    PAGEWISE_COPY_NO_PREALLOCATE, PAGEWISE_COPY_PRESERVE, PAGEWISE_COPY_VERIFY,
+    PAGEWISE_COPY_NO_PREALLOCATE, PAGEWISE_COPY_PARTIAL, PAGEWISE_COPY_PRESERVE,
+    PAGEWISE_COPY_VERIFY,
 };
 use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
@@ -19,7 +20,7 @@ use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure
 pub struct pagewise_copy_options {
     /// sizeof(pagewise_copy_options).
     pub size: u32,
-    /// PAGEWISE_COPY_PRESERVE | _NO_PREALLOCATE | _FSYNC | _VERIFY | _NAMED_TEMP.
+    /// PAGEWISE_COPY_PRESERVE | _NO_PREALLOCATE | _FSYNC | _VERIFY | _NAMED_TEMP | _PARTIAL.
     pub flags: u32,
     /// PAGEWISE_COPY_AUTO (0), _DONTCACHE, _DIRECT, _DROP_BEHIND, _BUFFERED.
     pub strategy: u32,
@@ -139,6 +140,7 @@ pub unsafe extern "C" fn pagewise_copy(
             fsync: o.flags & PAGEWISE_COPY_FSYNC != 0,
             verify: o.flags & PAGEWISE_COPY_VERIFY != 0,
             named_temp: o.flags & PAGEWISE_COPY_NAMED_TEMP != 0,
+            partial: o.flags & PAGEWISE_COPY_PARTIAL != 0,
             ..CopyOptions::default()
         };
         at_most(

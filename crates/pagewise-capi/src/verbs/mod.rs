@@ -72,6 +72,9 @@ pub const PAGEWISE_COPY_FSYNC: u32 = 4;
 pub const PAGEWISE_COPY_VERIFY: u32 = 8;
 /// Copy flag: write under hidden temporary names even where O_TMPFILE works.
 pub const PAGEWISE_COPY_NAMED_TEMP: u32 = 16;
+/// Copy flag: keep a file stopped mid-copy as a partial temporary with a checkpoint, for a
+/// later copy to resume (rsync --partial); implies PAGEWISE_COPY_NAMED_TEMP.
+pub const PAGEWISE_COPY_PARTIAL: u32 = 32;
 
 const WALK_FLAGS: u32 = PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME;
 const EVICT_FLAGS: u32 =
@@ -80,7 +83,8 @@ const COPY_FLAGS: u32 = PAGEWISE_COPY_PRESERVE
     | PAGEWISE_COPY_NO_PREALLOCATE
     | PAGEWISE_COPY_FSYNC
     | PAGEWISE_COPY_VERIFY
-    | PAGEWISE_COPY_NAMED_TEMP;
+    | PAGEWISE_COPY_NAMED_TEMP
+    | PAGEWISE_COPY_PARTIAL;
 
 /// The walk, range and method fields the three tree verbs share.
 struct Walked {

@@ -11,7 +11,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Where a file is written before it gets its final name.
@@ -28,12 +28,30 @@ pub(super) struct NamedTemp {
     /// The directory it is in (reached without following symlinks) and its name there.
     pub dir: Arc<OwnedFd>,
     pub name: OsString,
-    armed: bool,
+    armed: AtomicBool,
+}
+
+impl NamedTemp {
+    /// Leaves the temporary where it is when dropped (a partial copy kept for a later run).
+    pub(super) fn keep(&self) {
+        self.armed.store(false, Ordering::Relaxed);
+    }
+}
+
+impl Temp {
+    /// The temporary `name` in `dir` that an earlier run left, taken up by this one.
+    pub(super) fn adopt(dir: Arc<OwnedFd>, name: OsString) -> Temp {
+        Temp::Named(NamedTemp {
+            dir,
+            name,
+            armed: AtomicBool::new(true),
+        })
+    }
 }
 
 impl Drop for NamedTemp {
     fn drop(&mut self) {
-        if self.armed {
+        if *self.armed.get_mut() {
             let _ = sys::unlink_at(self.dir.as_fd(), &self.name, false);
         }
     }
@@ -99,7 +117,8 @@ impl Ctx<'_> {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        if !self.opts.named_temp && !self.no_tmpfile.load(Ordering::Relaxed) {
+        let named = self.opts.named_temp || self.opts.partial;
+        if !named && !self.no_tmpfile.load(Ordering::Relaxed) {
             match sys::open_tmpfile_at(dir.as_fd(), mode) {
                 Ok(fd) => return Ok((fd, Temp::Unnamed)),
                 Err(e)
@@ -127,7 +146,7 @@ impl Ctx<'_> {
                 Temp::Named(NamedTemp {
                     dir: dir.clone(),
                     name,
-                    armed: true,
+                    armed: AtomicBool::new(true),
                 }),
             )),
             Err(e) => Err(FileError::io(dst, Op::CreateExclusive(path), &e)),
@@ -148,8 +167,9 @@ impl Ctx<'_> {
             Temp::Named(tmp) => {
                 replaceable(dir, name).map_err(|e| (Op::Rename, e))?;
                 let _ = sys::remove_xattr(fd, TEMP_MARK);
+                let _ = sys::remove_xattr(fd, super::resume::RESUME_MARK);
                 sys::rename_at(dir, &tmp.name, name).map_err(|e| (Op::Rename, e))?;
-                tmp.armed = false;
+                tmp.keep();
                 Ok(())
             }
             Temp::Unnamed => match sys::link_fd_at(fd, dir, name) {

@@ -105,6 +105,8 @@ pub(super) struct Job<'a> {
     pub src_cached_before: Option<u64>,
     /// The copy's bandwidth limit, which each chunk waits for before it moves.
     pub pace: Option<&'a super::limits::Bandwidth>,
+    /// Records how far the data is on disk, for a later run to resume (named temporaries).
+    pub checkpoint: Option<&'a super::resume::Checkpointer<'a>>,
 }
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
@@ -154,7 +156,11 @@ where
         if stop() || job.pace.is_some_and(|b| !b.take(len, stop)) {
             return Err(Moved::Interrupted);
         }
-        work(buf, off, len)
+        work(buf, off, len)?;
+        if let Some(c) = job.checkpoint {
+            c.finished(off);
+        }
+        Ok(())
     };
     let done = |len| job.observer.progress(0, len);
     match chunks::run(job.extents, job.chunk, job.depth, align, None, work, done) {

@@ -27,6 +27,7 @@ pub mod limits;
 mod options;
 mod plan;
 mod report;
+mod resume;
 mod worker;
 
 pub use engine::Strategy;
@@ -300,7 +301,11 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         (ctx.dest_residue.pages() * sys::page_size()).min(m.residue.dest_bytes);
     let extra = interrupted
         .then(|| {
-            "interrupted: files not finished were removed; finished files are complete".to_string()
+            match options.partial {
+                true => "interrupted: files not finished were kept as partial temporaries for a later run; finished files are complete",
+                false => "interrupted: files not finished were removed; finished files are complete",
+            }
+            .to_string()
         })
         .into_iter()
         .collect();
@@ -317,6 +322,8 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         updated: c.updated.load(Ordering::Relaxed),
         skipped: c.skipped.load(Ordering::Relaxed),
         stale_temporaries_removed: c.stale_temps.load(Ordering::Relaxed),
+        resumed_files: m.resumed_files,
+        resumed_bytes: m.resumed_bytes,
         metadata_updated: c.metadata.load(Ordering::Relaxed),
         deleted: c.deleted.load(Ordering::Relaxed),
         bytes: m.bytes + c.dry_bytes.load(Ordering::Relaxed),

@@ -38,6 +38,12 @@ pub struct CopyOptions {
     pub direct_min: u64,
     /// Write under hidden temporary names even where O_TMPFILE is available. Default: false.
     pub named_temp: bool,
+    /// rsync's --partial: a file stopped mid-copy (an interrupt, a read or write error) keeps
+    /// its hidden temporary with a checkpoint of what is on disk, and a later run resumes it
+    /// (see the `resume` module). Implies `named_temp`. Whatever this says, a copy under a
+    /// named temporary writes checkpoints, so one killed (SIGKILL, power cut) is resumed
+    /// too. Default: false.
+    pub partial: bool,
     /// Which symlinks among the sources are followed (cp's -P, -H, -L). Default:
     /// [`Dereference::Never`], as `cp -r` and `cp -a`.
     pub dereference: Dereference,
@@ -202,6 +208,7 @@ impl Default for CopyOptions {
             chunk: DEFAULT_CHUNK,
             direct_min: DEFAULT_DIRECT_MIN,
             named_temp: false,
+            partial: false,
             dereference: Dereference::Never,
             no_target_directory: false,
             existing: Existing::Replace,

@@ -117,6 +117,11 @@ pub struct CopyReport {
     pub skipped: u64,
     /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
     pub stale_temporaries_removed: u64,
+    /// Files resumed from the partial temporary an earlier, killed or interrupted run left
+    /// (its checkpoint matched the source and its kept data the source where sampled).
+    pub resumed_files: u64,
+    /// Data bytes those files kept from the earlier run (not read or written again).
+    pub resumed_bytes: u64,
     /// Files whose content was up to date and whose metadata (mode, owner, times, xattrs,
     /// ACLs) was brought over (`preserve` with `existing` quick check or checksum).
     pub metadata_updated: u64,

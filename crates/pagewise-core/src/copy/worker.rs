@@ -8,6 +8,7 @@ use super::dest::ParentCache;
 use super::engine::{self, ChunkHashes, IoFailure, Job, Moved, Unsupported};
 use super::finish::{settle, Settle};
 use super::plan::FileTask;
+use super::resume;
 use super::{Ctx, Residue, Strategy};
 use crate::dio::uncached;
 use crate::error::{FileError, Op};
@@ -36,6 +37,9 @@ pub(super) struct Local {
     pub files: u64,
     pub bytes: u64,
     pub data_bytes: u64,
+    /// Files resumed from an earlier run's partial temporary, and the data bytes kept.
+    pub resumed_files: u64,
+    pub resumed_bytes: u64,
     pub strategies: BTreeMap<Strategy, u64>,
     pub residue: Residue,
     pub digests: Vec<Digest>,
@@ -54,6 +58,8 @@ pub(super) fn merge(m: &mut Local, l: Local) {
     m.files += l.files;
     m.bytes += l.bytes;
     m.data_bytes += l.data_bytes;
+    m.resumed_files += l.resumed_files;
+    m.resumed_bytes += l.resumed_bytes;
     for (k, v) in l.strategies {
         *m.strategies.entry(k).or_default() += v;
     }
@@ -91,6 +97,9 @@ pub(super) struct Open {
     pub dir: std::sync::Arc<OwnedFd>,
     /// The destination existed before (the copy updates it).
     pub existed: bool,
+    /// Bytes from offset 0 an earlier, killed copy left in the temporary, checked against the
+    /// source (see [`super::resume`]): the copy continues from there.
+    pub kept: u64,
 }
 
 /// One worker thread: copies the units it receives until the planner is done, then settles
@@ -133,7 +142,9 @@ impl Ctx<'_> {
     /// Whether a file planned at `size` bytes goes through [`Ctx::copy_small`].
     /// (`no_small_path` is set from the start unless the strategy is `auto` with io_uring.)
     fn is_small(&self, task: &FileTask) -> bool {
-        task.size <= SMALL_FILE && !self.no_small_path.load(Ordering::Relaxed)
+        task.size <= SMALL_FILE
+            && task.resume.is_none()
+            && !self.no_small_path.load(Ordering::Relaxed)
     }
 
     /// Copies a batch of small files: their reads go to the kernel in one io_uring submission
@@ -321,7 +332,11 @@ impl Ctx<'_> {
             return None;
         }
         let FileTask {
-            src, dst, existed, ..
+            src,
+            dst,
+            existed,
+            resume,
+            ..
         } = task;
         let (sf, st, extents, pseudo) = self.open_source(&src)?;
         let sparse = !pseudo && st.allocated < st.size;
@@ -341,12 +356,18 @@ impl Ctx<'_> {
                 return self.fail_none(FileError::io(&dst, Op::OpenParent(parent), &e));
             }
         };
-        let (df, temp) = match self.create_temp(&dir, &dst, create_mode) {
-            Ok(t) => t,
-            Err(e) => {
-                self.fail(e);
-                return None;
-            }
+        let partial = resume
+            .filter(|_| !pseudo)
+            .and_then(|name| Some((self.take_partial(dir.as_fd(), &name, &sf, &st)?, name)));
+        let (df, temp, kept) = match partial {
+            Some(((fd, kept), name)) => (fd, Temp::adopt(dir.clone(), name), kept),
+            None => match self.create_temp(&dir, &dst, create_mode) {
+                Ok((fd, temp)) => (fd, temp, 0),
+                Err(e) => {
+                    self.fail(e);
+                    return None;
+                }
+            },
         };
         if self.opts.preallocate && !sparse && st.size > self.opts.chunk as u64 {
             self.preallocate(&df, &dst, st.size)?;
@@ -364,6 +385,7 @@ impl Ctx<'_> {
             temp,
             dir,
             existed,
+            kept,
         })
     }
 
@@ -459,11 +481,16 @@ impl Ctx<'_> {
         // checked, never a name someone could have replaced meanwhile.
         let src = sys::fd_path(o.sf.as_fd());
         let tmp = sys::fd_path(o.df.as_fd());
+        let todo = resume::clip(&o.extents, o.kept);
+        let prefix = self.resumed(o, hashes)?;
+        let checkpoint = matches!(o.temp, Temp::Named(_)).then(|| {
+            resume::Checkpointer::new(o.df.as_fd(), &o.st, &todo, self.opts.chunk, o.kept)
+        });
         for strat in self.chain(dev, size) {
             let job = Job {
                 src: o.sf.as_fd(),
                 dst: o.df.as_fd(),
-                extents: &o.extents,
+                extents: &todo,
                 chunk: self.opts.chunk,
                 depth: if size >= 2 * self.opts.chunk as u64 {
                     self.opts.depth
@@ -475,9 +502,12 @@ impl Ctx<'_> {
                 hasher: hashes,
                 src_cached_before: o.src_cached,
                 pace: self.bandwidth.as_ref(),
+                checkpoint: checkpoint.as_ref(),
             };
             if let Some(h) = hashes {
-                h.parts.lock().unwrap().clear();
+                let mut parts = h.parts.lock().unwrap();
+                parts.clear();
+                parts.extend_from_slice(&prefix);
             }
             match self.move_data(&job, strat, &src, &tmp) {
                 Moved::Done => return Some(strat),
@@ -488,10 +518,20 @@ impl Ctx<'_> {
                         strat.name(),
                         crate::names::escape(o.dst.as_os_str().as_encoded_bytes())
                     ));
-                    let _ = o.df.set_len(0);
+                    // What an earlier run kept stays; the next strategy writes the rest.
+                    let _ = o.df.set_len(o.kept);
                 }
-                Moved::Failed(f) => return self.failed(o, f),
-                Moved::Interrupted => return None,
+                Moved::Failed(f) => {
+                    let on_dest_full = f.on_dest && f.err.raw_os_error() == Some(libc::ENOSPC);
+                    if !on_dest_full {
+                        self.keep_partial(o, checkpoint.as_ref());
+                    }
+                    return self.failed(o, f);
+                }
+                Moved::Interrupted => {
+                    self.keep_partial(o, checkpoint.as_ref());
+                    return None;
+                }
             }
         }
         self.fail_none(FileError::other(
@@ -499,6 +539,49 @@ impl Ctx<'_> {
             Op::Copy,
             "no strategy could write this file",
         ))
+    }
+
+    /// A file resumed from an earlier run's temporary: its kept bytes count as done in the
+    /// progress, and with `--verify` the kept prefix of the source is read (from disk) for the
+    /// digest — the per-chunk hashes of `[0, kept)`. None: the read failed (reported).
+    fn resumed(&self, o: &Open, hashes: Option<&ChunkHashes>) -> Option<Vec<(u64, u64)>> {
+        if o.kept == 0 {
+            return Some(Vec::new());
+        }
+        self.observer
+            .progress(0, resume::data_below(&o.extents, o.kept));
+        let Some(_) = hashes else {
+            return Some(Vec::new());
+        };
+        let h = ChunkHashes::default();
+        let read = || -> io::Result<()> {
+            let mut r = uncached::UncachedReader::open(o.sf.try_clone()?, self.opts.chunk)?;
+            let head: Vec<(u64, u64)> = o
+                .extents
+                .iter()
+                .filter(|e| e.0 < o.kept)
+                .map(|&(off, len)| (off, len.min(o.kept - off)))
+                .collect();
+            for (off, len) in crate::chunks::pieces(&head, self.opts.chunk as u64) {
+                h.add(off, r.read(off, len)?);
+            }
+            Ok(())
+        };
+        match read() {
+            Ok(()) => Some(h.parts.into_inner().unwrap()),
+            Err(e) => self.fail_none(FileError::io(&o.src, Op::Read, &e)),
+        }
+    }
+
+    /// With `--partial`, a file stopped or failed mid-copy keeps its temporary with a
+    /// checkpoint of what is on disk, for a later run to resume.
+    fn keep_partial(&self, o: &Open, checkpoint: Option<&resume::Checkpointer<'_>>) {
+        if let (true, Some(c), Temp::Named(t)) = (self.opts.partial, checkpoint, &o.temp) {
+            c.save_now();
+            if c.saved() > 0 {
+                t.keep();
+            }
+        }
     }
 
     /// Reports a failure to move a file's data, or, for a destination out of space while
@@ -515,6 +598,7 @@ impl Ctx<'_> {
                 size: o.st.size,
                 existed: o.existed,
                 compare: false,
+                resume: None,
             });
             return None;
         }

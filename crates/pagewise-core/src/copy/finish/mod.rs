@@ -114,12 +114,18 @@ impl Ctx<'_> {
             // cachestat refused (not yours, not writable): nothing true to add.
             _ => local.residue.source_unknown_files += 1,
         }
-        let data: u64 = o.extents.iter().map(|e| e.1).sum();
+        // Data an earlier run kept (resumed) was neither read nor written by this one.
+        let kept = crate::copy::resume::data_below(&o.extents, o.kept);
+        let data: u64 = o.extents.iter().map(|e| e.1).sum::<u64>() - kept;
         local.residue.source_bytes += data;
         local.residue.dest_bytes += data;
         local.files += 1;
         local.bytes += size;
         local.data_bytes += data;
+        if o.kept > 0 {
+            local.resumed_files += 1;
+            local.resumed_bytes += kept;
+        }
         *local.strategies.entry(strat).or_default() += 1;
         data
     }

@@ -70,6 +70,9 @@ impl Planner<'_> {
             follow,
         };
         let mut subdirs = self.plan_entries(&e, sides, names, &up);
+        if let Some(fd) = &dst_fd {
+            self.drop_partials(fd.as_fd());
+        }
         subdirs.reverse();
         self.shared.jobs.push_all(subdirs);
         if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
@@ -247,7 +250,11 @@ impl Planner<'_> {
         for name in names {
             let path = dst.join(sys::name_os(name));
             if let Some(pid) = temp_owner(name.to_bytes()) {
+                // A partial copy with a checkpoint is kept for its entry (see plan/partial.rs).
+                let kept =
+                    |p: &mut Self| !dry && p.keep_partial(dir, dst, name, |t| wanted(keep, t));
                 if self.stale_temporary(dir, name, pid)
+                    && !kept(self)
                     && (dry || sys::unlink_at(dir, sys::name_os(name), false).is_ok())
                 {
                     self.ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
@@ -304,7 +311,7 @@ impl Planner<'_> {
     /// file with one name, carrying the mark copies put on their temporaries
     /// ([`TEMP_MARK`]), whose process (`pid`, from its name) is gone. A file that merely has
     /// such a name is the user's and stays.
-    fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
+    pub(super) fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
         let is_plain =
             sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_file() && m.nlink == 1);
         let gone = || sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
@@ -363,6 +370,11 @@ impl Planner<'_> {
     }
 }
 
+/// Whether the source directory has the entry `name` (its names: `keep`).
+fn wanted(keep: &HashSet<&CStr>, name: &[u8]) -> bool {
+    CString::new(name).is_ok_and(|c| keep.contains(c.as_c_str()))
+}
+
 /// The filter rules' name of the entry `name` in the directory named `rel`.
 fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
     let name = name.to_bytes();
@@ -376,7 +388,7 @@ fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
 }
 
 /// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.
-fn temp_owner(name: &[u8]) -> Option<u32> {
+pub(super) fn temp_owner(name: &[u8]) -> Option<u32> {
     let rest = name.strip_prefix(b".")?.strip_suffix(b".tmp")?;
     let at = rest.windows(10).rposition(|w| w == b".pagewise-")?;
     let tail = std::str::from_utf8(&rest[at + 10..]).ok()?;

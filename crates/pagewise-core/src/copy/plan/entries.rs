@@ -199,12 +199,14 @@ impl Planner<'_> {
             && e.dst_st
                 .as_ref()
                 .is_some_and(|d| d.is_file() && d.size == size);
+        let resume = self.take_partial(&e.dst);
         let task = FileTask {
             src: e.src,
             dst: e.dst,
             size,
             existed: e.dst_st.is_some(),
             compare,
+            resume,
         };
         if self.ctx.opts.dry_run {
             // What a run would do, content compared here when --checksum asks.

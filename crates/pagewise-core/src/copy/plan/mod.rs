@@ -16,6 +16,7 @@
 mod dir;
 mod entries;
 mod jobs;
+mod partial;
 mod targets;
 
 pub(super) use targets::nesting_notice;
@@ -43,6 +44,9 @@ pub(super) struct FileTask {
     /// `--checksum` and a destination of the same size: the worker compares content first and
     /// leaves the file when it is equal.
     pub compare: bool,
+    /// A partial temporary an earlier, killed copy left for this file (its name in the
+    /// destination directory): the worker checks it and resumes from its checkpoint.
+    pub resume: Option<std::ffi::OsString>,
 }
 
 /// A directory the copy made or entered: its mode and times are set last, after its contents.
@@ -152,6 +156,10 @@ struct Planner<'a> {
     pending_files: usize,
     dirs: Vec<DirTask>,
     deferred_links: Vec<(PathBuf, PathBuf)>,
+    /// Partial temporaries kept for the entries of the directory being planned.
+    partials: partial::Partials,
+    /// Temporary names in the destination directories of files named by the caller.
+    root_temps: std::collections::HashMap<PathBuf, Vec<std::ffi::CString>>,
 }
 
 /// Directories (and files) the planner gathers before handing files out interleaved.
@@ -168,6 +176,8 @@ impl<'a> Planner<'a> {
             pending_files: 0,
             dirs: Vec::new(),
             deferred_links: Vec::new(),
+            partials: Default::default(),
+            root_temps: Default::default(),
         }
     }
 
@@ -225,7 +235,15 @@ impl<'a> Planner<'a> {
             rel,
             contents: true,
         };
-        self.entry(root, None)
+        let partial_dir = match root.st.is_file() {
+            true => self.partials_beside(&root.dst),
+            false => None,
+        };
+        let job = self.entry(root, None);
+        if let Some(dir) = partial_dir {
+            self.drop_partials(std::os::fd::AsFd::as_fd(&*dir));
+        }
+        job
     }
 
     /// Sends the gathered files round-robin across their directories: workers then create and

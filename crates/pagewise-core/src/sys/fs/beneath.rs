@@ -136,6 +136,14 @@ pub fn create_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<Own
     )?)
 }
 
+/// `openat(dir, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`: an existing file of
+/// `dir` to read and write (a copy's partial temporary), never through a symlink and never
+/// blocking on a FIFO.
+pub fn open_rw_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDWR | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOFOLLOW;
+    Ok(rustix::fs::openat(dir, name, flags, Mode::empty())?)
+}
+
 /// `openat(dir, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode)` —
 /// <https://man7.org/linux/man-pages/man2/open.2.html> (O_TMPFILE: Linux 3.11): an unnamed file
 /// in the directory `dir` (see [`super::open_tmpfile`]).
