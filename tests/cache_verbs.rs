@@ -394,6 +394,35 @@ fn files_vanishing_mid_walk_are_not_errors() {
     assert_eq!(v["error_count"], 0);
 }
 
+/// Root without CAP_FOWNER and CAP_DAC_OVERRIDE (a systemd unit with a capability bounding
+/// set) is like any user for mincore(2): of a file it neither owns nor may write, the kernel
+/// calls every page resident. Such a figure is "unknown", never 100%.
+#[test]
+fn root_without_fowner_gets_unknown_from_mincore() {
+    if !require_root("dropping capabilities of root") {
+        return;
+    }
+    let t = tmp();
+    let theirs = t.path().join("theirs");
+    write_file(&theirs, 64 << 10);
+    fs::set_permissions(&theirs, fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    sync_and_evict(&theirs);
+    assert_eq!(cached(&theirs), 0);
+    let out = run(Command::new("setpriv")
+        .args(["--bounding-set=-fowner,-dac_override", "--inh-caps=-fowner,-dac_override"])
+        .arg(env!("CARGO_BIN_EXE_pagewise"))
+        .args(["stat", "--json", "--method", "mincore"])
+        .arg(&theirs));
+    let v = json(&out);
+    let f = &v["files"][0];
+    assert_eq!(f["method"], "unknown", "never a false number: {v}");
+    assert!(f["cached_bytes"].is_null(), "{v}");
+    // With its capabilities, root's mincore is true: 0 bytes cached.
+    let v = json(&run(bin().args(["stat", "--json", "--method", "mincore"]).arg(&theirs)));
+    assert_eq!(v["files"][0]["cached_bytes"], 0, "{v}");
+}
+
 #[test]
 fn unprivileged_user_gets_errors_and_unknown_never_false_numbers() {
     if !require_root("switching to user nobody") {

@@ -172,7 +172,7 @@ pub fn mincore_count(
 /// through rustix, after geteuid(2).
 pub fn mincore_is_truthful(dir: BorrowedFd<'_>, name: &CStr, st: &Stat) -> bool {
     let euid = rustix::process::geteuid();
-    if euid.is_root() || st.uid == euid.as_raw() {
+    if has_cap_fowner() || st.uid == euid.as_raw() {
         return true;
     }
     rustix::fs::accessat(
@@ -184,12 +184,29 @@ pub fn mincore_is_truthful(dir: BorrowedFd<'_>, name: &CStr, st: &Stat) -> bool 
     .is_ok()
 }
 
+/// Whether this process has CAP_FOWNER in its effective set (CapEff of /proc/self/status):
+/// the kernel's "owner or capable" half of mincore's check. Root without it (a unit with a
+/// capability bounding set) is like any other user there; read once.
+fn has_cap_fowner() -> bool {
+    const CAP_FOWNER: u32 = 3;
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim().to_string();
+                u64::from_str_radix(&hex, 16).ok()
+            })
+            .is_some_and(|caps| caps & (1 << CAP_FOWNER) != 0)
+    })
+}
+
 /// [`mincore_is_truthful`] for an open file: root or its owner, or the file is writable to the
 /// caller — asked of the file itself through `/proc/self/fd/N` (faccessat follows that link to
 /// the open inode, never to a name that could have been replaced).
 pub fn mincore_is_truthful_fd(fd: BorrowedFd<'_>, st: &Stat) -> bool {
     let euid = rustix::process::geteuid();
-    if euid.is_root() || st.uid == euid.as_raw() {
+    if has_cap_fowner() || st.uid == euid.as_raw() {
         return true;
     }
     let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
