@@ -73,7 +73,10 @@ fn contrib_has_the_units_the_docs_name() {
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
     for u in UNITS {
-        assert!(names.iter().any(|n| n == u), "contrib/{u} missing: {names:?}");
+        assert!(
+            names.iter().any(|n| n == u),
+            "contrib/{u} missing: {names:?}"
+        );
     }
     assert!(
         !names.iter().any(|n| n == "pagewise-preload.service"),
@@ -119,7 +122,11 @@ fn every_unit_passes_systemd_analyze_verify() {
     // ExecStart= pointed at the binary under test (verify checks that it is executable).
     let dir = tmp();
     for u in units() {
-        let name = u.file_name().unwrap().to_string_lossy().replace("@.", "@test.");
+        let name = u
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace("@.", "@test.");
         let text = fs::read_to_string(&u)
             .unwrap()
             .replace("/usr/local/bin/pagewise", env!("CARGO_BIN_EXE_pagewise"));
@@ -239,14 +246,20 @@ fn lock_daemon_notifies_holds_refuses_a_second_start_and_ends_on_sigterm() {
     // A second start with the same pidfile refuses, naming the running daemon.
     let (code, err) = load_notified(&all, sock.as_os_str());
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains(&format!("PID {pid}")) && err.contains("lock.pid"), "{err}");
+    assert!(
+        err.contains(&format!("PID {pid}")) && err.contains("lock.pid"),
+        "{err}"
+    );
     assert_eq!(fs::read_to_string(&pidfile).unwrap(), format!("{pid}\n"));
 
     sys::kill(pid, libc::SIGTERM).unwrap();
     assert_eq!(recv(&rx), "STOPPING=1");
     let t = Instant::now();
     while alive(pid) {
-        assert!(t.elapsed() < Duration::from_secs(30), "still running 30 s after SIGTERM");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "still running 30 s after SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(vm_lck(pid), 0, "nothing locked any more");
@@ -271,7 +284,10 @@ fn lock_daemon_failure_is_the_starters_exit_status() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("--daemon: nothing locked"), "{err}");
     assert!(err.contains(&missing.display().to_string()), "{err}");
-    assert!(!pidfile.exists(), "no pidfile for a daemon that never held anything");
+    assert!(
+        !pidfile.exists(),
+        "no pidfile for a daemon that never held anything"
+    );
     // READY would have been sent before the starter was told: none is queued.
     rx.set_nonblocking(true).unwrap();
     let mut buf = [0u8; 256];
@@ -291,14 +307,25 @@ fn lock_in_the_foreground_notifies_an_abstract_socket_without_mainpid() {
     write_file(&f, 256 << 10);
     let name = format!("pagewise-units-test-{}", std::process::id());
     let rx = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
-    let args = ["--lock".as_ref(), "--for".as_ref(), "1s".as_ref(), f.as_os_str()];
+    let args = [
+        "--lock".as_ref(),
+        "--for".as_ref(),
+        "1s".as_ref(),
+        f.as_os_str(),
+    ];
     let (code, err) = load_notified(&args, format!("@{name}").as_ref());
     assert_eq!(code, 0, "{err}");
     let ready = recv(&rx);
-    assert_eq!(ready, format!("READY=1\nSTATUS=locked {} bytes of 1 files", 256 << 10));
+    assert_eq!(
+        ready,
+        format!("READY=1\nSTATUS=locked {} bytes of 1 files", 256 << 10)
+    );
     assert_eq!(recv(&rx), "STOPPING=1");
     // A NOTIFY_SOCKET that cannot be used is named and ignored; the hold still happens.
     let (code, err) = load_notified(&args, "relative/socket".as_ref());
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("NOTIFY_SOCKET ignored: neither an absolute path"), "{err}");
+    assert!(
+        err.contains("NOTIFY_SOCKET ignored: neither an absolute path"),
+        "{err}"
+    );
 }

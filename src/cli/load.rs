@@ -243,13 +243,20 @@ fn hold_locks(
         "pagewise load: holding {} locked in {} files {until}{}",
         bytes(t.locked_bytes),
         t.locked_files,
-        if h.reporter.is_some() { format!(" (daemon, PID {pid})") } else { String::new() }
+        if h.reporter.is_some() {
+            format!(" (daemon, PID {pid})")
+        } else {
+            String::new()
+        }
     );
     let mainpid = match h.reporter {
         Some(_) => format!("MAINPID={pid}\n"),
         None => String::new(),
     };
-    let status = format!("STATUS=locked {} bytes of {} files", t.locked_bytes, t.locked_files);
+    let status = format!(
+        "STATUS=locked {} bytes of {} files",
+        t.locked_bytes, t.locked_files
+    );
     notify(notifier.as_ref(), &format!("READY=1\n{mainpid}{status}"));
     if let Some(r) = h.reporter.take() {
         if let Err(e) = r.ready(code.code()) {

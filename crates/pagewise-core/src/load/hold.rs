@@ -355,7 +355,8 @@ impl Reporter {
     /// (nobody would know this daemon runs) or a step failed.
     pub fn ready(mut self, code: i32) -> io::Result<()> {
         sys::new_session()?;
-        self.report.write_all(format!("ready {code}\n").as_bytes())?;
+        self.report
+            .write_all(format!("ready {code}\n").as_bytes())?;
         drop(self.report);
         sys::detach_stdio()?;
         std::env::set_current_dir("/")

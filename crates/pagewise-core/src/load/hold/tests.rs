@@ -88,8 +88,12 @@ fn notify_socket_values_are_checked() {
         Ok(Some(NotifyTarget::Abstract(b"sd-notify/1".to_vec())))
     );
     assert!(parse_notify_socket(b"@").is_err());
-    assert!(parse_notify_socket(b"run/notify").unwrap_err().contains("absolute"));
-    assert!(parse_notify_socket(b"vsock:2:1234").unwrap_err().contains("AF_VSOCK"));
+    assert!(parse_notify_socket(b"run/notify")
+        .unwrap_err()
+        .contains("absolute"));
+    assert!(parse_notify_socket(b"vsock:2:1234")
+        .unwrap_err()
+        .contains("AF_VSOCK"));
     let long = [b"/".as_slice(), &[b'a'; 107]].concat();
     assert!(parse_notify_socket(&long).unwrap_err().contains("longer"));
 }
@@ -135,7 +139,11 @@ fn the_pidfile_is_written_0644_and_removed_only_while_ours() {
     pf.write(4242).unwrap();
     std::fs::write(&p, "4343\n").unwrap(); // another instance took it over
     drop(pf);
-    assert_eq!(std::fs::read_to_string(&p).unwrap(), "4343\n", "not ours: kept");
+    assert_eq!(
+        std::fs::read_to_string(&p).unwrap(),
+        "4343\n",
+        "not ours: kept"
+    );
 }
 
 #[test]
@@ -151,9 +159,15 @@ fn claims_refuse_live_pagewise_and_non_pidfiles() {
     assert!(e.contains("not a regular file"), "{e}");
     // This process's own PID is stale, not a rival (tests/units.rs starts a real rival).
     std::fs::write(&p, format!("{}\n", std::process::id())).unwrap();
-    assert!(Pidfile::claim(&p).is_ok(), "our own PID is stale, not a rival");
+    assert!(
+        Pidfile::claim(&p).is_ok(),
+        "our own PID is stale, not a rival"
+    );
     // A process that is not pagewise (sleep): stale.
-    let mut sleep = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let mut sleep = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
     std::fs::write(&p, format!("{}\n", sleep.id())).unwrap();
     let r = Pidfile::claim(&p);
     let _ = sleep.kill();
