@@ -30,7 +30,7 @@ daemon's error (nothing locked). With NOTIFY_SOCKET set (systemd Type=notify), R
 STATUS=locked N bytes of M files are sent once locked, STOPPING=1 when the hold ends.
 
 Exit codes: 0 success, 1 fatal error, 2 some files failed, 3 nothing to do (--trace: the trace
-has no pages, or none of its files or pages is there any more).";
+has no pages, or none of its files or pages is there any more; --daemon: nothing to lock).";
 
 /// `--window`'s default as clap shows it: `load::DEFAULT_WINDOW` (checked by a test).
 const DEFAULT_WINDOW_ARG: &str = "256M";
