@@ -1,5 +1,6 @@
 //! `pagewise load`: files and trees or `--trace` (one `Mode`, picked once), the renderer of
-//! the LoadReport, and the hold of locked pages.
+//! the LoadReport, and the hold of locked pages (in the foreground, or detached with
+//! `--daemon`; `--pidfile`; sd_notify readiness when NOTIFY_SOCKET is set).
 
 use super::args::{parse_duration, parse_size_arg, OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
@@ -7,7 +8,8 @@ use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use super::{trace_file, trace_report};
 use clap::Args;
-use pagewise_core::load::{self, LoadOptions, LoadReport, TraceLoadOptions};
+use pagewise_core::load::hold::{self, ChildSaid, Detached, Notifier, Pidfile, Reporter};
+use pagewise_core::load::{self, LoadOptions, LoadReport, LockSet, TraceLoadOptions};
 use pagewise_core::Progress;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -20,9 +22,15 @@ Examples:
   pagewise load /usr/lib              warm a tree
   pagewise load --lock --for 10m model.bin
   pagewise load --range 0-64M big.db
+  pagewise load --lock --daemon --pidfile /run/pagewise-db.pid /srv/db/index
+                                      lock, then detach; `kill $(cat /run/pagewise-db.pid)` ends it
+
+--lock --daemon returns once the pages are locked (0, or 2 when some files failed) or with the
+daemon's error (nothing locked). With NOTIFY_SOCKET set (systemd Type=notify), READY=1 and
+STATUS=locked N bytes of M files are sent once locked, STOPPING=1 when the hold ends.
 
 Exit codes: 0 success, 1 fatal error, 2 some files failed, 3 nothing to do (--trace: the trace
-has no pages, or none of its files or pages is there any more).";
+has no pages, or none of its files or pages is there any more; --daemon: nothing to lock).";
 
 /// `--window`'s default as clap shows it: `load::DEFAULT_WINDOW` (checked by a test).
 const DEFAULT_WINDOW_ARG: &str = "256M";
@@ -39,6 +47,14 @@ pub struct LoadArgs {
     /// With --lock: how long to hold (e.g. 30s, 10m, 2h); default until SIGINT/SIGTERM
     #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration, requires = "lock")]
     pub hold_for: Option<Duration>,
+    /// With --lock: detach once the pages are locked; this command then exits 0 (2 when some
+    /// files failed), or with the daemon's error when nothing could be locked
+    #[arg(long, requires = "lock")]
+    pub daemon: bool,
+    /// With --lock: write the holding process's PID to FILE (atomically, mode 0644; removed
+    /// when the hold ends); refuse to start while FILE names a running pagewise
+    #[arg(long, value_name = "FILE", requires = "lock")]
+    pub pidfile: Option<PathBuf>,
     /// Files each worker queues readahead for before waiting on them
     #[arg(long, value_name = "N", default_value_t = load::DEFAULT_BATCH_FILES)]
     pub batch: usize,
@@ -90,7 +106,7 @@ fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<ExitCode, CliE
     trace_report::cache_verb("load", path, json, shape, r)
 }
 
-/// `pagewise load PATH...`, holding the pages locked with `--lock`.
+/// `pagewise load PATH...`, holding the pages locked with `--lock` (detached with `--daemon`).
 fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
     if a.batch == 0 {
         return Err(CliError::Usage("--batch must be at least 1".into()));
@@ -108,50 +124,177 @@ fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
         window: a.window.max(1 << 20),
         depth: a.depth.max(1),
     };
+    // Checked before forking, so a refusal is this command's own error.
+    let pidfile = match &a.pidfile {
+        Some(p) => Some(Pidfile::claim(p)?),
+        None => None,
+    };
+    // Fork before the first thread (the walk's, the progress line's) exists.
+    let reporter = match a.daemon {
+        false => None,
+        true => match hold::detach()? {
+            Detached::Parent(w) => return Ok(parent_exit(w.wait())),
+            Detached::Child(r) => Some(r),
+        },
+    };
     let progress = Arc::new(Progress::default());
-    let bar = ProgressLine::start("load", progress.clone(), !a.out.json && !a.out.json_lines);
-    let mut report = load::load(&opts, progress.as_ref())?;
+    let shown = !a.out.json && !a.out.json_lines && !a.daemon;
+    let bar = ProgressLine::start("load", progress.clone(), shown);
+    let mut report = match load::load(&opts, progress.as_ref()) {
+        Ok(r) => r,
+        Err(e) => {
+            bar.finish();
+            if let Some(r) = reporter {
+                r.failed(ExitCode::Fatal.code(), &e.to_string());
+            }
+            return Err(e.into());
+        }
+    };
     bar.finish();
     let locks = std::mem::take(&mut report.locks);
+    let code = ExitCode::from_outcome(&report.outcome);
+    render_report(&report, &a);
+    if !a.lock {
+        return Ok(code);
+    }
+    let hold = Hold {
+        hold_for: a.hold_for,
+        pidfile,
+        reporter,
+    };
+    hold_locks(locks, &report, code, hold)
+}
+
+/// The report: JSON (`--json`, `--json-lines`) on stdout, or the summary and the problems.
+fn render_report(report: &LoadReport, a: &LoadArgs) {
     let o = &report.outcome;
-    let code = ExitCode::from_outcome(o);
     if a.out.json || a.out.json_lines {
         if a.out.json_lines {
-            render::print_stream_end(&o.errors, &report);
+            render::print_stream_end(&o.errors, report);
         } else {
-            render::print_json(&report);
+            render::print_json(report);
         }
-    } else {
-        render::report_problems("load", &o.errors, o.error_count, &o.notices);
-        let t = &report.total;
-        let mut out = std::io::stdout().lock();
-        let _ = write_summary(&mut out, &report, a.walk.range.is_some());
-        drop(out);
-        if let Some(why) = t.unknown_reason {
-            eprintln!(
-                "pagewise load: note: {} of {} files: what was cached before is unknown: {why}",
-                t.unknown_files, t.files
-            );
-        }
+        return;
     }
-    if a.lock && !locks.is_empty() {
-        // Before the "holding" line: a SIGINT sent as soon as it is read must end the hold,
-        // not kill the process.
-        pagewise_core::sys::block_interrupts();
-        let t = &report.total;
-        let until = match a.hold_for {
-            Some(d) => format!("for {:.0} s", d.as_secs_f64()),
-            None => "until Ctrl-C / SIGTERM".into(),
-        };
+    render::report_problems("load", &o.errors, o.error_count, &o.notices);
+    let t = &report.total;
+    let mut out = std::io::stdout().lock();
+    let _ = write_summary(&mut out, report, a.walk.range.is_some());
+    drop(out);
+    if let Some(why) = t.unknown_reason {
         eprintln!(
-            "pagewise load: holding {} locked in {} files {until}",
-            bytes(t.locked_bytes),
-            t.locked_files
+            "pagewise load: note: {} of {} files: what was cached before is unknown: {why}",
+            t.unknown_files, t.files
         );
-        pagewise_core::sys::wait_for_interrupt(a.hold_for);
-        drop(locks);
     }
+}
+
+/// How the locked pages are held: for how long, with which pidfile, detached or not.
+struct Hold {
+    hold_for: Option<Duration>,
+    pidfile: Option<Pidfile>,
+    /// `--daemon`: the child's line to the process that started it.
+    reporter: Option<Reporter>,
+}
+
+/// Holds `locks` until SIGINT/SIGTERM or `--for` ends: writes the pidfile, notifies the
+/// service manager, detaches (`--daemon`), waits, then says STOPPING=1 and lets go.
+fn hold_locks(
+    locks: LockSet,
+    report: &LoadReport,
+    code: ExitCode,
+    mut h: Hold,
+) -> Result<ExitCode, CliError> {
+    let t = &report.total;
+    if locks.is_empty() {
+        let Some(r) = h.reporter else { return Ok(code) };
+        let why = match report.outcome.errors.first() {
+            Some(e) => format!("nothing locked: {e}"),
+            None => "nothing locked: no file with data to lock".to_string(),
+        };
+        let code = match code {
+            ExitCode::Success => ExitCode::NothingToDo,
+            c => c,
+        };
+        r.failed(code.code(), &why);
+        return Ok(code);
+    }
+    // Before anything says "ready": a SIGTERM sent as soon as it is read must end the hold,
+    // not kill the process.
+    pagewise_core::sys::block_interrupts();
+    let pid = std::process::id();
+    if let Some(p) = h.pidfile.as_mut() {
+        if let Err(e) = p.write(pid) {
+            if let Some(r) = h.reporter {
+                r.failed(ExitCode::Fatal.code(), &e.to_string());
+            }
+            return Err(e.into());
+        }
+    }
+    let notifier = Notifier::from_env().unwrap_or_else(|why| {
+        eprintln!("pagewise load: NOTIFY_SOCKET ignored: {why}");
+        None
+    });
+    let until = match h.hold_for {
+        Some(d) => format!("for {:.0} s", d.as_secs_f64()),
+        None => "until Ctrl-C / SIGTERM".into(),
+    };
+    eprintln!(
+        "pagewise load: holding {} locked in {} files {until}{}",
+        bytes(t.locked_bytes),
+        t.locked_files,
+        if h.reporter.is_some() {
+            format!(" (daemon, PID {pid})")
+        } else {
+            String::new()
+        }
+    );
+    let mainpid = match h.reporter {
+        Some(_) => format!("MAINPID={pid}\n"),
+        None => String::new(),
+    };
+    let status = format!(
+        "STATUS=locked {} bytes of {} files",
+        t.locked_bytes, t.locked_files
+    );
+    notify(notifier.as_ref(), &format!("READY=1\n{mainpid}{status}"));
+    if let Some(r) = h.reporter.take() {
+        if let Err(e) = r.ready(code.code()) {
+            // The starter is gone or detaching failed: nobody knows this hold exists.
+            eprintln!("pagewise load: --daemon: could not detach: {e}");
+            notify(notifier.as_ref(), "STOPPING=1");
+            return Ok(ExitCode::Fatal);
+        }
+    }
+    pagewise_core::sys::wait_for_interrupt(h.hold_for);
+    notify(notifier.as_ref(), "STOPPING=1");
+    drop(locks);
+    drop(h.pidfile);
     Ok(code)
+}
+
+/// Sends `state` to the service manager, if there is one; a failure is a warning.
+fn notify(n: Option<&Notifier>, state: &str) {
+    if let Some(n) = n {
+        if let Err(e) = n.send(state) {
+            eprintln!("pagewise load: sd_notify to {n}: sendto failed: {e}");
+        }
+    }
+}
+
+/// The exit of the process that started `--daemon`: what the daemon reported.
+fn parent_exit(said: ChildSaid) -> ExitCode {
+    match said {
+        ChildSaid::Ready { code, .. } => ExitCode::Status(code),
+        ChildSaid::Failed { code, message } => {
+            eprintln!("pagewise load: --daemon: {message}");
+            ExitCode::Status(code)
+        }
+        ChildSaid::Died { code, how } => {
+            eprintln!("pagewise load: --daemon: the daemon {how} before it had locked anything");
+            ExitCode::Status(code)
+        }
+    }
 }
 
 /// Writes the one-line summary: files, bytes (in range), cached now and before, rate.

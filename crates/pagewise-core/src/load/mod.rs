@@ -10,8 +10,10 @@
 //! on a virtual machine the first CPU touch of each freshly read page costs a hypervisor fault
 //! (measured here: 4–10 s of system time per 4 GiB with pread, 0.65 s with populate).
 //!
-//! `load --trace` ([`load_trace`]: exactly the pages a trace recorded) is in trace.rs.
+//! `load --trace` ([`load_trace`]: exactly the pages a trace recorded) is in trace.rs; what
+//! holding locked pages as a service needs (pidfile, sd_notify, detaching) is in [`hold`].
 
+pub mod hold;
 mod trace;
 pub use trace::{load_trace, TraceLoadOptions, DEFAULT_TRACE_DEPTH};
 

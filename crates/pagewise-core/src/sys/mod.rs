@@ -18,6 +18,8 @@
 //! - `perf`: tracepoints through perf_event_open, with a `#[repr(C)]` attribute struct;
 //! - `process`: limits, memory locks, polling, clocks, scheduling, pidfds;
 //! - `signal`: signal handlers, forwarding to a child, waiting for an interrupt;
+//! - `daemon`: detaching `load --lock --daemon` (fork with a report pipe, setsid, stdio onto
+//!   /dev/null, waitpid);
 //! - `probe`: what the running kernel supports, and since which version;
 //! - `kpage`: which memory cgroup cached pages are charged to (pagemap + kpagecgroup).
 //!
@@ -47,6 +49,9 @@
 //!   (setsid, close_range, open, close, nanosleep; waitpid in the parent) ([`truncate_detached`],
 //!   [`linger_detached`]): fork is in the same unstable API, and the child makes only these
 //!   async-signal-safe libc calls on memory prepared before it.
+//! - fork(2) of a single-threaded process and dup2(2) onto the standard descriptors, to
+//!   detach a daemon ([`fork_with_report`], [`detach_stdio`]): fork is in the unstable API,
+//!   dup2 onto stdio behind rustix's `stdio` feature.
 //! - sysconf(`_SC_NPROCESSORS_ONLN`): the fallback of [`online_cpus`].
 
 #![deny(missing_docs)]
@@ -56,6 +61,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 mod cache;
+mod daemon;
 mod fs;
 mod io;
 mod kpage;
@@ -66,6 +72,7 @@ mod signal;
 mod uring;
 
 pub use cache::*;
+pub use daemon::*;
 pub use fs::*;
 pub use io::*;
 pub use kpage::*;
