@@ -142,3 +142,28 @@ fn json_lines_carry_timestamps() {
     }
     assert!(n >= 7, "{}", stdout(&out));
 }
+
+/// rsync's `--info=progress2` is `--progress` (a line into a pipe); other info flags are
+/// refused by name.
+#[test]
+fn info_progress2_is_progress() {
+    let t = tmp();
+    let src = t.path().join("src");
+    tree(&src);
+    let out = run(bin()
+        .args(["copy", "-a", "--info=progress2"])
+        .arg(&src)
+        .arg(t.path().join("dst")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).lines().any(|l| l.starts_with("copy ")),
+        "a progress line into the pipe: {}",
+        stderr(&out)
+    );
+    let out = run(bin()
+        .args(["copy", "-a", "--info=stats2"])
+        .arg(&src)
+        .arg(t.path().join("dst3")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("stats2"), "{}", stderr(&out));
+}

@@ -72,6 +72,10 @@ fn copy_counting_reads(args: &[&str], src: &Path, dst: &Path) -> (serde_json::Va
     (json(&out), read)
 }
 
+/// One test at a time: each checkpoint waits for an fdatasync, and a second copy writing to
+/// the same disk makes those waits (and the data a kill loses) longer.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn partial_temporaries(dir: &Path) -> Vec<std::path::PathBuf> {
     leftovers(dir)
 }
@@ -79,6 +83,7 @@ fn partial_temporaries(dir: &Path) -> Vec<std::path::PathBuf> {
 /// The figure: SIGKILL at 90% of a 1 GiB file, then `-u` reads at most 15% of it again.
 #[test]
 fn killed_at_90_percent_resumes_reading_the_rest() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = tmp();
     let src = t.path().join("one-gib");
     let size: u64 = 1 << 30;
@@ -89,7 +94,7 @@ fn killed_at_90_percent_resumes_reading_the_rest() {
     let dst = out.join("copy");
     // Named temporaries (the default unnamed O_TMPFILE file dies with its process).
     stop_at(
-        &["--named-temp", "--bwlimit", "300M"],
+        &["--named-temp", "--bwlimit", "100M"],
         &src,
         &dst,
         size * 9 / 10,
@@ -121,6 +126,7 @@ fn killed_at_90_percent_resumes_reading_the_rest() {
 /// right either way.
 #[test]
 fn partial_on_interrupt_and_what_is_not_trusted() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = tmp();
     let src = t.path().join("data");
     let size: u64 = 96 << 20;

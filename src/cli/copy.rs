@@ -179,6 +179,10 @@ pub struct CopyArgs {
     /// line per second, for logs; rsync --info=progress2). On a terminal it is shown anyway
     #[arg(long)]
     pub progress: bool,
+    /// rsync's --info flags: `progress2` is --progress (the only one taken; others are refused
+    /// by name)
+    #[arg(long, value_name = "FLAGS", value_parser = info_flags)]
+    pub info: Option<bool>,
     /// Append a line per change to FILE: `TIME [PID] CODE PATH` (UTC time, rsync's itemize
     /// code), then the summary (rsync --log-file)
     #[arg(long, value_name = "FILE")]
@@ -246,7 +250,10 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
         log.line(&format!("pagewise copy {}", paths.join(" ")));
     }
     let progress = Arc::new(Progress::default());
-    let show = match (a.json || a.json_lines || a.quiet, a.progress) {
+    let show = match (
+        a.json || a.json_lines || a.quiet,
+        a.progress || a.info == Some(true),
+    ) {
         (true, _) => Show::Off,
         (false, true) => Show::Always,
         (false, false) => Show::Terminal,
@@ -591,4 +598,22 @@ mod tests {
              (1.2%)\nentries: 14 created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
         );
     }
+}
+
+/// rsync's `--info=FLAGS` (comma-separated): `progress2` turns the progress line on,
+/// `progress0`/`none` off; other rsync info flags are refused by name.
+fn info_flags(s: &str) -> Result<bool, String> {
+    let mut on = false;
+    for f in s.split(',') {
+        match f {
+            "progress2" => on = true,
+            "progress0" | "none" => on = false,
+            other => {
+                return Err(format!(
+                    "rsync info flag '{other}' is not supported (progress2 is: the whole copy's progress line)"
+                ))
+            }
+        }
+    }
+    Ok(on)
 }

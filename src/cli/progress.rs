@@ -81,6 +81,10 @@ impl ProgressLine {
                 }
                 if tty {
                     let _ = write!(std::io::stderr(), "\r\x1b[K");
+                } else {
+                    // A log ends with where the verb got to (a run under a second has only this).
+                    let text = line.render(&progress, Instant::now());
+                    let _ = writeln!(std::io::stderr(), "{text}");
                 }
             });
         ProgressLine {
