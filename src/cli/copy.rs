@@ -482,6 +482,24 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
     )
 }
 
+/// rsync's `--info=FLAGS` (comma-separated): `progress2` turns the progress line on,
+/// `progress0`/`none` off; other rsync info flags are refused by name.
+fn info_flags(s: &str) -> Result<bool, String> {
+    let mut on = false;
+    for f in s.split(',') {
+        match f {
+            "progress2" => on = true,
+            "progress0" | "none" => on = false,
+            other => {
+                return Err(format!(
+                    "rsync info flag '{other}' is not supported (progress2 is: the whole copy's progress line)"
+                ))
+            }
+        }
+    }
+    Ok(on)
+}
+
 #[cfg(test)]
 mod tests {
     //! The summary line, rendered from hand-made reports: no kernel involved.
@@ -598,22 +616,4 @@ mod tests {
              (1.2%)\nentries: 14 created, 2 updated, 0 left as they were, 0 deleted, 0 failed\n"
         );
     }
-}
-
-/// rsync's `--info=FLAGS` (comma-separated): `progress2` turns the progress line on,
-/// `progress0`/`none` off; other rsync info flags are refused by name.
-fn info_flags(s: &str) -> Result<bool, String> {
-    let mut on = false;
-    for f in s.split(',') {
-        match f {
-            "progress2" => on = true,
-            "progress0" | "none" => on = false,
-            other => {
-                return Err(format!(
-                    "rsync info flag '{other}' is not supported (progress2 is: the whole copy's progress line)"
-                ))
-            }
-        }
-    }
-    Ok(on)
 }
