@@ -21,6 +21,10 @@
 //! body (Content-Length above 0, Transfer-Encoding) are answered and the connection closed.
 //! HTTP/1.1 connections are kept alive unless the client says `Connection: close`; HTTP/1.0
 //! ones only when it says `Connection: keep-alive`.
+//!
+//! With a TLS configuration ([`serve_tls`]) every connection is TLS (rustls): the handshake
+//! must finish within the head timeout too, and a connection that does not speak TLS is
+//! closed.
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
@@ -59,6 +63,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -152,6 +157,16 @@ impl RateLimited {
 /// Serves `listener` with `handler` within `limits`, for ever: errors of `accept` and of
 /// connections are survived (and said on stderr), never returned.
 pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! {
+    serve_tls(listener, limits, None, handler)
+}
+
+/// [`serve`], over TLS when `tls` is given.
+pub fn serve_tls(
+    listener: TcpListener,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: Arc<Handler>,
+) -> ! {
     let shared = Arc::new(Shared {
         conns: Mutex::new(Conns::default()),
         freed: Condvar::new(),
@@ -189,12 +204,23 @@ pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! 
         }
         let stream = Arc::new(stream);
         let (sh, h, l) = (Arc::clone(&shared), Arc::clone(&handler), limits.clone());
+        let tls = tls.clone();
         let spawned = std::thread::Builder::new()
             .name("pagewise-http".into())
-            .stack_size(256 << 10)
+            // rustls's handshake (ring) wants more stack than plain HTTP.
+            .stack_size(if tls.is_some() { 1 << 20 } else { 256 << 10 })
             .spawn(move || {
                 let _open = Open(&sh);
-                connection(&stream, &sh, &*h, &l);
+                let mut io = match tls {
+                    None => Io::Plain(&*stream),
+                    Some(cfg) => match rustls::ServerConnection::new(cfg) {
+                        Ok(c) => Io::Tls(Box::new(rustls::StreamOwned::new(c, &*stream))),
+                        Err(_) => return,
+                    },
+                };
+                // The handshake writes while the head is awaited.
+                let _ = stream.set_write_timeout(Some(l.head_timeout));
+                connection(&mut io, &stream, &sh, &*h, &l);
             });
         if let Err(e) = spawned {
             // The closure (and the stream) is dropped: the connection is closed.
@@ -237,8 +263,44 @@ impl Drop for Open<'_> {
     }
 }
 
+/// A connection's bytes: plain TCP, or TLS over it.
+enum Io<'a> {
+    Plain(&'a TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, &'a TcpStream>>),
+}
+
+impl Read for Io<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.read(buf),
+            Io::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Io<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.write(buf),
+            Io::Tls(t) => t.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Io::Plain(s) => s.flush(),
+            Io::Tls(t) => t.flush(),
+        }
+    }
+}
+
 /// One connection: requests until it closes, errs, idles past the timeout or is evicted.
-fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limits: &Limits) {
+fn connection(
+    io: &mut Io<'_>,
+    stream: &Arc<TcpStream>,
+    shared: &Shared,
+    handler: &Handler,
+    limits: &Limits,
+) {
     let mut buf = vec![0u8; MAX_HEAD + 1];
     let mut len = 0;
     loop {
@@ -261,7 +323,7 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                 break Err(HeadError::Incomplete);
             }
             let _ = stream.set_read_timeout(Some(left));
-            match (&**stream).read(&mut buf[len..]) {
+            match io.read(&mut buf[len..]) {
                 Ok(0) => {
                     shared.lock().idle.remove(&id);
                     return;
@@ -292,8 +354,8 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                     _ => why,
                 };
                 let r = Response::text(status, TEXT, format!("{detail}\n"));
-                let _ = write_response(stream, &r, false, false, deadline);
-                linger_close(stream);
+                let _ = write_response(io, stream, &r, false, false, deadline);
+                linger_close(io, stream);
                 return;
             }
         };
@@ -305,7 +367,7 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                 let keep = req.keep_alive;
                 (
                     keep,
-                    write_response(stream, &r, head_only, keep, deadline).is_ok(),
+                    write_response(io, stream, &r, head_only, keep, deadline).is_ok(),
                 )
             }
             Err(_) => (false, false),
@@ -314,8 +376,7 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
             return;
         }
         if !keep {
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            linger_close(stream);
+            linger_close(io, stream);
             return;
         }
         buf.copy_within(used..len, 0);
@@ -325,8 +386,9 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Writes `r` (its head only for HEAD) within `deadline`.
+/// Writes `r` (its head only for HEAD) to `io` over `stream` within `deadline`.
 fn write_response(
+    io: &mut Io<'_>,
     stream: &TcpStream,
     r: &Response,
     head_only: bool,
@@ -355,16 +417,19 @@ fn write_response(
             return Err(ErrorKind::TimedOut.into());
         }
         stream.set_write_timeout(Some(left))?;
-        let mut s = stream;
-        s.write_all(chunk)?;
+        io.write_all(chunk)?;
     }
-    Ok(())
+    io.flush()
 }
 
 /// Closes after an answer the client may still be sending to: stops writing (our FIN follows
-/// the answer), then reads and drops at most 1 MiB for at most 1 s, so that the client reads
-/// the answer before a reset for unread data can overtake it.
-fn linger_close(stream: &TcpStream) {
+/// the answer; over TLS a close_notify first), then reads and drops at most 1 MiB for at most
+/// 1 s, so that the client reads the answer before a reset for unread data can overtake it.
+fn linger_close(io: &mut Io<'_>, stream: &TcpStream) {
+    if let Io::Tls(t) = io {
+        t.conn.send_close_notify();
+        let _ = t.flush();
+    }
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let end = Instant::now() + Duration::from_secs(1);
     let mut sink = [0u8; 8192];
@@ -374,7 +439,8 @@ fn linger_close(stream: &TcpStream) {
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             return;
         }
-        match (&*stream).read(&mut sink) {
+        let mut s = stream;
+        match s.read(&mut sink) {
             Ok(0) | Err(_) => return,
             Ok(n) => drained += n,
         }
