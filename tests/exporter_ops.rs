@@ -421,12 +421,16 @@ fn two_thousand_idle_connections_and_two_hundred_concurrent_scrapes() {
         })
         .collect();
     let results: Vec<(String, Duration)> = scrapes.into_iter().map(|h| h.join().unwrap()).collect();
-    let worst = results.iter().map(|r| r.1).max().unwrap();
+    let mut took: Vec<Duration> = results.iter().map(|r| r.1).collect();
+    took.sort();
+    let worst = took[199];
     let ok = results.iter().filter(|r| r.0.starts_with("HTTP/1.1 200")).count();
     eprintln!(
         "2000 idle in {:?}; exporter fds: baseline {baseline}, with idle {during}; \
-         200 concurrent scrapes: {ok} answered 200, slowest {worst:?}",
-        start.elapsed()
+         200 concurrent scrapes: {ok} answered 200, median {:?}, 99th {:?}, slowest {worst:?}",
+        start.elapsed(),
+        took[100],
+        took[198]
     );
     assert_eq!(ok, 200, "{results:?}");
     assert!(worst < Duration::from_secs(1), "slowest scrape {worst:?}");

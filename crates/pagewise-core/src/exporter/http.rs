@@ -8,8 +8,10 @@
 //!   closed; one that sent part of a head is answered `408` and closed.
 //! - At most [`Limits::max_connections`] connections are open at once (by default a share of
 //!   RLIMIT_NOFILE). When a new one arrives at the cap, the connection that has waited longest
-//!   without a complete request is closed for it; when every open connection is busy
-//!   answering, new ones wait in the listen backlog.
+//!   without a complete request is closed for it, and the new one is taken at once (the
+//!   closed one's thread ends on its own: at most as many again are on their way out); when
+//!   every open connection is busy answering, new ones wait in the listen backlog
+//!   ([`BACKLOG`], so that a burst of connections is not dropped and retried a second later).
 //! - A failing `accept` (EMFILE, ENFILE, ENOBUFS, ...) never ends the server: it closes the
 //!   longest-idle connection, waits briefly (2 ms, or 50 ms when no connection was idle) and
 //!   accepts again, saying so on stderr (at most every 10 s). Under a small RLIMIT_NOFILE this
@@ -75,6 +77,9 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+/// The listen backlog the server asks for (the kernel caps it at `net.core.somaxconn`).
+pub const BACKLOG: i32 = 4096;
+
 /// The server's bounds.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -102,6 +107,8 @@ impl Default for Limits {
 #[derive(Default)]
 struct Conns {
     open: usize,
+    /// Of `open`, those closed for newer ones whose threads have not ended yet.
+    evicted: usize,
     next: u64,
     idle: BTreeMap<u64, Arc<TcpStream>>,
 }
@@ -118,15 +125,28 @@ impl Shared {
     }
 }
 
-/// Closes the longest-idle connection (its thread sees end of file and ends). False if none.
+/// Closes the longest-idle connection (its thread sees end of file and ends, and counts
+/// itself out of `evicted`). False if none.
 fn evict_oldest_idle(c: &mut Conns) -> bool {
     match c.idle.pop_first() {
         Some((_, s)) => {
             let _ = s.shutdown(std::net::Shutdown::Both);
+            c.evicted += 1;
             true
         }
         None => false,
     }
+}
+
+/// A connection thread's end: whether it was evicted (no longer in the idle map), counted
+/// out of `evicted` if so.
+fn leave_idle(shared: &Shared, id: u64) -> bool {
+    let mut c = shared.lock();
+    let evicted = c.idle.remove(&id).is_none();
+    if evicted {
+        c.evicted = c.evicted.saturating_sub(1);
+    }
+    evicted
 }
 
 /// What a request handler is.
@@ -172,6 +192,11 @@ pub fn serve_tls(
         freed: Condvar::new(),
     });
     let max = limits.max_connections.max(1);
+    {
+        use std::os::fd::AsFd;
+        // Best effort: std's 128 stays if the kernel refuses.
+        let _ = crate::sys::listen_backlog(listener.as_fd(), BACKLOG);
+    }
     let mut accept_msg = RateLimited(None, 0);
     let mut spawn_msg = RateLimited(None, 0);
     loop {
@@ -190,11 +215,14 @@ pub fn serve_tls(
                 continue;
             }
         };
-        // A slot: make one from the longest-idle connection, or wait for a busy one to end.
+        // A slot: make one from the longest-idle connection (taken at once while at most `max`
+        // are on their way out), or wait for a busy one to end.
         {
             let mut c = shared.lock();
-            while c.open >= max {
-                evict_oldest_idle(&mut c);
+            while c.open - c.evicted.min(c.open) >= max || c.open >= 2 * max {
+                if evict_oldest_idle(&mut c) && c.open < 2 * max {
+                    continue;
+                }
                 c = shared
                     .freed
                     .wait_timeout(c, Duration::from_millis(100))
@@ -325,7 +353,7 @@ fn connection(
             let _ = stream.set_read_timeout(Some(left));
             match io.read(&mut buf[len..]) {
                 Ok(0) => {
-                    shared.lock().idle.remove(&id);
+                    leave_idle(shared, id);
                     return;
                 }
                 Ok(n) => len += n,
@@ -335,12 +363,12 @@ fn connection(
                         ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                     ) => {}
                 Err(_) => {
-                    shared.lock().idle.remove(&id);
+                    leave_idle(shared, id);
                     return;
                 }
             }
         };
-        if shared.lock().idle.remove(&id).is_none() {
+        if leave_idle(shared, id) {
             return; // evicted (shut down) meanwhile
         }
         let deadline = Instant::now() + limits.write_timeout;

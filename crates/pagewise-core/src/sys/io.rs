@@ -336,3 +336,12 @@ mod tests {
         }
     }
 }
+
+/// `int listen(int sockfd, int backlog)` — <https://man7.org/linux/man-pages/man2/listen.2.html>,
+/// through rustix.
+///
+/// On a socket that already listens (std's `TcpListener::bind` uses a backlog of 128) Linux
+/// takes the new backlog, capped at `net.core.somaxconn`.
+pub fn listen_backlog(fd: BorrowedFd<'_>, backlog: i32) -> io::Result<()> {
+    rustix::net::listen(fd, backlog).map_err(io::Error::from)
+}
