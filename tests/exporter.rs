@@ -58,11 +58,17 @@ fn prometheus_scrapes_the_exporter_and_the_textfile_with_cachestats_figures() {
         .arg("--path")
         .arg(&f));
     assert!(out.status.success());
-    let names: Vec<_> = fs::read_dir(&textdir)
+    let mut names: Vec<_> = fs::read_dir(&textdir)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(names, ["pagewise.prom"], "only the finished file is left");
+    names.sort();
+    // The finished file, the counters' state and the lock: no temporary is left.
+    assert_eq!(
+        names,
+        [".pagewise.lock", ".pagewise.state", "pagewise.prom"],
+        "only the finished files are left"
+    );
     let textfile = fs::read_to_string(textdir.join("pagewise.prom")).unwrap();
     promtool_check(&textfile);
 

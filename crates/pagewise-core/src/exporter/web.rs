@@ -358,6 +358,11 @@ mod tests {
             "line 0: tls_server_config needs cert_file and key_file"
         );
         assert_eq!(WebConfig::parse("", Path::new("/")).unwrap(), WebConfig::default());
+        // The example shipped in contrib/.
+        let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../../contrib/web.yml");
+        let c = WebConfig::parse(&std::fs::read_to_string(shipped).unwrap(), Path::new("/etc/pagewise"))
+            .unwrap();
+        assert_eq!(c.tls, Some(("/etc/pagewise/tls.crt".into(), "/etc/pagewise/tls.key".into())));
     }
 
     #[test]
