@@ -48,8 +48,16 @@ fn textfile_counters_increase_across_runs_and_served_only_figures_are_left_out()
     assert_eq!(textfile_run(&dir, &[&f, &missing]).status.code(), Some(2));
     assert!(textfile_run(&dir, &[&f]).status.success());
     let text = fs::read_to_string(dir.join("pagewise.prom")).unwrap();
-    assert_eq!(sample(&text, "pagewise_refreshes_total"), Some(3.0), "{text}");
-    assert_eq!(sample(&text, "pagewise_refresh_errors_total"), Some(1.0), "{text}");
+    assert_eq!(
+        sample(&text, "pagewise_refreshes_total"),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "pagewise_refresh_errors_total"),
+        Some(1.0),
+        "{text}"
+    );
     assert_eq!(sample(&text, "pagewise_refresh_snapshot_errors"), Some(0.0));
     for gone in [
         "pagewise_scrapes_total",
@@ -70,7 +78,10 @@ fn textfile_counters_increase_across_runs_and_served_only_figures_are_left_out()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, [".pagewise.lock", ".pagewise.state", "pagewise.prom"]);
+    assert_eq!(
+        names,
+        [".pagewise.lock", ".pagewise.state", "pagewise.prom"]
+    );
     // A state that is not ours: said, and counting starts again (a counter reset).
     fs::write(dir.join(".pagewise.state"), "refreshes 99\n").unwrap();
     let out = textfile_run(&dir, &[&f]);
@@ -183,7 +194,10 @@ fn cgroup_self_figures_sum_to_the_root_without_double_counting() {
     let kernel_app = app.file_bytes();
     let whole = samples(&text, "pagewise_cgroup_file_bytes");
     let own = samples(&text, "pagewise_cgroup_file_self_bytes");
-    eprintln!("{whole:?}\n{own:?}\nkernel: app {kernel_app}, P {}", p.file_bytes());
+    eprintln!(
+        "{whole:?}\n{own:?}\nkernel: app {kernel_app}, P {}",
+        p.file_bytes()
+    );
     assert_eq!(whole.len(), 3, "{text}");
     let root = whole
         .iter()
@@ -195,16 +209,25 @@ fn cgroup_self_figures_sum_to_the_root_without_double_counting() {
     assert_eq!(sum_self, root, "{text}");
     // ... while a sum of the hierarchical figures counts the children twice.
     let sum_whole: f64 = whole.iter().map(|s| s.1).sum();
-    assert!(sum_whole >= root + (3 << 20) as f64 * 0.9, "{sum_whole} vs {root}");
+    assert!(
+        sum_whole >= root + (3 << 20) as f64 * 0.9,
+        "{sum_whole} vs {root}"
+    );
     // The children's figures are the kernel's (read just after; nothing else runs there).
     let app_line = whole
         .iter()
         .find(|(l, _)| l.starts_with("cgroup=\"/app\"") || l.contains("/app\","))
         .unwrap();
     let near = |a: f64, b: f64| (a - b).abs() <= b * 0.05;
-    assert!(near(app_line.1, kernel_app as f64), "{app_line:?} vs {kernel_app}");
+    assert!(
+        near(app_line.1, kernel_app as f64),
+        "{app_line:?} vs {kernel_app}"
+    );
     assert!(app_line.1 >= (1 << 20) as f64 * 0.95, "{app_line:?}");
-    assert!(app_line.0.contains("depth=\"1\",leaf=\"true\""), "{app_line:?}");
+    assert!(
+        app_line.0.contains("depth=\"1\",leaf=\"true\""),
+        "{app_line:?}"
+    );
     // The docker scope is named as such; the app group has no owner labels.
     let d = whole.iter().find(|(l, _)| l.contains("docker-")).unwrap();
     assert!(
@@ -215,7 +238,13 @@ fn cgroup_self_figures_sum_to_the_root_without_double_counting() {
     assert!(!app_line.0.contains("runtime="), "{app_line:?}");
     // Include/exclude act on the cgroup path.
     let out = run(bin()
-        .args(["exporter", "--once", "--cgroup-exclude", "/docker-", "--cgroup"])
+        .args([
+            "exporter",
+            "--once",
+            "--cgroup-exclude",
+            "/docker-",
+            "--cgroup",
+        ])
         .arg(&p.dir));
     let text = stdout(&out);
     let some = samples(&text, "pagewise_cgroup_file_bytes");
@@ -236,7 +265,14 @@ fn cgroup_self_figures_sum_to_the_root_without_double_counting() {
 fn certificate(dir: &Path) -> (PathBuf, PathBuf) {
     let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
     let out = run(Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
         .args(["-nodes", "-days", "1", "-subj", "/CN=localhost"])
         .args(["-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"])
         .arg("-keyout")
@@ -258,6 +294,57 @@ fn curl(url: &str, args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// curl over TLS: 401 with a challenge without credentials, with a wrong password and with an
+/// unknown user; 200 with the right ones; plain HTTP to the TLS port gets no answer.
+fn answers_only_good_credentials(xp: u16, ca: &str) {
+    let url = format!("https://127.0.0.1:{xp}/metrics");
+    // No credentials, then wrong ones: 401 with a challenge.
+    let head = wait_for(30, "the exporter answers over TLS", || {
+        curl(&url, &["--cacert", ca])
+    });
+    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
+    assert!(
+        head.contains("WWW-Authenticate: Basic realm=\"pagewise\""),
+        "{head}"
+    );
+    let head = curl(&url, &["--cacert", ca, "-u", "prom:wrong"]).unwrap();
+    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
+    let head = curl(&url, &["--cacert", ca, "-u", "nobody:s3cret"]).unwrap();
+    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
+    let body = curl(&url, &["--cacert", ca, "-u", "prom:s3cret"]).unwrap();
+    assert!(body.starts_with("HTTP/1.1 200 "), "{body}");
+    assert!(body.contains("\nprocess_open_fds "), "{body}");
+    // Plain HTTP to the TLS port: refused, the exporter goes on.
+    assert!(get(xp, "/metrics", "*/*").is_none_or(|(h, _)| !h.contains(" 200 ")));
+}
+
+/// A Prometheus configuration in `dir/prometheus/` scraping the exporter on `xp` over TLS
+/// (CA `ca`), as `prom` with the right password (job pagewise) and a wrong one (wrongpass):
+/// (Prometheus's port, the file).
+fn prometheus_config(dir: &Path, xp: u16, ca: &str) -> (u16, PathBuf) {
+    let pp = free_port();
+    let pdir = dir.join("prometheus");
+    fs::create_dir(&pdir).unwrap();
+    let job = |name: &str, pass: &str| {
+        format!(
+            "\x20 - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n\
+             \x20     server_name: localhost\n    basic_auth:\n      username: prom\n\
+             \x20     password: {pass}\n    static_configs:\n      - targets: ['127.0.0.1:{xp}']\n"
+        )
+    };
+    let conf = pdir.join("prometheus.yml");
+    fs::write(
+        &conf,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{}{}",
+            job("pagewise", "s3cret"),
+            job("wrongpass", "nope")
+        ),
+    )
+    .unwrap();
+    (pp, conf)
 }
 
 #[test]
@@ -283,58 +370,34 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_curl_gets_401s() {
     .unwrap();
     let xp = free_port();
     let mut cmd = bin();
-    cmd.args(["exporter", "--listen", &format!("127.0.0.1:{xp}"), "--interval", "1s"])
-        .arg("--web-config")
-        .arg(&web)
-        .stderr(log(t.path(), "exporter.log"));
+    cmd.args([
+        "exporter",
+        "--listen",
+        &format!("127.0.0.1:{xp}"),
+        "--interval",
+        "1s",
+    ])
+    .arg("--web-config")
+    .arg(&web)
+    .stderr(log(t.path(), "exporter.log"));
     match &groups {
         Some(g) => cmd.arg("--cgroup").arg(&g[2].dir),
         None => cmd.arg("--no-cgroups"),
     };
     let mut exporter = Server(cmd.spawn().unwrap());
-    let url = format!("https://127.0.0.1:{xp}/metrics");
     let ca = crt.to_str().unwrap();
-    // No credentials, then wrong ones: 401 with a challenge.
-    let head = wait_for(30, "the exporter answers over TLS", || {
-        curl(&url, &["--cacert", ca])
-    });
-    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
-    assert!(head.contains("WWW-Authenticate: Basic realm=\"pagewise\""), "{head}");
-    let head = curl(&url, &["--cacert", ca, "-u", "prom:wrong"]).unwrap();
-    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
-    let head = curl(&url, &["--cacert", ca, "-u", "nobody:s3cret"]).unwrap();
-    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
-    let body = curl(&url, &["--cacert", ca, "-u", "prom:s3cret"]).unwrap();
-    assert!(body.starts_with("HTTP/1.1 200 "), "{body}");
-    assert!(body.contains("\nprocess_open_fds "), "{body}");
-    // Plain HTTP to the TLS port: refused, the exporter goes on.
-    assert!(get(xp, "/metrics", "*/*").is_none_or(|(h, _)| !h.contains(" 200 ")));
+    answers_only_good_credentials(xp, ca);
     assert!(alive(&mut exporter));
 
-    let pp = free_port();
-    let pdir = t.path().join("prometheus");
-    fs::create_dir(&pdir).unwrap();
-    let job = |name: &str, pass: &str| {
-        format!(
-            "\x20 - job_name: {name}\n    scheme: https\n    tls_config:\n      ca_file: {ca}\n\
-             \x20     server_name: localhost\n    basic_auth:\n      username: prom\n\
-             \x20     password: {pass}\n    static_configs:\n      - targets: ['127.0.0.1:{xp}']\n"
-        )
-    };
-    let conf = pdir.join("prometheus.yml");
-    fs::write(
-        &conf,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{}{}",
-            job("pagewise", "s3cret"),
-            job("wrongpass", "nope")
-        ),
-    )
-    .unwrap();
+    let (pp, conf) = prometheus_config(t.path(), xp, ca);
+    let pdir = conf.parent().unwrap();
     let _prom = Server(
         Command::new("prometheus")
             .arg(format!("--config.file={}", conf.display()))
-            .arg(format!("--storage.tsdb.path={}", pdir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                pdir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{pp}"))
             .stdout(log(t.path(), "prometheus.out"))
             .stderr(log(t.path(), "prometheus.log"))
@@ -353,7 +416,10 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_curl_gets_401s() {
     let info = wait_for(30, q, || query(pp, q));
     let commit = info[0]["metric"]["commit"].as_str().unwrap().to_string();
     assert!(!commit.is_empty(), "{info:?}");
-    for q in ["process_resident_memory_bytes{job=\"pagewise\"}", "process_max_fds{job=\"pagewise\"}"] {
+    for q in [
+        "process_resident_memory_bytes{job=\"pagewise\"}",
+        "process_max_fds{job=\"pagewise\"}",
+    ] {
         assert!(value(&wait_for(30, q, || query(pp, q))[0]) > 0.0, "{q}");
     }
     if groups.is_some() {
@@ -390,7 +456,10 @@ fn timed_scrape(port: u16) -> (String, Duration) {
 
 #[test]
 fn two_thousand_idle_connections_and_two_hundred_concurrent_scrapes() {
-    assert!(sys::raise_nofile_limit() > 2_600, "RLIMIT_NOFILE of the test");
+    assert!(
+        sys::raise_nofile_limit() > 2_600,
+        "RLIMIT_NOFILE of the test"
+    );
     let t = tmp();
     let f = t.path().join("f");
     write_file(&f, 8192);
@@ -408,7 +477,12 @@ fn two_thousand_idle_connections_and_two_hundred_concurrent_scrapes() {
             idle.push(c);
         }
     }
-    assert_eq!(idle.len(), 2_000, "idle connections made in {:?}", start.elapsed());
+    assert_eq!(
+        idle.len(),
+        2_000,
+        "idle connections made in {:?}",
+        start.elapsed()
+    );
     let during = fds(pid);
     let gate = Arc::new(Barrier::new(200));
     let scrapes: Vec<_> = (0..200)
@@ -424,7 +498,10 @@ fn two_thousand_idle_connections_and_two_hundred_concurrent_scrapes() {
     let mut took: Vec<Duration> = results.iter().map(|r| r.1).collect();
     took.sort();
     let worst = took[199];
-    let ok = results.iter().filter(|r| r.0.starts_with("HTTP/1.1 200")).count();
+    let ok = results
+        .iter()
+        .filter(|r| r.0.starts_with("HTTP/1.1 200"))
+        .count();
     eprintln!(
         "2000 idle in {:?}; exporter fds: baseline {baseline}, with idle {during}; \
          200 concurrent scrapes: {ok} answered 200, median {:?}, 99th {:?}, slowest {worst:?}",

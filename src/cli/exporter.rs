@@ -301,7 +301,10 @@ fn read_state(dir: &Path) -> TextfileState {
     match read {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => TextfileState::default(),
         Err(e) => {
-            eprintln!("pagewise exporter: {}: read failed: {e}; counting from 0", p.display());
+            eprintln!(
+                "pagewise exporter: {}: read failed: {e}; counting from 0",
+                p.display()
+            );
             TextfileState::default()
         }
         Ok(_) => TextfileState::parse(&bytes).unwrap_or_else(|e| {
@@ -326,7 +329,13 @@ fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliE
     let health = exporter::Health::default();
     health.refreshes.store(after.refreshes, Relaxed);
     health.refresh_errors.store(after.refresh_errors, Relaxed);
-    let text = exporter::render(&snap, &health, &opts.build, Mode::Written, Format::Prometheus);
+    let text = exporter::render(
+        &snap,
+        &health,
+        &opts.build,
+        Mode::Written,
+        Format::Prometheus,
+    );
     if let Some(dir) = &a.textfile {
         write_textfile(dir, &text)?;
         write_atomically(dir, STATE, &after.to_text())?;
@@ -416,8 +425,10 @@ fn respond(exp: &Exporter, auth: Option<&BasicAuth>, req: &http::Request<'_>) ->
     use http::Response;
     if auth.is_some_and(|a| !a.allows(req.header("Authorization"))) {
         let mut r = Response::text(401, TEXT, "unauthorized\n");
-        r.headers
-            .push(("WWW-Authenticate", "Basic realm=\"pagewise\", charset=\"UTF-8\"".into()));
+        r.headers.push((
+            "WWW-Authenticate",
+            "Basic realm=\"pagewise\", charset=\"UTF-8\"".into(),
+        ));
         return r;
     }
     if !matches!(req.method, "GET" | "HEAD") {

@@ -147,4 +147,3 @@ pub fn rss_kib(pid: u32) -> u64 {
 pub fn alive(s: &mut Server) -> bool {
     s.0.try_wait().unwrap().is_none()
 }
-

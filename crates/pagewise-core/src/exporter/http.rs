@@ -240,7 +240,7 @@ pub fn serve_tls(
             .spawn(move || {
                 let _open = Open(&sh);
                 let mut io = match tls {
-                    None => Io::Plain(&*stream),
+                    None => Io::Plain(&stream),
                     Some(cfg) => match rustls::ServerConnection::new(cfg) {
                         Ok(c) => Io::Tls(Box::new(rustls::StreamOwned::new(c, &*stream))),
                         Err(_) => return,

@@ -25,9 +25,7 @@ mod render;
 mod snapshot;
 
 pub use render::{render, Mode};
-pub use snapshot::{
-    collect, CgroupEntry, MachineSnapshot, PathSnapshot, Snapshot, MAX_PROBLEMS,
-};
+pub use snapshot::{collect, CgroupEntry, MachineSnapshot, PathSnapshot, Snapshot, MAX_PROBLEMS};
 
 use crate::walk::WalkOptions;
 use metrics::Format;
@@ -250,7 +248,13 @@ impl Exporter {
         let t = Instant::now();
         self.health.scrapes.fetch_add(1, Ordering::Relaxed);
         let mode = Mode::Served { now: t };
-        let text = render(&self.latest(), &self.health, &self.options.build, mode, format);
+        let text = render(
+            &self.latest(),
+            &self.health,
+            &self.options.build,
+            mode,
+            format,
+        );
         self.health
             .last_scrape_ns
             .store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -44,7 +44,9 @@ pub fn parse_btime(text: &str) -> Option<u64> {
 
 /// The soft `Max open files` of `/proc/PID/limits` (None when unlimited or unparsable).
 pub fn parse_max_fds(text: &str) -> Option<u64> {
-    let rest = text.lines().find_map(|l| l.strip_prefix("Max open files"))?;
+    let rest = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max open files"))?;
     rest.split_ascii_whitespace().next()?.parse().ok()
 }
 
@@ -60,9 +62,7 @@ impl ProcessSnapshot {
             cpu_seconds: stat.map(|s| (s.0 + s.1) as f64 / tick),
             resident_bytes: stat.map(|s| s.4.saturating_mul(page)),
             virtual_bytes: stat.map(|s| s.3),
-            start_time_seconds: stat
-                .zip(btime)
-                .map(|(s, b)| b as f64 + s.2 as f64 / tick),
+            start_time_seconds: stat.zip(btime).map(|(s, b)| b as f64 + s.2 as f64 / tick),
             open_fds: std::fs::read_dir("/proc/self/fd")
                 .ok()
                 .map(|d| d.count() as u64),
@@ -129,11 +129,17 @@ mod tests {
                     1000 8192000 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0";
         assert_eq!(parse_stat(stat), Some((250, 50, 1000, 8192000, 300)));
         assert_eq!(parse_stat("1 (x) S 1"), None);
-        assert_eq!(parse_btime("cpu 1 2\nbtime 1700000000\n"), Some(1_700_000_000));
+        assert_eq!(
+            parse_btime("cpu 1 2\nbtime 1700000000\n"),
+            Some(1_700_000_000)
+        );
         let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
                       Max open files            1024                 524288               files\n";
         assert_eq!(parse_max_fds(limits), Some(1024));
-        assert_eq!(parse_max_fds("Max open files unlimited unlimited files\n"), None);
+        assert_eq!(
+            parse_max_fds("Max open files unlimited unlimited files\n"),
+            None
+        );
     }
 
     #[test]
@@ -149,7 +155,10 @@ mod tests {
             .unwrap()
             .as_secs_f64();
         let start = p.start_time_seconds.unwrap();
-        assert!(start <= now + 1.0 && start > now - 3600.0, "{start} vs {now}");
+        assert!(
+            start <= now + 1.0 && start > now - 3600.0,
+            "{start} vs {now}"
+        );
     }
 
     /// Any text: a parse or None, never a panic.

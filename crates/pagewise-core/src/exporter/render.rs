@@ -215,7 +215,8 @@ fn render_cgroups(w: &mut Writer, snap: &Snapshot) {
         Some(Hierarchy::V2) => "v2",
         _ => "v1",
     };
-    let labels: Vec<Vec<(&str, String)>> = snap.cgroups.iter().map(|e| cgroup_labels(e, h)).collect();
+    let labels: Vec<Vec<(&str, String)>> =
+        snap.cgroups.iter().map(|e| cgroup_labels(e, h)).collect();
     type CgFig = fn(&CgroupEntry) -> Option<u64>;
     let per_cg: [(&str, Kind, &str, CgFig); 9] = [
         ("pagewise_cgroup_file_bytes", Kind::Gauge, "File cache charged to the cgroup, descendants included (memory.stat file / total_cache); sum() double-counts: sum pagewise_cgroup_file_self_bytes instead.", |e| Some(e.stat.cache.file_bytes)),
@@ -443,9 +444,16 @@ mod tests {
         assert!(om.contains("\npagewise_scrapes_total 0\n"));
         // Written once: no scrapes, no age, no process_* (node_exporter has its own).
         let written = render(&s, &h, &b, Mode::Written, Format::Prometheus);
-        for gone in ["pagewise_scrapes_total", "pagewise_snapshot_age_seconds", "process_"] {
+        for gone in [
+            "pagewise_scrapes_total",
+            "pagewise_snapshot_age_seconds",
+            "process_",
+        ] {
             assert!(!written.contains(gone), "{gone} in\n{written}");
         }
-        assert!(written.contains("\npagewise_refreshes_total 0\n"), "{written}");
+        assert!(
+            written.contains("\npagewise_refreshes_total 0\n"),
+            "{written}"
+        );
     }
 }

@@ -318,7 +318,10 @@ mod tests {
         assert_eq!(by("/a").self_file_bytes, 10);
         assert_eq!(by("/system.slice").self_file_bytes, 25);
         assert!(by("/a/x").leaf && !by("/system.slice").leaf && !by("/a").leaf);
-        let docker = all.iter().find(|e| e.owner.runtime == Some("docker")).unwrap();
+        let docker = all
+            .iter()
+            .find(|e| e.owner.runtime == Some("docker"))
+            .unwrap();
         assert_eq!(docker.owner.container.as_deref().map(str::len), Some(64));
         let o = ExporterOptions {
             cgroup_exclude: Some("^/a".into()),

@@ -112,7 +112,10 @@ mod tests {
         assert_eq!(TextfileState::parse(s.to_text().as_bytes()), Ok(s));
         assert_eq!(s.after_run(3).refresh_errors, 5);
         assert_eq!(s.after_run(3).refreshes, 8);
-        assert_eq!(TextfileState::parse(b"refreshes 1\n"), Err(StateError::NotOurs));
+        assert_eq!(
+            TextfileState::parse(b"refreshes 1\n"),
+            Err(StateError::NotOurs)
+        );
         let twice = format!("{MAGIC}\nrefreshes 1\nrefreshes 2\nrefresh_errors 0\n");
         assert_eq!(
             TextfileState::parse(twice.as_bytes()),

@@ -70,7 +70,9 @@ fn bad(line: usize, message: impl Into<String>) -> WebConfigError {
 fn scalar(v: &str, line: usize) -> Result<String, WebConfigError> {
     let v = v.trim();
     if let Some(rest) = v.strip_prefix('\'') {
-        let end = rest.rfind('\'').ok_or_else(|| bad(line, "unclosed quote"))?;
+        let end = rest
+            .rfind('\'')
+            .ok_or_else(|| bad(line, "unclosed quote"))?;
         let tail = rest[end + 1..].trim();
         if !(tail.is_empty() || tail.starts_with('#')) {
             return Err(bad(line, "text after a quoted value"));
@@ -160,12 +162,18 @@ impl WebConfig {
                 (Some("tls_server_config"), "cert_file") => cert = Some(dir.join(value)),
                 (Some("tls_server_config"), "key_file") => key = Some(dir.join(value)),
                 (Some("tls_server_config"), other) => {
-                    return Err(bad(n, format!("unsupported tls_server_config setting {other}")))
+                    return Err(bad(
+                        n,
+                        format!("unsupported tls_server_config setting {other}"),
+                    ))
                 }
                 (Some("basic_auth_users"), user) => {
                     let cost = bcrypt_cost(&value).map_err(|e| bad(n, format!("{user}: {e}")))?;
                     if cost > MAX_COST {
-                        return Err(bad(n, format!("{user}: bcrypt cost {cost} above {MAX_COST}")));
+                        return Err(bad(
+                            n,
+                            format!("{user}: bcrypt cost {cost} above {MAX_COST}"),
+                        ));
                     }
                     if user.is_empty() || user.contains(':') {
                         return Err(bad(n, "a user name is not empty and has no ':'"));
@@ -197,7 +205,8 @@ impl WebConfig {
             return Ok(None);
         };
         let read = |p: &Path| -> Result<Vec<u8>, String> {
-            let f = std::fs::File::open(p).map_err(|e| format!("{}: open failed: {e}", p.display()))?;
+            let f =
+                std::fs::File::open(p).map_err(|e| format!("{}: open failed: {e}", p.display()))?;
             let mut v = Vec::new();
             std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_PEM as u64 + 1), &mut v)
                 .map_err(|e| format!("{}: read failed: {e}", p.display()))?;
@@ -339,17 +348,17 @@ mod tests {
             Path::new("/etc/pw"),
         )
         .unwrap();
-        assert_eq!(
-            c.tls,
-            Some(("/etc/pw/tls.crt".into(), "/k/tls.key".into()))
-        );
+        assert_eq!(c.tls, Some(("/etc/pw/tls.crt".into(), "/k/tls.key".into())));
         assert_eq!(c.users.len(), 2);
         let e = |t: &str| WebConfig::parse(t, Path::new("/")).unwrap_err().to_string();
         assert_eq!(
             e("tls_server_config:\n  client_auth_type: RequireAndVerifyClientCert\n"),
             "line 2: unsupported tls_server_config setting client_auth_type"
         );
-        assert_eq!(e("http_server_config:\n"), "line 1: unsupported setting http_server_config");
+        assert_eq!(
+            e("http_server_config:\n"),
+            "line 1: unsupported setting http_server_config"
+        );
         assert!(e("basic_auth_users:\n  a: secret\n").contains("not a bcrypt hash"));
         let costly = HASH.replace("$04$", "$15$");
         assert!(e(&format!("basic_auth_users:\n  a: {costly}\n")).contains("cost 15 above 14"));
@@ -357,12 +366,24 @@ mod tests {
             e("tls_server_config:\n  cert_file: a\n"),
             "line 0: tls_server_config needs cert_file and key_file"
         );
-        assert_eq!(WebConfig::parse("", Path::new("/")).unwrap(), WebConfig::default());
+        assert_eq!(
+            WebConfig::parse("", Path::new("/")).unwrap(),
+            WebConfig::default()
+        );
         // The example shipped in contrib/.
         let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/../../contrib/web.yml");
-        let c = WebConfig::parse(&std::fs::read_to_string(shipped).unwrap(), Path::new("/etc/pagewise"))
-            .unwrap();
-        assert_eq!(c.tls, Some(("/etc/pagewise/tls.crt".into(), "/etc/pagewise/tls.key".into())));
+        let c = WebConfig::parse(
+            &std::fs::read_to_string(shipped).unwrap(),
+            Path::new("/etc/pagewise"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.tls,
+            Some((
+                "/etc/pagewise/tls.crt".into(),
+                "/etc/pagewise/tls.key".into()
+            ))
+        );
     }
 
     #[test]
@@ -423,10 +444,7 @@ mod tests {
                 assert!(c.users.values().all(|h| bcrypt_cost(h).is_ok()));
             }
         });
-        let auth = prop_oneof![
-            any::<String>(),
-            "(Basic|basic|Bearer) [A-Za-z0-9+/=]{0,40}",
-        ];
+        let auth = prop_oneof![any::<String>(), "(Basic|basic|Bearer) [A-Za-z0-9+/=]{0,40}",];
         fuzz("authorization", 512, auth, |t| {
             if let Some((u, _)) = basic_credentials(&t) {
                 assert!(!u.contains(':'));
