@@ -158,7 +158,9 @@ fn cgroup_tree(dir: &Path) -> Option<Vec<Cg>> {
     if !require_root("making cgroups") {
         return None;
     }
-    let p = Cg::under(&own, &format!("pagewise-exp-{}", std::process::id()));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let p = Cg::under(&own, &format!("pagewise-exp-{}-{n}", std::process::id()));
     let app = Cg::under(&p.dir, "app");
     let docker = Cg::under(&p.dir, &format!("docker-{DOCKER_ID}.scope"));
     for (g, size) in [(&app, 1 << 20), (&docker, 2 << 20)] {

@@ -24,7 +24,7 @@
 //! HTTP/1.1 connections are kept alive unless the client says `Connection: close`; HTTP/1.0
 //! ones only when it says `Connection: keep-alive`.
 //!
-//! With a TLS configuration ([`serve_tls`]) every connection is TLS (rustls): the handshake
+//! With a TLS configuration (`serve_tls`, with the `web` feature) every connection is TLS (rustls): the handshake
 //! must finish within the head timeout too, and a connection that does not speak TLS is
 //! closed.
 
@@ -177,14 +177,41 @@ impl RateLimited {
 /// Serves `listener` with `handler` within `limits`, for ever: errors of `accept` and of
 /// connections are survived (and said on stderr), never returned.
 pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! {
-    serve_tls(listener, limits, None, handler)
+    serve_with(listener, limits, None, handler)
 }
 
 /// [`serve`], over TLS when `tls` is given.
+#[cfg(feature = "web")]
 pub fn serve_tls(
     listener: TcpListener,
     limits: Limits,
     tls: Option<Arc<rustls::ServerConfig>>,
+    handler: Arc<Handler>,
+) -> ! {
+    serve_with(listener, limits, tls, handler)
+}
+
+/// A TLS server configuration (none can exist without the `web` feature).
+#[cfg(feature = "web")]
+type TlsConfig = Arc<rustls::ServerConfig>;
+#[cfg(not(feature = "web"))]
+type TlsConfig = std::convert::Infallible;
+
+/// A new connection's I/O: TLS over `stream` with `cfg` (None if rustls refuses).
+#[cfg(feature = "web")]
+fn tls_io(cfg: TlsConfig, stream: &TcpStream) -> Option<Io<'_>> {
+    let c = rustls::ServerConnection::new(cfg).ok()?;
+    Some(Io::Tls(Box::new(rustls::StreamOwned::new(c, stream))))
+}
+#[cfg(not(feature = "web"))]
+fn tls_io(cfg: TlsConfig, _: &TcpStream) -> Option<Io<'_>> {
+    match cfg {}
+}
+
+fn serve_with(
+    listener: TcpListener,
+    limits: Limits,
+    tls: Option<TlsConfig>,
     handler: Arc<Handler>,
 ) -> ! {
     let shared = Arc::new(Shared {
@@ -232,6 +259,7 @@ pub fn serve_tls(
         }
         let stream = Arc::new(stream);
         let (sh, h, l) = (Arc::clone(&shared), Arc::clone(&handler), limits.clone());
+        #[allow(clippy::clone_on_copy)] // Option<Infallible> without the `web` feature
         let tls = tls.clone();
         let spawned = std::thread::Builder::new()
             .name("pagewise-http".into())
@@ -241,9 +269,9 @@ pub fn serve_tls(
                 let _open = Open(&sh);
                 let mut io = match tls {
                     None => Io::Plain(&stream),
-                    Some(cfg) => match rustls::ServerConnection::new(cfg) {
-                        Ok(c) => Io::Tls(Box::new(rustls::StreamOwned::new(c, &*stream))),
-                        Err(_) => return,
+                    Some(cfg) => match tls_io(cfg, &stream) {
+                        Some(io) => io,
+                        None => return,
                     },
                 };
                 // The handshake writes while the head is awaited.
@@ -294,6 +322,7 @@ impl Drop for Open<'_> {
 /// A connection's bytes: plain TCP, or TLS over it.
 enum Io<'a> {
     Plain(&'a TcpStream),
+    #[cfg(feature = "web")]
     Tls(Box<rustls::StreamOwned<rustls::ServerConnection, &'a TcpStream>>),
 }
 
@@ -301,6 +330,7 @@ impl Read for Io<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Io::Plain(s) => s.read(buf),
+            #[cfg(feature = "web")]
             Io::Tls(t) => t.read(buf),
         }
     }
@@ -310,12 +340,14 @@ impl Write for Io<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Io::Plain(s) => s.write(buf),
+            #[cfg(feature = "web")]
             Io::Tls(t) => t.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Io::Plain(s) => s.flush(),
+            #[cfg(feature = "web")]
             Io::Tls(t) => t.flush(),
         }
     }
@@ -454,10 +486,13 @@ fn write_response(
 /// the answer; over TLS a close_notify first), then reads and drops at most 1 MiB for at most
 /// 1 s, so that the client reads the answer before a reset for unread data can overtake it.
 fn linger_close(io: &mut Io<'_>, stream: &TcpStream) {
+    #[cfg(feature = "web")]
     if let Io::Tls(t) = io {
         t.conn.send_close_notify();
         let _ = t.flush();
     }
+    #[cfg(not(feature = "web"))]
+    let _ = io;
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let end = Instant::now() + Duration::from_secs(1);
     let mut sink = [0u8; 8192];

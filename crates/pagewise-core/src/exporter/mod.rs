@@ -12,13 +12,15 @@
 //! files per path, the cgroups down to a depth (and through the include/exclude regexes).
 //!
 //! [`state`] keeps the counters of textfile mode across runs; [`process`] reads the standard
-//! `process_*` figures from `/proc/self`; [`web`] is the web config file (TLS, basic auth).
+//! `process_*` figures from `/proc/self`; `web` (with the `web` feature) is the web config
+//! file (TLS, basic auth).
 
 mod head;
 pub mod http;
 pub mod metrics;
 pub mod process;
 pub mod state;
+#[cfg(feature = "web")]
 pub mod web;
 
 mod render;
