@@ -106,7 +106,7 @@ pub struct ExporterArgs {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["textfile", "once"])]
     pub web_config: Option<PathBuf>,
     /// Write DIR/pagewise.prom once (atomically: written beside, then renamed) for
-    /// node_exporter's textfile collector, and exit
+    /// node_exporter's textfile collector, and exit; counters kept in DIR/.pagewise.state
     #[arg(long, value_name = "DIR", conflicts_with_all = ["listen", "once"])]
     pub textfile: Option<PathBuf>,
     /// Print the metrics once to stdout (Prometheus text format) and exit
