@@ -6,7 +6,9 @@ use super::args::parse_duration;
 use super::exit::{CliError, ExitCode};
 use clap::Args;
 use pagewise_core::exporter::metrics::Format;
-use pagewise_core::exporter::{self, http, Exporter, ExporterOptions};
+use pagewise_core::exporter::state::TextfileState;
+use pagewise_core::exporter::web::{BasicAuth, WebConfig};
+use pagewise_core::exporter::{self, http, BuildInfo, Exporter, ExporterOptions, Mode};
 use pagewise_core::walk::WalkOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,12 +23,18 @@ Examples:
   pagewise exporter --path /data --top 10 --interval 30s   also the 10 most cached files
   pagewise exporter --textfile /var/lib/prometheus/node-exporter --path /data   (from cron)
   pagewise exporter --once --path /data | promtool check metrics
+  pagewise exporter --web-config /etc/pagewise/web.yml      TLS and basic auth
+  pagewise exporter --cgroup-include '^/(system|kubepods)' --cgroup-exclude '\\.mount$'
 
 Scrapes never wait for a walk: trees are measured in the background every --interval and a
 scrape serves the latest snapshot (pagewise_snapshot_age_seconds says how old). /metrics
 answers in OpenMetrics when the Accept header asks for it (Prometheus does), else in the
 Prometheus text format. Metrics: pagewise_path_* {path}, pagewise_file_* {path,file} (--top),
-pagewise_cgroup_* {cgroup,hierarchy}, pagewise_memory_* (machine), and the exporter's own.
+pagewise_cgroup_* {cgroup,hierarchy,depth,leaf[,runtime,container,pod_uid,unit]},
+pagewise_memory_* (machine; only with --memory-metrics: node exporter has them),
+pagewise_build_info{version,commit}, process_* and the exporter's own. cgroup figures
+include their descendants': sum(pagewise_cgroup_file_self_bytes), not
+sum(pagewise_cgroup_file_bytes), is the cache of the listed tree without double counting.
 Per-cgroup and some files' figures need root. Label values (path, file, cgroup) show names
 as pagewise's tables do: control characters and bytes that are not UTF-8 as \\xHH, a
 backslash as \\\\ (and the exposition format escapes a backslash once more), so two names
@@ -34,7 +42,13 @@ are never one series.
 
 HTTP: a request head may be 8 KiB (else 431) and must arrive within 5 s (else the connection
 is closed, with 408 if it was half sent); at most a share of RLIMIT_NOFILE (up to 512)
-connections are open at once, the longest-idle one closed for a new one.
+connections are open at once, the longest-idle one closed for a new one. --web-config takes
+the Prometheus exporter toolkit's web config file (tls_server_config: cert_file, key_file;
+basic_auth_users: user: bcrypt hash); wrong or missing credentials are answered 401.
+
+Textfile mode keeps its counters (pagewise_refreshes_total, pagewise_refresh_errors_total)
+in DIR/.pagewise.state, so they increase from run to run; it writes no scrape counters, no
+snapshot age (node_exporter's node_textfile_mtime_seconds is the file's) and no process_*.
 
 Config file (--config): one setting a line, '#' comments; command-line flags add to it:
   listen 127.0.0.1:9847
@@ -43,7 +57,11 @@ Config file (--config): one setting a line, '#' comments; command-line flags add
   interval 30s
   cgroup /system.slice
   cgroup-depth 2
+  cgroup-include ^/system\\.slice/
+  cgroup-exclude \\.mount$
   no-cgroups
+  memory-metrics
+  web-config /etc/pagewise/web.yml
 
 Exit codes: 0 success, 1 fatal error (bad configuration, address in use, textfile not written),
 2 (--once, --textfile) some files, paths or cgroups could not be measured (metrics written;
@@ -75,8 +93,20 @@ pub struct ExporterArgs {
     /// Report no cgroups
     #[arg(long, conflicts_with_all = ["cgroup", "cgroup_depth"])]
     pub no_cgroups: bool,
+    /// Report only cgroups whose path (the cgroup label) matches this regex
+    #[arg(long, value_name = "REGEX")]
+    pub cgroup_include: Option<String>,
+    /// Leave out cgroups whose path matches this regex
+    #[arg(long, value_name = "REGEX")]
+    pub cgroup_exclude: Option<String>,
+    /// Also report the machine's totals (pagewise_memory_*; node exporter has them)
+    #[arg(long)]
+    pub memory_metrics: bool,
+    /// TLS and basic auth from FILE (the Prometheus exporter toolkit's web config format)
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["textfile", "once"])]
+    pub web_config: Option<PathBuf>,
     /// Write DIR/pagewise.prom once (atomically: written beside, then renamed) for
-    /// node_exporter's textfile collector, and exit
+    /// node_exporter's textfile collector, and exit; counters kept in DIR/.pagewise.state
     #[arg(long, value_name = "DIR", conflicts_with_all = ["listen", "once"])]
     pub textfile: Option<PathBuf>,
     /// Print the metrics once to stdout (Prometheus text format) and exit
@@ -97,6 +127,10 @@ struct Settings {
     cgroup: Option<PathBuf>,
     cgroup_depth: Option<usize>,
     no_cgroups: bool,
+    cgroup_include: Option<String>,
+    cgroup_exclude: Option<String>,
+    memory_metrics: bool,
+    web_config: Option<PathBuf>,
 }
 
 /// Parses a config file's text (`name` for messages).
@@ -130,6 +164,10 @@ fn parse_config(text: &str, name: &str) -> Result<Settings, CliError> {
             "cgroup" => s.cgroup = Some(PathBuf::from(need()?)),
             "cgroup-depth" => s.cgroup_depth = Some(num(need()?)?),
             "no-cgroups" => s.no_cgroups = true,
+            "cgroup-include" => s.cgroup_include = Some(need()?.to_string()),
+            "cgroup-exclude" => s.cgroup_exclude = Some(need()?.to_string()),
+            "memory-metrics" => s.memory_metrics = true,
+            "web-config" => s.web_config = Some(PathBuf::from(need()?)),
             other => return Err(bad(format!("unknown setting {other}"))),
         }
     }
@@ -156,6 +194,16 @@ fn settings(a: &ExporterArgs) -> Result<Settings, CliError> {
     }
     s.cgroup_depth = a.cgroup_depth.or(s.cgroup_depth);
     s.no_cgroups |= a.no_cgroups;
+    if a.cgroup_include.is_some() {
+        s.cgroup_include.clone_from(&a.cgroup_include);
+    }
+    if a.cgroup_exclude.is_some() {
+        s.cgroup_exclude.clone_from(&a.cgroup_exclude);
+    }
+    s.memory_metrics |= a.memory_metrics;
+    if a.web_config.is_some() {
+        s.web_config.clone_from(&a.web_config);
+    }
     Ok(s)
 }
 
@@ -172,15 +220,21 @@ fn options(s: &Settings, threads: Option<usize>) -> ExporterOptions {
             ..WalkOptions::default()
         },
         interval: s.interval.unwrap_or(d.interval),
+        cgroup_include: s.cgroup_include.clone(),
+        cgroup_exclude: s.cgroup_exclude.clone(),
+        memory: s.memory_metrics,
+        build: BuildInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: env!("PAGEWISE_COMMIT").to_string(),
+        },
     }
 }
 
-/// Writes `text` to `dir/pagewise.prom` atomically: a temporary beside it, fsync, rename, so
-/// node_exporter never reads half a file.
-fn write_textfile(dir: &Path, text: &str) -> Result<PathBuf, CliError> {
-    let dest = dir.join("pagewise.prom");
-    // node_exporter reads only *.prom: the temporary is not one.
-    let tmp = dir.join(format!(".pagewise.prom.{}", std::process::id()));
+/// Writes `text` to `dir/name` atomically: a temporary beside it (a dot name, not `*.prom`:
+/// node_exporter reads only those), fsync, rename, so node_exporter never reads half a file.
+fn write_atomically(dir: &Path, name: &str, text: &str) -> Result<PathBuf, CliError> {
+    let dest = dir.join(name);
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     let res = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
@@ -197,48 +251,155 @@ fn write_textfile(dir: &Path, text: &str) -> Result<PathBuf, CliError> {
     Ok(dest)
 }
 
+/// Writes `text` to `dir/pagewise.prom` atomically.
+fn write_textfile(dir: &Path, text: &str) -> Result<PathBuf, CliError> {
+    write_atomically(dir, "pagewise.prom", text)
+}
+
+/// The textfile state's name in the directory (node_exporter reads only `*.prom`).
+const STATE: &str = ".pagewise.state";
+
+/// Holds `dir/.pagewise.lock` (flock) until dropped, so that two runs on one directory (a
+/// timer and a person) do not lose each other's counts; waits up to 30 s for another run.
+fn lock_textfile_dir(dir: &Path) -> Result<std::fs::File, CliError> {
+    use std::os::fd::AsFd;
+    let p = dir.join(".pagewise.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(|e| CliError::file(p.display().to_string(), "open", e))?;
+    let start = std::time::Instant::now();
+    loop {
+        match pagewise_core::sys::try_lock_exclusive(f.as_fd()) {
+            Ok(true) => return Ok(f),
+            Ok(false) if start.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Ok(false) => {
+                return Err(CliError::Message(format!(
+                    "exporter: {}: held by another run for 30 s",
+                    p.display()
+                )))
+            }
+            Err(e) => return Err(CliError::file(p.display().to_string(), "flock", e)),
+        }
+    }
+}
+
+/// The counters of the previous runs in `dir` (0 when there were none, or when the state
+/// cannot be used: said on stderr, and Prometheus sees a counter reset).
+fn read_state(dir: &Path) -> TextfileState {
+    use std::io::Read;
+    let p = dir.join(STATE);
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(&p).and_then(|f| {
+        f.take(exporter::state::MAX_STATE as u64 + 1)
+            .read_to_end(&mut bytes)
+    });
+    match read {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => TextfileState::default(),
+        Err(e) => {
+            eprintln!(
+                "pagewise exporter: {}: read failed: {e}; counting from 0",
+                p.display()
+            );
+            TextfileState::default()
+        }
+        Ok(_) => TextfileState::parse(&bytes).unwrap_or_else(|e| {
+            eprintln!("pagewise exporter: {}: {e}; counting from 0", p.display());
+            TextfileState::default()
+        }),
+    }
+}
+
+/// `--once` and `--textfile DIR`: one snapshot, written (textfile: with the counters of the
+/// previous runs in DIR, which it then updates).
+fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliError> {
+    use std::sync::atomic::Ordering::Relaxed;
+    opts.validate()?;
+    let lock = a.textfile.as_deref().map(lock_textfile_dir).transpose()?;
+    let before = match &a.textfile {
+        Some(dir) => read_state(dir),
+        None => TextfileState::default(),
+    };
+    let snap = exporter::collect(opts);
+    let after = before.after_run(snap.errors);
+    let health = exporter::Health::default();
+    health.refreshes.store(after.refreshes, Relaxed);
+    health.refresh_errors.store(after.refresh_errors, Relaxed);
+    let text = exporter::render(
+        &snap,
+        &health,
+        &opts.build,
+        Mode::Written,
+        Format::Prometheus,
+    );
+    if let Some(dir) = &a.textfile {
+        write_textfile(dir, &text)?;
+        write_atomically(dir, STATE, &after.to_text())?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+    }
+    drop(lock);
+    log_problems(&snap);
+    Ok(ExitCode::from_errors(snap.errors))
+}
+
 /// `pagewise exporter`.
 pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
     let s = settings(&a)?;
     let opts = options(&s, a.threads);
     if a.once || a.textfile.is_some() {
-        opts.validate()?;
-        let snap = exporter::collect(&opts);
-        let health = exporter::Health::default();
-        health
-            .refreshes
-            .store(1, std::sync::atomic::Ordering::Relaxed);
-        health
-            .refresh_errors
-            .store(snap.errors, std::sync::atomic::Ordering::Relaxed);
-        let text = exporter::render(
-            &snap,
-            &health,
-            std::time::Instant::now(),
-            Format::Prometheus,
-        );
-        if let Some(dir) = &a.textfile {
-            write_textfile(dir, &text)?;
-        } else {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
+        if s.web_config.is_some() {
+            return Err(CliError::Usage(
+                "exporter: web-config is for the HTTP server, not --once or --textfile".into(),
+            ));
         }
-        log_problems(&snap);
-        return Ok(ExitCode::from_errors(snap.errors));
+        return write_once(&a, &opts);
     }
+    let (tls, auth) = match &s.web_config {
+        Some(p) => web_config(p)?,
+        None => (None, None),
+    };
     let exp = Exporter::new(opts)?;
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;
     let _refresher = exp.start(log_problems);
     eprintln!(
-        "pagewise exporter: serving http://{}/metrics",
+        "pagewise exporter: serving {}://{}/metrics{}",
+        if tls.is_some() { "https" } else { "http" },
         listener
             .local_addr()
-            .map_or_else(|_| listen.to_string(), |a| a.to_string())
+            .map_or_else(|_| listen.to_string(), |a| a.to_string()),
+        if auth.is_some() { " (basic auth)" } else { "" }
     );
-    let handler = move |req: &http::Request<'_>| respond(&exp, req);
-    http::serve(listener, http::Limits::default(), Arc::new(handler))
+    let handler = move |req: &http::Request<'_>| respond(&exp, auth.as_ref(), req);
+    http::serve_tls(listener, http::Limits::default(), tls, Arc::new(handler))
+}
+
+type Tls = Option<exporter::web::TlsConfig>;
+
+/// The web config file at `p`: its TLS configuration and basic auth (errors name the file).
+fn web_config(p: &Path) -> Result<(Tls, Option<BasicAuth>), CliError> {
+    use std::io::Read;
+    let name = p.display().to_string();
+    let mut text = String::new();
+    std::fs::File::open(p)
+        .and_then(|f| {
+            f.take(exporter::web::MAX_CONFIG as u64 + 1)
+                .read_to_string(&mut text)
+        })
+        .map_err(|e| CliError::file(name.clone(), "read", e))?;
+    let dir = p.parent().unwrap_or(Path::new("."));
+    let c = WebConfig::parse(&text, dir).map_err(|e| CliError::Usage(format!("{name}: {e}")))?;
+    let tls = c
+        .server_config()
+        .map_err(|e| CliError::Message(format!("exporter: {e}")))?;
+    Ok((tls, BasicAuth::new(&c.users)))
 }
 
 /// A snapshot's errors on stderr (`pagewise exporter: PATH: OP failed: ...`), with how many
@@ -260,8 +421,16 @@ const TEXT: &str = "text/plain; charset=utf-8";
 
 /// The answer to one request: /metrics (in the format the Accept header asks for), the index
 /// page, 404 for other paths and 405 for methods other than GET and HEAD.
-fn respond(exp: &Exporter, req: &http::Request<'_>) -> http::Response {
+fn respond(exp: &Exporter, auth: Option<&BasicAuth>, req: &http::Request<'_>) -> http::Response {
     use http::Response;
+    if auth.is_some_and(|a| !a.allows(req.header("Authorization"))) {
+        let mut r = Response::text(401, TEXT, "unauthorized\n");
+        r.headers.push((
+            "WWW-Authenticate",
+            "Basic realm=\"pagewise\", charset=\"UTF-8\"".into(),
+        ));
+        return r;
+    }
     if !matches!(req.method, "GET" | "HEAD") {
         let mut r = Response::text(405, TEXT, "method not allowed\n");
         r.headers.push(("Allow", "GET, HEAD".into()));
@@ -286,7 +455,7 @@ mod tests {
     fn config_file_settings_and_errors() {
         let s = parse_config(
             "# exporter\nlisten 127.0.0.1:1\npath /a b\npath /c\ntop 3\ninterval 30s\n\
-             cgroup /x\ncgroup-depth 1\n",
+             cgroup /x\ncgroup-depth 1\ncgroup-include ^/a #x\nmemory-metrics\n",
             "f",
         )
         .unwrap();
@@ -295,6 +464,8 @@ mod tests {
         assert_eq!(s.top, Some(3));
         assert_eq!(s.interval, Some(Duration::from_secs(30)));
         assert_eq!(s.cgroup_depth, Some(1));
+        assert_eq!(s.cgroup_include.as_deref(), Some("^/a"));
+        assert!(s.memory_metrics);
         let e = parse_config("top x\n", "f").err().unwrap().to_string();
         assert_eq!(e, "f:1: top: not a number: x");
         let e = parse_config("\nbogus 1\n", "f").err().unwrap().to_string();
@@ -345,6 +516,10 @@ mod tests {
             Just("cgroup".to_string()),
             Just("cgroup-depth".to_string()),
             Just("no-cgroups".to_string()),
+            Just("cgroup-include".to_string()),
+            Just("cgroup-exclude".to_string()),
+            Just("memory-metrics".to_string()),
+            Just("web-config".to_string()),
             "[a-z-]{0,12}",
         ];
         let value = prop_oneof![
@@ -385,6 +560,8 @@ mod tests {
             Just("-j".to_string()),
             Just("--no-cgroups".to_string()),
             Just("--once".to_string()),
+            Just("--cgroup-include".to_string()),
+            Just("--cgroup-exclude".to_string()),
             "-{0,2}[a-z-]{0,10}",
         ];
         let arg = prop_oneof![

@@ -8,8 +8,10 @@
 //!   closed; one that sent part of a head is answered `408` and closed.
 //! - At most [`Limits::max_connections`] connections are open at once (by default a share of
 //!   RLIMIT_NOFILE). When a new one arrives at the cap, the connection that has waited longest
-//!   without a complete request is closed for it; when every open connection is busy
-//!   answering, new ones wait in the listen backlog.
+//!   without a complete request is closed for it, and the new one is taken at once (the
+//!   closed one's thread ends on its own: at most as many again are on their way out); when
+//!   every open connection is busy answering, new ones wait in the listen backlog
+//!   ([`BACKLOG`], so that a burst of connections is not dropped and retried a second later).
 //! - A failing `accept` (EMFILE, ENFILE, ENOBUFS, ...) never ends the server: it closes the
 //!   longest-idle connection, waits briefly (2 ms, or 50 ms when no connection was idle) and
 //!   accepts again, saying so on stderr (at most every 10 s). Under a small RLIMIT_NOFILE this
@@ -17,10 +19,20 @@
 //! - A response must be written within [`Limits::write_timeout`].
 //! - A handler that panics is answered `500`; the server goes on.
 //!
+//! A thread per connection holds at the scale an exporter sees: measured with 2,000 idle
+//! connections and 200 concurrent scrapes (tests/exporter_ops.rs, 2 loaded CPUs), the cap
+//! (512) keeps ~520 descriptors and threads (256 KiB stacks, mostly untouched), every scrape
+//! is answered within 0.5 s and the descriptors return to their baseline within 0.2 s of the
+//! idle connections closing; so idle connections are not parked in an epoll set.
+//!
 //! Only GET and HEAD carry meaning for the exporter; the handler decides. Requests with a
 //! body (Content-Length above 0, Transfer-Encoding) are answered and the connection closed.
 //! HTTP/1.1 connections are kept alive unless the client says `Connection: close`; HTTP/1.0
 //! ones only when it says `Connection: keep-alive`.
+//!
+//! With a TLS configuration (`serve_tls`, with the `web` feature) every connection is TLS (rustls): the handshake
+//! must finish within the head timeout too, and a connection that does not speak TLS is
+//! closed.
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Read, Write};
@@ -59,6 +71,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
@@ -69,6 +82,9 @@ fn reason(status: u16) -> &'static str {
         _ => "",
     }
 }
+
+/// The listen backlog the server asks for (the kernel caps it at `net.core.somaxconn`).
+pub const BACKLOG: i32 = 4096;
 
 /// The server's bounds.
 #[derive(Debug, Clone)]
@@ -97,6 +113,8 @@ impl Default for Limits {
 #[derive(Default)]
 struct Conns {
     open: usize,
+    /// Of `open`, those closed for newer ones whose threads have not ended yet.
+    evicted: usize,
     next: u64,
     idle: BTreeMap<u64, Arc<TcpStream>>,
 }
@@ -113,15 +131,28 @@ impl Shared {
     }
 }
 
-/// Closes the longest-idle connection (its thread sees end of file and ends). False if none.
+/// Closes the longest-idle connection (its thread sees end of file and ends, and counts
+/// itself out of `evicted`). False if none.
 fn evict_oldest_idle(c: &mut Conns) -> bool {
     match c.idle.pop_first() {
         Some((_, s)) => {
             let _ = s.shutdown(std::net::Shutdown::Both);
+            c.evicted += 1;
             true
         }
         None => false,
     }
+}
+
+/// A connection thread's end: whether it was evicted (no longer in the idle map), counted
+/// out of `evicted` if so.
+fn leave_idle(shared: &Shared, id: u64) -> bool {
+    let mut c = shared.lock();
+    let evicted = c.idle.remove(&id).is_none();
+    if evicted {
+        c.evicted = c.evicted.saturating_sub(1);
+    }
+    evicted
 }
 
 /// What a request handler is.
@@ -152,11 +183,53 @@ impl RateLimited {
 /// Serves `listener` with `handler` within `limits`, for ever: errors of `accept` and of
 /// connections are survived (and said on stderr), never returned.
 pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! {
+    serve_with(listener, limits, None, handler)
+}
+
+/// [`serve`], over TLS when `tls` is given.
+#[cfg(feature = "web")]
+pub fn serve_tls(
+    listener: TcpListener,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: Arc<Handler>,
+) -> ! {
+    serve_with(listener, limits, tls, handler)
+}
+
+/// A TLS server configuration (none can exist without the `web` feature).
+#[cfg(feature = "web")]
+type TlsConfig = Arc<rustls::ServerConfig>;
+#[cfg(not(feature = "web"))]
+type TlsConfig = std::convert::Infallible;
+
+/// A new connection's I/O: TLS over `stream` with `cfg` (None if rustls refuses).
+#[cfg(feature = "web")]
+fn tls_io(cfg: TlsConfig, stream: &TcpStream) -> Option<Io<'_>> {
+    let c = rustls::ServerConnection::new(cfg).ok()?;
+    Some(Io::Tls(Box::new(rustls::StreamOwned::new(c, stream))))
+}
+#[cfg(not(feature = "web"))]
+fn tls_io(cfg: TlsConfig, _: &TcpStream) -> Option<Io<'_>> {
+    match cfg {}
+}
+
+fn serve_with(
+    listener: TcpListener,
+    limits: Limits,
+    tls: Option<TlsConfig>,
+    handler: Arc<Handler>,
+) -> ! {
     let shared = Arc::new(Shared {
         conns: Mutex::new(Conns::default()),
         freed: Condvar::new(),
     });
     let max = limits.max_connections.max(1);
+    {
+        use std::os::fd::AsFd;
+        // Best effort: std's 128 stays if the kernel refuses.
+        let _ = crate::sys::listen_backlog(listener.as_fd(), BACKLOG);
+    }
     let mut accept_msg = RateLimited(None, 0);
     let mut spawn_msg = RateLimited(None, 0);
     loop {
@@ -175,11 +248,14 @@ pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! 
                 continue;
             }
         };
-        // A slot: make one from the longest-idle connection, or wait for a busy one to end.
+        // A slot: make one from the longest-idle connection (taken at once while at most `max`
+        // are on their way out), or wait for a busy one to end.
         {
             let mut c = shared.lock();
-            while c.open >= max {
-                evict_oldest_idle(&mut c);
+            while c.open - c.evicted.min(c.open) >= max || c.open >= 2 * max {
+                if evict_oldest_idle(&mut c) && c.open < 2 * max {
+                    continue;
+                }
                 c = shared
                     .freed
                     .wait_timeout(c, Duration::from_millis(100))
@@ -189,12 +265,24 @@ pub fn serve(listener: TcpListener, limits: Limits, handler: Arc<Handler>) -> ! 
         }
         let stream = Arc::new(stream);
         let (sh, h, l) = (Arc::clone(&shared), Arc::clone(&handler), limits.clone());
+        #[allow(clippy::clone_on_copy)] // Option<Infallible> without the `web` feature
+        let tls = tls.clone();
         let spawned = std::thread::Builder::new()
             .name("pagewise-http".into())
-            .stack_size(256 << 10)
+            // rustls's handshake (ring) wants more stack than plain HTTP.
+            .stack_size(if tls.is_some() { 1 << 20 } else { 256 << 10 })
             .spawn(move || {
                 let _open = Open(&sh);
-                connection(&stream, &sh, &*h, &l);
+                let mut io = match tls {
+                    None => Io::Plain(&stream),
+                    Some(cfg) => match tls_io(cfg, &stream) {
+                        Some(io) => io,
+                        None => return,
+                    },
+                };
+                // The handshake writes while the head is awaited.
+                let _ = stream.set_write_timeout(Some(l.head_timeout));
+                connection(&mut io, &stream, &sh, &*h, &l);
             });
         if let Err(e) = spawned {
             // The closure (and the stream) is dropped: the connection is closed.
@@ -237,8 +325,48 @@ impl Drop for Open<'_> {
     }
 }
 
+/// A connection's bytes: plain TCP, or TLS over it.
+enum Io<'a> {
+    Plain(&'a TcpStream),
+    #[cfg(feature = "web")]
+    Tls(Box<rustls::StreamOwned<rustls::ServerConnection, &'a TcpStream>>),
+}
+
+impl Read for Io<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.read(buf),
+            #[cfg(feature = "web")]
+            Io::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Io<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Io::Plain(s) => s.write(buf),
+            #[cfg(feature = "web")]
+            Io::Tls(t) => t.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Io::Plain(s) => s.flush(),
+            #[cfg(feature = "web")]
+            Io::Tls(t) => t.flush(),
+        }
+    }
+}
+
 /// One connection: requests until it closes, errs, idles past the timeout or is evicted.
-fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limits: &Limits) {
+fn connection(
+    io: &mut Io<'_>,
+    stream: &Arc<TcpStream>,
+    shared: &Shared,
+    handler: &Handler,
+    limits: &Limits,
+) {
     let mut buf = vec![0u8; MAX_HEAD + 1];
     let mut len = 0;
     loop {
@@ -261,9 +389,9 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                 break Err(HeadError::Incomplete);
             }
             let _ = stream.set_read_timeout(Some(left));
-            match (&**stream).read(&mut buf[len..]) {
+            match io.read(&mut buf[len..]) {
                 Ok(0) => {
-                    shared.lock().idle.remove(&id);
+                    leave_idle(shared, id);
                     return;
                 }
                 Ok(n) => len += n,
@@ -273,12 +401,12 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                         ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                     ) => {}
                 Err(_) => {
-                    shared.lock().idle.remove(&id);
+                    leave_idle(shared, id);
                     return;
                 }
             }
         };
-        if shared.lock().idle.remove(&id).is_none() {
+        if leave_idle(shared, id) {
             return; // evicted (shut down) meanwhile
         }
         let deadline = Instant::now() + limits.write_timeout;
@@ -292,8 +420,8 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                     _ => why,
                 };
                 let r = Response::text(status, TEXT, format!("{detail}\n"));
-                let _ = write_response(stream, &r, false, false, deadline);
-                linger_close(stream);
+                let _ = write_response(io, stream, &r, false, false, deadline);
+                linger_close(io, stream);
                 return;
             }
         };
@@ -305,7 +433,7 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
                 let keep = req.keep_alive;
                 (
                     keep,
-                    write_response(stream, &r, head_only, keep, deadline).is_ok(),
+                    write_response(io, stream, &r, head_only, keep, deadline).is_ok(),
                 )
             }
             Err(_) => (false, false),
@@ -314,8 +442,7 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
             return;
         }
         if !keep {
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            linger_close(stream);
+            linger_close(io, stream);
             return;
         }
         buf.copy_within(used..len, 0);
@@ -325,8 +452,9 @@ fn connection(stream: &Arc<TcpStream>, shared: &Shared, handler: &Handler, limit
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
-/// Writes `r` (its head only for HEAD) within `deadline`.
+/// Writes `r` (its head only for HEAD) to `io` over `stream` within `deadline`.
 fn write_response(
+    io: &mut Io<'_>,
     stream: &TcpStream,
     r: &Response,
     head_only: bool,
@@ -355,16 +483,22 @@ fn write_response(
             return Err(ErrorKind::TimedOut.into());
         }
         stream.set_write_timeout(Some(left))?;
-        let mut s = stream;
-        s.write_all(chunk)?;
+        io.write_all(chunk)?;
     }
-    Ok(())
+    io.flush()
 }
 
 /// Closes after an answer the client may still be sending to: stops writing (our FIN follows
-/// the answer), then reads and drops at most 1 MiB for at most 1 s, so that the client reads
-/// the answer before a reset for unread data can overtake it.
-fn linger_close(stream: &TcpStream) {
+/// the answer; over TLS a close_notify first), then reads and drops at most 1 MiB for at most
+/// 1 s, so that the client reads the answer before a reset for unread data can overtake it.
+fn linger_close(io: &mut Io<'_>, stream: &TcpStream) {
+    #[cfg(feature = "web")]
+    if let Io::Tls(t) = io {
+        t.conn.send_close_notify();
+        let _ = t.flush();
+    }
+    #[cfg(not(feature = "web"))]
+    let _ = io;
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let end = Instant::now() + Duration::from_secs(1);
     let mut sink = [0u8; 8192];
@@ -374,7 +508,8 @@ fn linger_close(stream: &TcpStream) {
         if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
             return;
         }
-        match (&*stream).read(&mut sink) {
+        let mut s = stream;
+        match s.read(&mut sink) {
             Ok(0) | Err(_) => return,
             Ok(n) => drained += n,
         }

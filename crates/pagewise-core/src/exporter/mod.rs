@@ -9,17 +9,25 @@
 //! textfile writer is the CLI's.
 //!
 //! Cardinality is bounded by the configuration: one series per path and figure, the top N
-//! files per path, the cgroups down to a depth.
+//! files per path, the cgroups down to a depth (and through the include/exclude regexes).
+//!
+//! [`state`] keeps the counters of textfile mode across runs; [`process`] reads the standard
+//! `process_*` figures from `/proc/self`; `web` (with the `web` feature) is the web config
+//! file (TLS, basic auth).
 
 mod head;
 pub mod http;
 pub mod metrics;
+pub mod process;
+pub mod state;
+#[cfg(feature = "web")]
+pub mod web;
 
 mod render;
 mod snapshot;
 
-pub use render::render;
-pub use snapshot::{collect, MachineSnapshot, PathSnapshot, Snapshot, MAX_PROBLEMS};
+pub use render::{render, Mode};
+pub use snapshot::{collect, CgroupEntry, MachineSnapshot, PathSnapshot, Snapshot, MAX_PROBLEMS};
 
 use crate::walk::WalkOptions;
 use metrics::Format;
@@ -45,6 +53,50 @@ pub struct ExporterOptions {
     pub walk: WalkOptions,
     /// Time between background refreshes (default 15 s, Prometheus's default scrape interval).
     pub interval: Duration,
+    /// Only cgroups whose path (`/system.slice/x.service`, as the `cgroup` label) this regex
+    /// matches (default: all). Unanchored, as `regex::Regex::is_match`.
+    pub cgroup_include: Option<String>,
+    /// Leave out cgroups whose path this regex matches (default: none); applied after
+    /// `cgroup_include`.
+    pub cgroup_exclude: Option<String>,
+    /// Report the machine's totals (`pagewise_memory_*`, default false: node exporter's
+    /// `node_memory_*` and `node_vmstat_*` have them).
+    pub memory: bool,
+    /// What `pagewise_build_info` says (default: this library's version, commit `unknown`).
+    pub build: BuildInfo,
+}
+
+/// The version and commit `pagewise_build_info` carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildInfo {
+    /// The version (`0.1.0`).
+    pub version: String,
+    /// The git commit (`unknown` when not known).
+    pub commit: String,
+}
+
+impl Default for BuildInfo {
+    fn default() -> Self {
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            commit: "unknown".to_string(),
+        }
+    }
+}
+
+/// A regex option compiled, or the error naming the option.
+fn compile(what: &'static str, re: &Option<String>) -> Result<Option<regex::Regex>, crate::Error> {
+    re.as_deref()
+        .map(|r| {
+            regex::RegexBuilder::new(r)
+                .size_limit(1 << 20)
+                .build()
+                .map_err(|e| crate::Error::Invalid {
+                    what,
+                    message: e.to_string(),
+                })
+        })
+        .transpose()
 }
 
 impl Default for ExporterOptions {
@@ -57,13 +109,19 @@ impl Default for ExporterOptions {
             cgroup_depth: 2,
             walk: WalkOptions::default(),
             interval: Duration::from_secs(15),
+            cgroup_include: None,
+            cgroup_exclude: None,
+            memory: false,
+            build: BuildInfo::default(),
         }
     }
 }
 
 impl ExporterOptions {
-    /// Checks the options: a valid walk over the paths, an interval of at least 100 ms.
+    /// Checks the options: a valid walk over the paths, an interval of at least 100 ms, regexes
+    /// that compile (within 1 MiB).
     pub fn validate(&self) -> Result<(), crate::Error> {
+        self.cgroup_filter()?;
         if !self.paths.is_empty() {
             self.walk.validate(&self.paths)?;
         }
@@ -74,6 +132,29 @@ impl ExporterOptions {
             });
         }
         Ok(())
+    }
+
+    /// The compiled `cgroup_include` and `cgroup_exclude`.
+    pub fn cgroup_filter(&self) -> Result<CgroupFilter, crate::Error> {
+        Ok(CgroupFilter {
+            include: compile("cgroup_include", &self.cgroup_include)?,
+            exclude: compile("cgroup_exclude", &self.cgroup_exclude)?,
+        })
+    }
+}
+
+/// Which cgroups are reported: `cgroup_include` and `cgroup_exclude` compiled.
+#[derive(Debug, Clone, Default)]
+pub struct CgroupFilter {
+    include: Option<regex::Regex>,
+    exclude: Option<regex::Regex>,
+}
+
+impl CgroupFilter {
+    /// Whether the cgroup of path `cgroup` (`/a/b`) is reported.
+    pub fn keeps(&self, cgroup: &str) -> bool {
+        self.include.as_ref().is_none_or(|r| r.is_match(cgroup))
+            && !self.exclude.as_ref().is_some_and(|r| r.is_match(cgroup))
     }
 }
 
@@ -114,7 +195,7 @@ impl Exporter {
             paths: Vec::new(),
             hierarchy: None,
             cgroups: Vec::new(),
-            machine: MachineSnapshot::read(),
+            machine: options.memory.then(MachineSnapshot::read),
             errors: 0,
             problems: Vec::new(),
         };
@@ -168,7 +249,14 @@ impl Exporter {
     pub fn scrape(&self, format: Format) -> String {
         let t = Instant::now();
         self.health.scrapes.fetch_add(1, Ordering::Relaxed);
-        let text = render(&self.latest(), &self.health, t, format);
+        let mode = Mode::Served { now: t };
+        let text = render(
+            &self.latest(),
+            &self.health,
+            &self.options.build,
+            mode,
+            format,
+        );
         self.health
             .last_scrape_ns
             .store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -204,6 +292,27 @@ mod tests {
         assert!(second.contains("pagewise_path_files{path="), "{second}");
         assert!(second.contains("\npagewise_refreshes_total 1\n"));
         assert!(second.contains("\npagewise_scrapes_total 2\n"));
+        assert!(second.contains("\nprocess_open_fds "), "{second}");
+        assert!(!second.contains("pagewise_memory_"), "{second}");
         exp.stop();
+    }
+
+    #[test]
+    fn cgroup_filters_compile_or_name_the_option() {
+        let o = ExporterOptions {
+            cgroup_include: Some("^/system\\.slice".into()),
+            cgroup_exclude: Some("docker".into()),
+            ..ExporterOptions::default()
+        };
+        let f = o.cgroup_filter().unwrap();
+        assert!(f.keeps("/system.slice/a.service"));
+        assert!(!f.keeps("/system.slice/docker-1.scope"));
+        assert!(!f.keeps("/user.slice"));
+        let bad = ExporterOptions {
+            cgroup_exclude: Some("(".into()),
+            ..ExporterOptions::default()
+        };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("cgroup_exclude"), "{e}");
     }
 }

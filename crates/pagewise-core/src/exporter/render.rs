@@ -1,9 +1,16 @@
 //! Rendering a [`Snapshot`] as Prometheus text or OpenMetrics: one family per figure, per
 //! configured path (and its top files), per cgroup, for the machine, and the exporter's own
 //! health and the snapshot's age.
+//!
+//! Served over HTTP ([`Mode::Served`]) the exposition also has the scrape counters, the
+//! snapshot's age and the `process_*` figures; written once ([`Mode::Written`]: a textfile
+//! for node_exporter, `--once`) it has none of those: no scrape reaches pagewise there, an age
+//! written is always ~0 (node_exporter's `node_textfile_mtime_seconds` tells the file's), and
+//! node_exporter serves its own `process_*` (a textfile's would clash with them).
 
 use super::metrics::{Format, Kind, Writer};
-use super::{Health, PathSnapshot, Snapshot};
+use super::process::ProcessSnapshot;
+use super::{BuildInfo, CgroupEntry, Health, PathSnapshot, Snapshot};
 use crate::cgroup::{CgroupStat, Hierarchy};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
@@ -32,15 +39,46 @@ fn cgroup_text(c: &CgroupStat) -> String {
 /// and bytes that are not UTF-8 as `\xHH`, `\` as `\\`), so that names differing only in
 /// such bytes stay distinct series; the exposition format then escapes `\` and `"` again.
 ///
-/// Writes `snap` in `format`, with the exporter's health and the snapshot's age at `now`.
-pub fn render(snap: &Snapshot, health: &Health, now: Instant, format: Format) -> String {
+/// Writes `snap` in `format`, with the exporter's health and build, as `mode` says.
+pub fn render(
+    snap: &Snapshot,
+    health: &Health,
+    build: &BuildInfo,
+    mode: Mode,
+    format: Format,
+) -> String {
     let mut w = Writer::new(format);
     render_paths(&mut w, snap);
     render_top_files(&mut w, snap);
     render_cgroups(&mut w, snap);
     render_machine(&mut w, snap);
-    render_exporter(&mut w, snap, health, now);
+    w.family(
+        "pagewise_build_info",
+        Kind::Gauge,
+        "The version and git commit pagewise was built from; always 1.",
+    );
+    w.sample(
+        "pagewise_build_info",
+        &[("version", &build.version), ("commit", &build.commit)],
+        1.0,
+    );
+    render_exporter(&mut w, snap, health, mode);
+    if let Mode::Served { .. } = mode {
+        ProcessSnapshot::read().render(&mut w);
+    }
     w.finish()
+}
+
+/// How the exposition is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Scraped over HTTP at `now`: scrape counters, the snapshot's age, `process_*`.
+    Served {
+        /// The scrape's start.
+        now: Instant,
+    },
+    /// Written once (textfile, `--once`): none of those.
+    Written,
 }
 
 /// A path's label value.
@@ -148,37 +186,58 @@ fn render_top_files(w: &mut Writer, snap: &Snapshot) {
     }
 }
 
-/// The file cache of each cgroup (a figure no cgroup has is left out).
+/// A cgroup's labels: its path, hierarchy, depth, leaf, and its owner's where known.
+fn cgroup_labels(e: &CgroupEntry, h: &'static str) -> Vec<(&'static str, String)> {
+    let mut l = vec![
+        ("cgroup", cgroup_text(&e.stat)),
+        ("hierarchy", h.to_string()),
+        ("depth", e.stat.depth.to_string()),
+        ("leaf", e.leaf.to_string()),
+    ];
+    let o = &e.owner;
+    let known = [
+        ("runtime", o.runtime.map(str::to_string)),
+        ("container", o.container.clone()),
+        ("pod_uid", o.pod_uid.clone()),
+        ("unit", o.unit.clone()),
+    ];
+    l.extend(known.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    l
+}
+
+/// The file cache of each cgroup (a figure no cgroup has is left out), and each one's self
+/// file cache (its figure less its listed children's).
 fn render_cgroups(w: &mut Writer, snap: &Snapshot) {
-    if !snap.cgroups.is_empty() {
-        let h = match snap.hierarchy {
-            Some(Hierarchy::V2) => "v2",
-            _ => "v1",
-        };
-        type CgFig = fn(&CgroupStat) -> Option<u64>;
-        let per_cg: [(&str, Kind, &str, CgFig); 8] = [
-            ("pagewise_cgroup_file_bytes", Kind::Gauge, "File cache charged to the cgroup, descendants included (memory.stat file / total_cache).", |c| Some(c.cache.file_bytes)),
-            ("pagewise_cgroup_file_dirty_bytes", Kind::Gauge, "Dirty file cache of the cgroup.", |c| Some(c.cache.dirty_bytes)),
-            ("pagewise_cgroup_file_writeback_bytes", Kind::Gauge, "File cache of the cgroup under writeback.", |c| Some(c.cache.writeback_bytes)),
-            ("pagewise_cgroup_file_mapped_bytes", Kind::Gauge, "File cache of the cgroup mapped into processes.", |c| Some(c.cache.mapped_bytes)),
-            ("pagewise_cgroup_file_active_bytes", Kind::Gauge, "File cache of the cgroup on the active LRU list.", |c| Some(c.cache.active_bytes)),
-            ("pagewise_cgroup_file_inactive_bytes", Kind::Gauge, "File cache of the cgroup on the inactive LRU list.", |c| Some(c.cache.inactive_bytes)),
-            ("pagewise_cgroup_shmem_bytes", Kind::Gauge, "Shmem and tmpfs pages of the cgroup (part of its file cache).", |c| Some(c.cache.shmem_bytes)),
-            ("pagewise_cgroup_file_refaults_total", Kind::Counter, "Refaults of file pages in the cgroup (workingset_refault_file, pages).", |c| c.cache.workingset_refaults),
-        ];
-        for (name, kind, help, f) in per_cg {
-            if snap.cgroups.iter().all(|c| f(c).is_none()) {
-                continue;
-            }
-            w.family(name, kind, help);
-            for c in &snap.cgroups {
-                if let Some(v) = f(c) {
-                    w.sample(
-                        name,
-                        &[("cgroup", &cgroup_text(c)), ("hierarchy", h)],
-                        v as f64,
-                    );
-                }
+    if snap.cgroups.is_empty() {
+        return;
+    }
+    let h = match snap.hierarchy {
+        Some(Hierarchy::V2) => "v2",
+        _ => "v1",
+    };
+    let labels: Vec<Vec<(&str, String)>> =
+        snap.cgroups.iter().map(|e| cgroup_labels(e, h)).collect();
+    type CgFig = fn(&CgroupEntry) -> Option<u64>;
+    let per_cg: [(&str, Kind, &str, CgFig); 9] = [
+        ("pagewise_cgroup_file_bytes", Kind::Gauge, "File cache charged to the cgroup, descendants included (memory.stat file / total_cache); sum() double-counts: sum pagewise_cgroup_file_self_bytes instead.", |e| Some(e.stat.cache.file_bytes)),
+        ("pagewise_cgroup_file_self_bytes", Kind::Gauge, "File cache of the cgroup less its listed children's (the deepest listed keep their descendants'): sums to the listed root's pagewise_cgroup_file_bytes.", |e| Some(e.self_file_bytes)),
+        ("pagewise_cgroup_file_dirty_bytes", Kind::Gauge, "Dirty file cache of the cgroup, descendants included.", |e| Some(e.stat.cache.dirty_bytes)),
+        ("pagewise_cgroup_file_writeback_bytes", Kind::Gauge, "File cache of the cgroup under writeback, descendants included.", |e| Some(e.stat.cache.writeback_bytes)),
+        ("pagewise_cgroup_file_mapped_bytes", Kind::Gauge, "File cache of the cgroup mapped into processes, descendants included.", |e| Some(e.stat.cache.mapped_bytes)),
+        ("pagewise_cgroup_file_active_bytes", Kind::Gauge, "File cache of the cgroup on the active LRU list, descendants included.", |e| Some(e.stat.cache.active_bytes)),
+        ("pagewise_cgroup_file_inactive_bytes", Kind::Gauge, "File cache of the cgroup on the inactive LRU list, descendants included.", |e| Some(e.stat.cache.inactive_bytes)),
+        ("pagewise_cgroup_shmem_bytes", Kind::Gauge, "Shmem and tmpfs pages of the cgroup (part of its file cache), descendants included.", |e| Some(e.stat.cache.shmem_bytes)),
+        ("pagewise_cgroup_file_refaults_total", Kind::Counter, "Refaults of file pages in the cgroup (workingset_refault_file, pages), descendants included.", |e| e.stat.cache.workingset_refaults),
+    ];
+    for (name, kind, help, f) in per_cg {
+        if snap.cgroups.iter().all(|e| f(e).is_none()) {
+            continue;
+        }
+        w.family(name, kind, help);
+        for (e, l) in snap.cgroups.iter().zip(&labels) {
+            if let Some(v) = f(e) {
+                let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                w.sample(name, &l, v as f64);
             }
         }
     }
@@ -186,7 +245,7 @@ fn render_cgroups(w: &mut Writer, snap: &Snapshot) {
 
 /// The machine's totals, those /proc has.
 fn render_machine(w: &mut Writer, snap: &Snapshot) {
-    let m = &snap.machine;
+    let Some(m) = &snap.machine else { return };
     for (name, kind, help, v) in [
         (
             "pagewise_memory_cached_bytes",
@@ -225,15 +284,17 @@ fn render_machine(w: &mut Writer, snap: &Snapshot) {
     }
 }
 
-/// The exporter itself: the snapshot's age at `now` and time, its refresh, and `health`.
-fn render_exporter(w: &mut Writer, snap: &Snapshot, health: &Health, now: Instant) {
-    let age = now.saturating_duration_since(snap.taken_at).as_secs_f64();
-    w.single(
-        "pagewise_snapshot_age_seconds",
-        Kind::Gauge,
-        "Age of the snapshot this scrape serves.",
-        age,
-    );
+/// The exporter itself: the snapshot's time (and age, served), its refresh, and `health`.
+fn render_exporter(w: &mut Writer, snap: &Snapshot, health: &Health, mode: Mode) {
+    if let Mode::Served { now } = mode {
+        let age = now.saturating_duration_since(snap.taken_at).as_secs_f64();
+        w.single(
+            "pagewise_snapshot_age_seconds",
+            Kind::Gauge,
+            "Age of the snapshot this scrape serves.",
+            age,
+        );
+    }
     let wall = snap
         .taken_at_wall
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -268,6 +329,9 @@ fn render_exporter(w: &mut Writer, snap: &Snapshot, health: &Health, now: Instan
         "Errors over all refreshes (files, cgroups, paths).",
         health.refresh_errors.load(Ordering::Relaxed) as f64,
     );
+    if let Mode::Written = mode {
+        return;
+    }
     w.single(
         "pagewise_scrapes_total",
         Kind::Counter,
@@ -323,20 +387,23 @@ mod tests {
                 failed: false,
             }],
             hierarchy: Some(Hierarchy::V1),
-            cgroups: vec![CgroupStat {
-                path: "/sys/fs/cgroup/memory/app".into(),
-                cgroup: "/app".into(),
-                depth: 1,
-                cache: FileCache {
-                    file_bytes: 1 << 20,
-                    workingset_refaults: Some(5),
-                    ..FileCache::default()
-                },
-            }],
-            machine: MachineSnapshot::parse(
+            cgroups: super::super::snapshot::entries(
+                vec![CgroupStat {
+                    path: "/sys/fs/cgroup/memory/system.slice/docker-3f4e5a6b7c8d.scope".into(),
+                    cgroup: "/system.slice/docker-3f4e5a6b7c8d.scope".into(),
+                    depth: 1,
+                    cache: FileCache {
+                        file_bytes: 1 << 20,
+                        workingset_refaults: Some(5),
+                        ..FileCache::default()
+                    },
+                }],
+                &Default::default(),
+            ),
+            machine: Some(MachineSnapshot::parse(
                 "Buffers: 10 kB\nCached:  100 kB\nDirty: 4 kB\nWriteback: 0 kB\n",
                 "workingset_refault_anon 1\nworkingset_refault_file 42\n",
-            ),
+            )),
             errors: 0,
             problems: Vec::new(),
         }
@@ -346,21 +413,22 @@ mod tests {
     fn renders_every_family_from_a_hand_made_snapshot() {
         let s = snapshot();
         let h = Health::default();
-        let text = render(
-            &s,
-            &h,
-            s.taken_at + Duration::from_millis(1500),
-            Format::Prometheus,
-        );
+        let b = BuildInfo {
+            version: "1.2.3".into(),
+            commit: "0123456789ab".into(),
+        };
+        let now = s.taken_at + Duration::from_millis(1500);
+        let text = render(&s, &h, &b, Mode::Served { now }, Format::Prometheus);
         for line in [
             "pagewise_path_cached_bytes{path=\"/data\"} 4096",
             "pagewise_path_measured{path=\"/data\"} 1",
             "pagewise_path_size_bytes{path=\"/data\"} 8192",
             "pagewise_path_recently_evicted_bytes{path=\"/data\"} 4096",
             "pagewise_file_cached_bytes{path=\"/data\",file=\"/data/a\\\"b\"} 4096",
-            "pagewise_cgroup_file_bytes{cgroup=\"/app\",hierarchy=\"v1\"} 1048576",
+            "pagewise_cgroup_file_bytes{cgroup=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",depth=\"1\",leaf=\"true\",runtime=\"docker\",container=\"3f4e5a6b7c8d\"} 1048576",
+            "pagewise_cgroup_file_self_bytes{cgroup=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",depth=\"1\",leaf=\"true\",runtime=\"docker\",container=\"3f4e5a6b7c8d\"} 1048576",
             "# TYPE pagewise_cgroup_file_refaults_total counter",
-            "pagewise_cgroup_file_refaults_total{cgroup=\"/app\",hierarchy=\"v1\"} 5",
+            "pagewise_build_info{version=\"1.2.3\",commit=\"0123456789ab\"} 1",
             "pagewise_memory_cached_bytes 102400",
             "pagewise_memory_file_refaults_total 42",
             "pagewise_snapshot_age_seconds 1.5",
@@ -368,9 +436,24 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
-        let om = render(&s, &h, s.taken_at, Format::OpenMetrics);
+        assert!(text.contains("\nprocess_cpu_seconds_total "), "{text}");
+        let now = s.taken_at;
+        let om = render(&s, &h, &b, Mode::Served { now }, Format::OpenMetrics);
         assert!(om.ends_with("# EOF\n"));
         assert!(om.contains("# TYPE pagewise_scrapes counter\n"));
         assert!(om.contains("\npagewise_scrapes_total 0\n"));
+        // Written once: no scrapes, no age, no process_* (node_exporter has its own).
+        let written = render(&s, &h, &b, Mode::Written, Format::Prometheus);
+        for gone in [
+            "pagewise_scrapes_total",
+            "pagewise_snapshot_age_seconds",
+            "process_",
+        ] {
+            assert!(!written.contains(gone), "{gone} in\n{written}");
+        }
+        assert!(
+            written.contains("\npagewise_refreshes_total 0\n"),
+            "{written}"
+        );
     }
 }

@@ -1,7 +1,13 @@
 //! One snapshot of what the exporter serves ([`Snapshot`]): each configured path's `stat`
 //! with its top files, the cgroups' file cache, the machine's totals; and [`collect`], which
 //! measures one.
+//!
+//! cgroup figures are hierarchical (a group's include its descendants'), so each listed group
+//! also gets its *self* file cache: its figure less its listed children's. Within a snapshot
+//! the self figures of all listed groups add up to the listed root's figure (the deepest listed
+//! groups keep their descendants'), which is what a PromQL `sum()` needs.
 
+use crate::cgroup::container::{self, Owner};
 use crate::cgroup::{self, CgroupStat, CgroupsOptions, Hierarchy};
 use crate::stat::{self, FileStat, StatOptions, Totals};
 use crate::verb::FileResult;
@@ -59,6 +65,20 @@ impl MachineSnapshot {
     }
 }
 
+/// One listed cgroup: its figures, where it sits in the listed tree, and who owns it.
+#[derive(Debug, Clone)]
+pub struct CgroupEntry {
+    /// Its figures (`memory.stat`, descendants included).
+    pub stat: CgroupStat,
+    /// No child of it is listed (a leaf, or at the depth limit).
+    pub leaf: bool,
+    /// Its file cache less its listed children's (0 if they were read larger: the groups are
+    /// read one after another, not at one instant).
+    pub self_file_bytes: u64,
+    /// The container, pod or unit its path names.
+    pub owner: Owner,
+}
+
 /// Everything one refresh measured.
 #[derive(Debug, Clone)]
 pub struct Snapshot {
@@ -72,10 +92,10 @@ pub struct Snapshot {
     pub paths: Vec<PathSnapshot>,
     /// The cgroups' hierarchy (None: cgroups off or none mounted).
     pub hierarchy: Option<Hierarchy>,
-    /// Per cgroup.
-    pub cgroups: Vec<CgroupStat>,
-    /// Machine totals.
-    pub machine: MachineSnapshot,
+    /// Per cgroup, parents before their children; those the include/exclude regexes keep.
+    pub cgroups: Vec<CgroupEntry>,
+    /// Machine totals (None: not asked for, [`ExporterOptions::memory`]).
+    pub machine: Option<MachineSnapshot>,
     /// Per-file and per-cgroup errors of this refresh, and paths or trees that failed.
     pub errors: u64,
     /// The first [`MAX_PROBLEMS`] of them, worded (`path: op failed: message`).
@@ -121,7 +141,7 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
         paths,
         hierarchy,
         cgroups,
-        machine: MachineSnapshot::read(),
+        machine: options.memory.then(MachineSnapshot::read),
         errors,
         problems,
     }
@@ -192,13 +212,43 @@ fn collect_path(
     }
 }
 
+/// The listed groups (parents before children) with their place in the tree and self figure,
+/// then those `filter` keeps.
+pub(super) fn entries(groups: Vec<CgroupStat>, filter: &super::CgroupFilter) -> Vec<CgroupEntry> {
+    let index: std::collections::HashMap<PathBuf, usize> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.path.clone(), i))
+        .collect();
+    let mut children_bytes = vec![0u64; groups.len()];
+    let mut has_child = vec![false; groups.len()];
+    for g in &groups {
+        let parent = g.path.parent().and_then(|p| index.get(p));
+        if let Some(&i) = parent.filter(|&&i| groups[i].depth + 1 == g.depth) {
+            children_bytes[i] = children_bytes[i].saturating_add(g.cache.file_bytes);
+            has_child[i] = true;
+        }
+    }
+    groups
+        .into_iter()
+        .enumerate()
+        .filter(|(_, g)| filter.keeps(&g.cgroup))
+        .map(|(i, g)| CgroupEntry {
+            leaf: !has_child[i],
+            self_file_bytes: g.cache.file_bytes.saturating_sub(children_bytes[i]),
+            owner: container::owner(&g.cgroup),
+            stat: g,
+        })
+        .collect()
+}
+
 /// The cgroups down to the configured depth, and their hierarchy (None and nothing when no
 /// memory hierarchy is mounted: an error only when a root was configured).
 fn collect_cgroups(
     options: &ExporterOptions,
     errors: &mut u64,
     problems: &mut Vec<String>,
-) -> (Option<Hierarchy>, Vec<CgroupStat>) {
+) -> (Option<Hierarchy>, Vec<CgroupEntry>) {
     let o = CgroupsOptions {
         root: options.cgroup_root.clone(),
         max_depth: Some(options.cgroup_depth),
@@ -209,7 +259,9 @@ fn collect_cgroups(
             for e in &r.outcome.errors {
                 note(problems, e.to_string());
             }
-            (Some(r.hierarchy), r.groups)
+            // validate() compiled them already.
+            let filter = options.cgroup_filter().unwrap_or_default();
+            (Some(r.hierarchy), entries(r.groups, &filter))
         }
         Err(e) => {
             // No memory hierarchy mounted is not an error when none was asked for.
@@ -235,5 +287,49 @@ mod tests {
         assert_eq!(m.cached_bytes, Some(2 << 20));
         assert_eq!(m.dirty_bytes, None);
         assert_eq!(m.refaults, Some(9));
+    }
+
+    fn group(path: &str, depth: usize, file_bytes: u64) -> CgroupStat {
+        CgroupStat {
+            path: format!("/sys/fs/cgroup{path}").trim_end_matches('/').into(),
+            cgroup: path.into(),
+            depth,
+            cache: crate::cgroup::FileCache {
+                file_bytes,
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn self_figures_add_up_to_the_root_and_filters_only_drop_series() {
+        let groups = vec![
+            group("/", 0, 100),
+            group("/a", 1, 60),
+            group("/a/x", 2, 50),
+            group("/system.slice", 1, 30),
+            group("/system.slice/docker-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope", 2, 5),
+        ];
+        let all = entries(groups.clone(), &Default::default());
+        let sum: u64 = all.iter().map(|e| e.self_file_bytes).sum();
+        assert_eq!(sum, 100);
+        let by = |c: &str| all.iter().find(|e| e.stat.cgroup == c).unwrap();
+        assert_eq!(by("/").self_file_bytes, 10);
+        assert_eq!(by("/a").self_file_bytes, 10);
+        assert_eq!(by("/system.slice").self_file_bytes, 25);
+        assert!(by("/a/x").leaf && !by("/system.slice").leaf && !by("/a").leaf);
+        let docker = all
+            .iter()
+            .find(|e| e.owner.runtime == Some("docker"))
+            .unwrap();
+        assert_eq!(docker.owner.container.as_deref().map(str::len), Some(64));
+        let o = ExporterOptions {
+            cgroup_exclude: Some("^/a".into()),
+            ..ExporterOptions::default()
+        };
+        let some = entries(groups, &o.cgroup_filter().unwrap());
+        assert_eq!(some.len(), 3);
+        // The root's self figure is still its own less all its children's.
+        assert_eq!(some[0].self_file_bytes, 10);
     }
 }

@@ -204,6 +204,15 @@ pub fn terminal_columns(fd: BorrowedFd<'_>) -> Option<u16> {
         .filter(|&c| c > 0)
 }
 
+/// `int listen(int sockfd, int backlog)` — <https://man7.org/linux/man-pages/man2/listen.2.html>,
+/// through rustix.
+///
+/// On a socket that already listens (std's `TcpListener::bind` uses a backlog of 128) Linux
+/// takes the new backlog, capped at `net.core.somaxconn`.
+pub fn listen_backlog(fd: BorrowedFd<'_>, backlog: i32) -> io::Result<()> {
+    rustix::net::listen(fd, backlog).map_err(io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{cold_file, require, scratch_dir};
