@@ -160,6 +160,16 @@ pub fn decode(body: &[u8], layouts: &[(u16, Layout)], cgroup: bool) -> Option<Ev
     })
 }
 
+/// The process and command of a PERF_RECORD_COMM body (u32 pid, u32 tid, NUL-ended name):
+/// exec records only (pid == tid).
+pub fn exec_comm(body: &[u8]) -> Option<(u32, String)> {
+    let pid = u32::from_ne_bytes(body.get(0..4)?.try_into().ok()?);
+    let tid = u32::from_ne_bytes(body.get(4..8)?.try_into().ok()?);
+    let name = body.get(8..)?;
+    let name = &name[..name.iter().position(|&b| b == 0)?.min(16)];
+    (pid == tid).then(|| (pid, String::from_utf8_lossy(name).into_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +236,18 @@ mod tests {
         assert!(decode(&sample(&raw, None), &[], false).is_none());
     }
 
+    #[test]
+    fn exec_records_name_processes() {
+        let mut b = Vec::new();
+        b.extend_from_slice(&5u32.to_ne_bytes());
+        b.extend_from_slice(&5u32.to_ne_bytes());
+        b.extend_from_slice(b"cat\0\0\0\0\0");
+        assert_eq!(exec_comm(&b), Some((5, "cat".into())));
+        b[4] = 6;
+        assert_eq!(exec_comm(&b), None);
+        assert_eq!(exec_comm(&b[..9]), None);
+    }
+
     /// Arbitrary format text and sample bytes: no panic, and a decoded event's fields come
     /// from inside the body.
     #[test]
@@ -238,6 +260,9 @@ mod tests {
         );
         crate::fuzzing::fuzz("top events", 1024, input, |(fmt, body, cg)| {
             let _ = parse_format(&fmt);
+            if let Some((_, c)) = exec_comm(&body) {
+                prop_assert!(c.len() <= 16 * 3);
+            }
             for kind in [Kind::Added, Kind::Dirtied, Kind::Evicted] {
                 if let Ok(l) = layout_of("x/y", kind, &fmt) {
                     let _ = decode(&body, &[(0, l)], cg);

@@ -152,7 +152,7 @@ impl TopOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct TopReport {
     /// Intervals reported.
-    pub intervals: u64,
+    pub interval_count: u64,
     /// Every event counted, together.
     pub totals: Counts,
     /// Events the kernel dropped.
@@ -213,7 +213,7 @@ pub fn top(
         on_interval(&i);
     }
     let report = TopReport {
-        intervals,
+        interval_count: intervals,
         totals,
         lost_events: lost,
         dirty_event: s.dirty_event,

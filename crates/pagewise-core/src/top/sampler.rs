@@ -22,6 +22,13 @@ const PERF_SAMPLE_CGROUP: u64 = 1 << 21;
 /// [`Sampler::drain`] waits for its answer.
 const POLL_MS: i32 = 20;
 
+/// `PERF_RECORD_COMM`: a process exec'd (or renamed itself): u32 pid, u32 tid, its command.
+const PERF_RECORD_COMM: u32 = 3;
+
+/// Commands of exec'd processes kept for an interval at most (a process that exits before
+/// its /proc entry is read is named from its exec).
+const MAX_EXECS: usize = 65_536;
+
 /// What one interval counted, before naming: handed from the reader to [`Sampler::drain`].
 pub(super) struct Raw {
     pub processes: Bounded<u32>,
@@ -46,6 +53,10 @@ struct Reader {
     bdis: Bdis,
     cur: Raw,
     page: u64,
+    /// Commands from PERF_RECORD_COMM, by pid.
+    execs: super::aggregate::IntMap<u32, String>,
+    /// The samples of one pass over the rings.
+    batch: Vec<events::Event>,
 }
 
 fn empty(options: &SamplerOptions) -> Raw {
@@ -113,13 +124,24 @@ impl Reader {
         }
     }
 
+    /// Empties every ring: exec records first (a process that exec'd is looked up again:
+    /// runtimes move a process into its cgroup, then exec), then the samples.
     fn drain_rings(&mut self) {
         let mut rings = std::mem::take(&mut self.rings);
+        let mut batch = std::mem::take(&mut self.batch);
         for (_, ring) in rings.iter_mut() {
             ring.drain(|typ, body| match typ {
                 sys::PERF_RECORD_SAMPLE => {
                     if let Some(e) = events::decode(body, &self.layouts, self.cgroup_ids) {
-                        self.event(e);
+                        batch.push(e);
+                    }
+                }
+                PERF_RECORD_COMM => {
+                    if let Some((pid, comm)) = events::exec_comm(body) {
+                        self.procs.pids.remove(&pid);
+                        if self.execs.len() < MAX_EXECS {
+                            self.execs.insert(pid, comm);
+                        }
                     }
                 }
                 sys::PERF_RECORD_LOST => {
@@ -130,7 +152,11 @@ impl Reader {
                 _ => {}
             });
         }
+        for e in batch.drain(..) {
+            self.event(e);
+        }
         self.rings = rings;
+        self.batch = batch;
     }
 
     /// Ends the interval: the counts, with what names them.
@@ -140,8 +166,15 @@ impl Reader {
             .processes
             .by_key
             .keys()
-            .filter_map(|p| Some((*p, self.procs.pids.get(p)?.clone())))
+            .filter_map(|p| {
+                let mut info = self.procs.pids.get(p)?.clone();
+                if info.comm.is_none() {
+                    info.comm = self.execs.get(p).cloned();
+                }
+                Some((*p, info))
+            })
             .collect();
+        self.execs.clear();
         raw.cgroup_table = self.procs.cgroups.clone();
         raw.bdis = self.bdis.unresolved.clone();
         self.procs.next_interval();
@@ -250,6 +283,8 @@ impl Sampler {
             bdis: Bdis::default(),
             cur: empty(options),
             page: sys::page_size(),
+            execs: Default::default(),
+            batch: Vec::new(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = crossbeam_channel::unbounded::<crossbeam_channel::Sender<Raw>>();
@@ -344,6 +379,8 @@ fn open_all(layouts: &[(u16, Layout)], buffer_kb: u64, cgroup: bool) -> Result<O
         for &(id, _) in layouts {
             let mut attr = sys::PerfEventAttr::tracepoint(id as u64, false, wake);
             attr.sample_type = sys::SampleType::TID | sys::SampleType::RAW;
+            // Exec records once per CPU: the commands of processes gone before they are read.
+            attr.flags.set(sys::AttrFlags::COMM, first.is_none());
             if cgroup {
                 attr.sample_type |= sys::SampleType::from_bits_retain(PERF_SAMPLE_CGROUP);
             }
