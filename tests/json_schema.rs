@@ -408,7 +408,10 @@ fn top_json_matches_the_schema() {
     assert!(out.status.success(), "{out:?}");
     let v = doc(&out);
     valid("top", &v);
-    assert!(!v["intervals"][0]["files"]["rows"].as_array().unwrap().is_empty());
+    assert!(!v["intervals"][0]["files"]["rows"]
+        .as_array()
+        .unwrap()
+        .is_empty());
     let out = run(bin()
         .args(["top", "--json-lines", "--count", "2", "--interval", "200ms"])
         .args(by));

@@ -94,11 +94,15 @@ fn top_document(c: Child) -> Value {
 }
 
 fn rows<'a>(i: &'a Value, view: &str) -> &'a Vec<Value> {
-    i[view]["rows"].as_array().unwrap_or_else(|| panic!("no {view}: {i}"))
+    i[view]["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {view}: {i}"))
 }
 
 fn within_5pct(got: &Value, want: u64, what: &str) {
-    let got = got.as_u64().unwrap_or_else(|| panic!("{what}: not a number: {got}"));
+    let got = got
+        .as_u64()
+        .unwrap_or_else(|| panic!("{what}: not a number: {got}"));
     eprintln!("{what}: top {got} bytes, the kernel {want}");
     let d = got.abs_diff(want) as f64;
     assert!(
@@ -156,7 +160,11 @@ fn top_names_each_process_cgroup_and_file_with_the_bytes_they_added() {
             c["workingset_refaults"].is_u64() || c["refaults_unknown"].is_string(),
             "{c}"
         );
-        within_5pct(&file_row(&i, f)["added_bytes"], added, &f.display().to_string());
+        within_5pct(
+            &file_row(&i, f)["added_bytes"],
+            added,
+            &f.display().to_string(),
+        );
     }
 }
 

@@ -176,12 +176,11 @@ pub fn top(
 ) -> Result<TopReport, crate::Error> {
     options.validate()?;
     let tally = Tally::new();
-    let mut s =
-        Sampler::start(&options.sampler).map_err(|e| crate::Error::TracingUnavailable {
-            reason: e.0,
-            needed_by: Some("top"),
-            hint: "",
-        })?;
+    let mut s = Sampler::start(&options.sampler).map_err(|e| crate::Error::TracingUnavailable {
+        reason: e.0,
+        needed_by: Some("top"),
+        hint: "",
+    })?;
     for n in &s.notices {
         tally.notice(n.clone());
     }

@@ -48,6 +48,12 @@ pub struct Procs {
     walked: bool,
 }
 
+impl Default for Procs {
+    fn default() -> Self {
+        Procs::new()
+    }
+}
+
 impl Procs {
     /// An empty table.
     pub fn new() -> Procs {
@@ -204,8 +210,8 @@ impl Bdis {
         if let Some(&d) = self.map.get(name) {
             return d;
         }
-        let text = String::from_utf8_lossy(name.split(|&b| b == 0).next().unwrap_or(&[]))
-            .into_owned();
+        let text =
+            String::from_utf8_lossy(name.split(|&b| b == 0).next().unwrap_or(&[])).into_owned();
         let d = match bdi_filesystem(&text) {
             Ok((maj, min)) => ((maj as u64) << 20) | min as u64,
             Err(why) => {

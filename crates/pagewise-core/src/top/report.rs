@@ -135,12 +135,16 @@ pub(super) fn interval(
             counts,
         })
     });
-    let cgroups = views
-        .cgroup
-        .then(|| sorted(&raw.cgroups, |i, counts| cgroup_row(i, counts, table, refaults)));
-    let file_rows = views
-        .file
-        .then(|| sorted(&raw.files, |k, counts| file_row(k, counts, files, &raw.bdis)));
+    let cgroups = views.cgroup.then(|| {
+        sorted(&raw.cgroups, |i, counts| {
+            cgroup_row(i, counts, table, refaults)
+        })
+    });
+    let file_rows = views.file.then(|| {
+        sorted(&raw.files, |k, counts| {
+            file_row(k, counts, files, &raw.bdis)
+        })
+    });
     Interval {
         elapsed_s,
         totals: raw.totals,

@@ -215,14 +215,19 @@ fn tracepoint(event: &str, kind: Kind) -> Result<(u16, Layout), TraceUnavailable
         .trim()
         .parse()
         .map_err(|_| TraceUnavailable(format!("{event}/id: not a 16-bit number: {id:?}")))?;
-    Ok((id, events::layout_of(event, kind, &read_tracefs(event, "format")?)?))
+    Ok((
+        id,
+        events::layout_of(event, kind, &read_tracefs(event, "format")?)?,
+    ))
 }
 
 /// Whether the memory controller is on cgroup v2 alone (then a task's v2 id is its memory
 /// cgroup, and PERF_SAMPLE_CGROUP names it).
 fn memory_on_v2() -> bool {
     let m = crate::cgroup::memory_mounts();
-    !m.is_empty() && m.iter().all(|m| m.hierarchy == crate::cgroup::Hierarchy::V2)
+    !m.is_empty()
+        && m.iter()
+            .all(|m| m.hierarchy == crate::cgroup::Hierarchy::V2)
 }
 
 fn open_failed(id: u16, cpu: i32, e: &std::io::Error) -> TraceUnavailable {
@@ -368,7 +373,11 @@ impl Drop for Sampler {
 /// descriptor, to poll), and whether samples carry the cgroup id.
 type Opened = (Vec<OwnedFd>, Vec<(OwnedFd, PerfRing)>, bool);
 
-fn open_all(layouts: &[(u16, Layout)], buffer_kb: u64, cgroup: bool) -> Result<Opened, TraceUnavailable> {
+fn open_all(
+    layouts: &[(u16, Layout)],
+    buffer_kb: u64,
+    cgroup: bool,
+) -> Result<Opened, TraceUnavailable> {
     let page = sys::page_size();
     let pages = (buffer_kb * 1024 / page).max(8).next_power_of_two() as usize;
     let wake = sys::PerfWake::Bytes((pages as u64 * page / 2) as u32);
@@ -397,9 +406,9 @@ fn open_all(layouts: &[(u16, Layout)], buffer_kb: u64, cgroup: bool) -> Result<O
                     let ring = PerfRing::map(fd.as_fd(), pages).map_err(|e| {
                         TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}"))
                     })?;
-                    let poll = fd
-                        .try_clone()
-                        .map_err(|e| TraceUnavailable(format!("dup of a perf event failed: {e}")))?;
+                    let poll = fd.try_clone().map_err(|e| {
+                        TraceUnavailable(format!("dup of a perf event failed: {e}"))
+                    })?;
                     rings.push((poll, ring));
                     first = Some(fds.len());
                 }
