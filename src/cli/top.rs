@@ -28,6 +28,9 @@ reclaim, eviction, truncation). REFAULTS: evicted file pages read again over the
 
 Exit codes: 0 success, 1 fatal error (tracing unavailable, bad arguments).";
 
+/// Rows per table of the text view unless `--limit` says.
+const DEFAULT_LIMIT: usize = 20;
+
 /// A view of `--by`.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum By {
@@ -53,9 +56,10 @@ pub struct TopArgs {
     /// Intervals to print, then exit [default: until Ctrl-C]
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
-    /// Rows per table in the text view (JSON has every row)
-    #[arg(long, value_name = "N", default_value_t = 20)]
-    pub limit: usize,
+    /// Rows named per table, largest first; the others are summed as one `rest` row
+    /// [default: 20; in JSON every row]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
     /// Distinct keys counted per table and interval; the rest are counted as `other`
     #[arg(long, value_name = "N", default_value_t = top::DEFAULT_MAX_KEYS)]
     pub max_keys: usize,
@@ -82,6 +86,11 @@ pub fn run(a: TopArgs) -> Result<ExitCode, CliError> {
             views,
             max_keys: a.max_keys,
             buffer_kb: a.buffer_kb,
+            max_rows: a.limit.or(if a.json || a.json_lines {
+                None
+            } else {
+                Some(DEFAULT_LIMIT)
+            }),
         },
         interval: a.interval,
         count: if a.once { Some(1) } else { a.count },
@@ -95,7 +104,7 @@ pub fn run(a: TopArgs) -> Result<ExitCode, CliError> {
             render::print_json_line("interval", i);
         } else {
             let mut text = Vec::new();
-            let _ = write_interval(&mut text, i, &a.by, a.limit);
+            let _ = write_interval(&mut text, i, &a.by, a.limit.unwrap_or(DEFAULT_LIMIT));
             let text = String::from_utf8_lossy(&text);
             let mut out = std::io::stdout().lock();
             if tty {
@@ -231,14 +240,21 @@ pub fn write_interval(
         h.extend(first.iter().map(|s| s.to_string()));
         h
     };
-    let with_other = |rows: &mut Vec<Vec<String>>, other: &Option<Counts>, pad: usize| {
-        if let Some(o) = other {
-            let mut r = figures(o, d);
-            r.extend(std::iter::repeat_n(String::new(), pad));
-            r.push("(other: past --max-keys)".into());
-            rows.push(r);
-        }
-    };
+    let with_other =
+        |rows: &mut Vec<Vec<String>>, v: (&Option<Counts>, &Option<Counts>, u64), pad| {
+            let (other, rest, n) = v;
+            for (c, what) in [
+                (rest, format!("({n} more rows)")),
+                (other, "(other: past --max-keys)".to_string()),
+            ] {
+                if let Some(c) = c {
+                    let mut r = figures(c, d);
+                    r.extend(std::iter::repeat_n(String::new(), pad));
+                    r.push(what);
+                    rows.push(r);
+                }
+            }
+        };
     for b in by {
         writeln!(w)?;
         let mut rows = Vec::new();
@@ -253,7 +269,7 @@ pub fn write_interval(
                     r.push(p.cgroup.as_deref().map_or("unknown".into(), escape));
                     rows.push(r);
                 }
-                with_other(&mut rows, &v.other, 2);
+                with_other(&mut rows, (&v.other, &v.rest, v.rest_rows), 2);
             }
             By::Cgroup => {
                 let Some(v) = &i.cgroups else { continue };
@@ -268,7 +284,7 @@ pub fn write_interval(
                     ));
                     rows.push(r);
                 }
-                with_other(&mut rows, &v.other, 2);
+                with_other(&mut rows, (&v.other, &v.rest, v.rest_rows), 2);
             }
             By::File => {
                 let Some(v) = &i.files else { continue };
@@ -293,7 +309,7 @@ pub fn write_interval(
                     });
                     rows.push(r);
                 }
-                with_other(&mut rows, &v.other, 0);
+                with_other(&mut rows, (&v.other, &v.rest, v.rest_rows), 0);
             }
         }
         w.write_all(layout(&rows).as_bytes())?;
@@ -336,6 +352,8 @@ mod tests {
                     counts: counts(32 << 20, 4096, 0),
                 }],
                 other: None,
+                rest: None,
+                rest_rows: 0,
             }),
             cgroups: None,
             files: Some(Rows {
@@ -348,6 +366,8 @@ mod tests {
                     counts: counts(0, 0, 1 << 20),
                 }],
                 other: Some(counts(4096, 0, 0)),
+                rest: Some(counts(8192, 0, 0)),
+                rest_rows: 2,
             }),
         };
         let mut out = Vec::new();
@@ -357,11 +377,12 @@ mod tests {
             text,
             "pagewise top: 1.0s, added 32.0 MiB, dirtied >=4.0 KiB, evicted 0 B, 3 events\n\
              \n\
-             \x20  ADDED  DIRTIED  EVICTED  PID  COMM  CGROUP\n\
+             \x20  ADDED    DIRTIED  EVICTED  PID  COMM  CGROUP\n\
              32.0 MiB  >=4.0 KiB      0 B   42   cat  /a/b\n\
              \n\
              \x20 ADDED  DIRTIED  EVICTED  FILE\n\
              \x20   0 B      0 B  1.0 MiB  unknown 254:0:12 (gone: deleted since)\n\
+             8.0 KiB      0 B      0 B  (2 more rows)\n\
              4.0 KiB      0 B      0 B  (other: past --max-keys)\n"
         );
         assert_eq!(cut("abcdef", 3), "abc");

@@ -85,6 +85,11 @@ pub struct SamplerOptions {
     pub max_keys: usize,
     /// Ring buffer per CPU, KiB. Default: [`crate::trace::DEFAULT_BUFFER_KB`].
     pub buffer_kb: u64,
+    /// Rows named per view and interval, largest first; the others are summed in
+    /// [`Rows::rest`] unnamed (naming a file costs an open by handle and a readlink: a build
+    /// touching 2,000 files a second made naming them all most of top's CPU). None: every
+    /// row. Default: None.
+    pub max_rows: Option<usize>,
 }
 
 impl Default for SamplerOptions {
@@ -93,6 +98,7 @@ impl Default for SamplerOptions {
             views: Views::default(),
             max_keys: DEFAULT_MAX_KEYS,
             buffer_kb: crate::trace::DEFAULT_BUFFER_KB,
+            max_rows: None,
         }
     }
 }

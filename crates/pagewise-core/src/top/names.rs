@@ -21,6 +21,8 @@ pub struct CgroupEntry {
     pub dir: Option<PathBuf>,
     /// Its refault count when it was first seen.
     pub first_refaults: Option<u64>,
+    /// The interval (numbered from 1) it was first seen in.
+    pub first_seen: u64,
 }
 
 /// Interned cgroups seen at most before the table is started again (at an interval's end).
@@ -46,6 +48,8 @@ pub struct Procs {
     mounts: Vec<MemoryMount>,
     /// The v2 tree was walked for ids this interval (at most once an interval).
     walked: bool,
+    /// The current interval, numbered from 1.
+    pub interval: u64,
 }
 
 impl Default for Procs {
@@ -64,6 +68,7 @@ impl Procs {
             by_id: IntMap::default(),
             mounts: cgroup::memory_mounts(),
             walked: false,
+            interval: 1,
         };
         p.reset();
         p
@@ -78,6 +83,7 @@ impl Procs {
             unknown: Some("the process exited before /proc/PID/cgroup was read".into()),
             dir: None,
             first_refaults: None,
+            first_seen: 0,
         });
     }
 
@@ -86,6 +92,7 @@ impl Procs {
     pub fn next_interval(&mut self) {
         self.pids.clear();
         self.walked = false;
+        self.interval += 1;
         if self.cgroups.len() > MAX_CGROUPS {
             self.reset();
         }
@@ -138,6 +145,7 @@ impl Procs {
             unknown: Some(why),
             dir: None,
             first_refaults: None,
+            first_seen: 0,
         });
         let i = (self.cgroups.len() - 1) as u32;
         self.index.insert(key, i);
@@ -154,6 +162,7 @@ impl Procs {
             unknown: None,
             dir,
             first_refaults,
+            first_seen: self.interval,
         });
         let i = (self.cgroups.len() - 1) as u32;
         self.index.insert(shown, i);
@@ -269,6 +278,8 @@ pub enum FileName {
 pub struct FileNames {
     cache: HashMap<FileKey, Vec<u8>>,
     mounts: crate::trace::Mounts,
+    /// Each device's mount, opened once an interval (None: could not be).
+    mount_fds: HashMap<(u32, u32), Option<std::os::fd::OwnedFd>>,
 }
 
 /// Paths cached at most.
@@ -278,6 +289,7 @@ impl FileNames {
     /// Reads the mount table again at its next use (once an interval).
     pub fn next_interval(&mut self) {
         self.mounts = crate::trace::Mounts::default();
+        self.mount_fds.clear();
     }
 
     /// The name of `key` (`bdis` names the devices of unresolved dirtying records).
@@ -298,13 +310,24 @@ impl FileNames {
             self.cache.remove(&key);
         }
         let mounts = &self.mounts;
-        if mounts.of((maj, min)).is_none() {
+        if !self.mount_fds.contains_key(&(maj, min)) {
+            let fd = mounts.of((maj, min)).and_then(|mp| {
+                let dir = crate::sys::OpenFlags {
+                    directory: true,
+                    ..Default::default()
+                };
+                crate::sys::open_path(&mp, dir).ok()
+            });
+            self.mount_fds.insert((maj, min), fd);
+        }
+        let Some(Some(mfd)) = self.mount_fds.get(&(maj, min)) else {
             return FileName::Unknown(format!(
                 "device {maj}:{min} is not mounted (an internal filesystem: pipes, sockets, \
-                 memfd, shared memory)"
+                 memfd, shared memory), or its mount could not be opened"
             ));
-        }
-        let fd = match crate::trace::open_inode(crate::sys::FileId(maj, min, ino), mounts) {
+        };
+        use std::os::fd::AsFd;
+        let fd = match crate::sys::open_by_inode(mfd.as_fd(), ino) {
             Ok(fd) => fd,
             Err(e) => {
                 return FileName::Unknown(match e.raw_os_error() {
@@ -313,7 +336,6 @@ impl FileNames {
                 })
             }
         };
-        use std::os::fd::AsFd;
         let link = std::fs::read_link(crate::sys::fd_path(fd.as_fd()));
         let Ok(link) = link else {
             return FileName::Unknown("readlink of its /proc/self/fd entry failed".into());

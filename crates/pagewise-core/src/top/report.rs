@@ -71,6 +71,10 @@ pub struct Rows<R> {
     pub rows: Vec<R>,
     /// Events of keys past the `max_keys` bound, together; null when none.
     pub other: Option<Counts>,
+    /// Rows past `max_rows` (counted, not named), together; null when none.
+    pub rest: Option<Counts>,
+    /// How many rows `rest` sums.
+    pub rest_rows: u64,
 }
 
 /// One interval.
@@ -95,11 +99,22 @@ pub struct Interval {
     pub files: Option<Rows<FileRow>>,
 }
 
-fn sorted<K: Copy, R>(b: &Bounded<K>, mut row: impl FnMut(K, Counts) -> R) -> Rows<R> {
+fn sorted<K: Copy, R>(
+    b: &Bounded<K>,
+    max_rows: Option<usize>,
+    mut row: impl FnMut(K, Counts) -> R,
+) -> Rows<R> {
     let mut keys: Vec<(K, Counts)> = b.by_key.iter().map(|(k, c)| (*k, *c)).collect();
     keys.sort_by_key(|(_, c)| std::cmp::Reverse(c.total()));
+    let listed = max_rows.unwrap_or(usize::MAX).min(keys.len());
+    let mut rest: Option<Counts> = None;
+    for (_, c) in &keys[listed..] {
+        rest.get_or_insert_with(Counts::default).merge(c);
+    }
     Rows {
-        rows: keys.into_iter().map(|(k, c)| row(k, c)).collect(),
+        rest_rows: (keys.len() - listed) as u64,
+        rest,
+        rows: keys.drain(..listed).map(|(k, c)| row(k, c)).collect(),
         other: b.overflowed.then_some(b.other),
     }
 }
@@ -109,9 +124,10 @@ pub(super) fn interval(
     raw: Option<Raw>,
     elapsed_s: f64,
     files: &mut FileNames,
-    refaults: &mut HashMap<String, u64>,
+    refaults: &mut HashMap<String, (u64, u64)>,
     dirtied_counted: bool,
     views: super::Views,
+    max_rows: Option<usize>,
 ) -> Interval {
     let Some(raw) = raw else {
         return Interval {
@@ -128,20 +144,28 @@ pub(super) fn interval(
     let path_of = |i: u32| table.get(i as usize).and_then(|c| c.path.clone());
     let pids: HashMap<u32, &names::ProcInfo> = raw.pids.iter().map(|(p, i)| (*p, i)).collect();
     let processes = views.process.then(|| {
-        sorted(&raw.processes, |pid, counts| ProcessRow {
+        sorted(&raw.processes, max_rows, |pid, counts| ProcessRow {
             pid,
             comm: pids.get(&pid).and_then(|i| i.comm.clone()),
             cgroup: pids.get(&pid).and_then(|i| path_of(i.cgroup)),
             counts,
         })
     });
+    let now = read_refaults(&raw);
     let cgroups = views.cgroup.then(|| {
-        sorted(&raw.cgroups, |i, counts| {
-            cgroup_row(i, counts, table, refaults)
+        sorted(&raw.cgroups, max_rows, |i, counts| {
+            cgroup_row(i, counts, table, &now, refaults, raw.seq)
         })
     });
+    for (i, n) in &now {
+        if let (Some(p), Some(n)) = (table[*i as usize].path.clone(), n) {
+            if refaults.len() < 65_536 || refaults.contains_key(&p) {
+                refaults.insert(p, (*n, raw.seq));
+            }
+        }
+    }
     let file_rows = views.file.then(|| {
-        sorted(&raw.files, |k, counts| {
+        sorted(&raw.files, max_rows, |k, counts| {
             file_row(k, counts, files, &raw.bdis)
         })
     });
@@ -156,30 +180,62 @@ pub(super) fn interval(
     }
 }
 
+/// Cgroups with more entries than this have their memory.stat read only for the groups with
+/// events (each read is tens of microseconds on v1, which sums the hierarchy).
+const REFAULT_READS: usize = 1024;
+
+/// The refault counts now of the groups of the interval's table: all of them when there are
+/// few (so the next interval has its starting figure even for a group idle in this one).
+fn read_refaults(raw: &Raw) -> HashMap<u32, Option<u64>> {
+    let table = &raw.cgroup_table;
+    let all = table.len() <= REFAULT_READS;
+    let idx: Vec<u32> = if all {
+        (0..table.len() as u32).collect()
+    } else {
+        raw.cgroups.by_key.keys().copied().collect()
+    };
+    idx.into_iter()
+        .filter_map(|i| {
+            let dir = table.get(i as usize)?.dir.as_deref()?;
+            Some((i, names::refaults(dir)))
+        })
+        .collect()
+}
+
 fn cgroup_row(
     i: u32,
     counts: Counts,
     table: &[names::CgroupEntry],
-    last: &mut HashMap<String, u64>,
+    now: &HashMap<u32, Option<u64>>,
+    last: &HashMap<String, (u64, u64)>,
+    seq: u64,
 ) -> CgroupRow {
     let e = table.get(i as usize);
     let path = e.and_then(|e| e.path.clone());
     let owner = path.as_deref().map(container::owner).unwrap_or_default();
-    let now = e.and_then(|e| e.dir.as_deref()).and_then(names::refaults);
+    let at_end = now.get(&i).copied().flatten();
+    // The figure at the interval's start: read at the previous interval's end, or when the
+    // group was first seen (this interval).
     let before = path
         .as_ref()
-        .and_then(|p| last.get(p).copied())
-        .or(e.and_then(|e| e.first_refaults));
-    let (refaults, why) = match (now, before) {
+        .and_then(|p| last.get(p))
+        .filter(|(_, s)| *s + 1 == seq)
+        .map(|(v, _)| *v)
+        .or(e
+            .filter(|e| e.first_seen == seq)
+            .and_then(|e| e.first_refaults));
+    let (refaults, why) = match (at_end, before) {
         (Some(n), Some(b)) => (Some(n.saturating_sub(b)), None),
-        (None, _) => (None, Some("memory.stat has no workingset_refault_file")),
-        (Some(_), None) => (None, Some("no earlier reading of memory.stat")),
+        (None, _) if e.is_some_and(|e| e.dir.is_some()) => (
+            None,
+            Some("memory.stat has no workingset_refault_file (or could not be read)"),
+        ),
+        (None, _) => (None, Some("the cgroup is unknown")),
+        (Some(_), None) => (
+            None,
+            Some("memory.stat was not read at the interval's start"),
+        ),
     };
-    if let (Some(p), Some(n)) = (&path, now) {
-        if last.len() < 65_536 || last.contains_key(p) {
-            last.insert(p.clone(), n);
-        }
-    }
     CgroupRow {
         cgroup: path,
         cgroup_unknown: e.and_then(|e| e.unknown.clone()),

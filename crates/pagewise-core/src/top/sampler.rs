@@ -39,6 +39,8 @@ pub(super) struct Raw {
     pub cgroup_table: Vec<CgroupEntry>,
     pub bdis: Vec<(String, String)>,
     pub lost: u64,
+    /// The interval's number (from 1).
+    pub seq: u64,
 }
 
 /// The reader thread's state.
@@ -70,6 +72,7 @@ fn empty(options: &SamplerOptions) -> Raw {
         cgroup_table: Vec::new(),
         bdis: Vec::new(),
         lost: 0,
+        seq: 0,
     }
 }
 
@@ -177,6 +180,7 @@ impl Reader {
         self.execs.clear();
         raw.cgroup_table = self.procs.cgroups.clone();
         raw.bdis = self.bdis.unresolved.clone();
+        raw.seq = self.procs.interval;
         self.procs.next_interval();
         raw
     }
@@ -191,10 +195,11 @@ pub struct Sampler {
     requests: crossbeam_channel::Sender<crossbeam_channel::Sender<Raw>>,
     reader: Option<std::thread::JoinHandle<()>>,
     names: FileNames,
-    /// Refaults of each cgroup path at the last drain.
-    refaults: std::collections::HashMap<String, u64>,
+    /// Refaults of each cgroup path when last read, and the interval it ended.
+    refaults: std::collections::HashMap<String, (u64, u64)>,
     since: Instant,
     views: super::Views,
+    max_rows: Option<usize>,
     /// The dirtying tracepoint followed (None: this kernel has neither).
     pub dirty_event: Option<&'static str>,
     /// Cgroups come from PERF_SAMPLE_CGROUP (else from /proc/PID/cgroup).
@@ -318,6 +323,7 @@ impl Sampler {
             refaults: Default::default(),
             since: Instant::now(),
             views: options.views,
+            max_rows: options.max_rows,
             dirty_event,
             cgroup_ids,
             notices,
@@ -343,6 +349,7 @@ impl Sampler {
             &mut self.refaults,
             self.dirty_event.is_some(),
             self.views,
+            self.max_rows,
         )
     }
 
