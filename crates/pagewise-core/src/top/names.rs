@@ -310,17 +310,15 @@ impl FileNames {
             self.cache.remove(&key);
         }
         let mounts = &self.mounts;
-        if !self.mount_fds.contains_key(&(maj, min)) {
-            let fd = mounts.of((maj, min)).and_then(|mp| {
-                let dir = crate::sys::OpenFlags {
-                    directory: true,
-                    ..Default::default()
-                };
-                crate::sys::open_path(&mp, dir).ok()
-            });
-            self.mount_fds.insert((maj, min), fd);
-        }
-        let Some(Some(mfd)) = self.mount_fds.get(&(maj, min)) else {
+        let mfd = self.mount_fds.entry((maj, min)).or_insert_with(|| {
+            let dir = crate::sys::OpenFlags {
+                directory: true,
+                ..Default::default()
+            };
+            let mp = mounts.of((maj, min))?;
+            crate::sys::open_path(&mp, dir).ok()
+        });
+        let Some(mfd) = mfd else {
             return FileName::Unknown(format!(
                 "device {maj}:{min} is not mounted (an internal filesystem: pipes, sockets, \
                  memfd, shared memory), or its mount could not be opened"
