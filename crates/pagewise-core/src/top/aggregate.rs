@@ -94,11 +94,15 @@ impl Counts {
     }
 }
 
-/// Counts by key, at most `cap` keys; the rest in `other`.
+/// Counts by key, at most `cap` keys; the rest in `other`. Events of the same key in a row
+/// (one process reading one file) are summed before the map is looked up: one lookup per
+/// run of events instead of one per event.
 #[derive(Debug, Clone)]
 pub struct Bounded<K> {
-    /// Counts of each key.
+    /// Counts of each key (after [`Bounded::flush`]).
     pub by_key: IntMap<K, Counts>,
+    /// The key of the last events, and their counts not yet in `by_key`.
+    pending: Option<(K, Counts)>,
     /// Counts of the keys past the cap.
     pub other: Counts,
     /// Distinct keys were refused (some may be counted in `other` more than once).
@@ -111,6 +115,7 @@ impl<K: std::hash::Hash + Eq> Bounded<K> {
     pub fn new(cap: usize) -> Self {
         Bounded {
             by_key: IntMap::default(),
+            pending: None,
             other: Counts::default(),
             overflowed: false,
             cap,
@@ -120,17 +125,32 @@ impl<K: std::hash::Hash + Eq> Bounded<K> {
     /// Counts one event for `key`.
     #[inline]
     pub fn add(&mut self, key: K, kind: Kind, bytes: u64, exact: bool) {
+        if let Some((k, c)) = &mut self.pending {
+            if *k == key {
+                c.add(kind, bytes, exact);
+                return;
+            }
+        }
+        self.flush();
+        let mut c = Counts::default();
+        c.add(kind, bytes, exact);
+        self.pending = Some((key, c));
+    }
+
+    /// Moves the pending counts into `by_key` (or `other`, past the cap).
+    pub fn flush(&mut self) {
+        let Some((key, c)) = self.pending.take() else {
+            return;
+        };
         let len = self.by_key.len();
         match self.by_key.get_mut(&key) {
-            Some(c) => c.add(kind, bytes, exact),
+            Some(m) => m.merge(&c),
             None if len < self.cap => {
-                let mut c = Counts::default();
-                c.add(kind, bytes, exact);
                 self.by_key.insert(key, c);
             }
             None => {
                 self.overflowed = true;
-                self.other.add(kind, bytes, exact)
+                self.other.merge(&c)
             }
         }
     }
@@ -190,11 +210,13 @@ mod tests {
         for k in [1u32, 2, 1, 3, 4] {
             b.add(k, Kind::Added, 4096, true);
         }
+        b.flush();
         assert_eq!(b.by_key[&1].added_bytes, 8192);
         assert_eq!(b.by_key.len(), 2);
         assert_eq!(b.other.added_bytes, 8192);
         assert!(b.overflowed);
         b.add(1, Kind::Dirtied, 4096, false);
+        b.flush();
         assert!(b.by_key[&1].dirtied_lower_bound);
         assert!(!b.by_key[&1].evicted_lower_bound);
     }

@@ -50,6 +50,8 @@ pub struct Procs {
     walked: bool,
     /// The current interval, numbered from 1.
     pub interval: u64,
+    /// The last process looked up and its cgroup (events come in runs of one process).
+    last: Option<(u32, u32)>,
 }
 
 impl Default for Procs {
@@ -69,6 +71,7 @@ impl Procs {
             mounts: cgroup::memory_mounts(),
             walked: false,
             interval: 1,
+            last: None,
         };
         p.reset();
         p
@@ -91,11 +94,31 @@ impl Procs {
     /// table is started again when it grew past its bound.
     pub fn next_interval(&mut self) {
         self.pids.clear();
+        self.last = None;
         self.walked = false;
         self.interval += 1;
         if self.cgroups.len() > MAX_CGROUPS {
             self.reset();
         }
+    }
+
+    /// The cgroup index of process `pid` ([`Procs::process`], the last one remembered).
+    #[inline]
+    pub fn cgroup_of(&mut self, pid: u32) -> u32 {
+        if let Some((p, cg)) = self.last {
+            if p == pid {
+                return cg;
+            }
+        }
+        let cg = self.process(pid).cgroup;
+        self.last = Some((pid, cg));
+        cg
+    }
+
+    /// Process `pid` exec'd: it is read from /proc again when next seen.
+    pub fn forget(&mut self, pid: u32) {
+        self.pids.remove(&pid);
+        self.last = None;
     }
 
     /// The process `pid`, read from /proc when first seen this interval.

@@ -110,7 +110,7 @@ impl Reader {
         self.cur.totals.add(e.kind, bytes, exact);
         let v = self.options.views;
         if v.process || (v.cgroup && e.cgroup_id.is_none()) {
-            let cg = self.procs.process(e.pid).cgroup;
+            let cg = self.procs.cgroup_of(e.pid);
             if v.process {
                 self.cur.processes.add(e.pid, e.kind, bytes, exact);
             }
@@ -141,7 +141,7 @@ impl Reader {
                 }
                 PERF_RECORD_COMM => {
                     if let Some((pid, comm)) = events::exec_comm(body) {
-                        self.procs.pids.remove(&pid);
+                        self.procs.forget(pid);
                         if self.execs.len() < MAX_EXECS {
                             self.execs.insert(pid, comm);
                         }
@@ -165,6 +165,9 @@ impl Reader {
     /// Ends the interval: the counts, with what names them.
     fn take(&mut self) -> Raw {
         let mut raw = std::mem::replace(&mut self.cur, empty(&self.options));
+        raw.processes.flush();
+        raw.cgroups.flush();
+        raw.files.flush();
         raw.pids = raw
             .processes
             .by_key
