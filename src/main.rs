@@ -66,6 +66,7 @@ fn main() {
         Command::Assist(a) => cli::assist::run(a),
         Command::Cgroups(a) => cli::cgroups::run(a),
         Command::Exporter(a) => cli::exporter::run(a),
+        Command::Top(a) => cli::top::run(a),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

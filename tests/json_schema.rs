@@ -386,3 +386,39 @@ fn cgroup_verbs_json_matches_the_schema() {
     }
     valid("stat_by_cgroup_line_summary", ls.last().unwrap());
 }
+
+#[test]
+fn top_json_matches_the_schema() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let f = t.path().join("f");
+    let by = ["--by", "process,cgroup,file"];
+    let child = bin()
+        .args(["top", "--once", "--json", "--interval", "2s"])
+        .args(by)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    // Something to count: a new file's pages added and dirtied.
+    write_file(&f, 1 << 20);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v = doc(&out);
+    valid("top", &v);
+    assert!(!v["intervals"][0]["files"]["rows"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let out = run(bin()
+        .args(["top", "--json-lines", "--count", "2", "--interval", "200ms"])
+        .args(by));
+    let ls = lines(&out);
+    assert_eq!(ls.len(), 3, "two intervals and a summary");
+    for l in &ls[..2] {
+        valid("top_line_interval", l);
+    }
+    valid("top_line_summary", &ls[2]);
+}

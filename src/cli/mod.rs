@@ -29,6 +29,7 @@ pub mod run;
 pub mod show;
 pub mod signals;
 pub mod stat;
+pub mod top;
 pub mod trace_file;
 pub mod trace_report;
 
@@ -95,6 +96,10 @@ pub enum Command {
     /// write them for node_exporter's textfile collector
     #[command(after_help = exporter::EXAMPLES)]
     Exporter(exporter::ExporterArgs),
+    /// Who is filling or evicting the page cache right now: bytes added, dirtied and evicted
+    /// per process, memory cgroup or file, interval by interval
+    #[command(after_help = top::EXAMPLES)]
+    Top(top::TopArgs),
     /// Print shell completions for SHELL to stdout
     Completions {
         #[arg(value_enum)]

@@ -27,6 +27,7 @@ pub mod residency;
 pub mod run;
 pub mod stat;
 pub mod sys;
+pub mod top;
 pub mod trace;
 pub mod verb;
 pub mod walk;

@@ -1,0 +1,209 @@
+//! End-to-end tests of `pagewise top`: two processes in two child memory cgroups read two
+//! cold files while `top --once --json` runs; each process (pid, comm), each cgroup and each
+//! file is named with the bytes cachestat shows it brought into the cache (within 5%). An
+//! eviction while top runs shows as that file's evicted bytes, a write as its dirtied bytes,
+//! both against what cachestat shows.
+//!
+//! Safety: groups are made only beneath this process's own memory cgroup and removed by a Drop
+//! guard, also when a test fails; only processes the test starts are moved into them.
+
+mod common;
+use common::*;
+use pagewise_core::cgroup;
+use serde_json::Value;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A child cgroup beneath our own memory cgroup, removed on drop.
+struct ChildCgroup {
+    dir: PathBuf,
+}
+
+impl ChildCgroup {
+    fn new(n: u32) -> Option<ChildCgroup> {
+        let own = match cgroup::own_memory_cgroup() {
+            Ok(o) => o,
+            Err(e) => {
+                require(false, &format!("no memory cgroup: {e}"));
+                return None;
+            }
+        };
+        let dir = own.join(format!("pagewise-top-{}-{n}", std::process::id()));
+        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        Some(ChildCgroup { dir })
+    }
+
+    /// The path `pagewise cgroups` shows for it.
+    fn shown(&self) -> String {
+        cgroup::cgroup_name(&self.dir, &cgroup::memory_mounts())
+    }
+
+    /// `cksum FILE -` moved into this group (the shell moves itself, then execs): it reads
+    /// the file, then its stdin, a pipe the test holds open, so it is alive while top runs.
+    fn reader(&self, file: &Path) -> Child {
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo $$ > \"$1/cgroup.procs\" && exec cksum \"$2\" -")
+            .arg("sh")
+            .arg(&self.dir)
+            .arg(file)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+impl Drop for ChildCgroup {
+    fn drop(&mut self) {
+        if let Err(e) = fs::remove_dir(&self.dir) {
+            eprintln!("warning: rmdir {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// Ends a reader (closing its stdin) and waits for it.
+fn finish(mut c: Child) {
+    drop(c.stdin.take());
+    let _ = c.wait();
+}
+
+/// Starts `top --once --json` for `secs` with the views `by`, and waits until it is tracing
+/// (its perf events are open once it has read the tracepoints' format files: a second).
+fn start_top(by: &str, secs: u32) -> Child {
+    let c = bin()
+        .args(["top", "--once", "--json", "--by", by])
+        .args(["--interval", &format!("{secs}s")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    c
+}
+
+fn top_document(c: Child) -> Value {
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success(), "top failed: {out:?}");
+    let doc = json(&out);
+    assert_eq!(doc["interval_count"], 1, "{doc}");
+    doc["intervals"][0].clone()
+}
+
+fn rows<'a>(i: &'a Value, view: &str) -> &'a Vec<Value> {
+    i[view]["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {view}: {i}"))
+}
+
+fn within_5pct(got: &Value, want: u64, what: &str) {
+    let got = got
+        .as_u64()
+        .unwrap_or_else(|| panic!("{what}: not a number: {got}"));
+    eprintln!("{what}: top {got} bytes, the kernel {want}");
+    let d = got.abs_diff(want) as f64;
+    assert!(
+        d <= want as f64 * 0.05,
+        "{what}: top says {got} bytes, the kernel shows {want}"
+    );
+}
+
+fn file_row<'a>(i: &'a Value, p: &Path) -> &'a Value {
+    rows(i, "files")
+        .iter()
+        .find(|r| r["path"] == p.to_str().unwrap())
+        .unwrap_or_else(|| panic!("no row for {}: {i}", p.display()))
+}
+
+#[test]
+fn top_names_each_process_cgroup_and_file_with_the_bytes_they_added() {
+    if !can_trace() {
+        return;
+    }
+    let (Some(ca), Some(cb)) = (ChildCgroup::new(0), ChildCgroup::new(1)) else {
+        return;
+    };
+    let t = tmp();
+    let (fa, fb) = (t.path().join("a"), t.path().join("b"));
+    write_file(&fa, 24 << 20);
+    write_file(&fb, 40 << 20);
+    for f in [&fa, &fb] {
+        run(bin().arg("evict").arg(f));
+        assert_eq!(cached(f), 0, "setup: {} is cold", f.display());
+    }
+    let top = start_top("process,cgroup,file", 6);
+    let ra = ca.reader(&fa);
+    let rb = cb.reader(&fb);
+    let (pa, pb) = (ra.id(), rb.id());
+    let i = top_document(top);
+    finish(ra);
+    finish(rb);
+    for (pid, cg, f) in [(pa, &ca, &fa), (pb, &cb, &fb)] {
+        let added = cached(f) * PAGE;
+        assert!(added > 0, "{} was read", f.display());
+        let p = rows(&i, "processes")
+            .iter()
+            .find(|r| r["pid"] == pid)
+            .unwrap_or_else(|| panic!("no row for pid {pid}: {i}"));
+        assert_eq!(p["comm"], "cksum", "{p}");
+        assert_eq!(p["cgroup"], cg.shown(), "{p}");
+        within_5pct(&p["added_bytes"], added, &format!("process {pid}"));
+        let c = rows(&i, "cgroups")
+            .iter()
+            .find(|r| r["cgroup"] == cg.shown())
+            .unwrap_or_else(|| panic!("no row for {}: {i}", cg.shown()));
+        within_5pct(&c["added_bytes"], added, &format!("cgroup {}", cg.shown()));
+        assert!(
+            c["workingset_refaults"].is_u64() || c["refaults_unknown"].is_string(),
+            "{c}"
+        );
+        within_5pct(
+            &file_row(&i, f)["added_bytes"],
+            added,
+            &f.display().to_string(),
+        );
+    }
+}
+
+#[test]
+fn top_shows_an_eviction_as_evicted_bytes_and_a_write_as_dirtied_bytes() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let (old, new) = (t.path().join("old"), t.path().join("new"));
+    write_file(&old, 32 << 20);
+    fs::File::open(&old).unwrap().sync_all().unwrap();
+    let before = cached(&old) * PAGE;
+    assert!(before > 0, "setup: {} is cached", old.display());
+    let top = start_top("file", 4);
+    run(bin().arg("evict").arg(&old));
+    let evicted = before - cached(&old) * PAGE;
+    let mut f = fs::File::create(&new).unwrap();
+    f.write_all(&vec![7u8; 8 << 20]).unwrap();
+    let dirty = dirty_pages(&new).map_or(8 << 20, |d| d * PAGE);
+    let i = top_document(top);
+    within_5pct(&file_row(&i, &old)["evicted_bytes"], evicted, "evicted");
+    let w = file_row(&i, &new);
+    within_5pct(&w["dirtied_bytes"], dirty, "dirtied");
+    within_5pct(&w["added_bytes"], 8 << 20, "added by the write");
+}
+
+#[test]
+fn top_refuses_in_one_line_without_tracing() {
+    // As nobody, perf events of every process are refused (perf_event_paranoid >= 0).
+    if !require_root("switching to nobody") || !on_path("setpriv") {
+        return;
+    }
+    let out = as_nobody()
+        .args(["top", "--once", "--interval", "100ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("top needs"), "{err}");
+}
