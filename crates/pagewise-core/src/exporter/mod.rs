@@ -19,6 +19,7 @@ mod head;
 pub mod http;
 pub mod metrics;
 pub mod process;
+pub mod rates;
 pub mod state;
 #[cfg(feature = "web")]
 pub mod web;
@@ -64,6 +65,11 @@ pub struct ExporterOptions {
     pub memory: bool,
     /// What `pagewise_build_info` says (default: this library's version, commit `unknown`).
     pub build: BuildInfo,
+    /// Follow the kernel's page-cache tracepoints for the exporter's life and report each
+    /// cgroup's traffic as counters (`pagewise_cgroup_{added,dirtied,evicted}_bytes_total`;
+    /// see [`rates`]): root, or CAP_PERFMON with tracefs. Only a running exporter
+    /// ([`Exporter::new`]); default false.
+    pub cgroup_rates: bool,
 }
 
 /// The version and commit `pagewise_build_info` carries.
@@ -113,6 +119,7 @@ impl Default for ExporterOptions {
             cgroup_exclude: None,
             memory: false,
             build: BuildInfo::default(),
+            cgroup_rates: false,
         }
     }
 }
@@ -175,6 +182,10 @@ pub struct Health {
 pub struct Exporter {
     options: ExporterOptions,
     latest: Mutex<Arc<Snapshot>>,
+    /// The per-cgroup traffic, with `cgroup_rates`.
+    rates: Option<rates::CgroupRates>,
+    /// The compiled include/exclude regexes.
+    filter: CgroupFilter,
     /// The exporter's own counters.
     pub health: Health,
     stop: AtomicBool,
@@ -198,9 +209,22 @@ impl Exporter {
             machine: options.memory.then(MachineSnapshot::read),
             errors: 0,
             problems: Vec::new(),
+            rates: None,
         };
+        let rates = match options.cgroup_rates {
+            true => Some(
+                rates::CgroupRates::start().map_err(|message| crate::Error::Invalid {
+                    what: "cgroup_rates",
+                    message: format!("needs the kernel's page-cache tracepoints: {message}"),
+                })?,
+            ),
+            false => None,
+        };
+        let filter = options.cgroup_filter()?;
         Ok(Arc::new(Exporter {
             options,
+            rates,
+            filter,
             latest: Mutex::new(Arc::new(empty)),
             health: Health::default(),
             stop: AtomicBool::new(false),
@@ -231,7 +255,9 @@ impl Exporter {
 
     /// Takes a snapshot now (blocking), makes it the latest and returns it.
     pub fn refresh(&self) -> Arc<Snapshot> {
-        let s = Arc::new(collect(&self.options));
+        let mut s = collect(&self.options);
+        s.rates = self.rates.as_ref().map(|r| r.update(&self.filter));
+        let s = Arc::new(s);
         self.health.refreshes.fetch_add(1, Ordering::Relaxed);
         self.health
             .refresh_errors

@@ -51,6 +51,7 @@ pub fn render(
     render_paths(&mut w, snap);
     render_top_files(&mut w, snap);
     render_cgroups(&mut w, snap);
+    render_rates(&mut w, snap);
     render_machine(&mut w, snap);
     w.family(
         "pagewise_build_info",
@@ -243,6 +244,48 @@ fn render_cgroups(w: &mut Writer, snap: &Snapshot) {
     }
 }
 
+/// Each cgroup's page-cache traffic since the exporter started (`cgroup_rates`).
+fn render_rates(w: &mut Writer, snap: &Snapshot) {
+    let Some(r) = &snap.rates else { return };
+    type Fig = fn(&super::rates::Traffic) -> u64;
+    let families: [(&str, &str, Fig, bool); 3] = [
+        ("pagewise_cgroup_added_bytes_total", "Bytes the cgroup's processes added to the page cache (reads and read-ahead; mm_filemap_add_to_page_cache) since the exporter started.", |t| t.added_bytes, true),
+        ("pagewise_cgroup_dirtied_bytes_total", "Bytes of page cache the cgroup's processes made dirty (writeback_dirty_folio) since the exporter started.", |t| t.dirtied_bytes, r.dirtied_counted),
+        ("pagewise_cgroup_evicted_bytes_total", "Bytes removed from the page cache while the cgroup's processes ran (mm_filemap_delete_from_page_cache: reclaim, truncation, eviction) since the exporter started.", |t| t.evicted_bytes, true),
+    ];
+    for (name, help, f, known) in families {
+        if !known {
+            continue;
+        }
+        w.family(name, Kind::Counter, help);
+        for (cgroup, t) in &r.groups {
+            let o = &t.owner;
+            let mut l: Vec<(&str, &str)> = vec![("cgroup", cgroup.as_str())];
+            for (k, v) in [
+                ("runtime", o.runtime),
+                ("container", o.container.as_deref()),
+                ("pod_uid", o.pod_uid.as_deref()),
+                ("unit", o.unit.as_deref()),
+            ] {
+                if let Some(v) = v {
+                    l.push((k, v));
+                }
+            }
+            w.sample(name, &l, f(t) as f64);
+        }
+    }
+    w.family(
+        "pagewise_cgroup_rates_lost_events_total",
+        Kind::Counter,
+        "Page-cache events the kernel dropped (its ring buffer full): the traffic counters are short by them.",
+    );
+    w.sample(
+        "pagewise_cgroup_rates_lost_events_total",
+        &[],
+        r.lost_events as f64,
+    );
+}
+
 /// The machine's totals, those /proc has.
 fn render_machine(w: &mut Writer, snap: &Snapshot) {
     let Some(m) = &snap.machine else { return };
@@ -406,6 +449,19 @@ mod tests {
             )),
             errors: 0,
             problems: Vec::new(),
+            rates: Some(super::super::rates::RatesSnapshot {
+                groups: vec![(
+                    "/system.slice/nginx.service".into(),
+                    super::super::rates::Traffic {
+                        added_bytes: 1 << 20,
+                        dirtied_bytes: 4096,
+                        evicted_bytes: 8192,
+                        owner: crate::cgroup::container::owner("/system.slice/nginx.service"),
+                    },
+                )],
+                dirtied_counted: true,
+                lost_events: 3,
+            }),
         }
     }
 
@@ -429,6 +485,10 @@ mod tests {
             "pagewise_cgroup_file_self_bytes{cgroup=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",depth=\"1\",leaf=\"true\",runtime=\"docker\",container=\"3f4e5a6b7c8d\"} 1048576",
             "# TYPE pagewise_cgroup_file_refaults_total counter",
             "pagewise_build_info{version=\"1.2.3\",commit=\"0123456789ab\"} 1",
+            "pagewise_cgroup_added_bytes_total{cgroup=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 1048576",
+            "pagewise_cgroup_dirtied_bytes_total{cgroup=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 4096",
+            "pagewise_cgroup_evicted_bytes_total{cgroup=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 8192",
+            "pagewise_cgroup_rates_lost_events_total 3",
             "pagewise_memory_cached_bytes 102400",
             "pagewise_memory_file_refaults_total 42",
             "pagewise_snapshot_age_seconds 1.5",

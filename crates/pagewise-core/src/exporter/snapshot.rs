@@ -100,6 +100,8 @@ pub struct Snapshot {
     pub errors: u64,
     /// The first [`MAX_PROBLEMS`] of them, worded (`path: op failed: message`).
     pub problems: Vec<String>,
+    /// Each cgroup's page-cache traffic since the exporter started (`cgroup_rates`).
+    pub rates: Option<super::rates::RatesSnapshot>,
 }
 
 /// Errors a snapshot keeps worded.
@@ -144,6 +146,7 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
         machine: options.memory.then(MachineSnapshot::read),
         errors,
         problems,
+        rates: None,
     }
 }
 
