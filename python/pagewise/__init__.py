@@ -704,6 +704,7 @@ def cgroups(
     max_depth: Optional[int] = None,
     sort: Optional[str] = None,
     top: Optional[int] = None,
+    all_levels: bool = False,
 ) -> CgroupsReport:
     """Per-cgroup page cache, from each memory cgroup's ``memory.stat`` (``pagewise cgroups``):
     file, dirty, writeback, mapped, active and inactive bytes and refaults, descendants
@@ -717,6 +718,9 @@ def cgroups(
         ``"file"`` (the default with ``top``), ``"dirty"``, ``"mapped"``, ``"active"``,
         ``"inactive"``, ``"refaults"`` (``--sort``).
     :param top: only the first ``top`` groups in that order (``--top``).
+    :param all_levels: a ranking (``sort`` by a figure, or ``top``) lists leaf groups only (no
+        child listed), whose figures do not contain one another's; ``True`` ranks every group
+        (``--all-levels``).
     :returns: :class:`CgroupsReport`; iterate it for :class:`CgroupStat`.
 
     A missing group raises ``FileNotFoundError``; a group whose ``memory.stat`` cannot be
@@ -727,7 +731,7 @@ def cgroups(
     if isinstance(top, int) and top < 0:
         raise ValueError(f"top: {top} is not a count")
     root = None if path is None else os.fsencode(path)
-    report = CgroupsReport(_pagewise.cgroups(root, self, max_depth, sort, top))
+    report = CgroupsReport(_pagewise.cgroups(root, self, max_depth, sort, top, all_levels))
     return report
 
 

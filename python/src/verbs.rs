@@ -6,7 +6,7 @@ use crate::convert::{self, report, WalkArgs};
 use crate::errors;
 use crate::trace::Trace;
 use crate::wait::{self, Control};
-use pagewise_core::cgroup::{CgroupStat, CgroupsOptions};
+use pagewise_core::cgroup::CgroupsOptions;
 use pagewise_core::copy::limits::parse_io_priority;
 use pagewise_core::copy::{
     CopyItem, CopyOptions, Dereference, Existing, Filters, RuleKind, Strategy,
@@ -345,28 +345,11 @@ pub fn copy<'py>(
 
 /// The orders `cgroups(sort=...)` takes, as the CLI's `--sort`: tree order (parents before
 /// children), else most first by that figure.
-const CGROUP_SORT_KEYS: [&str; 7] = [
-    "tree", "file", "dirty", "mapped", "active", "inactive", "refaults",
-];
-
-/// The figure `cgroups(sort=key)` orders by.
-fn cgroup_sort_value(key: &str, g: &CgroupStat) -> u64 {
-    let c = &g.cache;
-    match key {
-        "file" => c.file_bytes,
-        "dirty" => c.dirty_bytes,
-        "mapped" => c.mapped_bytes,
-        "active" => c.active_bytes,
-        "inactive" => c.inactive_bytes,
-        "refaults" => c.workingset_refaults.unwrap_or(0),
-        _ => 0,
-    }
-}
-
-/// `cgroups(root, own, max_depth, sort, top)`: the report, its groups ordered by `sort`
-/// (tree order by default, `file` with `top`) and cut to `top`, as `pagewise cgroups` does.
+/// `cgroups(root, own, max_depth, sort, top, all_levels)`: the report, its groups ordered by
+/// `sort` (tree order by default, `file` with `top`; a ranking keeps leaf groups unless
+/// `all_levels`) and cut to `top`, as `pagewise cgroups` does (`cgroup::rank`).
 #[pyfunction]
-#[pyo3(signature = (root, own, max_depth, sort, top))]
+#[pyo3(signature = (root, own, max_depth, sort, top, all_levels=false))]
 pub fn cgroups<'py>(
     py: Python<'py>,
     root: Option<Vec<u8>>,
@@ -374,14 +357,20 @@ pub fn cgroups<'py>(
     max_depth: Option<usize>,
     sort: Option<String>,
     top: Option<usize>,
+    all_levels: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let name = sort.unwrap_or_else(|| if top.is_some() { "file" } else { "tree" }.into());
-    if !CGROUP_SORT_KEYS.contains(&name.as_str()) {
-        return Err(PyValueError::new_err(format!(
-            "sort: {name:?} is not one of {}",
-            CGROUP_SORT_KEYS.join(", ")
-        )));
-    }
+    use pagewise_core::cgroup::SortKey;
+    let key = match sort.as_deref().map(|n| (n, SortKey::named(n))) {
+        None => None,
+        Some((_, Some(k))) => Some(k),
+        Some((name, None)) => {
+            let names: Vec<&str> = SortKey::ALL.iter().map(|(n, _)| *n).collect();
+            return Err(PyValueError::new_err(format!(
+                "sort: {name:?} is not one of {}",
+                names.join(", ")
+            )));
+        }
+    };
     if own && root.is_some() {
         return Err(PyValueError::new_err(
             "cgroups: a path and self=True cannot be combined",
@@ -396,14 +385,7 @@ pub fn cgroups<'py>(
         let opts = CgroupsOptions { root, max_depth };
         pagewise_core::cgroup::cgroups(&opts, o)
     })?;
-    if name != "tree" {
-        // Stable: ties keep tree order.
-        r.groups
-            .sort_by_key(|g| std::cmp::Reverse(cgroup_sort_value(&name, g)));
-    }
-    if let Some(n) = top {
-        r.groups.truncate(n);
-    }
+    pagewise_core::cgroup::rank(&mut r.groups, key, top, all_levels);
     report(py, &r)
 }
 

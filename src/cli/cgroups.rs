@@ -3,7 +3,7 @@
 use super::exit::{CliError, ExitCode};
 use super::render;
 use clap::{Args, ValueEnum};
-use pagewise_core::cgroup::{self, CgroupStat, CgroupsOptions, CgroupsReport};
+use pagewise_core::cgroup::{self, CgroupsOptions, CgroupsReport};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -48,27 +48,29 @@ pub struct CgroupsArgs {
     /// Order of the rows [default: tree; file with --top]
     #[arg(long, value_enum)]
     pub sort: Option<SortKey>,
-    /// Only the N first groups in --sort order
+    /// Only the N first groups in --sort order. A ranking by a figure lists leaf groups only
+    /// (no child listed): figures include descendants', so / would always come first
     #[arg(long, value_name = "N")]
     pub top: Option<usize>,
+    /// Rank every group, inner ones too (their figures include their children's)
+    #[arg(long)]
+    pub all_levels: bool,
     /// One JSON document on stdout (schema: docs/json.md)
     #[arg(short = 'J', long)]
     pub json: bool,
 }
 
-fn sort(groups: &mut [CgroupStat], key: SortKey) {
-    let k = |g: &CgroupStat| match key {
-        SortKey::Tree => 0,
-        SortKey::File => g.cache.file_bytes,
-        SortKey::Dirty => g.cache.dirty_bytes,
-        SortKey::Mapped => g.cache.mapped_bytes,
-        SortKey::Active => g.cache.active_bytes,
-        SortKey::Inactive => g.cache.inactive_bytes,
-        SortKey::Refaults => g.cache.workingset_refaults.unwrap_or(0),
-    };
-    if key != SortKey::Tree {
-        // Stable: ties keep tree order.
-        groups.sort_by_key(|g| std::cmp::Reverse(k(g)));
+impl SortKey {
+    fn core(self) -> cgroup::SortKey {
+        match self {
+            SortKey::Tree => cgroup::SortKey::Tree,
+            SortKey::File => cgroup::SortKey::File,
+            SortKey::Dirty => cgroup::SortKey::Dirty,
+            SortKey::Mapped => cgroup::SortKey::Mapped,
+            SortKey::Active => cgroup::SortKey::Active,
+            SortKey::Inactive => cgroup::SortKey::Inactive,
+            SortKey::Refaults => cgroup::SortKey::Refaults,
+        }
     }
 }
 
@@ -84,15 +86,12 @@ pub fn run(a: CgroupsArgs) -> Result<ExitCode, CliError> {
         max_depth: a.max_depth,
     };
     let mut report = cgroup::cgroups(&opts, &())?;
-    let key = a.sort.unwrap_or(if a.top.is_some() {
-        SortKey::File
-    } else {
-        SortKey::Tree
-    });
-    sort(&mut report.groups, key);
-    if let Some(n) = a.top {
-        report.groups.truncate(n);
-    }
+    let key = cgroup::rank(
+        &mut report.groups,
+        a.sort.map(SortKey::core),
+        a.top,
+        a.all_levels,
+    );
     let code = ExitCode::from_outcome(&report.outcome);
     if a.json {
         render::print_json(&report);
@@ -101,7 +100,7 @@ pub fn run(a: CgroupsArgs) -> Result<ExitCode, CliError> {
     let o = &report.outcome;
     render::report_problems("cgroups", &o.errors, o.error_count, &o.notices);
     let mut out = std::io::stdout().lock();
-    let _ = write_table(&mut out, &report, key == SortKey::Tree);
+    let _ = write_table(&mut out, &report, key == cgroup::SortKey::Tree);
     Ok(code)
 }
 
@@ -133,7 +132,7 @@ fn write_table(w: &mut dyn Write, report: &CgroupsReport, tree: bool) -> std::io
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pagewise_core::cgroup::{FileCache, Hierarchy};
+    use pagewise_core::cgroup::{CgroupStat, FileCache, Hierarchy};
     use pagewise_core::Outcome;
 
     fn group(name: &str, depth: usize, file: u64) -> CgroupStat {
@@ -156,7 +155,7 @@ mod tests {
             groups,
             outcome: Outcome::default(),
         };
-        sort(&mut r.groups, key);
+        cgroup::rank(&mut r.groups, Some(key.core()), None, false);
         let mut out = Vec::new();
         write_table(&mut out, &r, key == SortKey::Tree).unwrap();
         String::from_utf8(out).unwrap()

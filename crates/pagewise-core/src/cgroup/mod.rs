@@ -11,6 +11,8 @@
 //! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
 
 pub mod container;
+mod rank;
+pub use rank::{rank, SortKey};
 
 use crate::error::{FileError, Op};
 use crate::verb::{Observer, Outcome, Tally};
