@@ -365,9 +365,12 @@ fn the_prefetching_thread_runs_at_higher_priority() {
         String::from_utf8_lossy(&out.stderr)
     );
     let nice = |t: &str| seen.get(t).map(|(n, _)| *n);
+    // The other threads keep the nice value they inherit (the suite's own, under `nice`).
+    let own = std::process::id().to_string();
+    let base = thread_nice(std::process::id(), &own);
     assert_eq!(nice("pw-events"), Some(-10), "{seen:?}");
-    assert_eq!(nice("pw-drop-behind"), Some(0), "{seen:?}");
-    assert_eq!(nice("pw-launcher"), Some(0), "{seen:?}");
+    assert_eq!(nice("pw-drop-behind"), base, "{seen:?}");
+    assert_eq!(nice("pw-launcher"), base, "{seen:?}");
     match seen["pw-events"].1 {
         Some(slice) => {
             assert_eq!(slice, 100_000, "the reader's se.slice: {seen:?}");
