@@ -6,7 +6,9 @@ use super::exit::{CliError, ExitCode};
 use super::render;
 use super::signals::Signals;
 use clap::{Args, ValueEnum};
-use pagewise_core::top::{self, Counts, Interval, SamplerOptions, TopOptions, Views};
+use pagewise_core::top::{
+    self, CgroupRow, Counts, FileRow, Interval, ProcessRow, Rows, SamplerOptions, TopOptions, Views,
+};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -235,86 +237,89 @@ pub fn write_interval(
             String::new()
         }
     )?;
-    let head = |first: &[&str]| -> Vec<String> {
-        let mut h: Vec<String> = ["ADDED", "DIRTIED", "EVICTED"].map(String::from).to_vec();
-        h.extend(first.iter().map(|s| s.to_string()));
-        h
-    };
-    let with_other =
-        |rows: &mut Vec<Vec<String>>, v: (&Option<Counts>, &Option<Counts>, u64), pad| {
-            let (other, rest, n) = v;
-            for (c, what) in [
-                (rest, format!("({n} more rows)")),
-                (other, "(other: past --max-keys)".to_string()),
-            ] {
-                if let Some(c) = c {
-                    let mut r = figures(c, d);
-                    r.extend(std::iter::repeat_n(String::new(), pad));
-                    r.push(what);
-                    rows.push(r);
-                }
-            }
-        };
     for b in by {
-        writeln!(w)?;
-        let mut rows = Vec::new();
-        match b {
-            By::Process => {
-                let Some(v) = &i.processes else { continue };
-                rows.push(head(&["PID", "COMM", "CGROUP"]));
-                for p in v.rows.iter().take(limit) {
-                    let mut r = figures(&p.counts, d);
-                    r.push(p.pid.to_string());
-                    r.push(p.comm.as_deref().map_or("unknown".into(), escape));
-                    r.push(p.cgroup.as_deref().map_or("unknown".into(), escape));
-                    rows.push(r);
-                }
-                with_other(&mut rows, (&v.other, &v.rest, v.rest_rows), 2);
-            }
-            By::Cgroup => {
-                let Some(v) = &i.cgroups else { continue };
-                rows.push(head(&["REFAULTS", "NAME", "CGROUP"]));
-                for c in v.rows.iter().take(limit) {
-                    let mut r = figures(&c.counts, d);
-                    r.push(c.workingset_refaults.map_or("-".into(), |n| n.to_string()));
-                    r.push(c.name.as_deref().map_or("-".into(), escape));
-                    r.push(c.cgroup.as_deref().map_or_else(
-                        || format!("unknown ({})", c.cgroup_unknown.as_deref().unwrap_or("")),
-                        escape,
-                    ));
-                    rows.push(r);
-                }
-                with_other(&mut rows, (&v.other, &v.rest, v.rest_rows), 2);
-            }
-            By::File => {
-                let Some(v) = &i.files else { continue };
-                rows.push(head(&["FILE"]));
-                for f in v.rows.iter().take(limit) {
-                    let mut r = figures(&f.counts, d);
-                    r.push(match (&f.path, &f.path_unknown) {
-                        (Some(p), _) => {
-                            let s = render::escape_bytes(p);
-                            if f.deleted {
-                                format!("{s} (deleted)")
-                            } else {
-                                s
-                            }
-                        }
-                        (None, why) => format!(
-                            "unknown {}:{} ({})",
-                            f.dev.as_deref().unwrap_or("-"),
-                            f.ino,
-                            why.as_deref().unwrap_or("")
-                        ),
-                    });
-                    rows.push(r);
-                }
-                with_other(&mut rows, (&v.other, &v.rest, v.rest_rows), 0);
-            }
+        let rows = match b {
+            By::Process => i.processes.as_ref().map(|v| process_rows(v, d, limit)),
+            By::Cgroup => i.cgroups.as_ref().map(|v| cgroup_rows(v, d, limit)),
+            By::File => i.files.as_ref().map(|v| file_rows(v, d, limit)),
+        };
+        if let Some(rows) = rows {
+            writeln!(w)?;
+            w.write_all(layout(&rows).as_bytes())?;
         }
-        w.write_all(layout(&rows).as_bytes())?;
     }
     Ok(())
+}
+
+/// A table's header: the figures, then the view's own columns.
+fn head(first: &[&str]) -> Vec<String> {
+    let mut h: Vec<String> = ["ADDED", "DIRTIED", "EVICTED"].map(String::from).to_vec();
+    h.extend(first.iter().map(|s| s.to_string()));
+    h
+}
+
+/// The rows past `--limit` and past `--max-keys`, summed (`pad` empty cells before the label).
+fn with_other<R>(rows: &mut Vec<Vec<String>>, v: &Rows<R>, d: bool, pad: usize) {
+    for (c, what) in [
+        (&v.rest, format!("({} more rows)", v.rest_rows)),
+        (&v.other, "(other: past --max-keys)".to_string()),
+    ] {
+        if let Some(c) = c {
+            let mut r = figures(c, d);
+            r.extend(std::iter::repeat_n(String::new(), pad));
+            r.push(what);
+            rows.push(r);
+        }
+    }
+}
+
+fn process_rows(v: &Rows<ProcessRow>, d: bool, limit: usize) -> Vec<Vec<String>> {
+    let mut rows = vec![head(&["PID", "COMM", "CGROUP"])];
+    for p in v.rows.iter().take(limit) {
+        let mut r = figures(&p.counts, d);
+        r.push(p.pid.to_string());
+        r.push(p.comm.as_deref().map_or("unknown".into(), escape));
+        r.push(p.cgroup.as_deref().map_or("unknown".into(), escape));
+        rows.push(r);
+    }
+    with_other(&mut rows, v, d, 2);
+    rows
+}
+
+fn cgroup_rows(v: &Rows<CgroupRow>, d: bool, limit: usize) -> Vec<Vec<String>> {
+    let mut rows = vec![head(&["REFAULTS", "NAME", "CGROUP"])];
+    for c in v.rows.iter().take(limit) {
+        let mut r = figures(&c.counts, d);
+        r.push(c.workingset_refaults.map_or("-".into(), |n| n.to_string()));
+        r.push(c.name.as_deref().map_or("-".into(), escape));
+        r.push(c.cgroup.as_deref().map_or_else(
+            || format!("unknown ({})", c.cgroup_unknown.as_deref().unwrap_or("")),
+            escape,
+        ));
+        rows.push(r);
+    }
+    with_other(&mut rows, v, d, 2);
+    rows
+}
+
+fn file_rows(v: &Rows<FileRow>, d: bool, limit: usize) -> Vec<Vec<String>> {
+    let mut rows = vec![head(&["FILE"])];
+    for f in v.rows.iter().take(limit) {
+        let mut r = figures(&f.counts, d);
+        r.push(match (&f.path, &f.path_unknown) {
+            (Some(p), _) if f.deleted => format!("{} (deleted)", render::escape_bytes(p)),
+            (Some(p), _) => render::escape_bytes(p),
+            (None, why) => format!(
+                "unknown {}:{} ({})",
+                f.dev.as_deref().unwrap_or("-"),
+                f.ino,
+                why.as_deref().unwrap_or("")
+            ),
+        });
+        rows.push(r);
+    }
+    with_other(&mut rows, v, d, 0);
+    rows
 }
 
 fn escape(s: &str) -> String {

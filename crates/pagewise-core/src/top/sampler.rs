@@ -133,33 +133,38 @@ impl Reader {
         let mut rings = std::mem::take(&mut self.rings);
         let mut batch = std::mem::take(&mut self.batch);
         for (_, ring) in rings.iter_mut() {
-            ring.drain(|typ, body| match typ {
-                sys::PERF_RECORD_SAMPLE => {
-                    if let Some(e) = events::decode(body, &self.layouts, self.cgroup_ids) {
-                        batch.push(e);
-                    }
-                }
-                PERF_RECORD_COMM => {
-                    if let Some((pid, comm)) = events::exec_comm(body) {
-                        self.procs.forget(pid);
-                        if self.execs.len() < MAX_EXECS {
-                            self.execs.insert(pid, comm);
-                        }
-                    }
-                }
-                sys::PERF_RECORD_LOST => {
-                    if let Some(n) = body.get(8..16).and_then(|b| b.try_into().ok()) {
-                        self.cur.lost += u64::from_ne_bytes(n);
-                    }
-                }
-                _ => {}
-            });
+            ring.drain(|typ, body| self.record(typ, body, &mut batch));
         }
         for e in batch.drain(..) {
             self.event(e);
         }
         self.rings = rings;
         self.batch = batch;
+    }
+
+    /// One record of a ring: a sample goes to `batch`, an exec record names its process, a
+    /// lost record is counted.
+    fn record(&mut self, typ: u32, body: &[u8], batch: &mut Vec<events::Event>) {
+        match typ {
+            sys::PERF_RECORD_SAMPLE => {
+                batch.extend(events::decode(body, &self.layouts, self.cgroup_ids));
+            }
+            PERF_RECORD_COMM => {
+                let Some((pid, comm)) = events::exec_comm(body) else {
+                    return;
+                };
+                self.procs.forget(pid);
+                if self.execs.len() < MAX_EXECS {
+                    self.execs.insert(pid, comm);
+                }
+            }
+            sys::PERF_RECORD_LOST => {
+                if let Some(n) = body.get(8..16).and_then(|b| b.try_into().ok()) {
+                    self.cur.lost += u64::from_ne_bytes(n);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// Ends the interval: the counts, with what names them.
@@ -383,6 +388,16 @@ impl Drop for Sampler {
 /// descriptor, to poll), and whether samples carry the cgroup id.
 type Opened = (Vec<OwnedFd>, Vec<(OwnedFd, PerfRing)>, bool);
 
+/// The ring of a CPU's first event, mapped, with a descriptor of the event to poll.
+fn ring_of(fd: &OwnedFd, pages: usize) -> Result<(OwnedFd, PerfRing), TraceUnavailable> {
+    let ring = PerfRing::map(fd.as_fd(), pages)
+        .map_err(|e| TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}")))?;
+    let poll = fd
+        .try_clone()
+        .map_err(|e| TraceUnavailable(format!("dup of a perf event failed: {e}")))?;
+    Ok((poll, ring))
+}
+
 fn open_all(
     layouts: &[(u16, Layout)],
     buffer_kb: u64,
@@ -413,13 +428,7 @@ fn open_all(
                     TraceUnavailable(format!("PERF_EVENT_IOC_SET_OUTPUT failed: {e}"))
                 })?,
                 None => {
-                    let ring = PerfRing::map(fd.as_fd(), pages).map_err(|e| {
-                        TraceUnavailable(format!("mmap of a perf ring buffer failed: {e}"))
-                    })?;
-                    let poll = fd.try_clone().map_err(|e| {
-                        TraceUnavailable(format!("dup of a perf event failed: {e}"))
-                    })?;
-                    rings.push((poll, ring));
+                    rings.push(ring_of(&fd, pages)?);
                     first = Some(fds.len());
                 }
             }
