@@ -10,86 +10,8 @@ mod common;
 use common::*;
 use pagewise_core::cgroup::{self, Hierarchy};
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// A child cgroup beneath our own memory cgroup, removed on drop.
-struct ChildCgroup {
-    dir: PathBuf,
-}
-
-impl ChildCgroup {
-    fn new() -> Option<ChildCgroup> {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let own = match cgroup::own_memory_cgroup() {
-            Ok(o) => o,
-            Err(e) => {
-                require(false, &format!("no memory cgroup: {e}"));
-                return None;
-            }
-        };
-        if !require_root("making a cgroup") {
-            return None;
-        }
-        let dir = own.join(format!(
-            "pagewise-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Some(ChildCgroup { dir })
-    }
-
-    /// Runs `cksum FILE` moved into this group (the shell moves itself, then execs): its reads
-    /// are charged here.
-    fn read_in(&self, file: &Path) {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("echo $$ > \"$1/cgroup.procs\" && exec cksum \"$2\"")
-            .arg("sh")
-            .arg(&self.dir)
-            .arg(file)
-            .stdout(Stdio::piped())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    }
-
-    /// The kernel's figure: file cache charged to the group (v2 `file`, v1 `total_cache`).
-    /// memory.stat's file bytes once `ok` holds of them, or after 5 s (two of the kernel's
-    /// periodic stat flushes) whatever they are.
-    fn file_bytes_once(&self, ok: impl Fn(u64) -> bool) -> u64 {
-        let start = std::time::Instant::now();
-        loop {
-            let b = self.file_bytes();
-            if ok(b) || start.elapsed() > std::time::Duration::from_secs(5) {
-                return b;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-
-    fn file_bytes(&self) -> u64 {
-        let text = fs::read_to_string(self.dir.join("memory.stat")).unwrap();
-        let key = match Hierarchy::of(&self.dir) {
-            Hierarchy::V2 => "file",
-            Hierarchy::V1 => "total_cache",
-        };
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
-            .unwrap()
-    }
-}
-
-impl Drop for ChildCgroup {
-    fn drop(&mut self) {
-        // Its processes have exited; charged pages move to the parent on rmdir.
-        if let Err(e) = fs::remove_dir(&self.dir) {
-            eprintln!("warning: rmdir {}: {e}", self.dir.display());
-        }
-    }
-}
+use std::path::Path;
+use std::process::Stdio;
 
 /// How far memory.stat may lag the charges (Linux 6.8+): MEMCG_CHARGE_BATCH pages per CPU.
 fn stat_batch() -> u64 {

@@ -132,19 +132,7 @@ fn prometheus_scrapes_the_exporter_and_the_textfile_with_cachestats_figures() {
         ),
     )
     .unwrap();
-    let _prom = Server(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", conf.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                pdir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{pp}"))
-            .stdout(log(t.path(), "prometheus.out"))
-            .stderr(log(t.path(), "prometheus.log"))
-            .spawn()
-            .unwrap(),
-    );
+    let _prom = prometheus(&conf, pp, t.path());
     let path = f.to_str().unwrap();
     let cached_q = format!("pagewise_path_cached_bytes{{job=\"pagewise\",path=\"{path}\"}}");
     // The figure Prometheus stored is what cachestat says of the file. The kernel may reclaim

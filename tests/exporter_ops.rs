@@ -11,13 +11,13 @@ mod common;
 mod exporter_util;
 use common::*;
 use exporter_util::*;
-use pagewise_core::cgroup::{self, Hierarchy};
+use pagewise_core::cgroup;
 use pagewise_core::sys;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -100,54 +100,11 @@ fn textfile_counters_increase_across_runs_and_served_only_figures_are_left_out()
     assert!(!stdout(&out).contains("pagewise_snapshot_age_seconds"));
 }
 
-/// A cgroup beneath our own memory cgroup (or beneath another of these), removed on drop.
-struct Cg {
-    dir: PathBuf,
-}
-
-impl Cg {
-    fn under(parent: &Path, name: &str) -> Cg {
-        let dir = parent.join(name);
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Cg { dir }
-    }
-
-    /// `cksum FILE` run inside the group: its reads are charged here.
-    fn read_in(&self, file: &Path) {
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg("echo $$ > \"$1/cgroup.procs\" && exec cksum \"$2\"")
-            .args(["sh".as_ref(), self.dir.as_os_str(), file.as_os_str()])
-            .stdout(Stdio::piped())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    }
-
-    /// The kernel's figure: v2 `file`, v1 `total_cache`.
-    fn file_bytes(&self) -> u64 {
-        let text = fs::read_to_string(self.dir.join("memory.stat")).unwrap();
-        let key = match Hierarchy::of(&self.dir) {
-            Hierarchy::V2 => "file",
-            Hierarchy::V1 => "total_cache",
-        };
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
-            .unwrap()
-    }
-}
-
-impl Drop for Cg {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir(&self.dir);
-    }
-}
-
 const DOCKER_ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 /// A group P beneath ours with children `app` (1 MiB of a file read in it) and a docker-named
 /// scope (2 MiB): children first in the vector, so they are removed before P.
-fn cgroup_tree(dir: &Path) -> Option<Vec<Cg>> {
+fn cgroup_tree(dir: &Path) -> Option<Vec<ChildCgroup>> {
     let own = match cgroup::own_memory_cgroup() {
         Ok(o) => o,
         Err(e) => {
@@ -160,9 +117,9 @@ fn cgroup_tree(dir: &Path) -> Option<Vec<Cg>> {
     }
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let p = Cg::under(&own, &format!("pagewise-exp-{}-{n}", std::process::id()));
-    let app = Cg::under(&p.dir, "app");
-    let docker = Cg::under(&p.dir, &format!("docker-{DOCKER_ID}.scope"));
+    let p = ChildCgroup::under(&own, &format!("pagewise-exp-{}-{n}", std::process::id()));
+    let app = ChildCgroup::under(&p.dir, "app");
+    let docker = ChildCgroup::under(&p.dir, &format!("docker-{DOCKER_ID}.scope"));
     for (g, size) in [(&app, 1 << 20), (&docker, 2 << 20)] {
         let f = dir.join(format!("data-{size}"));
         write_file(&f, size);
@@ -392,20 +349,7 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_curl_gets_401s() {
     assert!(alive(&mut exporter));
 
     let (pp, conf) = prometheus_config(t.path(), xp, ca);
-    let pdir = conf.parent().unwrap();
-    let _prom = Server(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", conf.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                pdir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{pp}"))
-            .stdout(log(t.path(), "prometheus.out"))
-            .stderr(log(t.path(), "prometheus.log"))
-            .spawn()
-            .unwrap(),
-    );
+    let _prom = prometheus(&conf, pp, t.path());
     let up = |job: &str, want: f64| {
         let q = format!("up{{job=\"{job}\"}}");
         wait_for(60, &q, || {

@@ -9,61 +9,12 @@
 
 mod common;
 use common::*;
-use pagewise_core::cgroup;
 use serde_json::Value;
 use std::fs;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::Duration;
-
-/// A child cgroup beneath our own memory cgroup, removed on drop.
-struct ChildCgroup {
-    dir: PathBuf,
-}
-
-impl ChildCgroup {
-    fn new(n: u32) -> Option<ChildCgroup> {
-        let own = match cgroup::own_memory_cgroup() {
-            Ok(o) => o,
-            Err(e) => {
-                require(false, &format!("no memory cgroup: {e}"));
-                return None;
-            }
-        };
-        let dir = own.join(format!("pagewise-top-{}-{n}", std::process::id()));
-        fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        Some(ChildCgroup { dir })
-    }
-
-    /// The path `pagewise cgroups` shows for it.
-    fn shown(&self) -> String {
-        cgroup::cgroup_name(&self.dir, &cgroup::memory_mounts())
-    }
-
-    /// `cksum FILE -` moved into this group (the shell moves itself, then execs): it reads
-    /// the file, then its stdin, a pipe the test holds open, so it is alive while top runs.
-    fn reader(&self, file: &Path) -> Child {
-        Command::new("sh")
-            .arg("-c")
-            .arg("echo $$ > \"$1/cgroup.procs\" && exec cksum \"$2\" -")
-            .arg("sh")
-            .arg(&self.dir)
-            .arg(file)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-}
-
-impl Drop for ChildCgroup {
-    fn drop(&mut self) {
-        if let Err(e) = fs::remove_dir(&self.dir) {
-            eprintln!("warning: rmdir {}: {e}", self.dir.display());
-        }
-    }
-}
 
 /// Ends a reader (closing its stdin) and waits for it.
 fn finish(mut c: Child) {
@@ -123,7 +74,7 @@ fn top_names_each_process_cgroup_and_file_with_the_bytes_they_added() {
     if !can_trace() {
         return;
     }
-    let (Some(ca), Some(cb)) = (ChildCgroup::new(0), ChildCgroup::new(1)) else {
+    let (Some(ca), Some(cb)) = (ChildCgroup::new(), ChildCgroup::new()) else {
         return;
     };
     let t = tmp();
@@ -216,7 +167,7 @@ fn exporter_counts_each_cgroups_added_bytes() {
     if !can_trace() {
         return;
     }
-    let Some(cg) = ChildCgroup::new(2) else {
+    let Some(cg) = ChildCgroup::new() else {
         return;
     };
     let t = tmp();

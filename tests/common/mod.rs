@@ -6,6 +6,7 @@
 //! also used by the C API's tests).
 #![allow(dead_code)]
 
+mod cgroup;
 mod compare;
 mod mount;
 mod process;
@@ -13,7 +14,7 @@ mod require;
 mod table;
 // Each test binary uses some of these.
 #[allow(unused_imports)]
-pub use {compare::*, mount::*, process::*, require::require, table::*};
+pub use {cgroup::ChildCgroup, compare::*, mount::*, process::*, require::require, table::*};
 
 use pagewise_core::sys;
 use std::fs::{self, File};

@@ -147,3 +147,19 @@ pub fn rss_kib(pid: u32) -> u64 {
 pub fn alive(s: &mut Server) -> bool {
     s.0.try_wait().unwrap().is_none()
 }
+
+/// A real Prometheus server on 127.0.0.1:`port` with the configuration `conf` (its data beside
+/// it), logging into `logs`; ended (by PID) when dropped.
+pub fn prometheus(conf: &Path, port: u16, logs: &Path) -> Server {
+    let data = conf.parent().unwrap().join("data");
+    Server(
+        std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", conf.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log(logs, "prometheus.out"))
+            .stderr(log(logs, "prometheus.log"))
+            .spawn()
+            .unwrap(),
+    )
+}
