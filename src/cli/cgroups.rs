@@ -2,8 +2,8 @@
 
 use super::exit::{CliError, ExitCode};
 use super::render;
-use clap::{Args, ValueEnum};
-use pagewise_core::cgroup::{self, CgroupsOptions, CgroupsReport};
+use clap::Args;
+use pagewise_core::cgroup::{self, CgroupsOptions, CgroupsReport, SortKey};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -22,18 +22,6 @@ evicted file pages read again (workingset_refault_file; '-' where the kernel has
 
 Exit codes: 0 success, 1 fatal error, 2 some groups could not be read.";
 
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SortKey {
-    /// Tree order (parents before children)
-    Tree,
-    File,
-    Dirty,
-    Mapped,
-    Active,
-    Inactive,
-    Refaults,
-}
-
 #[derive(Args, Debug)]
 pub struct CgroupsArgs {
     /// A cgroup directory (/sys/fs/cgroup/memory/x) or cgroup path (/x). Default: the memory
@@ -46,7 +34,7 @@ pub struct CgroupsArgs {
     #[arg(short = 'd', long, value_name = "N")]
     pub max_depth: Option<usize>,
     /// Order of the rows [default: tree; file with --top]
-    #[arg(long, value_enum)]
+    #[arg(long, value_name = "KEY", value_parser = sort_key())]
     pub sort: Option<SortKey>,
     /// Only the N first groups in --sort order. A ranking by a figure lists leaf groups only
     /// (no child listed): figures include descendants', so / would always come first
@@ -60,18 +48,11 @@ pub struct CgroupsArgs {
     pub json: bool,
 }
 
-impl SortKey {
-    fn core(self) -> cgroup::SortKey {
-        match self {
-            SortKey::Tree => cgroup::SortKey::Tree,
-            SortKey::File => cgroup::SortKey::File,
-            SortKey::Dirty => cgroup::SortKey::Dirty,
-            SortKey::Mapped => cgroup::SortKey::Mapped,
-            SortKey::Active => cgroup::SortKey::Active,
-            SortKey::Inactive => cgroup::SortKey::Inactive,
-            SortKey::Refaults => cgroup::SortKey::Refaults,
-        }
-    }
+/// `--sort KEY`: one of the core's keys, by name (clap checked it against the list).
+fn sort_key() -> impl clap::builder::TypedValueParser<Value = SortKey> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(SortKey::ALL.map(|(name, _)| name))
+        .map(|name: String| SortKey::named(&name).unwrap_or(SortKey::Tree))
 }
 
 /// `pagewise cgroups`.
@@ -86,12 +67,7 @@ pub fn run(a: CgroupsArgs) -> Result<ExitCode, CliError> {
         max_depth: a.max_depth,
     };
     let mut report = cgroup::cgroups(&opts, &())?;
-    let key = cgroup::rank(
-        &mut report.groups,
-        a.sort.map(SortKey::core),
-        a.top,
-        a.all_levels,
-    );
+    let key = cgroup::rank(&mut report.groups, a.sort, a.top, a.all_levels);
     let code = ExitCode::from_outcome(&report.outcome);
     if a.json {
         render::print_json(&report);
@@ -100,7 +76,7 @@ pub fn run(a: CgroupsArgs) -> Result<ExitCode, CliError> {
     let o = &report.outcome;
     render::report_problems("cgroups", &o.errors, o.error_count, &o.notices);
     let mut out = std::io::stdout().lock();
-    let _ = write_table(&mut out, &report, key == cgroup::SortKey::Tree);
+    let _ = write_table(&mut out, &report, key == SortKey::Tree);
     Ok(code)
 }
 
@@ -155,7 +131,7 @@ mod tests {
             groups,
             outcome: Outcome::default(),
         };
-        cgroup::rank(&mut r.groups, Some(key.core()), None, false);
+        cgroup::rank(&mut r.groups, Some(key), None, false);
         let mut out = Vec::new();
         write_table(&mut out, &r, key == SortKey::Tree).unwrap();
         String::from_utf8(out).unwrap()
