@@ -24,21 +24,53 @@ fn finish(mut c: Child) {
 
 /// Starts `top --once --json` for `secs` with the views `by`, and waits until it is tracing
 /// (its perf events are open once it has read the tracepoints' format files: a second).
-fn start_top(by: &str, secs: u32) -> Child {
+fn start_top(by: &str) -> Child {
+    // A long interval, ended by SIGINT once the test's I/O is done (top_document): however
+    // slow the machine (an emulated guest), the interval covers all of it.
     let c = bin()
-        .args(["top", "--once", "--json", "--by", by])
-        .args(["--interval", &format!("{secs}s")])
+        .args(["top", "--once", "--json", "--by", by, "--interval", "10m"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_tracing(c.id());
     c
 }
 
+/// Waits until `pid` has its perf events open (at least two tracepoints per online CPU),
+/// then a little more for the reader to start.
+fn wait_tracing(pid: u32) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let perf_fds = || {
+        fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| {
+            d.flatten()
+                .filter(|e| {
+                    fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().contains("perf_event"))
+                })
+                .count()
+        })
+    };
+    let start = std::time::Instant::now();
+    while perf_fds() < 2 * cpus {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "top did not start tracing"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Ends top's interval (SIGINT) and reads the one interval it prints.
 fn top_document(c: Child) -> Value {
+    // SAFETY: kill(2) of the process this test started, by its PID.
+    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
     let out = c.wait_with_output().unwrap();
-    assert!(out.status.success(), "top failed: {out:?}");
+    assert!(
+        matches!(out.status.code(), Some(0 | 130)),
+        "top failed: {out:?}"
+    );
     let doc = json(&out);
     assert_eq!(doc["interval_count"], 1, "{doc}");
     doc["intervals"][0].clone()
@@ -85,10 +117,19 @@ fn top_names_each_process_cgroup_and_file_with_the_bytes_they_added() {
         run(bin().arg("evict").arg(f));
         assert_eq!(cached(f), 0, "setup: {} is cold", f.display());
     }
-    let top = start_top("process,cgroup,file", 6);
+    let top = start_top("process,cgroup,file");
     let ra = ca.reader(&fa);
     let rb = cb.reader(&fb);
     let (pa, pb) = (ra.id(), rb.id());
+    // Both files read whole (the readers then wait on their stdin).
+    let start = std::time::Instant::now();
+    while cached(&fa) * PAGE < 24 << 20 || cached(&fb) * PAGE < 40 << 20 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the readers did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let i = top_document(top);
     finish(ra);
     finish(rb);
@@ -130,7 +171,7 @@ fn top_shows_an_eviction_as_evicted_bytes_and_a_write_as_dirtied_bytes() {
     fs::File::open(&old).unwrap().sync_all().unwrap();
     let before = cached(&old) * PAGE;
     assert!(before > 0, "setup: {} is cached", old.display());
-    let top = start_top("file", 4);
+    let top = start_top("file");
     run(bin().arg("evict").arg(&old));
     let evicted = before - cached(&old) * PAGE;
     let mut f = fs::File::create(&new).unwrap();

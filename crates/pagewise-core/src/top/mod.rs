@@ -207,7 +207,9 @@ pub fn top(
             }
             std::thread::sleep((end - now).min(Duration::from_millis(50)));
         }
-        if stopped {
+        // A stop (Ctrl-C) does not lose the interval under way: what it has so far is the
+        // last one (its `elapsed_s` says how long it ran).
+        if stopped && start.elapsed() < Duration::from_millis(100) {
             break;
         }
         start = end;
@@ -216,6 +218,9 @@ pub fn top(
         lost += i.lost_events;
         intervals += 1;
         on_interval(&i);
+        if stopped {
+            break;
+        }
     }
     let report = TopReport {
         interval_count: intervals,
