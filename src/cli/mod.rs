@@ -92,7 +92,7 @@ pub enum Command {
     /// Show the cgroup tree with each group's file cache (memory.stat; cgroup v1 and v2)
     #[command(after_help = cgroups::EXAMPLES)]
     Cgroups(cgroups::CgroupsArgs),
-    /// Serve page-cache metrics to Prometheus (per path, per cgroup, machine totals), or
+    /// Serve page-cache metrics to Prometheus (per path, per cgroup; each cgroup's cache traffic with --cgroup-rates), or
     /// write them for node_exporter's textfile collector
     #[command(after_help = exporter::EXAMPLES)]
     Exporter(exporter::ExporterArgs),
