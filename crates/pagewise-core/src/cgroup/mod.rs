@@ -12,7 +12,7 @@
 
 pub mod container;
 mod rank;
-pub use rank::{rank, SortKey};
+pub use rank::{children_file_bytes, rank, SortKey};
 
 use crate::error::{FileError, Op};
 use crate::verb::{Observer, Outcome, Tally};

@@ -5,7 +5,8 @@
 //! one another's, so the top N are N different consumers. `all_levels` ranks every group.
 
 use super::CgroupStat;
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::path::Path;
 
 /// What the groups are ordered by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,12 +72,9 @@ pub fn rank(
     });
     if key != SortKey::Tree {
         if !all_levels {
-            let parents: HashSet<String> = groups
-                .iter()
-                .filter(|g| g.depth > 0)
-                .filter_map(|g| parent_of(&g.cgroup))
-                .collect();
-            groups.retain(|g| !parents.contains(&g.cgroup));
+            let sums = children_file_bytes(groups);
+            let mut leaf = sums.iter().map(Option::is_none);
+            groups.retain(|_| leaf.next().unwrap_or(true));
         }
         // Stable: ties keep tree order.
         groups.sort_by_key(|g| std::cmp::Reverse(key.value(g)));
@@ -87,13 +85,24 @@ pub fn rank(
     key
 }
 
-/// `/a/b` -> `/a`, `/a` -> `/`.
-fn parent_of(cgroup: &str) -> Option<String> {
-    let cut = cgroup.trim_end_matches('/').rfind('/')?;
-    Some(match cut {
-        0 => "/".to_string(),
-        n => cgroup[..n].to_string(),
-    })
+/// Per group of a listing (parents before children, as [`super::cgroups`] lists them): the
+/// file cache of its listed children together, None when it has no child listed (a leaf of
+/// the listing). What the ranking's leaves and the exporter's self figures are made of.
+pub fn children_file_bytes(groups: &[CgroupStat]) -> Vec<Option<u64>> {
+    let index: HashMap<&Path, usize> = groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (g.path.as_path(), i))
+        .collect();
+    let mut sums = vec![None; groups.len()];
+    for g in groups {
+        let parent = g.path.parent().and_then(|p| index.get(p));
+        if let Some(&i) = parent.filter(|&&i| groups[i].depth + 1 == g.depth) {
+            let s: &mut Option<u64> = &mut sums[i];
+            *s = Some(s.unwrap_or(0).saturating_add(g.cache.file_bytes));
+        }
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -103,7 +112,9 @@ mod tests {
 
     fn g(name: &str, depth: usize, file: u64) -> CgroupStat {
         CgroupStat {
-            path: format!("/sys/fs/cgroup/memory{name}").into(),
+            path: format!("/sys/fs/cgroup/memory{name}")
+                .trim_end_matches('/')
+                .into(),
             cgroup: name.into(),
             depth,
             cache: FileCache {
@@ -137,8 +148,10 @@ mod tests {
         let mut v = vec![g("/a", 0, 5)];
         rank(&mut v, Some(SortKey::File), None, false);
         assert_eq!(v.len(), 1);
-        assert_eq!(parent_of("/a"), Some("/".into()));
-        assert_eq!(parent_of("/"), None);
+        assert_eq!(
+            children_file_bytes(&tree),
+            [Some(100), Some(70), None, None, None]
+        );
         assert_eq!(SortKey::named("dirty"), Some(SortKey::Dirty));
         assert_eq!(SortKey::named("size"), None);
     }

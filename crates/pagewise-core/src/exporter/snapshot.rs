@@ -218,27 +218,14 @@ fn collect_path(
 /// The listed groups (parents before children) with their place in the tree and self figure,
 /// then those `filter` keeps.
 pub(super) fn entries(groups: Vec<CgroupStat>, filter: &super::CgroupFilter) -> Vec<CgroupEntry> {
-    let index: std::collections::HashMap<PathBuf, usize> = groups
-        .iter()
-        .enumerate()
-        .map(|(i, g)| (g.path.clone(), i))
-        .collect();
-    let mut children_bytes = vec![0u64; groups.len()];
-    let mut has_child = vec![false; groups.len()];
-    for g in &groups {
-        let parent = g.path.parent().and_then(|p| index.get(p));
-        if let Some(&i) = parent.filter(|&&i| groups[i].depth + 1 == g.depth) {
-            children_bytes[i] = children_bytes[i].saturating_add(g.cache.file_bytes);
-            has_child[i] = true;
-        }
-    }
+    let children = cgroup::children_file_bytes(&groups);
     groups
         .into_iter()
-        .enumerate()
-        .filter(|(_, g)| filter.keeps(&g.cgroup))
-        .map(|(i, g)| CgroupEntry {
-            leaf: !has_child[i],
-            self_file_bytes: g.cache.file_bytes.saturating_sub(children_bytes[i]),
+        .zip(children)
+        .filter(|(g, _)| filter.keeps(&g.cgroup))
+        .map(|(g, children)| CgroupEntry {
+            leaf: children.is_none(),
+            self_file_bytes: g.cache.file_bytes.saturating_sub(children.unwrap_or(0)),
             owner: container::owner(&g.cgroup),
             stat: g,
         })
