@@ -150,8 +150,11 @@ fn partial_on_interrupt_and_what_is_not_trusted() {
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(err.contains("kept as partial temporaries"), "{err}");
     assert_eq!(partial_temporaries(&out).len(), 1, "{err}");
-    let (report, _) = copy_counting_reads(&[], &src, &dst);
+    // --verify: the kept prefix's hashes come from the source on disk, the whole file compares.
+    let (report, _) = copy_counting_reads(&["--verify"], &src, &dst);
     assert_eq!(report["resumed_files"], 1, "{report}");
+    assert_eq!(report["verified_files"], 1, "{report}");
+    assert_eq!(report["verify_mismatches"], 0, "{report}");
     assert!(same(&src, &dst));
 
     // The source changed (its mtime) after the kill: copied from the start.

@@ -118,12 +118,18 @@ pub(super) fn clip(extents: &[(u64, u64)], from: u64) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Data bytes of `extents` below `end`.
-pub(super) fn data_below(extents: &[(u64, u64)], end: u64) -> u64 {
+/// The extents of a file below `end` (the kept prefix).
+pub(super) fn below(extents: &[(u64, u64)], end: u64) -> Vec<(u64, u64)> {
     extents
         .iter()
-        .map(|&(off, len)| (off + len).min(end).saturating_sub(off))
-        .sum()
+        .filter(|(off, _)| *off < end)
+        .map(|&(off, len)| (off, len.min(end - off)))
+        .collect()
+}
+
+/// Data bytes of `extents` below `end`.
+pub(super) fn data_below(extents: &[(u64, u64)], end: u64) -> u64 {
+    below(extents, end).iter().map(|e| e.1).sum()
 }
 
 /// Follows the pieces a copy finishes (in any order, several in flight) and writes a
@@ -339,6 +345,7 @@ mod tests {
         assert_eq!(clip(&e, 450), vec![]);
         assert_eq!(data_below(&e, 250), 150);
         assert_eq!(data_below(&e, 1000), 250);
+        assert_eq!(below(&e, 250), vec![(0, 100), (200, 50)]);
         let s = sample_offsets(900 << 20);
         assert!(s.len() as u64 <= SAMPLES + 1 && s.contains(&((900 << 20) - SAMPLE_BYTES)));
         assert_eq!(sample_offsets(100), vec![0]);

@@ -553,22 +553,12 @@ impl Ctx<'_> {
         let Some(_) = hashes else {
             return Some(Vec::new());
         };
-        let h = ChunkHashes::default();
-        let read = || -> io::Result<()> {
-            let mut r = uncached::UncachedReader::open(o.sf.try_clone()?, self.opts.chunk)?;
-            let head: Vec<(u64, u64)> = o
-                .extents
-                .iter()
-                .filter(|e| e.0 < o.kept)
-                .map(|&(off, len)| (off, len.min(o.kept - off)))
-                .collect();
-            for (off, len) in crate::chunks::pieces(&head, self.opts.chunk as u64) {
-                h.add(off, r.read(off, len)?);
-            }
-            Ok(())
-        };
-        match read() {
-            Ok(()) => Some(h.parts.into_inner().unwrap()),
+        let head = resume::below(&o.extents, o.kept);
+        let read =
+            o.sf.try_clone()
+                .and_then(|fd| super::finish::hashes_from_disk(fd, &head, self.opts.chunk));
+        match read {
+            Ok(h) => Some(h.parts.into_inner().unwrap()),
             Err(e) => self.fail_none(FileError::io(&o.src, Op::Read, &e)),
         }
     }

@@ -45,6 +45,16 @@ impl Ctx<'_> {
 
 /// Reads a whole file from disk, not from the cache, returning the chunk digest used by copy.
 fn digest_from_disk(fd: OwnedFd, extents: &[(u64, u64)], chunk: usize) -> io::Result<u64> {
+    Ok(hashes_from_disk(fd, extents, chunk)?.digest())
+}
+
+/// The chunk hashes of `extents` of a file, read from disk, not from the cache (`--verify`'s
+/// re-read, and the kept prefix of a resumed copy's source).
+pub(in crate::copy) fn hashes_from_disk(
+    fd: OwnedFd,
+    extents: &[(u64, u64)],
+    chunk: usize,
+) -> io::Result<ChunkHashes> {
     let hashes = ChunkHashes::default();
     let mut r = UncachedReader::open(fd, chunk)?;
     for (off, len) in pieces(extents, chunk as u64) {
@@ -54,7 +64,7 @@ fn digest_from_disk(fd: OwnedFd, extents: &[(u64, u64)], chunk: usize) -> io::Re
         }
         hashes.add(off, data);
     }
-    Ok(hashes.digest())
+    Ok(hashes)
 }
 
 /// Whether two files hold the same bytes (--checksum): both read from disk side by side in

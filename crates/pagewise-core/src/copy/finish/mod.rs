@@ -10,6 +10,7 @@
 mod compare;
 mod settle;
 
+pub(super) use compare::hashes_from_disk;
 pub(super) use settle::{settle, BatchSettle, DestResidue, FdBudget, Settle};
 
 use super::plan::DirTask;
