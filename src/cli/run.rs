@@ -23,7 +23,8 @@ The command's stdin/stdout/stderr are untouched; pagewise's report goes to stder
 sent to pagewise are forwarded to the command as they are, and its pages are dropped before
 pagewise exits. Exit code: the command's own (128+N when killed by signal N: 130 for Ctrl-C);
 127 command not found, 126 not executable; 1 when tracing is impossible (needs root or
-CAP_SYS_ADMIN with tracefs).";
+CAP_SYS_ADMIN with tracefs); 2 when the command succeeded but pages it brought in could not be
+reached to drop (files that could not be opened again: the report says which and why).";
 
 /// `--max-cache`'s default as clap shows it: `run::DEFAULT_MAX_CACHE` (checked by a test).
 const DEFAULT_MAX_CACHE_ARG: &str = "64M";
@@ -99,6 +100,10 @@ pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
         render::report_problems("run", &o.errors, o.error_count, &[]);
         let _ = write_summary(&mut std::io::stderr().lock(), &r);
     }
+    // A promise not kept: pages of the command's that could not be dropped nor measured.
+    if r.exit_code == 0 && r.figures.unreachable_bytes > 0 {
+        return Ok(ExitCode::Status(2));
+    }
     Ok(ExitCode::Status(r.exit_code))
 }
 
@@ -130,6 +135,22 @@ fn write_summary(w: &mut dyn Write, r: &RunReport) -> std::io::Result<()> {
         d.files,
         r.outcome.elapsed_s
     )?;
+    if d.unreachable_bytes > 0 {
+        writeln!(
+            w,
+            "pagewise run: {} the command brought in, in {} file(s), could not be reached to drop or measure (e.g. {})",
+            bytes(d.unreachable_bytes),
+            d.files_unreachable,
+            d.unreachable_reason.as_deref().unwrap_or("unknown")
+        )?;
+    }
+    if d.metadata_bytes > 0 {
+        writeln!(
+            w,
+            "pagewise run: also {} of file-system metadata (the block device's or btrfs's own pages: no advice reaches them)",
+            bytes(d.metadata_bytes)
+        )?;
+    }
     if let Some(ar) = &r.assist {
         render::write_assist_summary(w, ar)?;
     }

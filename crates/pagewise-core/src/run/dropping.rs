@@ -72,7 +72,7 @@ pub struct Dropping {
 impl Dropping {
     /// Starts following the calling thread (and what it starts from now on).
     pub fn start(opts: &DroppingOptions) -> Result<Dropping, crate::Error> {
-        let session = Session::start(opts, None, Whom::Caller)?;
+        let session = Session::start(opts, None, Whom::Caller, None)?;
         if let Err(e) = session.follower.arm() {
             session.finish();
             return Err(crate::Error::Tracefs(e));

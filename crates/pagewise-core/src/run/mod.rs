@@ -130,8 +130,19 @@ pub struct DropFigures {
     pub drops_while_running: u64,
     /// Files pages were added to (by the command or `--assist`, or since `start`).
     pub files: u64,
-    /// Files that could not be opened to drop their pages (gone, or no handle support).
+    /// Files that could not be opened to drop their pages (gone, no handle support, or
+    /// several files under one tracepoint key).
     pub files_unreachable: u64,
+    /// Bytes the command added to those files: neither dropped nor measured (they may all be
+    /// cached still). Non-zero means the run's promise was not kept (the CLI exits 2).
+    pub unreachable_bytes: u64,
+    /// Why one of those files could not be opened (only when some could not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreachable_reason: Option<String>,
+    /// Bytes the command brought into file systems' own pages (metadata read through the
+    /// block device, btrfs's btree inode): not file data, which no advice reaches; reported,
+    /// not dropped.
+    pub metadata_bytes: u64,
     /// Events the kernel lost (ring buffer overrun): their pages may stay cached.
     pub lost_events: u64,
 }
@@ -150,6 +161,9 @@ impl DropFigures {
             drops_while_running: c.drops_while_running,
             files,
             files_unreachable: c.files_unreachable,
+            unreachable_bytes: c.unreachable_bytes,
+            unreachable_reason: c.unreachable_reason.clone(),
+            metadata_bytes: c.metadata_bytes,
             lost_events,
         }
     }
@@ -183,9 +197,10 @@ const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps 
 /// ```
 pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crate::Error> {
     opts.validate()?;
-    let launcher = command::Launcher::new(&opts.command);
+    let seen = Arc::new(trace::Witnessed::default());
+    let launcher = command::Launcher::new(&opts.command, Some(seen.clone()));
     let whom = Whom::Command(launcher.tid());
-    let session = Session::start(&opts.dropping, opts.assist.as_ref(), whom)?;
+    let session = Session::start(&opts.dropping, opts.assist.as_ref(), whom, Some(seen))?;
     // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command
     // brought in; those sent to pagewise alone are forwarded to the command as they are (the
     // terminal's reach it anyway), so it exits as it would have (130 for Ctrl-C).
@@ -262,12 +277,13 @@ impl Session {
         opts: &DroppingOptions,
         assist: Option<&Prefetch>,
         whom: Whom,
+        seen: Option<Arc<trace::Witnessed>>,
     ) -> Result<Session, crate::Error> {
         sys::raise_nofile_limit();
         let page = sys::page_size();
         let skip = matches!(whom, Whom::Command(_)).then(std::process::id);
         let footprint = Arc::new(Footprint::new(assist, page, skip));
-        let dropper = Arc::new(Dropper::new(opts.keep_written, opts.method));
+        let dropper = Arc::new(Dropper::new(opts.keep_written, opts.method, seen));
         // No limit: more pages than any machine has.
         let limit_pages = (opts.max_cache.unwrap_or(u64::MAX) / page).max(1);
         let priority = Arc::new(Priority::new(limit_pages));
@@ -295,6 +311,9 @@ impl Session {
         let source = self.follower.source;
         let lost = self.follower.stop().unwrap_or(0);
         self.footprint.requeue(self.behind.stop());
+        self.dropper
+            .ended
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         final_drop(&self.footprint, &self.dropper);
         let assist = self.footprint.assistant.as_ref().map(|a| {
             let mut ar = a.lock().unwrap().report();

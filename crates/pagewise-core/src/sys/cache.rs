@@ -122,6 +122,15 @@ impl Drop for Mapping {
     }
 }
 
+/// Maps the first page of `fd` read-only (`mmap(2)`, never touched) and calls `f` with the
+/// mapping's address, then unmaps it: the line of that address in /proc/self/maps names the
+/// inode whose pages the mapping holds — on overlayfs the real (upper or lower) file's, and
+/// the superblock's device where stat(2) gives another (btrfs subvolumes).
+pub fn with_mapping_address<R>(fd: BorrowedFd<'_>, f: impl FnOnce(u64) -> R) -> io::Result<R> {
+    let map = Mapping::new(fd, 0, page_size())?;
+    Ok(f(map.addr as u64))
+}
+
 /// Largest window mapped at once by [`mincore_count`]: 1 GiB of file needs a 256 KiB vector.
 pub const MINCORE_WINDOW: u64 = 1 << 30;
 
@@ -184,25 +193,12 @@ pub fn mincore_is_truthful(dir: BorrowedFd<'_>, name: &CStr, st: &Stat) -> bool 
     .is_ok()
 }
 
-/// Whether this process has CAP_FOWNER in its effective set (CapEff of /proc/self/status):
-/// the kernel's "owner or capable" half of mincore's check. Root without it (a unit with a
-/// capability bounding set) is like any other user there; read once.
+/// Whether this process has CAP_FOWNER in its effective set: the kernel's "owner or capable"
+/// half of mincore's check. Root without it (a unit with a capability bounding set) is like
+/// any other user there.
 fn has_cap_fowner() -> bool {
     const CAP_FOWNER: u32 = 3;
-    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                let hex = s
-                    .lines()
-                    .find_map(|l| l.strip_prefix("CapEff:"))?
-                    .trim()
-                    .to_string();
-                u64::from_str_radix(&hex, 16).ok()
-            })
-            .is_some_and(|caps| caps & (1 << CAP_FOWNER) != 0)
-    })
+    super::has_capability(CAP_FOWNER)
 }
 
 /// [`mincore_is_truthful`] for an open file: root or its owner, or the file is writable to the

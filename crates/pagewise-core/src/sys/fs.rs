@@ -229,6 +229,42 @@ pub fn is_shmem(fd: BorrowedFd<'_>) -> bool {
     matches!(t, TMPFS_MAGIC | RAMFS_MAGIC | HUGETLBFS_MAGIC)
 }
 
+/// Where a file system keeps the pages of its files, as far as measuring them goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsKind {
+    /// overlayfs: the data's pages belong to the real (upper or lower) inode. A descriptor's
+    /// own mapping is empty (cachestat on it reports 0), a mapping of it maps the real file.
+    Overlay,
+    /// btrfs: each subvolume has its own `st_dev`; the tracepoints and /proc/PID/maps name the
+    /// superblock's device instead.
+    Btrfs,
+    /// FUSE: its daemon may read the data through files of its own (bindfs, passthrough),
+    /// whose pages pagewise cannot see from the FUSE file.
+    Fuse,
+    /// Any other: the pages are the inode's own.
+    Other,
+}
+
+/// `int fstatfs(int fd, struct statfs *buf)` —
+/// <https://man7.org/linux/man-pages/man2/fstatfs.2.html>, through rustix: [`FsKind`] from
+/// `f_type` (OVERLAYFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, FUSE_SUPER_MAGIC). Other when fstatfs
+/// fails.
+pub fn fs_kind(fd: BorrowedFd<'_>) -> FsKind {
+    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    const BTRFS_SUPER_MAGIC: i64 = 0x9123_683e;
+    const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
+    let Ok(st) = rustix::fs::fstatfs(fd) else {
+        return FsKind::Other;
+    };
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, not everywhere
+    match st.f_type as i64 {
+        OVERLAYFS_SUPER_MAGIC => FsKind::Overlay,
+        BTRFS_SUPER_MAGIC => FsKind::Btrfs,
+        FUSE_SUPER_MAGIC => FsKind::Fuse,
+        _ => FsKind::Other,
+    }
+}
+
 /// `int fstatfs(int fd, struct statfs *buf)` —
 /// <https://man7.org/linux/man-pages/man2/fstatfs.2.html>, through rustix.
 ///

@@ -68,6 +68,7 @@ mod kpage;
 mod perf;
 mod probe;
 mod process;
+mod seccomp;
 mod signal;
 mod uring;
 
@@ -79,6 +80,7 @@ pub use kpage::*;
 pub use perf::*;
 pub use probe::*;
 pub use process::*;
+pub use seccomp::*;
 pub use signal::*;
 pub use uring::*;
 

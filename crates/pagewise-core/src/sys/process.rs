@@ -181,6 +181,27 @@ pub fn kill(pid: u32, sig: i32) -> io::Result<()> {
     Ok(rustix::process::kill_process(pid, sig)?)
 }
 
+/// Whether capability number `cap` (`CAP_*` of `<linux/capability.h>`) is in this process's
+/// effective set (CapEff of /proc/self/status, read once): root in a container or under a
+/// unit's bounding set lacks many.
+pub fn has_capability(cap: u32) -> bool {
+    static CAPS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let caps = *CAPS.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                let hex = s
+                    .lines()
+                    .find_map(|l| l.strip_prefix("CapEff:"))?
+                    .trim()
+                    .to_string();
+                u64::from_str_radix(&hex, 16).ok()
+            })
+            .unwrap_or(0)
+    });
+    cap < 64 && caps & (1 << cap) != 0
+}
+
 /// `int poll(struct pollfd *fds, nfds_t nfds, int timeout)` with POLLIN —
 /// <https://man7.org/linux/man-pages/man2/poll.2.html>, through rustix.
 ///

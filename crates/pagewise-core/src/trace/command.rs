@@ -5,6 +5,9 @@ use crate::sys;
 use std::ffi::OsString;
 use std::process::{Child, ExitStatus};
 use std::sync::mpsc;
+use std::sync::Arc;
+
+use super::witness::{Witness, Witnessed};
 
 /// A thread that starts the command when told ([`Launcher::run`]) and waits for it. Tracing is
 /// opened for this thread alone ([`Launcher::tid`]) and inherited by the command from its
@@ -40,7 +43,9 @@ impl Ran {
 impl Launcher {
     /// Starts the thread, which waits for [`Launcher::run`]; dropped without it, the thread
     /// ends without starting anything.
-    pub fn new(cmd: &[OsString]) -> Launcher {
+    /// With `seen`, the command's processes are watched by a [`Witness`] into it (which files
+    /// they hold, before they close them).
+    pub fn new(cmd: &[OsString], seen: Option<Arc<Witnessed>>) -> Launcher {
         let cmd = cmd.to_vec();
         let (tid_tx, tid_rx) = mpsc::channel();
         let (go, go_rx) = mpsc::channel::<()>();
@@ -50,7 +55,7 @@ impl Launcher {
                 let _ = tid_tx.send(sys::gettid() as i32);
                 go_rx.recv().map_err(|_| no_command())?;
                 let start_mono_ns = sys::monotonic_ns();
-                let status = spawn(&cmd).and_then(|mut c| wait(&mut c))?;
+                let status = spawn_watched(&cmd, seen).and_then(|mut c| wait(&mut c))?;
                 Ok(Ran {
                     status,
                     start_mono_ns,
@@ -74,19 +79,32 @@ impl Launcher {
     }
 }
 
-/// Starts the command to trace (`cmd[0]` with the rest as arguments); signals pagewise
-/// receives from now on are forwarded to it (see [`sys::supervise_signals`]).
-pub(crate) fn spawn(cmd: &[OsString]) -> Result<Child, crate::Error> {
+/// Starts the command to trace (`cmd[0]` with the rest as arguments), watched by a
+/// [`Witness`] into `seen` when given; signals pagewise receives from now on are forwarded to
+/// it (see [`sys::supervise_signals`]). Without CAP_SYS_ADMIN the
+/// filter needs no_new_privs: set-user-ID programs the command runs then keep the caller's
+/// privileges.
+pub(crate) fn spawn_watched(
+    cmd: &[OsString],
+    seen: Option<Arc<Witnessed>>,
+) -> Result<Child, crate::Error> {
+    const CAP_SYS_ADMIN: u32 = 21;
     let Some((prog, args)) = cmd.split_first() else {
         return Err(no_command());
     };
-    let child = std::process::Command::new(prog)
-        .args(args)
-        .spawn()
-        .map_err(|e| crate::Error::Spawn {
-            program: prog.into(),
-            source: e,
-        })?;
+    let mut command = std::process::Command::new(prog);
+    command.args(args);
+    let spawned = match seen {
+        Some(seen) => {
+            let nnp = !sys::has_capability(CAP_SYS_ADMIN);
+            sys::spawn_notifying(&mut command, nnp, |sock| Witness::serve(sock, seen))
+        }
+        None => command.spawn(),
+    };
+    let child = spawned.map_err(|e| crate::Error::Spawn {
+        program: prog.into(),
+        source: e,
+    })?;
     sys::forward_signals_to(child.id());
     Ok(child)
 }

@@ -12,37 +12,50 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// Mount points by device `(major, minor)`, read from /proc/self/mountinfo when first needed
-/// and kept (one read for a whole trace).
+/// Mount points (and file system types) by device `(major, minor)`, read from
+/// /proc/self/mountinfo when first needed and kept (one read for a whole trace).
 #[derive(Debug, Default)]
-pub struct Mounts(Mutex<Option<HashMap<(u32, u32), PathBuf>>>);
+pub struct Mounts(Mutex<Option<HashMap<(u32, u32), (PathBuf, String)>>>);
 
 impl Mounts {
     /// The mount point of device `dev` (the mount of its filesystem's root first).
     pub fn of(&self, dev: (u32, u32)) -> Option<PathBuf> {
         let mut g = self.0.lock().unwrap();
-        g.get_or_insert_with(read_mounts).get(&dev).cloned()
+        g.get_or_insert_with(read_mounts)
+            .get(&dev)
+            .map(|m| m.0.clone())
+    }
+
+    /// Whether the tracepoint key `key` names no file but a file system's own pages: a device
+    /// mounted nowhere (the block device's mapping, where ext4 and XFS keep metadata read
+    /// through buffer heads; pipes, anonymous memory) or btrfs's btree inode (inode 1).
+    pub fn is_metadata(&self, key: sys::FileId) -> bool {
+        let mut g = self.0.lock().unwrap();
+        match g.get_or_insert_with(read_mounts).get(&(key.0, key.1)) {
+            None => true,
+            Some((_, fstype)) => fstype == "btrfs" && key.2 == 1,
+        }
     }
 }
 
 /// Mount points by device, from /proc/self/mountinfo through [`crate::procfs::mounts`] (the
 /// mount of the filesystem's root first).
-fn read_mounts() -> HashMap<(u32, u32), PathBuf> {
-    let mut m: HashMap<(u32, u32), (bool, PathBuf)> = HashMap::new();
+fn read_mounts() -> HashMap<(u32, u32), (PathBuf, String)> {
+    let mut m: HashMap<(u32, u32), (bool, PathBuf, String)> = HashMap::new();
     for mount in crate::procfs::mounts() {
         let Some(dev) = mount.dev else {
             continue;
         };
         let is_root = mount.root.as_os_str() == "/";
         match m.get(&dev) {
-            Some((true, _)) => {}
-            Some((false, _)) if !is_root => {}
+            Some((true, _, _)) => {}
+            Some((false, _, _)) if !is_root => {}
             _ => {
-                m.insert(dev, (is_root, mount.mount_point));
+                m.insert(dev, (is_root, mount.mount_point, mount.fstype));
             }
         }
     }
-    m.into_iter().map(|(k, v)| (k, v.1)).collect()
+    m.into_iter().map(|(k, v)| (k, (v.1, v.2))).collect()
 }
 
 /// Opens a traced file: by its recorded path when it still names the same inode, else by inode
@@ -123,11 +136,28 @@ pub fn open_inode(key: sys::FileId, mounts: &Mounts) -> std::io::Result<OwnedFd>
     open_file(&f, mounts)
 }
 
-/// Fills in paths and sizes of traced files (open_by_handle_at + /proc/self/fd), keeping by
-/// inode those that cannot be resolved (deleted, or a filesystem without handle support).
-pub fn resolve(files: &mut [TraceFile]) {
+/// Fills in paths and sizes of traced files: as the command was seen holding them (`seen`,
+/// see [`super::witness`]), else by handle (open_by_handle_at + /proc/self/fd), keeping by
+/// inode those that cannot be resolved (deleted, several files under one key, or a file system
+/// or user without handle support).
+pub fn resolve(files: &mut [TraceFile], seen: &super::Witnessed) {
     let mounts = Mounts::default();
     for f in files.iter_mut() {
+        let key = sys::FileId(f.dev_major, f.dev_minor, f.ino);
+        if let Some((path, deleted)) = seen.path(key) {
+            if let Ok(fd) = seen.open(key) {
+                if let Ok(st) = sys::fstat(fd.as_fd()) {
+                    f.size = st.size;
+                }
+            }
+            f.deleted = deleted;
+            f.path = Some(String::from_utf8_lossy(&path).into_owned());
+            f.path_bytes = Some(path);
+            continue;
+        }
+        if seen.is_ambiguous(key) {
+            continue;
+        }
         let Ok(fd) = open_file(f, &mounts) else {
             continue;
         };

@@ -22,6 +22,7 @@ pub mod perf;
 mod record;
 pub mod text;
 pub mod tracefs;
+pub mod witness;
 
 pub use command::exit_code;
 pub(crate) use command::{orphans_left, orphans_notice};
@@ -32,6 +33,7 @@ pub use pages::{file_ranges, TraceCacheReport};
 pub use record::{record, RecordOptions, RecordReport};
 pub use text::{grouped, write_text, Run};
 pub use tracefs::TraceUnavailable;
+pub use witness::{trace_key, Witnessed};
 
 /// Where a trace reader hands the events it reads: any `FnMut(RawEvent)`, or a type that also
 /// has deferred work to do between events (`--assist`'s windows issued piece by piece).

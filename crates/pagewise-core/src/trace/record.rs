@@ -87,7 +87,8 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let me = std::process::id();
     let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
     let s2 = sink.clone();
-    let launcher = command::Launcher::new(&opts.command);
+    let seen = Arc::new(super::Witnessed::default());
+    let launcher = command::Launcher::new(&opts.command, Some(seen.clone()));
     let follower = Follower::start(
         events,
         opts.follow,
@@ -126,7 +127,7 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     if !opts.faults {
         trace.faults = None;
     }
-    super::resolve(&mut trace.files);
+    super::resolve(&mut trace.files, &seen);
     if let Some(n) = orphans_notice(orphans, "the trace ends with the command, without") {
         tally.notice(n);
     }

@@ -10,7 +10,7 @@ use super::ranges::drop_seen;
 use crate::residency::{MeasuredBy, Meter, Method, PageRange};
 use crate::sys;
 use crate::sys::FileId as FileKey;
-use crate::trace::Mounts;
+use crate::trace::{Mounts, Witnessed};
 use crate::verb::Tally;
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -29,11 +29,17 @@ pub const UNKNOWN_NO_CACHESTAT: &str = "measured with mmap+mincore(2), which see
 a page is cached: dirty and writeback counts need cachestat(2) (Linux >= 6.5)";
 
 /// What the drops did, in bytes (see [`crate::run::DropFigures`] for each).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(in crate::run) struct Counts {
     pub dropped_bytes: u64,
     pub kept_written_bytes: u64,
     pub files_unreachable: u64,
+    /// Pages the command added to files that could not be opened (neither dropped nor
+    /// measured), bytes; and why, for one of them.
+    pub unreachable_bytes: u64,
+    pub unreachable_reason: Option<String>,
+    /// Pages the command brought into file systems' own inodes (metadata: not files).
+    pub metadata_bytes: u64,
     pub drops_while_running: u64,
     pub left_bytes: u64,
     /// None: unknown (mincore: see [`UNKNOWN_NO_CACHESTAT`]).
@@ -79,7 +85,14 @@ pub(in crate::run) struct Dropper {
     pub(super) fds: Mutex<HashMap<FileKey, Arc<OwnedFd>>>,
     /// Files that could not be opened (gone, or no handle support).
     pub(super) unreachable: Mutex<HashSet<FileKey>>,
+    /// Keys of file systems' own pages (see [`Mounts::is_metadata`]): counted apart.
+    pub(super) metadata: Mutex<HashSet<FileKey>>,
     pub(super) mounts: Mounts,
+    /// The files the command was seen holding (see [`crate::trace::witness`]): the way to
+    /// its files on every file system and without CAP_DAC_READ_SEARCH.
+    pub(super) seen: Option<Arc<Witnessed>>,
+    /// The command has ended: a file the witness has not seen now never will be.
+    pub ended: AtomicBool,
     /// Files with dirty pages seen: written by the command.
     pub(super) written: Mutex<HashSet<FileKey>>,
     /// `process_madvise` was refused: mapped pages are not paged out.
@@ -98,7 +111,7 @@ pub(super) const WRITE_AND_WAIT: u32 = sys::SFR_WAIT_BEFORE | sys::SFR_WRITE | s
 
 impl Dropper {
     /// With `keep_written`, the pages of files the command wrote stay.
-    pub fn new(keep_written: bool, method: Method) -> Dropper {
+    pub fn new(keep_written: bool, method: Method, seen: Option<Arc<Witnessed>>) -> Dropper {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -116,7 +129,10 @@ impl Dropper {
             batch_files: (budget / 4).clamp(1, BATCH_FILES),
             fds: Mutex::default(),
             unreachable: Mutex::default(),
+            metadata: Mutex::default(),
             mounts: Mounts::default(),
+            seen,
+            ended: AtomicBool::new(false),
             written: Mutex::default(),
             no_page_out: AtomicBool::new(false),
             tgids: Mutex::default(),
@@ -128,29 +144,97 @@ impl Dropper {
 
     /// The file's descriptor: from the cache, or opened by handle (and cached while there is
     /// room). None when it cannot be opened.
-    pub(super) fn fd(&self, key: FileKey) -> Option<Arc<OwnedFd>> {
+    ///
+    /// `users`: the command's threads seen using the file, whose descriptors are looked at
+    /// for it when the witness has not seen it closed yet. A file not found while the command
+    /// still runs is not given up on (see [`Dropper::given_up`]): its ranges wait for the next
+    /// pass.
+    pub(super) fn fd(&self, key: FileKey, users: &[u32]) -> Option<Arc<OwnedFd>> {
         if let Some(fd) = self.fds.lock().unwrap().get(&key) {
             return Some(fd.clone());
         }
-        if self.unreachable.lock().unwrap().contains(&key) {
+        if self.given_up(&key) || self.is_metadata(&key) {
             return None;
         }
-        match crate::trace::open_inode(key, &self.mounts) {
+        match self.open(key, users) {
             Ok(fd) => {
-                let fd = Arc::new(fd);
                 let mut fds = self.fds.lock().unwrap();
                 if fds.len() < self.max_open {
                     fds.insert(key, fd.clone());
                 }
                 Some(fd)
             }
-            Err(_) => {
+            Err((why, later)) => {
+                if self.mounts.is_metadata(key) {
+                    self.metadata.lock().unwrap().insert(key);
+                    return None;
+                }
+                if later && !self.ended.load(Ordering::Relaxed) {
+                    return None;
+                }
                 if self.unreachable.lock().unwrap().insert(key) {
-                    self.counts.lock().unwrap().files_unreachable += 1;
+                    let mut c = self.counts.lock().unwrap();
+                    c.files_unreachable += 1;
+                    c.unreachable_reason
+                        .get_or_insert_with(|| format!("{}: {why}", file_name(key)));
                 }
                 None
             }
         }
+    }
+
+    /// Opens the file the tracepoints call `key`: as the witness saw it (a descriptor kept,
+    /// or its path checked to be the same file), else by handle (ext2/3/4 and squashfs, with
+    /// CAP_DAC_READ_SEARCH). The error says why neither worked.
+    /// The error: why, and whether the file may still be seen later (not seen yet while the
+    /// witness watches).
+    fn open(&self, key: FileKey, users: &[u32]) -> Result<Arc<OwnedFd>, (String, bool)> {
+        use crate::trace::witness::NotWitnessed;
+        let witnessed = match &self.seen {
+            Some(seen) => {
+                let mut r = seen.open(key);
+                if matches!(r, Err(NotWitnessed::Unseen)) && !users.is_empty() {
+                    seen.look_at_all(users);
+                    r = seen.open(key);
+                }
+                match r {
+                    Ok(fd) => return Ok(fd),
+                    Err(NotWitnessed::Ambiguous) => {
+                        return Err((
+                            "several files have this device and inode (btrfs subvolumes share \
+                             inode numbers under one device in the tracepoints)"
+                                .into(),
+                            false,
+                        ))
+                    }
+                    Err(NotWitnessed::Gone(e)) => Some(format!("gone from its path: {e}")),
+                    Err(NotWitnessed::Unseen) => None,
+                }
+            }
+            None => None,
+        };
+        let later = witnessed.is_none() && self.seen.as_ref().is_some_and(|s| s.is_active());
+        match crate::trace::open_inode(key, &self.mounts) {
+            Ok(fd) => Ok(Arc::new(fd)),
+            Err(e) => Err((
+                match witnessed {
+                    Some(w) => w,
+                    None => format!("not seen open by the command, and open_by_handle_at: {e}"),
+                },
+                later,
+            )),
+        }
+    }
+
+    /// Whether the file of `key` was given up on (it cannot be opened, and the command has
+    /// ended or the witness could not watch it).
+    pub(super) fn given_up(&self, key: &FileKey) -> bool {
+        self.unreachable.lock().unwrap().contains(key)
+    }
+
+    /// Whether `key` names a file system's own pages, not a file (see [`Mounts::is_metadata`]).
+    pub(super) fn is_metadata(&self, key: &FileKey) -> bool {
+        self.metadata.lock().unwrap().contains(key)
     }
 
     /// What is cached of the file's `[off, off+len)`, measured by the [`Meter`]; None when
@@ -270,7 +354,7 @@ impl Dropper {
             if self.kept(key) {
                 continue;
             }
-            let Some(fd) = self.fd(*key) else {
+            let Some(fd) = self.fd(*key, &[]) else {
                 continue;
             };
             for r in ranges {

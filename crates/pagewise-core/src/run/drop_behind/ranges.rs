@@ -28,7 +28,10 @@ impl Dropper {
             .collect();
         let (mut dropped, mut kept) = (0, 0);
         for batch in work.chunks(self.batch_files) {
-            let fds: Vec<Option<Arc<OwnedFd>>> = batch.iter().map(|(k, _)| self.fd(*k)).collect();
+            let fds: Vec<Option<Arc<OwnedFd>>> = batch
+                .iter()
+                .map(|(k, _)| self.fd(*k, mappers.get(k).map_or(&[][..], |v| &v[..])))
+                .collect();
             let (d, k) = self.drop_batch(batch, &fds, mappers, &mut stayed);
             dropped += d;
             kept += k;
@@ -67,6 +70,16 @@ impl Dropper {
         let (mut dropped, mut kept) = (0, 0);
         for (((key, ranges), fd), before) in batch.iter().zip(fds).zip(&before) {
             let Some(fd) = fd.as_ref().map(|f| f.as_fd()) else {
+                let pages: u64 = ranges.iter().map(|r| r.count).sum();
+                if self.is_metadata(key) {
+                    self.counts.lock().unwrap().metadata_bytes += pages * sys::page_size();
+                } else if self.given_up(key) {
+                    self.counts.lock().unwrap().unreachable_bytes += pages * sys::page_size();
+                } else {
+                    // Not seen yet while the command runs: the next pass tries again.
+                    stayed.files.entry(*key).or_default().extend(ranges);
+                    stayed.pages += pages;
+                }
                 continue;
             };
             if self.kept(key) {

@@ -1,0 +1,334 @@
+//! Which file a tracepoint's `(device, inode)` is: learnt from the command itself, while it
+//! still holds the file open.
+//!
+//! The page-cache tracepoints name a file by its superblock's device and inode number only.
+//! Opening that again by handle needs CAP_DAC_READ_SEARCH (containers do not have it) and a
+//! handle with the right generation (only ext2/3/4 and squashfs accept generation 0: XFS and
+//! btrfs answer ESTALE). So the command `run`/`record` start is watched through a seccomp
+//! filter ([`sys::spawn_notifying`]): before each of its processes closes a descriptor (close,
+//! close_range, dup2/dup3 onto it, exec, exit), the [`Witness`] looks at it through
+//! `/proc/TID/fd/N`, and for a regular file keeps its path and (while the budget allows) a
+//! descriptor of its own, under the key the tracepoints use for it ([`trace_key`]: on overlayfs
+//! the real file's, on btrfs the superblock's device). Nothing of the command's is changed: the
+//! call then goes on as it would have.
+//!
+//! Cost: one stat(2) of the proc link per closed descriptor, and an open and readlink once per
+//! file (a 100k-file `tar c` closes 100k files: see the notes of issue 38).
+
+use crate::sys::{self, Closing, FileId, FsKind, Notifier};
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Descriptors kept open at most by the witness (the rest are remembered by path).
+const MAX_KEPT: usize = 2048;
+
+/// The key the page-cache tracepoints give the file open as `fd` (`st` its fstat): its
+/// superblock's device and inode. That is stat(2)'s own except on overlayfs (the real upper or
+/// lower inode holds the pages) and btrfs (stat gives the subvolume's device): there it is read
+/// from this process's /proc/self/maps line for a one-page mapping of the file.
+pub fn trace_key(fd: BorrowedFd<'_>, st: &sys::Stat) -> FileId {
+    let own = FileId::from_dev(st.dev, st.ino);
+    match sys::fs_kind(fd) {
+        FsKind::Overlay => mapped_key(fd).unwrap_or(own),
+        FsKind::Btrfs => {
+            // One mapping per subvolume: the superblock's device is the same for its files.
+            static SB_DEV: Mutex<Option<HashMap<u64, (u32, u32)>>> = Mutex::new(None);
+            let known = SB_DEV
+                .lock()
+                .unwrap()
+                .get_or_insert_with(HashMap::new)
+                .get(&st.dev)
+                .copied();
+            let dev = known.or_else(|| {
+                let k = mapped_key(fd)?;
+                let d = (k.0, k.1);
+                SB_DEV
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(HashMap::new)
+                    .insert(st.dev, d);
+                Some(d)
+            });
+            dev.map_or(own, |(ma, mi)| FileId(ma, mi, st.ino))
+        }
+        _ => own,
+    }
+}
+
+/// The device and inode /proc/self/maps gives a mapping of `fd`.
+fn mapped_key(fd: BorrowedFd<'_>) -> Option<FileId> {
+    sys::with_mapping_address(fd, |addr| {
+        crate::procfs::file_mappings(std::process::id())
+            .ok()?
+            .into_iter()
+            .find(|m| m.start == addr)
+            .map(|m| m.file())
+    })
+    .ok()
+    .flatten()
+}
+
+/// What the witness learnt of one file.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Its path when last seen (as /proc/TID/fd/N's link gives it, " (deleted)" removed).
+    path: Option<Vec<u8>>,
+    /// Deleted when last seen.
+    deleted: bool,
+    /// A descriptor of our own, while within [`MAX_KEPT`].
+    fd: Option<Arc<OwnedFd>>,
+    /// More than one file had this key (btrfs subvolumes share inode numbers under one
+    /// superblock device): which of them the tracepoint meant cannot be known.
+    ambiguous: bool,
+    /// stat(2)'s device of the file, to tell such files apart.
+    st_dev: u64,
+}
+
+/// The files a command was seen holding, by tracepoint key. Shared by the witness thread
+/// (writer) and the verbs (readers).
+#[derive(Debug, Default)]
+pub struct Witnessed {
+    files: Mutex<HashMap<FileId, Seen>>,
+    /// stat(2) identities already looked at (device, inode): a file closed again costs one
+    /// stat only.
+    looked: Mutex<HashSet<(u64, u64)>>,
+    kept: std::sync::atomic::AtomicUsize,
+    /// Whether the command was watched at all (the filter was installed).
+    pub active: AtomicBool,
+}
+
+/// Why a witnessed key cannot be opened.
+#[derive(Debug)]
+pub enum NotWitnessed {
+    /// The command was never seen holding a file with this key.
+    Unseen,
+    /// Several files had the key (see [`Seen::ambiguous`]).
+    Ambiguous,
+    /// Seen, but its path no longer names it and no descriptor was kept.
+    Gone(io::Error),
+}
+
+impl Witnessed {
+    /// Looks at what `closing` is about to close in thread `tid`.
+    pub fn look(&self, tid: u32, closing: Closing) {
+        match closing {
+            Closing::One(fd) if fd >= 0 => self.look_fd(tid, fd as u32),
+            Closing::One(_) => {}
+            Closing::Range(first, last) => {
+                for fd in open_fds(tid) {
+                    if (first..=last).contains(&fd) {
+                        self.look_fd(tid, fd);
+                    }
+                }
+            }
+            Closing::All => {
+                for fd in open_fds(tid) {
+                    self.look_fd(tid, fd);
+                }
+                // The program itself: execve opened it, the process never had a descriptor.
+                self.look_link(&format!("/proc/{tid}/exe"));
+            }
+        }
+    }
+
+    fn look_fd(&self, tid: u32, fd: u32) {
+        self.look_link(&format!("/proc/{tid}/fd/{fd}"));
+    }
+
+    /// Looks at the file a /proc magic link names.
+    fn look_link(&self, link: &str) {
+        let Ok(st) = sys::stat_path(Path::new(link), true) else {
+            return;
+        };
+        if !st.is_file() || !self.looked.lock().unwrap().insert((st.dev, st.ino)) {
+            return;
+        }
+        let flags = sys::OpenFlags {
+            noatime: true,
+            ..Default::default()
+        };
+        let Ok(own) = sys::open_path(Path::new(link), flags) else {
+            return;
+        };
+        let key = trace_key(own.as_fd(), &st);
+        let path = std::fs::read_link(link).ok().map(|p| {
+            use std::os::unix::ffi::OsStrExt;
+            p.as_os_str().as_bytes().to_vec()
+        });
+        let (path, deleted) = match path {
+            Some(mut b) if b.ends_with(b" (deleted)") => {
+                b.truncate(b.len() - 10);
+                (Some(b), true)
+            }
+            p => (p, false),
+        };
+        let mut files = self.files.lock().unwrap();
+        let seen = files.entry(key).or_default();
+        if seen.path.is_some() && seen.st_dev != st.dev {
+            seen.ambiguous = true;
+            return;
+        }
+        seen.st_dev = st.dev;
+        seen.path = path.filter(|p| p.first() == Some(&b'/'));
+        seen.deleted = deleted;
+        if seen.fd.is_none() && self.kept.load(Ordering::Relaxed) < MAX_KEPT {
+            self.kept.fetch_add(1, Ordering::Relaxed);
+            seen.fd = Some(Arc::new(own));
+        }
+    }
+
+    /// Looks at every descriptor the processes of threads `tids` hold (a file the command
+    /// still has open, not closed yet).
+    pub fn look_at_all(&self, tids: &[u32]) {
+        for &tid in tids {
+            self.look(tid, Closing::All);
+        }
+    }
+
+    /// Whether the command's processes are watched (the filter was installed).
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// The file the tracepoints call `key`: the descriptor kept for it, else its path opened
+    /// again and checked to be the same file (same key).
+    pub fn open(&self, key: FileId) -> Result<Arc<OwnedFd>, NotWitnessed> {
+        let path = {
+            let files = self.files.lock().unwrap();
+            let Some(seen) = files.get(&key) else {
+                return Err(NotWitnessed::Unseen);
+            };
+            if seen.ambiguous {
+                return Err(NotWitnessed::Ambiguous);
+            }
+            if let Some(fd) = &seen.fd {
+                return Ok(fd.clone());
+            }
+            seen.path.clone()
+        };
+        let Some(path) = path else {
+            return Err(NotWitnessed::Gone(io::Error::from_raw_os_error(
+                libc::ENOENT,
+            )));
+        };
+        open_checked(&path, key)
+            .map(Arc::new)
+            .map_err(NotWitnessed::Gone)
+    }
+
+    /// The path the file of `key` had when last seen, and whether it was deleted then.
+    pub fn path(&self, key: FileId) -> Option<(Vec<u8>, bool)> {
+        let files = self.files.lock().unwrap();
+        let seen = files.get(&key).filter(|s| !s.ambiguous)?;
+        Some((seen.path.clone()?, seen.deleted))
+    }
+
+    /// Whether several files had `key`.
+    pub fn is_ambiguous(&self, key: FileId) -> bool {
+        self.files
+            .lock()
+            .unwrap()
+            .get(&key)
+            .is_some_and(|s| s.ambiguous)
+    }
+
+    /// Files seen.
+    pub fn len(&self) -> usize {
+        self.files.lock().unwrap().len()
+    }
+
+    /// True when no file was seen.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Opens `path` (read-only, without following a final symlink) and checks it is the file the
+/// tracepoints call `key`: ENOENT-like ESTALE when another file stands there now.
+pub fn open_checked(path: &[u8], key: FileId) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = Path::new(std::ffi::OsStr::from_bytes(path));
+    let fd = sys::open_path(
+        p,
+        sys::OpenFlags {
+            noatime: true,
+            nofollow: true,
+            ..Default::default()
+        },
+    )?;
+    let st = sys::fstat(fd.as_fd())?;
+    if !st.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "is a {} now, not the regular file that was traced",
+                st.kind()
+            ),
+        ));
+    }
+    if st.ino != key.2 || trace_key(fd.as_fd(), &st) != key {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "another file stands under its path now (ESTALE)",
+        ));
+    }
+    Ok(fd)
+}
+
+/// The descriptor numbers thread `tid`'s process has open.
+fn open_fds(tid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{tid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The thread serving a command's filter: looks at every descriptor about to be closed, then
+/// lets the call go on. It serves for as long as any process uses the filter (processes the
+/// command left running too: were the listener closed, their closes would fail with ENOSYS),
+/// and ends when none does.
+pub struct Witness;
+
+impl Witness {
+    /// Serves the filter whose listener comes on `sock` (see [`sys::spawn_notifying`]),
+    /// recording into `seen`, on a thread of its own.
+    pub fn serve(sock: OwnedFd, seen: Arc<Witnessed>) -> io::Result<()> {
+        std::thread::Builder::new()
+            .name("pw-witness".into())
+            .spawn(move || {
+                let Some(n) = Notifier::receive(sock.as_fd()) else {
+                    return;
+                };
+                drop(sock);
+                seen.active.store(true, Ordering::Relaxed);
+                serve_until_done(&n, &seen);
+            })
+            .map(|_| ())
+    }
+}
+
+fn serve_until_done(n: &Notifier, seen: &Witnessed) {
+    loop {
+        match n.wait(1000) {
+            Ok(Some(true)) => {}
+            Ok(Some(false)) => return,
+            Ok(None) => continue,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+            Err(_) => return,
+        }
+        match n.next() {
+            Ok(note) => {
+                seen.look(note.tid, note.closing);
+                let _ = n.go_on(&note);
+            }
+            // The thread was killed meanwhile, or a signal: the next one.
+            Err(_) => {}
+        }
+    }
+}
