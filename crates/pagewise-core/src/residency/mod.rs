@@ -54,6 +54,10 @@ pub enum MeasuredBy {
 pub const UNKNOWN_NOT_WRITABLE: &str = "cachestat(2) refused (EPERM: not your file and not \
 writable) and mincore(2) reports such files as fully cached, so their residency cannot be known";
 
+/// Why a residency on FUSE is unknown.
+pub const UNKNOWN_FUSE: &str = "a FUSE file: its daemon may read the data through files of its \
+own (bindfs, passthrough), whose pages cannot be seen from the FUSE file";
+
 /// Page counts over a page-aligned span, as one cachestat (or mincore) call gives them:
 /// `[cached, dirty, writeback, evicted, recently_evicted]`, `None` where the method cannot know.
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +65,8 @@ struct Counts {
     pages: u64,
     c: [Option<u64>; 5],
     method: MeasuredBy,
+    /// Why unknown (only with `MeasuredBy::Unknown`).
+    why: Option<&'static str>,
 }
 
 impl Counts {
@@ -75,13 +81,15 @@ impl Counts {
                 Some(c.recently_evicted),
             ],
             method: MeasuredBy::Cachestat,
+            why: None,
         }
     }
-    fn unknown(pages: u64) -> Self {
+    fn unknown(pages: u64, why: &'static str) -> Self {
         Counts {
             pages,
             c: [None; 5],
             method: MeasuredBy::Unknown,
+            why: Some(why),
         }
     }
     /// True when some count is neither none nor all of the pages: only then can an edge page
@@ -231,6 +239,7 @@ impl Meter {
                     pages: 1,
                     c: span.c.map(|x| x.map(|n| (n == span.pages) as u64)),
                     method: span.method,
+                    why: span.why,
                 }
             };
             for (total, e) in bytes.iter_mut().zip(edge.c) {
@@ -247,7 +256,7 @@ impl Meter {
             evicted: bytes[3],
             recently_evicted: bytes[4],
             method: span.method,
-            unknown_reason: (span.method == MeasuredBy::Unknown).then_some(UNKNOWN_NOT_WRITABLE),
+            unknown_reason: span.why,
         })
     }
 
@@ -261,12 +270,22 @@ impl Meter {
         truthful: &mut dyn FnMut() -> bool,
     ) -> Result<Counts, FileError> {
         let pages = len.div_ceil(sys::page_size());
+        if sys::fs_kind(fd) == sys::FsKind::Fuse {
+            return Ok(Counts::unknown(pages, UNKNOWN_FUSE));
+        }
         if !self.cachestat_missing.load(Ordering::Relaxed) {
             match sys::cachestat(fd, off, len) {
                 Ok(c) => return Ok(Counts::from_cachestat(pages, c)),
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     self.cachestat_missing.store(true, Ordering::Relaxed);
                     self.notice("cachestat(2) is not available on this kernel (ENOSYS): using mmap+mincore; dirty/writeback/evicted counts unknown");
+                }
+                // Blind to this file's pages (overlayfs): through a mapping of it.
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    if self.method == Method::Cachestat {
+                        return Err(FileError::io(path, Op::Cachestat, &e));
+                    }
+                    self.notice("overlayfs: measured with mmap+mincore(2) through the file (cachestat(2) sees only the overlay inode's empty cache); dirty/writeback/evicted counts unknown");
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                     if self.method == Method::Cachestat {
@@ -277,13 +296,14 @@ impl Meter {
             }
         }
         if !truthful() {
-            return Ok(Counts::unknown(pages));
+            return Ok(Counts::unknown(pages, UNKNOWN_NOT_WRITABLE));
         }
         let n = mincore_pages(path, fd, off, len)?;
         Ok(Counts {
             pages,
             c: [Some(n), None, None, None, None],
             method: MeasuredBy::Mincore,
+            why: None,
         })
     }
 
@@ -302,6 +322,9 @@ impl Meter {
             return Ok(Vec::new());
         }
         let cells = (buckets as u64).min(pages);
+        if sys::fs_kind(f.fd()) == sys::FsKind::Fuse {
+            return Ok(vec![None; cells as usize]);
+        }
         let mut out = Vec::with_capacity(cells as usize);
         if !self.cachestat_missing.load(Ordering::Relaxed) {
             let mut ok = true;
@@ -311,7 +334,10 @@ impl Meter {
                 match sys::cachestat(f.fd(), off + p0 * page, (p1 - p0) * page) {
                     Ok(c) => out.push(Some(cell_percent(c.cache, p1 - p0))),
                     Err(e)
-                        if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOSYS)) =>
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EPERM) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
+                        ) =>
                     {
                         ok = false;
                         break;

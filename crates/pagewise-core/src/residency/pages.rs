@@ -36,7 +36,14 @@ pub(super) fn mincore_pages(
 pub fn cached_pages(fd: BorrowedFd<'_>, off: u64, len: u64) -> Option<u64> {
     match sys::cachestat(fd, off, len) {
         Ok(c) => Some(c.cache),
-        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+        // No cachestat, or one blind to this file's pages (overlayfs): mincore through a
+        // mapping, which maps the real file's pages.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
+            ) =>
+        {
             let st = sys::fstat(fd).ok()?;
             if !sys::mincore_is_truthful_fd(fd, &st) {
                 return None;

@@ -61,7 +61,15 @@ const SYS_CACHESTAT: libc::c_long = 451;
 /// Added in Linux 6.5 (not in rustix: own wrapper). `len == 0` means "to the end of the
 /// file". Fails with `ENOSYS` on older kernels and, since the 6.14-era hardening, with `EPERM`
 /// for files the caller could neither write nor owns (the same rule as mincore's).
+///
+/// On overlayfs the descriptor's own mapping is empty, whatever the real file holds (the
+/// data's pages belong to the upper or lower inode): there this returns EOPNOTSUPP without
+/// calling the kernel, and callers measure through a mapping (mincore), which maps the real
+/// file's pages.
 pub fn cachestat(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<CacheStat> {
+    if super::fs_kind(fd) == super::FsKind::Overlay {
+        return Err(io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
     let range = CachestatRange { off, len };
     let mut out = RawCachestat::default();
     // SAFETY: range and out are valid for the duration of the call and laid out as the kernel's
