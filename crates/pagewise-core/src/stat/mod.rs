@@ -9,7 +9,7 @@ mod by_cgroup;
 pub use by_cgroup::{charged, Charge, ChargeOptions, ChargeReport, ChargeTotals, FileCharge};
 
 use crate::error::FileError;
-use crate::residency::{ByteRange, Meter, Method, Residency, UNKNOWN_NOT_WRITABLE};
+use crate::residency::{ByteRange, Meter, Method, Residency};
 use crate::sys;
 use crate::verb::{FileResult, Observer, Outcome, Tally};
 use crate::walk::{self, FileRef, WalkOptions, WalkSummary};
@@ -101,7 +101,7 @@ impl Totals {
         if r.is_unknown() {
             self.unknown_files += 1;
             self.unknown_bytes += r.bytes;
-            self.unknown_reason = Some(UNKNOWN_NOT_WRITABLE);
+            self.unknown_reason = self.unknown_reason.or(r.unknown_reason);
         }
         self.cached_bytes += r.cached.unwrap_or(0);
         add_known(&mut self.dirty_bytes, r.dirty);
