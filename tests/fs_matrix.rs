@@ -461,6 +461,9 @@ fn env_run(c: &Case, name: &str, caps: &str) -> Result<&'static str, String> {
     }
 }
 
+/// Makes one file system's case.
+type Maker<'a> = Box<dyn Fn() -> Case + 'a>;
+
 const DOCKER_CAPS: &str = ",+chown,+dac_override,+fowner,+fsetid,+kill,+setgid,+setuid,+setpcap,\
 +net_bind_service,+net_raw,+sys_chroot,+mknod,+audit_write,+setfcap";
 
@@ -488,7 +491,7 @@ fn every_verb_agrees_with_the_kernel_on_every_file_system() {
     let scratch = dir.path().join("scratch");
     fs::create_dir(&scratch).unwrap();
     let d = dir.path();
-    let makers: Vec<(&str, Box<dyn Fn() -> Case>)> = vec![
+    let makers: Vec<(&str, Maker)> = vec![
         (
             "ext4",
             Box::new(|| block_fs(d, "ext4", &["mkfs.ext4", "-q", "-F"], "rw")),

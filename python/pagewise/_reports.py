@@ -558,6 +558,11 @@ class DroppingReport(Report):
     drops_while_running = _int("drops_while_running", "Drop-behind passes inside the block (``max_cache``).")
     files = _int("files", "Files pages were added to.")
     files_unreachable = _int("files_unreachable", "Files that could not be opened to drop their pages.")
+    unreachable_bytes = _int(
+        "unreachable_bytes", "Bytes added to those files: neither dropped nor measured (a promise not kept)."
+    )
+    unreachable_reason = _str("unreachable_reason", "Why one of those files could not be opened (None: none).")
+    metadata_bytes = _int("metadata_bytes", "Bytes of file systems' own pages (block device, btrfs btree): not dropped.")
     lost_events = _int("lost_events", "Events the kernel lost (their pages may stay).")
 
 

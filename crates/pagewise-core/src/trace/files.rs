@@ -15,7 +15,10 @@ use std::sync::Mutex;
 /// Mount points (and file system types) by device `(major, minor)`, read from
 /// /proc/self/mountinfo when first needed and kept (one read for a whole trace).
 #[derive(Debug, Default)]
-pub struct Mounts(Mutex<Option<HashMap<(u32, u32), (PathBuf, String)>>>);
+pub struct Mounts(Mutex<Option<MountTable>>);
+
+/// Mount point and file system type by device.
+type MountTable = HashMap<(u32, u32), (PathBuf, String)>;
 
 impl Mounts {
     /// The mount point of device `dev` (the mount of its filesystem's root first).
@@ -40,7 +43,7 @@ impl Mounts {
 
 /// Mount points by device, from /proc/self/mountinfo through [`crate::procfs::mounts`] (the
 /// mount of the filesystem's root first).
-fn read_mounts() -> HashMap<(u32, u32), (PathBuf, String)> {
+fn read_mounts() -> MountTable {
     let mut m: HashMap<(u32, u32), (bool, PathBuf, String)> = HashMap::new();
     for mount in crate::procfs::mounts() {
         let Some(dev) = mount.dev else {

@@ -322,13 +322,10 @@ fn serve_until_done(n: &Notifier, seen: &Witnessed) {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
             Err(_) => return,
         }
-        match n.next() {
-            Ok(note) => {
-                seen.look(note.tid, note.closing);
-                let _ = n.go_on(&note);
-            }
-            // The thread was killed meanwhile, or a signal: the next one.
-            Err(_) => {}
+        // An error: the thread was killed meanwhile, or a signal; the next one.
+        if let Ok(note) = n.next() {
+            seen.look(note.tid, note.closing);
+            let _ = n.go_on(&note);
         }
     }
 }
