@@ -36,6 +36,7 @@ impl Dropping {
             follow: FollowOptions {
                 buffer_kb,
                 backend: convert::backend(backend)?,
+                ..FollowOptions::default()
             },
             ..DroppingOptions::default()
         };

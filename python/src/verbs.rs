@@ -575,6 +575,7 @@ pub fn record<'py>(
         follow: FollowOptions {
             buffer_kb,
             backend: convert::backend(backend)?,
+            ..FollowOptions::default()
         },
     };
     opts.validate().map_err(|e| errors::to_py(py, e))?;

@@ -45,6 +45,10 @@ pub struct RecordArgs {
     /// How events are collected
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
+    /// Do not watch the command's closes to learn its files (no seccomp filter): its files are
+    /// then opened again by handle only (ext2/3/4, squashfs; needs CAP_DAC_READ_SEARCH)
+    #[arg(long)]
+    pub no_witness: bool,
     /// The command and its arguments ('--' before it is optional; needed when the command's
     /// own options could be taken for pagewise's)
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -60,6 +64,7 @@ pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
         follow: FollowOptions {
             buffer_kb: a.buffer_kb,
             backend: a.backend.into(),
+            witness: !a.no_witness,
         },
         faults: a.faults,
     };

@@ -53,6 +53,10 @@ pub struct RunArgs {
     /// How the command's page-cache events are followed (as for `record`)
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
+    /// Do not watch the command's closes to learn its files (no seccomp filter): its files are
+    /// then opened again by handle only (ext2/3/4, squashfs; needs CAP_DAC_READ_SEARCH)
+    #[arg(long)]
+    pub no_witness: bool,
     /// How the command's pages are measured before and after each drop: cachestat, or
     /// mmap+mincore (auto: cachestat when the kernel has it, Linux >= 6.5)
     #[arg(long, value_enum, default_value_t = MethodArg::Auto)]
@@ -73,6 +77,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
             follow: FollowOptions {
                 buffer_kb: a.buffer_kb,
                 backend: a.backend.into(),
+                witness: !a.no_witness,
             },
             method: a.method.into(),
         },

@@ -198,7 +198,8 @@ const NO_TRACING_HINT: &str = ". Without them, a cgroup memory limit also keeps 
 pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crate::Error> {
     opts.validate()?;
     let seen = Arc::new(trace::Witnessed::default());
-    let launcher = command::Launcher::new(&opts.command, Some(seen.clone()));
+    let witness = opts.dropping.follow.witness.then(|| seen.clone());
+    let launcher = command::Launcher::new(&opts.command, witness);
     let whom = Whom::Command(launcher.tid());
     let session = Session::start(&opts.dropping, opts.assist.as_ref(), whom, Some(seen))?;
     // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command

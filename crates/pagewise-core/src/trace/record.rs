@@ -88,7 +88,7 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
     let s2 = sink.clone();
     let seen = Arc::new(super::Witnessed::default());
-    let launcher = command::Launcher::new(&opts.command, Some(seen.clone()));
+    let launcher = command::Launcher::new(&opts.command, opts.follow.witness.then(|| seen.clone()));
     let follower = Follower::start(
         events,
         opts.follow,

@@ -101,6 +101,12 @@ pub struct Witnessed {
     pub active: AtomicBool,
 }
 
+/// A file [`Witnessed::look`] caught: opened anew, with its stat(2).
+pub struct Caught {
+    fd: OwnedFd,
+    st: sys::Stat,
+}
+
 /// Why a witnessed key cannot be opened.
 #[derive(Debug)]
 pub enum NotWitnessed {
@@ -113,71 +119,77 @@ pub enum NotWitnessed {
 }
 
 impl Witnessed {
-    /// Looks at what `closing` is about to close in thread `tid`.
-    pub fn look(&self, tid: u32, closing: Closing) {
+    /// Looks at what `closing` is about to close in thread `tid`: what it catches, opened
+    /// anew, is kept by [`Witnessed::keep`] (after the thread was let go on: only the open
+    /// has to happen before the close).
+    pub fn look(&self, tid: u32, closing: Closing) -> Vec<Caught> {
+        let mut caught = Vec::new();
+        let mut at = |fd: u32| caught.extend(self.catch(&format!("/proc/{tid}/fd/{fd}")));
         match closing {
-            Closing::One(fd) if fd >= 0 => self.look_fd(tid, fd as u32),
+            Closing::One(fd) if fd >= 0 => at(fd as u32),
             Closing::One(_) => {}
             Closing::Range(first, last) => {
                 for fd in open_fds(tid) {
                     if (first..=last).contains(&fd) {
-                        self.look_fd(tid, fd);
+                        at(fd);
                     }
                 }
             }
             Closing::All => {
                 for fd in open_fds(tid) {
-                    self.look_fd(tid, fd);
+                    at(fd);
                 }
                 // The program itself: execve opened it, the process never had a descriptor.
-                self.look_link(&format!("/proc/{tid}/exe"));
+                caught.extend(self.catch(&format!("/proc/{tid}/exe")));
             }
         }
+        caught
     }
 
-    fn look_fd(&self, tid: u32, fd: u32) {
-        self.look_link(&format!("/proc/{tid}/fd/{fd}"));
-    }
-
-    /// Looks at the file a /proc magic link names.
-    fn look_link(&self, link: &str) {
-        let Ok(st) = sys::stat_path(Path::new(link), true) else {
-            return;
-        };
+    /// A regular file not seen before, that a /proc magic link names, opened anew (a new open
+    /// file description: the command's offset, flags and locks are not shared).
+    fn catch(&self, link: &str) -> Option<Caught> {
+        let st = sys::stat_path(Path::new(link), true).ok()?;
         if !st.is_file() || !self.looked.lock().unwrap().insert((st.dev, st.ino)) {
-            return;
+            return None;
         }
         let flags = sys::OpenFlags {
             noatime: true,
             ..Default::default()
         };
-        let Ok(own) = sys::open_path(Path::new(link), flags) else {
-            return;
-        };
-        let key = trace_key(own.as_fd(), &st);
-        let path = std::fs::read_link(link).ok().map(|p| {
-            use std::os::unix::ffi::OsStrExt;
-            p.as_os_str().as_bytes().to_vec()
-        });
-        let (path, deleted) = match path {
-            Some(mut b) if b.ends_with(b" (deleted)") => {
-                b.truncate(b.len() - 10);
-                (Some(b), true)
+        let fd = sys::open_path(Path::new(link), flags).ok()?;
+        Some(Caught { fd, st })
+    }
+
+    /// Keeps what [`Witnessed::look`] caught: path, and the descriptor while within the budget,
+    /// under the tracepoints' key.
+    pub fn keep(&self, caught: Vec<Caught>) {
+        for Caught { fd: own, st } in caught {
+            let key = trace_key(own.as_fd(), &st);
+            let path = std::fs::read_link(sys::fd_path(own.as_fd())).ok().map(|p| {
+                use std::os::unix::ffi::OsStrExt;
+                p.as_os_str().as_bytes().to_vec()
+            });
+            let (path, deleted) = match path {
+                Some(mut b) if b.ends_with(b" (deleted)") => {
+                    b.truncate(b.len() - 10);
+                    (Some(b), true)
+                }
+                p => (p, false),
+            };
+            let mut files = self.files.lock().unwrap();
+            let seen = files.entry(key).or_default();
+            if seen.path.is_some() && seen.st_dev != st.dev {
+                seen.ambiguous = true;
+                continue;
             }
-            p => (p, false),
-        };
-        let mut files = self.files.lock().unwrap();
-        let seen = files.entry(key).or_default();
-        if seen.path.is_some() && seen.st_dev != st.dev {
-            seen.ambiguous = true;
-            return;
-        }
-        seen.st_dev = st.dev;
-        seen.path = path.filter(|p| p.first() == Some(&b'/'));
-        seen.deleted = deleted;
-        if seen.fd.is_none() && self.kept.load(Ordering::Relaxed) < MAX_KEPT {
-            self.kept.fetch_add(1, Ordering::Relaxed);
-            seen.fd = Some(Arc::new(own));
+            seen.st_dev = st.dev;
+            seen.path = path.filter(|p| p.first() == Some(&b'/'));
+            seen.deleted = deleted;
+            if seen.fd.is_none() && self.kept.load(Ordering::Relaxed) < MAX_KEPT {
+                self.kept.fetch_add(1, Ordering::Relaxed);
+                seen.fd = Some(Arc::new(own));
+            }
         }
     }
 
@@ -185,7 +197,8 @@ impl Witnessed {
     /// still has open, not closed yet).
     pub fn look_at_all(&self, tids: &[u32]) {
         for &tid in tids {
-            self.look(tid, Closing::All);
+            let caught = self.look(tid, Closing::All);
+            self.keep(caught);
         }
     }
 
@@ -306,6 +319,8 @@ impl Witness {
                     return;
                 };
                 drop(sock);
+                // Linux 6.6+: hand the CPU over directly (a close costs one round trip).
+                let _ = n.sync_wake_up();
                 seen.active.store(true, Ordering::Relaxed);
                 serve_until_done(&n, &seen);
             })
@@ -324,8 +339,9 @@ fn serve_until_done(n: &Notifier, seen: &Witnessed) {
         }
         // An error: the thread was killed meanwhile, or a signal; the next one.
         if let Ok(note) = n.next() {
-            seen.look(note.tid, note.closing);
+            let caught = seen.look(note.tid, note.closing);
             let _ = n.go_on(&note);
+            seen.keep(caught);
         }
     }
 }
