@@ -49,6 +49,7 @@ fn crafted(file: &Path, events: &[(u64, u32)]) -> Trace {
             path: Some(file.to_string_lossy().into_owned()),
             path_bytes: Some(file.to_string_lossy().into_owned().into_bytes()),
             deleted: false,
+            handle: None,
         }],
         events: events
             .iter()

@@ -109,6 +109,7 @@ pub fn sample_trace() -> Trace {
         path: path.map(String::from),
         path_bytes: path.map(|p| p.as_bytes().to_vec()),
         deleted: false,
+        handle: None,
     };
     let event = |ts_ns: u64, file: u32, index: u64, pages: u32| Event {
         ts_ns,

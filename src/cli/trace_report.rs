@@ -17,7 +17,7 @@ pub fn nothing_to_do_reason(empty_trace: bool, files_opened: u64, files_total: u
             .into()
     } else if files_opened == 0 {
         format!(
-            "none of its {files_total} traced file(s) is there any more (each is listed with the \
+            "none of its {files_total} traced file(s) could be opened (each is listed with the \
              reason)"
         )
     } else {

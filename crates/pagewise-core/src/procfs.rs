@@ -92,6 +92,35 @@ pub fn parse_maps_line(line: &[u8]) -> Option<FileMapping> {
     })
 }
 
+/// The files process `pid` maps, with the path /proc/PID/maps gives each (bytes, without a
+/// " (deleted)" suffix; lines whose path does not start with '/' are left out), keyed as the
+/// page-cache tracepoints key them (the device and inode of the inode holding the pages).
+/// Each file once.
+pub fn mapped_paths(pid: u32) -> Vec<(crate::sys::FileId, Vec<u8>)> {
+    let Ok(text) = std::fs::read(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(crate::sys::FileId, Vec<u8>)> = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        let Some(m) = parse_maps_line(line) else {
+            continue;
+        };
+        // The path starts at the first '/' after the five fields.
+        let Some(at) = line.iter().position(|&b| b == b'/') else {
+            continue;
+        };
+        let mut path = line[at..].to_vec();
+        if path.ends_with(b" (deleted)") {
+            path.truncate(path.len() - 10);
+        }
+        let key = m.file();
+        if !out.iter().any(|(k, _)| *k == key) {
+            out.push((key, path));
+        }
+    }
+    out
+}
+
 /// Current number of memory mappings of this process: lines of `/proc/self/maps` (0 when it
 /// cannot be read).
 pub fn own_map_count() -> u64 {

@@ -10,9 +10,10 @@ use super::predictor::{Access, Config, Detector, Predictor};
 use super::report::{histogram, percentile, AssistReport, Latencies};
 use crate::sys::{self, Advice, FileId};
 use crate::trace::tracefs::RawEvent;
-use crate::trace::Mounts;
+use crate::trace::{Mounts, Witnessed};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 /// How the assistant predicts and prefetches (`assist -p`, and `run --assist`).
 #[derive(Debug, Clone)]
@@ -163,7 +164,7 @@ impl Issued {
 
 struct Slot {
     id: u64,
-    fd: Option<OwnedFd>,
+    fd: Option<Arc<OwnedFd>>,
     pages: u64,
     /// Ranges recently seen entering the cache (ring).
     known: VecDeque<(u64, u64)>,
@@ -193,6 +194,9 @@ pub struct Assistant {
     next_id: u64,
     tick: u64,
     mounts: Mounts,
+    /// The target's files as seen (by `run --assist`'s witness, or looked up in /proc/PID
+    /// of the faulting thread): the way to them on every file system, without privileges.
+    seen: Arc<Witnessed>,
     r: AssistReport,
     stats: IssueStats,
     wasted: u64,
@@ -206,7 +210,14 @@ pub struct Assistant {
 impl Assistant {
     /// An assistant with nothing seen yet.
     pub fn new(opts: &Prefetch) -> Assistant {
+        Assistant::with_witness(opts, Arc::default())
+    }
+
+    /// An assistant that finds the target's files through `seen` (shared with `run`'s
+    /// witness).
+    pub fn with_witness(opts: &Prefetch, seen: Arc<Witnessed>) -> Assistant {
         Assistant {
+            seen,
             pred: Predictor::new(opts.config.clone()),
             page: sys::page_size(),
             // Under a small RLIMIT_NOFILE the files kept open shrink to half of what may be open.
@@ -223,7 +234,7 @@ impl Assistant {
         }
     }
 
-    fn slot(&mut self, key: FileId) -> &mut Slot {
+    fn slot(&mut self, key: FileId, tid: u32) -> &mut Slot {
         self.tick += 1;
         if !self.slots.contains_key(&key) {
             if self.slots.len() >= self.max_open {
@@ -236,7 +247,11 @@ impl Assistant {
                     self.wasted += s.issued.iter().map(Issued::unread).sum::<u64>();
                 }
             }
-            let fd = crate::trace::open_inode(key, &self.mounts).ok();
+            let fd = self.seen.find(key, tid).ok().or_else(|| {
+                crate::trace::open_inode(key, &self.mounts)
+                    .ok()
+                    .map(Arc::new)
+            });
             let pages = fd
                 .as_ref()
                 .and_then(|fd| sys::fstat(fd.as_fd()).ok())
@@ -272,11 +287,11 @@ impl Assistant {
         }
         if !e.fault {
             let n = 1u64 << e.order.min(20);
-            self.slot(key).seen(p, p + n);
+            self.slot(key, e.pid).seen(p, p + n);
             return Vec::new();
         }
         self.r.faults += 1;
-        self.slot(key);
+        self.slot(key, e.pid);
         let s = self.slots.get_mut(&key).unwrap();
         let id = s.id;
         // A sampled fault says whether it waited for I/O: a major fault is a miss (its page

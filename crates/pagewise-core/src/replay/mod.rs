@@ -344,6 +344,7 @@ pub(crate) fn test_trace(files: &[(u64, u64)]) -> Trace {
                 path: None,
                 path_bytes: None,
                 deleted: false,
+                handle: None,
             })
             .collect(),
         events: vec![],

@@ -7,7 +7,7 @@ use crate::sys::FileId;
 use crate::trace::tracefs::RawEvent;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Page ranges per file.
@@ -145,7 +145,14 @@ pub(super) struct Footprint {
 impl Footprint {
     /// An empty footprint, with an assistant when `assist` is given; events of `skip_pid`
     /// are not counted.
-    pub fn new(assist: Option<&Prefetch>, page: u64, skip_pid: Option<u32>) -> Footprint {
+    ///
+    /// `seen`: the command's files as the witness saw them, for the assistant.
+    pub fn new(
+        assist: Option<&Prefetch>,
+        page: u64,
+        skip_pid: Option<u32>,
+        seen: Arc<crate::trace::Witnessed>,
+    ) -> Footprint {
         Footprint {
             skip_pid,
             page,
@@ -154,7 +161,7 @@ impl Footprint {
             delayed_pages: AtomicU64::new(0),
             files: Mutex::default(),
             added: AtomicU64::new(0),
-            assistant: assist.map(|a| Mutex::new(Assistant::new(a))),
+            assistant: assist.map(|a| Mutex::new(Assistant::with_witness(a, seen))),
         }
     }
 
@@ -334,7 +341,7 @@ mod tests {
     /// A footprint holding prefetched windows `(issued, file, pages)`, oldest first, as the
     /// assistant's events would leave them.
     fn with_prefetches(windows: &[Prefetched]) -> Footprint {
-        let f = Footprint::new(None, 4096, None);
+        let f = Footprint::new(None, 4096, None, Arc::default());
         for &w in windows {
             f.delayed.lock().unwrap().push_back(w);
             f.delayed_pages.fetch_add(w.2.count, Ordering::Relaxed);

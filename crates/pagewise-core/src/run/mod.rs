@@ -283,7 +283,12 @@ impl Session {
         sys::raise_nofile_limit();
         let page = sys::page_size();
         let skip = matches!(whom, Whom::Command(_)).then(std::process::id);
-        let footprint = Arc::new(Footprint::new(assist, page, skip));
+        let footprint = Arc::new(Footprint::new(
+            assist,
+            page,
+            skip,
+            seen.clone().unwrap_or_default(),
+        ));
         let dropper = Arc::new(Dropper::new(opts.keep_written, opts.method, seen));
         // No limit: more pages than any machine has.
         let limit_pages = (opts.max_cache.unwrap_or(u64::MAX) / page).max(1);

@@ -29,6 +29,14 @@ impl Mounts {
             .map(|m| m.0.clone())
     }
 
+    /// The file system type mounted from device `dev`.
+    pub fn fstype(&self, dev: (u32, u32)) -> Option<String> {
+        let mut g = self.0.lock().unwrap();
+        g.get_or_insert_with(read_mounts)
+            .get(&dev)
+            .map(|m| m.1.clone())
+    }
+
     /// Whether the tracepoint key `key` names no file but a file system's own pages: a device
     /// mounted nowhere (the block device's mapping, where ext4 and XFS keep metadata read
     /// through buffer heads; pipes, anonymous memory) or btrfs's btree inode (inode 1).
@@ -61,32 +69,48 @@ fn read_mounts() -> MountTable {
     m.into_iter().map(|(k, v)| (k, (v.1, v.2))).collect()
 }
 
-/// Opens a traced file: by its recorded path when it still names the same inode, else by inode
-/// with open_by_handle_at on its filesystem's mount.
+/// Opens a traced file. By its recorded path when that still names the same file (same inode
+/// under the tracepoint's key and, where the trace has the file's handle, the same handle:
+/// the same generation, not a later file that took the inode number), which needs no
+/// privilege; else by the recorded handle, or for a version-1 trace by inode number, with
+/// open_by_handle_at on its file system's mount (CAP_DAC_READ_SEARCH). The error names the
+/// real reason: ESTALE only when the file is known to be gone.
 pub fn open_file(f: &TraceFile, mounts: &Mounts) -> std::io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
+    let key = sys::FileId(f.dev_major, f.dev_minor, f.ino);
+    let mut by_path: Option<std::io::Error> = None;
     if let Some(p) = &f.path_bytes {
         let path = std::path::Path::new(std::ffi::OsStr::from_bytes(p));
-        if let Ok(fd) = sys::open_path(
+        match sys::open_path(
             path,
             sys::OpenFlags {
                 noatime: true,
                 ..Default::default()
             },
         ) {
-            match sys::fstat(fd.as_fd()) {
-                Ok(s) if s.ino == f.ino => return regular(fd, s),
+            Ok(fd) => match sys::fstat(fd.as_fd()) {
                 // Replaced under its name by a FIFO or device: say so, never read it.
                 Ok(s) if !s.is_file() => return regular(fd, s),
-                _ => {}
-            }
+                Ok(s) if s.ino == f.ino && same_file(fd.as_fd(), &s, key, f) => return Ok(fd),
+                Ok(_) => by_path = Some(io_error("another file stands under its recorded path")),
+                Err(e) => by_path = Some(e),
+            },
+            Err(e) => by_path = Some(e),
         }
     }
-    let mp = mounts.of((f.dev_major, f.dev_minor)).ok_or_else(|| {
-        std::io::Error::new(
-            std::io::ErrorKind::NotFound,
-            format!("no mount of device {}:{}", f.dev_major, f.dev_minor),
+    let why_path = || {
+        by_path.as_ref().map_or_else(
+            || "recorded without a path".to_string(),
+            |e| format!("its recorded path: {e}"),
         )
+    };
+    let mp = mounts.of((f.dev_major, f.dev_minor)).ok_or_else(|| {
+        io_error(&format!(
+            "{}, and device {}:{} is mounted nowhere to open it by handle",
+            why_path(),
+            f.dev_major,
+            f.dev_minor
+        ))
     })?;
     let mfd = sys::open_path(
         &mp,
@@ -95,7 +119,39 @@ pub fn open_file(f: &TraceFile, mounts: &Mounts) -> std::io::Result<OwnedFd> {
             ..Default::default()
         },
     )?;
-    let fd = sys::open_by_inode(mfd.as_fd(), f.ino)?;
+    let opened = match &f.handle {
+        Some(h) => sys::open_by_file_handle(mfd.as_fd(), h),
+        None => sys::open_by_inode(mfd.as_fd(), f.ino),
+    };
+    let fd = match opened {
+        Ok(fd) => fd,
+        // The handle carries the generation: ESTALE means this file is gone.
+        Err(e) if e.raw_os_error() == Some(libc::ESTALE) && f.handle.is_some() => return Err(e),
+        // By inode number alone only ext2/3/4 and squashfs answer ESTALE for a free inode;
+        // the others check a generation a version-1 trace does not have.
+        Err(e) if e.raw_os_error() == Some(libc::ESTALE) && gen_zero_ok(mounts, f) => {
+            return Err(e)
+        }
+        Err(e) => {
+            let how = if f.handle.is_some() {
+                "by its handle"
+            } else {
+                "by inode number"
+            };
+            let hint = match e.raw_os_error() {
+                Some(libc::EPERM) => " (needs CAP_DAC_READ_SEARCH)",
+                Some(libc::ESTALE) => {
+                    " (this file system checks the inode's generation, which a version-1 trace \
+                     does not have)"
+                }
+                _ => "",
+            };
+            return Err(io_error(&format!(
+                "{}, and open_by_handle_at {how}: {e}{hint}",
+                why_path()
+            )));
+        }
+    };
     let st = sys::fstat(fd.as_fd())?;
     if !st.is_file() {
         // Found by its inode number only, which now names something else: the traced file
@@ -107,6 +163,36 @@ pub fn open_file(f: &TraceFile, mounts: &Mounts) -> std::io::Result<OwnedFd> {
         ));
     }
     Ok(fd)
+}
+
+/// Whether the file open as `fd` (`st` its fstat, same inode number) is the traced one: its
+/// tracepoint key, and its handle where the trace has one.
+fn same_file(
+    fd: std::os::fd::BorrowedFd<'_>,
+    st: &sys::Stat,
+    key: sys::FileId,
+    f: &TraceFile,
+) -> bool {
+    let own = sys::FileId::from_dev(st.dev, st.ino) == key;
+    if !own && super::trace_key(fd, st) != key {
+        return false;
+    }
+    match &f.handle {
+        Some(h) => sys::file_handle(fd).is_ok_and(|now| &now == h),
+        None => true,
+    }
+}
+
+/// Whether a free inode number on `f`'s file system gives ESTALE by a generation-0 handle
+/// (ext2/3/4, squashfs).
+fn gen_zero_ok(mounts: &Mounts, f: &TraceFile) -> bool {
+    mounts
+        .fstype((f.dev_major, f.dev_minor))
+        .is_some_and(|t| matches!(t.as_str(), "ext2" | "ext3" | "ext4" | "squashfs"))
+}
+
+fn io_error(msg: &str) -> std::io::Error {
+    std::io::Error::other(msg.to_string())
 }
 
 /// A traced file must still be a regular file: a FIFO or device now standing under its name
@@ -135,6 +221,7 @@ pub fn open_inode(key: sys::FileId, mounts: &Mounts) -> std::io::Result<OwnedFd>
         path: None,
         path_bytes: None,
         deleted: false,
+        handle: None,
     };
     open_file(&f, mounts)
 }
@@ -156,6 +243,7 @@ pub fn resolve(files: &mut [TraceFile], seen: &super::Witnessed) {
             f.deleted = deleted;
             f.path = Some(String::from_utf8_lossy(&path).into_owned());
             f.path_bytes = Some(path);
+            f.handle = seen.handle(key);
             continue;
         }
         if seen.is_ambiguous(key) {
@@ -167,6 +255,7 @@ pub fn resolve(files: &mut [TraceFile], seen: &super::Witnessed) {
         if let Ok(st) = sys::fstat(fd.as_fd()) {
             f.size = st.size;
         }
+        f.handle = sys::file_handle(fd.as_fd()).ok();
         if let Ok(p) = std::fs::read_link(sys::fd_path(fd.as_fd())) {
             use std::os::unix::ffi::OsStrExt;
             let mut b = p.as_os_str().as_bytes().to_vec();

@@ -234,6 +234,7 @@ mod tests {
             path: None,
             path_bytes: None,
             deleted: false,
+            handle: None,
         };
         let event = |(i, &(file, index, pages)): (usize, &(u32, u64, u32))| Event {
             ts_ns: i as u64,

@@ -172,6 +172,7 @@ fn build(
                     path: None,
                     path_bytes: None,
                     deleted: false,
+                    handle: None,
                 });
                 (files.len() - 1) as u32
             });

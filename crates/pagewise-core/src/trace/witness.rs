@@ -86,6 +86,8 @@ struct Seen {
     ambiguous: bool,
     /// stat(2)'s device of the file, to tell such files apart.
     st_dev: u64,
+    /// The file system's handle of it ([`sys::file_handle`]; None where it has none).
+    handle: Option<Vec<u8>>,
 }
 
 /// The files a command was seen holding, by tracepoint key. Shared by the witness thread
@@ -184,6 +186,7 @@ impl Witnessed {
                 continue;
             }
             seen.st_dev = st.dev;
+            seen.handle = sys::file_handle(own.as_fd()).ok();
             seen.path = path.filter(|p| p.first() == Some(&b'/'));
             seen.deleted = deleted;
             if seen.fd.is_none() && self.kept.load(Ordering::Relaxed) < MAX_KEPT {
@@ -200,6 +203,42 @@ impl Witnessed {
             let caught = self.look(tid, Closing::All);
             self.keep(caught);
         }
+    }
+
+    /// Looks at the files process `pid` maps (by the path /proc/PID/maps gives, opened and
+    /// checked to be the mapped file): a file mapped and then closed before it was watched.
+    pub fn look_at_maps(&self, pid: u32) {
+        let mut caught = Vec::new();
+        for (key, path) in crate::procfs::mapped_paths(pid) {
+            if self.files.lock().unwrap().contains_key(&key) {
+                continue;
+            }
+            if let Ok(fd) = open_checked(&path, key, None) {
+                if let Ok(st) = sys::fstat(fd.as_fd()) {
+                    self.looked.lock().unwrap().insert((st.dev, st.ino));
+                    caught.push(Caught { fd, st });
+                }
+            }
+        }
+        self.keep(caught);
+    }
+
+    /// The file the tracepoints call `key`, which thread `tid` just used: as seen already,
+    /// else looked for among the descriptors and mappings of `tid`'s process. For a process
+    /// pagewise did not start (`assist -p`) this is the only way, and needs no privilege
+    /// beyond reading /proc/PID of a process of one's own.
+    pub fn find(&self, key: FileId, tid: u32) -> Result<Arc<OwnedFd>, NotWitnessed> {
+        match self.open(key) {
+            Err(NotWitnessed::Unseen) => {}
+            r => return r,
+        }
+        self.look_at_all(&[tid]);
+        match self.open(key) {
+            Err(NotWitnessed::Unseen) => {}
+            r => return r,
+        }
+        self.look_at_maps(tid);
+        self.open(key)
     }
 
     /// Whether the command's processes are watched (the filter was installed).
@@ -228,7 +267,8 @@ impl Witnessed {
                 libc::ENOENT,
             )));
         };
-        open_checked(&path, key)
+        let handle = self.handle(key);
+        open_checked(&path, key, handle.as_deref())
             .map(Arc::new)
             .map_err(NotWitnessed::Gone)
     }
@@ -238,6 +278,12 @@ impl Witnessed {
         let files = self.files.lock().unwrap();
         let seen = files.get(&key).filter(|s| !s.ambiguous)?;
         Some((seen.path.clone()?, seen.deleted))
+    }
+
+    /// The file system's handle of the file of `key`, taken when it was seen.
+    pub fn handle(&self, key: FileId) -> Option<Vec<u8>> {
+        let files = self.files.lock().unwrap();
+        files.get(&key).filter(|s| !s.ambiguous)?.handle.clone()
     }
 
     /// Whether several files had `key`.
@@ -261,8 +307,9 @@ impl Witnessed {
 }
 
 /// Opens `path` (read-only, without following a final symlink) and checks it is the file the
-/// tracepoints call `key`: ENOENT-like ESTALE when another file stands there now.
-pub fn open_checked(path: &[u8], key: FileId) -> io::Result<OwnedFd> {
+/// tracepoints call `key` (and, given its handle, the same generation): NotFound when another
+/// file stands there now.
+pub fn open_checked(path: &[u8], key: FileId, handle: Option<&[u8]>) -> io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
     let p = Path::new(std::ffi::OsStr::from_bytes(path));
     let fd = sys::open_path(
@@ -283,7 +330,8 @@ pub fn open_checked(path: &[u8], key: FileId) -> io::Result<OwnedFd> {
             ),
         ));
     }
-    if st.ino != key.2 || trace_key(fd.as_fd(), &st) != key {
+    let same_handle = || handle.is_none_or(|h| sys::file_handle(fd.as_fd()).is_ok_and(|n| n == h));
+    if st.ino != key.2 || trace_key(fd.as_fd(), &st) != key || !same_handle() {
         return Err(io::Error::new(
             io::ErrorKind::NotFound,
             "another file stands under its path now (ESTALE)",

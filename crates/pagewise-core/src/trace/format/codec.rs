@@ -19,7 +19,7 @@ impl Header {
             return Err(TraceError::BadMagic);
         }
         let version = r.u32("version")?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_1 {
             return Err(TraceError::UnsupportedVersion(version));
         }
         if r.data.len() < 8 {
@@ -97,7 +97,7 @@ pub(super) fn read_command(r: &mut Reader) -> Result<Vec<String>, TraceError> {
     Ok(command)
 }
 
-pub(super) fn read_files(r: &mut Reader) -> Result<Vec<TraceFile>, TraceError> {
+pub(super) fn read_files(r: &mut Reader, version: u32) -> Result<Vec<TraceFile>, TraceError> {
     let nfiles = r.u32("nfiles")?;
     // Each file takes at least 32 bytes: bound the count by what is left.
     if nfiles as usize > r.left() / 32 {
@@ -109,18 +109,23 @@ pub(super) fn read_files(r: &mut Reader) -> Result<Vec<TraceFile>, TraceError> {
     let mut files = Vec::new();
     reserve(&mut files, nfiles as u64, "files")?;
     for i in 0..nfiles as usize {
-        files.push(read_file(r, i)?);
+        files.push(read_file(r, i, version)?);
     }
     Ok(files)
 }
 
-fn read_file(r: &mut Reader, i: usize) -> Result<TraceFile, TraceError> {
+fn read_file(r: &mut Reader, i: usize, version: u32) -> Result<TraceFile, TraceError> {
     let dev = r.u64("file dev")?;
     let ino = r.u64("file inode")?;
     let size = r.u64("file size")?;
     check_file_size(i, size)?;
     let flags = r.u32("file flags")?;
-    if flags & !(FILE_PATH_KNOWN | FILE_DELETED) != 0 {
+    let known_flags = if version == VERSION_1 {
+        FILE_PATH_KNOWN | FILE_DELETED
+    } else {
+        FILE_PATH_KNOWN | FILE_DELETED | FILE_HANDLE_KNOWN
+    };
+    if flags & !known_flags != 0 {
         return Err(TraceError::Corrupt(format!(
             "unknown file flags {flags:#x}"
         )));
@@ -132,6 +137,19 @@ fn read_file(r: &mut Reader, i: usize) -> Result<TraceFile, TraceError> {
             "path present on a file marked unknown".into(),
         ));
     }
+    let handle = if version == VERSION_1 {
+        None
+    } else {
+        let h = r.bytes("file handle")?;
+        let has = flags & FILE_HANDLE_KNOWN != 0;
+        if has == h.is_empty() || h.len() > MAX_HANDLE_BYTES as usize || (has && h.len() < 5) {
+            return Err(TraceError::Corrupt(format!(
+                "file {i}: handle of {} bytes with flags {flags:#x}",
+                h.len()
+            )));
+        }
+        has.then(|| h.to_vec())
+    };
     Ok(TraceFile {
         dev_major: (dev >> 32) as u32,
         dev_minor: dev as u32,
@@ -140,6 +158,7 @@ fn read_file(r: &mut Reader, i: usize) -> Result<TraceFile, TraceError> {
         path: known.then(|| String::from_utf8_lossy(p).into_owned()),
         path_bytes: known.then(|| p.to_vec()),
         deleted: flags & FILE_DELETED != 0,
+        handle,
     })
 }
 

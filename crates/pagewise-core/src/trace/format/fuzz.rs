@@ -46,9 +46,10 @@ fn arb_file() -> impl Strategy<Value = TraceFile> {
         edgy_u64(),
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..12)),
         any::<bool>(),
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 5..=132)),
     )
         .prop_map(
-            |(dev_major, dev_minor, ino, size, path, deleted)| TraceFile {
+            |(dev_major, dev_minor, ino, size, path, deleted, handle)| TraceFile {
                 dev_major,
                 dev_minor,
                 ino,
@@ -58,6 +59,7 @@ fn arb_file() -> impl Strategy<Value = TraceFile> {
                     .map(|p| String::from_utf8_lossy(p).into_owned()),
                 path_bytes: path,
                 deleted,
+                handle,
             },
         )
 }

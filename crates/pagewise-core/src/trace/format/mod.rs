@@ -1,10 +1,11 @@
 //! The trace file: what `record` writes and `replay`, `evict --trace` and `load --trace` read.
 //!
-//! Version 1, all integers little-endian:
+//! Version 2, all integers little-endian (version 1, still read, is the same without the file
+//! handles):
 //!
 //! ```text
 //! magic       8 bytes  "PWTRACE\0"
-//! version     u32      1
+//! version     u32      2
 //! flags       u32      bit 0 (1): a fault section follows the events; other bits reserved (0)
 //! page_size   u32
 //! lost        u64      events the kernel dropped (ring buffer overrun), never hidden
@@ -12,8 +13,10 @@
 //! duration    u64      ns from start to the command's exit
 //! argc        u32, then argc × (u32 length, bytes)          the recorded command
 //! nfiles      u32, then nfiles × file:
-//!   dev u64 (major << 32 | minor), ino u64, size u64, flags u32 (1 = path known, 2 = deleted),
-//!   path: u32 length, bytes
+//!   dev u64 (major << 32 | minor), ino u64, size u64, flags u32 (1 = path known, 2 = deleted,
+//!   4 = handle known), path: u32 length, bytes,
+//!   [version 2:] handle: u32 length (0, or 5 to 132), bytes: the file system's handle of the
+//!   file (name_to_handle_at: handle_type i32, then f_handle), which carries the generation
 //! nevents     u64, then nevents × event (28 bytes):
 //!   ts u64 (ns since start), file u32 (index into files), pid u32, index u64 (first page),
 //!   pages u32 (pages added together: 1 << folio order)
@@ -45,8 +48,12 @@ use std::fmt;
 
 /// The first 8 bytes of every trace file.
 pub const MAGIC: &[u8; 8] = b"PWTRACE\0";
-/// The format version this pagewise writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this pagewise writes (it reads this one and [`VERSION_1`]).
+pub const VERSION: u32 = 2;
+/// The first version: files without handles.
+pub const VERSION_1: u32 = 1;
+/// Bytes of a file handle at most: the handle type (4) and `MAX_HANDLE_SZ` (128).
+pub const MAX_HANDLE_BYTES: u32 = 4 + 128;
 const MAX_ARGS: u32 = 65_536;
 const MAX_STR: u32 = 1 << 20;
 /// Pages of one event at most: `record` writes 1 << folio order with the order capped at 20
@@ -68,6 +75,8 @@ pub const HAS_FAULTS: u32 = 1;
 pub const FILE_PATH_KNOWN: u32 = 1;
 /// File flag: the file was deleted by the end of the recording.
 pub const FILE_DELETED: u32 = 2;
+/// File flag: the file system's handle of the file follows (version 2).
+pub const FILE_HANDLE_KNOWN: u32 = 4;
 
 /// A file seen in a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -88,6 +97,12 @@ pub struct TraceFile {
     pub path_bytes: Option<Vec<u8>>,
     /// Deleted by the end of the recording (its name then is the one it had).
     pub deleted: bool,
+    /// The file system's handle of the file (`name_to_handle_at`: handle type, little endian,
+    /// then `f_handle`), taken while the command held it: with the generation, it never names
+    /// a later file that reuses the inode number. None where the file system has none, or in a
+    /// version-1 trace.
+    #[serde(skip)]
+    pub handle: Option<Vec<u8>>,
 }
 
 /// What a `<MAJOR:MINOR inode N>` name in a trace means.
@@ -212,7 +227,7 @@ impl fmt::Display for TraceError {
             TraceError::BadMagic => write!(f, "not a pagewise trace (bad magic)"),
             TraceError::UnsupportedVersion(v) => write!(
                 f,
-                "trace format version {v} is not supported (this pagewise reads version {VERSION})"
+                "trace format version {v} is not supported (this pagewise reads versions {VERSION_1} and {VERSION})"
             ),
             TraceError::Truncated { field, at } => {
                 write!(f, "truncated trace: ends inside {field} at byte {at}")
@@ -227,7 +242,7 @@ impl fmt::Display for TraceError {
 impl std::error::Error for TraceError {}
 
 impl Trace {
-    /// Serialises to the version-1 format.
+    /// Serialises to the current format ([`VERSION`]).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(
             64 + self.events.len() * EVENT_BYTES as usize + self.files.len() * 96,
@@ -255,8 +270,19 @@ impl Trace {
                 .or(f.path.as_deref().map(str::as_bytes));
             let flags = if path.is_some() { FILE_PATH_KNOWN } else { 0 }
                 | if f.deleted { FILE_DELETED } else { 0 };
+            let handle = f
+                .handle
+                .as_deref()
+                .filter(|h| (5..=MAX_HANDLE_BYTES as usize).contains(&h.len()));
+            let flags = flags
+                | if handle.is_some() {
+                    FILE_HANDLE_KNOWN
+                } else {
+                    0
+                };
             b.extend_from_slice(&flags.to_le_bytes());
             put_bytes(&mut b, path.unwrap_or(b""));
+            put_bytes(&mut b, handle.unwrap_or(b""));
         }
         write_section(&mut b, &self.events);
         if let Some(faults) = &self.faults {
@@ -267,12 +293,12 @@ impl Trace {
         b
     }
 
-    /// Parses a version-1 trace, validating every length, index and the checksum.
+    /// Parses a trace of version 2 or 1, validating every length, index and the checksum.
     pub fn from_bytes(data: &[u8]) -> Result<Trace, TraceError> {
         let mut r = Reader { data, pos: 0 };
         let header = Header::read(&mut r)?;
         let command = read_command(&mut r)?;
-        let files = read_files(&mut r)?;
+        let files = read_files(&mut r, header.version)?;
         let bounds = Bounds {
             nfiles: files.len() as u32,
             page_size: header.page_size as u64,
@@ -306,7 +332,7 @@ impl Trace {
     /// the page size, and that every event and fault names a file of the trace with a valid
     /// page range. A trace that passes can be replayed, evicted and loaded without panics.
     pub fn check(&self) -> Result<(), TraceError> {
-        if self.version != VERSION {
+        if self.version != VERSION && self.version != VERSION_1 {
             return Err(TraceError::UnsupportedVersion(self.version));
         }
         check_page_size(self.page_size)?;

@@ -19,6 +19,7 @@ fn sample() -> Trace {
                 path: Some("/usr/lib/x.so".into()),
                 path_bytes: Some(b"/usr/lib/x.so".to_vec()),
                 deleted: false,
+                handle: Some(vec![1, 0, 0, 0, 42, 0, 0, 0, 7, 7, 7, 7]),
             },
             TraceFile {
                 dev_major: 0,
@@ -28,6 +29,7 @@ fn sample() -> Trace {
                 path: None,
                 path_bytes: None,
                 deleted: true,
+                handle: None,
             },
         ],
         events: (0..50)
@@ -63,6 +65,70 @@ fn round_trips() {
     // A fault section without the header flag (or the flag without the section) is refused.
     let mut b = t.to_bytes();
     b[12] = 1;
+    let n = b.len() - 8;
+    let sum = xxhash_rust::xxh3::xxh3_64(&b[..n]);
+    b[n..].copy_from_slice(&sum.to_le_bytes());
+    assert!(Trace::from_bytes(&b).is_err());
+}
+
+/// The same trace in the version-1 layout: no handle field after each path.
+fn version_1_bytes(t: &Trace) -> Vec<u8> {
+    let mut b = MAGIC.to_vec();
+    b.extend_from_slice(&VERSION_1.to_le_bytes());
+    let flags = if t.faults.is_some() { HAS_FAULTS } else { 0 };
+    b.extend_from_slice(&flags.to_le_bytes());
+    b.extend_from_slice(&t.page_size.to_le_bytes());
+    for v in [t.lost_events, t.started_unix_ns, t.duration_ns] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(&(t.command.len() as u32).to_le_bytes());
+    for a in &t.command {
+        put_bytes(&mut b, a.as_bytes());
+    }
+    b.extend_from_slice(&(t.files.len() as u32).to_le_bytes());
+    for f in &t.files {
+        b.extend_from_slice(&(((f.dev_major as u64) << 32) | f.dev_minor as u64).to_le_bytes());
+        b.extend_from_slice(&f.ino.to_le_bytes());
+        b.extend_from_slice(&f.size.to_le_bytes());
+        let flags = if f.path_bytes.is_some() {
+            FILE_PATH_KNOWN
+        } else {
+            0
+        } | if f.deleted { FILE_DELETED } else { 0 };
+        b.extend_from_slice(&flags.to_le_bytes());
+        put_bytes(&mut b, f.path_bytes.as_deref().unwrap_or(b""));
+    }
+    write_section(&mut b, &t.events);
+    if let Some(faults) = &t.faults {
+        write_section(&mut b, faults);
+    }
+    let sum = xxhash_rust::xxh3::xxh3_64(&b);
+    b.extend_from_slice(&sum.to_le_bytes());
+    b
+}
+
+#[test]
+fn version_1_traces_are_still_read_and_handles_are_kept_in_version_2() {
+    let t = sample();
+    assert_eq!(t.files[0].handle.as_ref().map(Vec::len), Some(12));
+    let got = Trace::from_bytes(&t.to_bytes()).unwrap();
+    assert_eq!(got.version, VERSION);
+    assert_eq!(got.files[0].handle, t.files[0].handle);
+    let old = Trace::from_bytes(&version_1_bytes(&t)).unwrap();
+    assert_eq!(old.version, VERSION_1);
+    assert_eq!(old.files[0].handle, None);
+    assert_eq!(old.files[0].path_bytes, t.files[0].path_bytes);
+    assert_eq!(old.events, t.events);
+    // A version-1 file with the handle flag is refused (the flag did not exist then).
+    let mut v1 = sample();
+    v1.files[0].deleted = false;
+    let mut b = version_1_bytes(&v1);
+    // The first file's flags: after the header (44 bytes), the command and nfiles, then its
+    // device, inode and size.
+    let command: usize = v1.command.iter().map(|a| 4 + a.len()).sum();
+    let flags_at = 44 + 4 + command + 4 + 24;
+    assert_eq!(b[flags_at], FILE_PATH_KNOWN as u8);
+    b[flags_at] |= FILE_HANDLE_KNOWN as u8;
     let n = b.len() - 8;
     let sum = xxhash_rust::xxh3::xxh3_64(&b[..n]);
     b[n..].copy_from_slice(&sum.to_le_bytes());
