@@ -499,6 +499,34 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
         ));
     }
 
+    // copy as uid 65534 of a cold source it does not own: cachestat refuses it (EPERM) and
+    // mincore would lie, so what it reads is dropped behind as if nothing was cached before;
+    // the summary says the residency is unknown.
+    if !c.unknown {
+        evict_real(c);
+        let dir = scratch.join(format!("{}-nobody", c.name.replace(' ', "_")));
+        fs::create_dir_all(&dir).unwrap();
+        assert!(sh(&format!("chown 65534 '{}'", dir.display())));
+        open_up_ancestors(&dir);
+        let out = as_nobody()
+            .arg("copy")
+            .arg(&c.file)
+            .arg(dir.join("f"))
+            .output()
+            .unwrap();
+        let left = truth(c);
+        let said = stderr(&out);
+        row.push((
+            "copy as 65534",
+            if out.status.success() && left <= SIZE as u64 / 100 && said.contains("unknown") {
+                Ok("ok (source unknown, dropped)")
+            } else {
+                Err(format!("exit {:?}, kernel {left} left: {said}", out.status))
+            },
+        ));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
     // stat as uid 65534: a file it owns is measured; one it neither owns nor may write is
     // `unknown` (cachestat refuses it, mincore would call it all cached) — never a number.
     if !c.unknown {

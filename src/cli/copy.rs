@@ -455,7 +455,7 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
     };
     writeln!(
         w,
-        "copied {} files ({}), {} dirs, {} symlinks, {} hard links{} in {:.2} s, {}/s via {}; cache left: source +{} ({:.1}%), destination {} ({:.1}%){}",
+        "copied {} files ({}), {} dirs, {} symlinks, {} hard links{} in {:.2} s, {}/s via {}; cache left: source +{} ({}), destination {} ({:.1}%){}",
         report.files,
         bytes(report.bytes),
         report.dirs,
@@ -466,7 +466,12 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
         bytes(report.rate_bytes_per_s as u64),
         if strategies.is_empty() { "-".into() } else { strategies },
         render::partial_bytes(r.source_added_bytes, report.files, r.source_unknown_files),
-        pct(r.source_added_bytes, r.source_bytes),
+        if r.source_unknown_files > 0 && r.source_unknown_files >= report.files {
+            // No figure the kernel did not give: the share of an unknown is unknown too.
+            "unknown: cachestat refused and mincore cannot tell; read and dropped as if nothing was cached before".to_string()
+        } else {
+            format!("{:.1}%", pct(r.source_added_bytes, r.source_bytes))
+        },
         bytes(r.dest_cached_bytes),
         pct(r.dest_cached_bytes, r.dest_bytes),
         if view.verify {
@@ -607,6 +612,12 @@ mod tests {
              left: source +0 B (0.0%), destination 0 B (0.0%)\nentries: 0 created, 0 updated, 0 \
              left as they were, 0 deleted, 0 failed\n"
         );
+        let mut r = report();
+        r.residue.source_unknown_files = 10;
+        assert!(summary(&r, false, false).contains(
+            "cache left: source +unknown (unknown: cachestat refused and mincore cannot tell; \
+             read and dropped as if nothing was cached before), destination"
+        ));
         let mut r = report();
         r.residue.source_unknown_files = 2;
         assert_eq!(

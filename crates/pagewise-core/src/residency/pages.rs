@@ -36,12 +36,13 @@ pub(super) fn mincore_pages(
 pub fn cached_pages(fd: BorrowedFd<'_>, off: u64, len: u64) -> Option<u64> {
     match sys::cachestat(fd, off, len) {
         Ok(c) => Some(c.cache),
-        // No cachestat, or one blind to this file's pages (overlayfs): mincore through a
-        // mapping, which maps the real file's pages.
+        // No cachestat, one blind to this file's pages (overlayfs: mincore through a mapping
+        // maps the real file's), or one refused (EPERM: a seccomp filter in a container, or
+        // not the caller's file — then mincore is not truthful either, and this says None).
         Err(e)
             if matches!(
                 e.raw_os_error(),
-                Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
+                Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::EPERM)
             ) =>
         {
             let st = sys::fstat(fd).ok()?;
