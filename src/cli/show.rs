@@ -90,7 +90,7 @@ mod tests {
     fn grouped_merges_contiguous_pages() {
         assert_eq!(
             show(ShowFormat::Grouped),
-            "# pagewise trace v1: 5 events, 3 files, 36864 bytes, 0 lost events; command: cat a b\n\
+            "# pagewise trace v2: 5 events, 3 files, 36864 bytes, 0 lost events; command: cat a b\n\
              # time_s path offset length\n\
              0.000001 /data/a 0 12288\n\
              0.000003 /data/new\\x0aline 32768 4096\n\
@@ -103,7 +103,7 @@ mod tests {
     fn text_has_one_line_per_page() {
         assert_eq!(
             show(ShowFormat::Text),
-            "# pagewise trace v1: 5 events, 3 files, 36864 bytes, 0 lost events; command: cat a b\n\
+            "# pagewise trace v2: 5 events, 3 files, 36864 bytes, 0 lost events; command: cat a b\n\
              # time_s path offset\n\
              0.000001 /data/a 0\n\
              0.000002 /data/a 4096\n\
