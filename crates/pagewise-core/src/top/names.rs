@@ -351,8 +351,21 @@ impl FileNames {
         let fd = match crate::sys::open_by_inode(mfd.as_fd(), ino) {
             Ok(fd) => fd,
             Err(e) => {
+                // Only ext2/3/4 and squashfs take an inode number without its generation:
+                // their ESTALE means the inode is free; elsewhere it says nothing of the file.
+                let gen_zero = self
+                    .mounts
+                    .fstype((maj, min))
+                    .is_some_and(|t| matches!(t.as_str(), "ext2" | "ext3" | "ext4" | "squashfs"));
                 return FileName::Unknown(match e.raw_os_error() {
-                    Some(libc::ENOENT | libc::ESTALE) => "gone: deleted since".into(),
+                    Some(libc::ENOENT | libc::ESTALE) if gen_zero => "gone: deleted since".into(),
+                    Some(libc::ESTALE) => format!(
+                        "cannot be named: this file system checks the inode's generation, which \
+                         the tracepoint does not give (open_by_handle_at({maj}:{min} inode {ino}): {e})"
+                    ),
+                    Some(libc::EPERM) => format!(
+                        "cannot be named without CAP_DAC_READ_SEARCH (open_by_handle_at: {e})"
+                    ),
                     _ => format!("open_by_handle_at({maj}:{min} inode {ino}) failed: {e}"),
                 })
             }
