@@ -258,6 +258,30 @@ fn close(a: u64, b: u64) -> bool {
     a.abs_diff(b) <= SIZE as u64 / 100
 }
 
+/// `pagewise run OPTIONS --report FILE -- COMMAND` (its stdout dropped): how it ended, and its
+/// report (null when it wrote none).
+fn run_reported(
+    c: &Case,
+    scratch: &Path,
+    tag: &str,
+    options: &[&str],
+    command: &[String],
+) -> (std::process::Output, serde_json::Value) {
+    let rep = scratch.join(format!("{}-{tag}.json", c.name.replace(' ', "_")));
+    let out = bin()
+        .arg("run")
+        .args(options)
+        .arg("--report")
+        .arg(&rep)
+        .arg("--")
+        .args(command)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let r = serde_json::from_slice(&fs::read(&rep).unwrap_or_default()).unwrap_or_default();
+    (out, r)
+}
+
 /// One row of checks; each returns Ok, or what differed.
 fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, String>)> {
     let mut row = Vec::new();
@@ -319,18 +343,9 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
     // run -- cat f: what cat brought in is dropped again.
     if !c.unknown {
         evict_real(c);
-        let rep = scratch.join(format!("{}-run.json", c.name.replace(' ', "_")));
-        let out = bin()
-            .args(["run", "--report"])
-            .arg(&rep)
-            .args(["--", "cat"])
-            .arg(&c.file)
-            .stdout(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let cat = vec!["cat".to_string(), c.file.display().to_string()];
+        let (out, r) = run_reported(c, scratch, "run", &[], &cat);
         let left = truth(c);
-        let r: serde_json::Value =
-            serde_json::from_slice(&fs::read(&rep).unwrap_or_default()).unwrap_or_default();
         row.push((
             "run",
             if out.status.success()
@@ -444,23 +459,11 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
     // was prefetched for it is dropped too.
     if !c.unknown {
         evict_real(c);
-        let rep = scratch.join(format!("{}-assist.json", c.name.replace(' ', "_")));
-        let pages: Vec<String> = (0..SIZE as u64 / PAGE)
-            .step_by(16)
-            .map(|p| p.to_string())
-            .collect();
-        let out = bin()
-            .args(["run", "--assist", "--report"])
-            .arg(&rep)
-            .arg("--")
-            .args(toucher(scratch))
-            .arg(&c.file)
-            .args(&pages)
-            .output()
-            .unwrap();
+        let mut reader = toucher(scratch);
+        reader.push(c.file.display().to_string());
+        reader.extend((0..SIZE as u64 / PAGE).step_by(16).map(|p| p.to_string()));
+        let (out, r) = run_reported(c, scratch, "assist", &["--assist"], &reader);
         let left = truth(c);
-        let r: serde_json::Value =
-            serde_json::from_slice(&fs::read(&rep).unwrap_or_default()).unwrap_or_default();
         let prefetches = r["assist"]["prefetches"].as_u64().unwrap_or(0);
         row.push((
             "run --assist",

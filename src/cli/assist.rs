@@ -27,7 +27,8 @@ within --range of each other into clusters; on the next miss it prefetches a win
 cluster's span (at least --min-window) with fadvise(WILLNEED), starting at the fault when the
 last cluster was read upwards (--centred: centred on it, as Lustre does). Hits prefetch nothing.
 
-Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, bad trace).";
+Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, bad trace), 2 when
+files the target faulted on could not be opened to prefetch from (the summary counts them).";
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "simulate"])))]
@@ -74,6 +75,10 @@ pub fn run(a: AssistArgs) -> Result<ExitCode, CliError> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         let _ = render::write_assist_summary(&mut std::io::stderr().lock(), &r);
+    }
+    // A promise not kept: faults on files that could not be reached were not assisted.
+    if r.files_unreachable > 0 {
+        return Ok(ExitCode::Status(2));
     }
     Ok(ExitCode::Success)
 }

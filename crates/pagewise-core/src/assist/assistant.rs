@@ -257,7 +257,9 @@ impl Assistant {
                 .and_then(|fd| sys::fstat(fd.as_fd()).ok())
                 .map_or(0, |st| st.size.div_ceil(self.page));
             self.r.files += 1;
-            if fd.is_none() {
+            // Shared memory, memfd and other files of no mounted file system have no file to
+            // prefetch from: not a file the assistant failed to reach.
+            if fd.is_none() && !self.mounts.is_metadata(key) {
                 self.r.files_unreachable += 1;
             }
             self.next_id += 1;

@@ -367,7 +367,7 @@ impl FileNames {
                         "cannot be named without CAP_DAC_READ_SEARCH (open_by_handle_at: {e})"
                     ),
                     _ => format!("open_by_handle_at({maj}:{min} inode {ino}) failed: {e}"),
-                })
+                });
             }
         };
         let link = std::fs::read_link(crate::sys::fd_path(fd.as_fd()));
