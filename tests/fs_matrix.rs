@@ -376,6 +376,10 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
             .stdout(std::process::Stdio::null())
             .output()
             .unwrap();
+        // replay (disk order) reads the traced pages into the cache again.
+        let replay = bin().arg("replay").arg(&trace).output().unwrap();
+        let replayed = truth(c);
+        evict_real(c);
         let load = bin()
             .args(["load", "--trace"])
             .arg(&trace)
@@ -389,8 +393,10 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
             .unwrap();
         let left = truth(c);
         row.push((
-            "record/trace",
+            "record/replay/trace",
             if rec.status.success()
+                && replay.status.success()
+                && replayed >= SIZE as u64 * 99 / 100
                 && load.status.success()
                 && ev.status.success()
                 && loaded >= SIZE as u64 * 99 / 100
@@ -399,8 +405,9 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
                 Ok("ok")
             } else {
                 Err(format!(
-                    "record {:?} load {:?} ({loaded}) evict {:?} ({left}): {}{}",
+                    "record {:?} replay {:?} ({replayed}) load {:?} ({loaded}) evict {:?} ({left}): {}{}",
                     rec.status.code(),
+                    replay.status.code(),
                     load.status.code(),
                     ev.status.code(),
                     String::from_utf8_lossy(&load.stderr),
