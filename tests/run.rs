@@ -614,3 +614,40 @@ fn daemonising_command_returns_at_once_with_a_note() {
         assert!(t.path().join("T").exists());
     }
 }
+
+/// The witness's filter stays with processes the command leaves running: once pagewise has
+/// exited, their close(2) calls must still work (without the helper pagewise leaves behind,
+/// every one failed with ENOSYS and Python died at its first close).
+#[test]
+fn a_process_the_command_leaves_running_can_still_close_files_after_pagewise_exits() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let out = t.path().join("result");
+    let script = t.path().join("orphan.py");
+    fs::write(
+        &script,
+        format!(
+            "import os, time\n\
+             time.sleep(1.0)\n\
+             try:\n    fd = os.open('/etc/hostname', os.O_RDONLY); os.close(fd); r = 'ok'\n\
+             except OSError as e:\n    r = 'error: %s' % e\n\
+             open({:?}, 'w').write(r)\n",
+            out.display().to_string()
+        ),
+    )
+    .unwrap();
+    let cmd = format!("python3 {} >/dev/null 2>&1 &", script.display());
+    let ran = run(bin().args(["run", "--", "sh", "-c", &cmd]));
+    assert!(ran.status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !out.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(
+        fs::read_to_string(&out).unwrap_or_else(|_| "no result: the orphan died".into()),
+        "ok"
+    );
+}

@@ -201,7 +201,12 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
     let witness = opts.dropping.follow.witness.then(|| seen.clone());
     let launcher = command::Launcher::new(&opts.command, witness);
     let whom = Whom::Command(launcher.tid());
-    let session = Session::start(&opts.dropping, opts.assist.as_ref(), whom, Some(seen))?;
+    let session = Session::start(
+        &opts.dropping,
+        opts.assist.as_ref(),
+        whom,
+        Some(seen.clone()),
+    )?;
     // SIGINT/SIGTERM/SIGHUP/SIGQUIT: pagewise survives them to drop what the command
     // brought in; those sent to pagewise alone are forwarded to the command as they are (the
     // terminal's reach it anyway), so it exits as it would have (130 for Ctrl-C).
@@ -215,12 +220,25 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
         .and_then(|()| launcher.run())
         .map(|r| (r.status, r.elapsed_s()));
     let orphans = trace::orphans_left();
+    // Their closes would fail with ENOSYS once pagewise exits: a helper answers them.
+    let handed = (orphans > 0)
+        .then(|| seen.hand_over())
+        .and_then(Result::err)
+        .map(|e| {
+            format!(
+                "no helper could be left for the processes the command left running (fork: {e}): \
+             their close calls fail with ENOSYS once pagewise exits"
+            )
+        });
     let ended = session.finish();
     let (status, elapsed) = ran?;
     if let Some(n) = trace::orphans_notice(
         orphans,
         "their pages are dropped only up to then; pagewise does not follow",
     ) {
+        ended.tally.notice(n);
+    }
+    if let Some(n) = handed {
         ended.tally.notice(n);
     }
     ended.tally.stop_requested(observer);

@@ -390,6 +390,70 @@ impl Notifier {
     }
 }
 
+/// `pid_t fork(void)` — <https://man7.org/linux/man-pages/man2/fork.2.html> — of a helper
+/// that answers every notification of `listener` with CONTINUE, looking at nothing, until no
+/// process uses the filter any more (POLLHUP), then exits. For processes a command left
+/// running (a daemon): were the listener closed with pagewise, every close(2) of theirs would
+/// fail with ENOSYS. The helper keeps only the listener (as descriptor 3: its standard streams
+/// and pagewise's other descriptors are closed, so it holds no pipe or file open) and leaves
+/// pagewise's session (setsid), so a terminal's Ctrl-C does not end it.
+pub fn answer_in_background(listener: BorrowedFd<'_>) -> io::Result<()> {
+    let fd = listener.as_raw_fd();
+    // SAFETY: the child of a possibly multi-threaded parent makes only raw syscalls (dup2,
+    // close_range, setsid, poll, ioctl, _exit) on its own stack memory: no allocation, no lock.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid > 0 {
+        return Ok(());
+    }
+    // SAFETY: as above; the structs are zeroed and of the sizes the ioctls name.
+    unsafe {
+        const KEEP: RawFd = 3;
+        if fd != KEEP && libc::dup2(fd, KEEP) < 0 {
+            libc::_exit(1);
+        }
+        libc::syscall(libc::SYS_close_range, 0u32, (KEEP - 1) as u32, 0u32);
+        libc::syscall(libc::SYS_close_range, (KEEP + 1) as u32, u32::MAX, 0u32);
+        libc::setsid();
+        loop {
+            let mut p = libc::pollfd {
+                fd: KEEP,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut p, 1, -1) < 0 {
+                continue;
+            }
+            if p.revents & libc::POLLIN == 0 {
+                // POLLHUP: nobody uses the filter any more.
+                libc::_exit(0);
+            }
+            let mut n: SeccompNotif = std::mem::zeroed();
+            if libc::ioctl(
+                KEEP,
+                SECCOMP_IOCTL_NOTIF_RECV as _,
+                &mut n as *mut SeccompNotif,
+            ) < 0
+            {
+                continue;
+            }
+            let mut r = SeccompNotifResp {
+                id: n.id,
+                val: 0,
+                error: 0,
+                flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE,
+            };
+            libc::ioctl(
+                KEEP,
+                SECCOMP_IOCTL_NOTIF_SEND as _,
+                &mut r as *mut SeccompNotifResp,
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

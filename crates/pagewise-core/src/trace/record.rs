@@ -111,6 +111,16 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let started_unix_ns = unix_now_ns();
     let ran = launcher.run();
     let orphans = orphans_left();
+    // Their closes would fail with ENOSYS once pagewise exits: a helper answers them.
+    let handed = (orphans > 0)
+        .then(|| seen.hand_over())
+        .and_then(Result::err)
+        .map(|e| {
+            format!(
+                "no helper could be left for the processes the command left running (fork: {e}): \
+             their close calls fail with ENOSYS once pagewise exits"
+            )
+        });
     let lost = follower.stop().map_err(crate::Error::Tracefs)?;
     let ran = ran?;
     let (status, start_mono, duration_ns) = (ran.status, ran.start_mono_ns, ran.duration_ns());
@@ -129,6 +139,9 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     }
     super::resolve(&mut trace.files, &seen);
     if let Some(n) = orphans_notice(orphans, "the trace ends with the command, without") {
+        tally.notice(n);
+    }
+    if let Some(n) = handed {
         tally.notice(n);
     }
     tally.stop_requested(observer);

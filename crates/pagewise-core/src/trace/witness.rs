@@ -101,6 +101,8 @@ pub struct Witnessed {
     kept: std::sync::atomic::AtomicUsize,
     /// Whether the command was watched at all (the filter was installed).
     pub active: AtomicBool,
+    /// A duplicate of the filter's listener, for [`Witnessed::hand_over`].
+    listener: Mutex<Option<OwnedFd>>,
 }
 
 /// A file [`Witnessed::look`] caught: opened anew, with its stat(2).
@@ -241,6 +243,16 @@ impl Witnessed {
         self.open(key)
     }
 
+    /// Processes the command left running keep its filter: a helper process answers their
+    /// closes after pagewise has exited ([`sys::answer_in_background`]), so they do not fail
+    /// with ENOSYS. Call once the command has ended, when it left processes behind.
+    pub fn hand_over(&self) -> io::Result<()> {
+        match self.listener.lock().unwrap().take() {
+            Some(l) => sys::answer_in_background(l.as_fd()),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the command's processes are watched (the filter was installed).
     pub fn is_active(&self) -> bool {
         self.active.load(Ordering::Relaxed)
@@ -367,6 +379,7 @@ impl Witness {
                     return;
                 };
                 drop(sock);
+                *seen.listener.lock().unwrap() = n.fd().try_clone_to_owned().ok();
                 // Linux 6.6+: hand the CPU over directly (a close costs one round trip).
                 let _ = n.sync_wake_up();
                 seen.active.store(true, Ordering::Relaxed);
