@@ -62,6 +62,8 @@ struct Case {
     real: PathBuf,
     /// pagewise must say `unknown` here (the pages sit where it cannot see them).
     unknown: bool,
+    /// tmpfs: the pages are the file itself (no backing store): nothing can evict them.
+    shmem: bool,
     /// Mounts and loop devices, undone last-first.
     undo: Vec<Undo>,
 }
@@ -125,6 +127,7 @@ fn block_fs(dir: &Path, name: &'static str, mkfs: &[&str], opts: &str) -> Case {
         real: file.clone(),
         file,
         unknown: false,
+        shmem: false,
         undo: vec![detach, m],
     }
 }
@@ -152,6 +155,7 @@ fn image_fs(dir: &Path, name: &'static str, build: &[&str], fstype: &str) -> Cas
         real: file.clone(),
         file,
         unknown: false,
+        shmem: false,
         undo: vec![detach, m],
     }
 }
@@ -197,8 +201,80 @@ fn overlay(dir: &Path, name: &'static str, which: &str) -> Case {
         file,
         real,
         unknown: false,
+        shmem: false,
         undo: vec![m],
     }
+}
+
+/// tmpfs: a file whose pages are its only copy.
+fn tmpfs(dir: &Path) -> Case {
+    let mnt = dir.join("tmpfs");
+    let m = mount(&["-t", "tmpfs", "-o", "size=64M", "tmpfs"], &mnt);
+    let file = mnt.join("f");
+    write_file(&file, SIZE);
+    Case {
+        name: "tmpfs",
+        real: file.clone(),
+        file,
+        unknown: false,
+        shmem: true,
+        undo: vec![m],
+    }
+}
+
+/// tmpfs's row: stat measures it, evict refuses with the reason before acting (and the pages
+/// stay: they are the file), load and a copy out of it work, and the copy is cold.
+fn shmem_checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, String>)> {
+    let mut row = Vec::new();
+    let all = SIZE as u64;
+    row.push((
+        "stat",
+        match stat_cached(&c.file) {
+            Some(n) if n == all && truth(c) == all => Ok("ok"),
+            g => Err(format!("said {g:?}, kernel {}", truth(c))),
+        },
+    ));
+    let out = bin().arg("evict").arg(&c.file).output().unwrap();
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    row.push((
+        "evict",
+        if said.contains("tmpfs/shmem") && truth(c) == all {
+            Ok("refused: tmpfs pages are the file")
+        } else {
+            Err(format!("evict said: {said}; kernel {}", truth(c)))
+        },
+    ));
+    let out = bin().arg("load").arg(&c.file).output().unwrap();
+    row.push((
+        "load",
+        if out.status.success() && truth(c) == all {
+            Ok("ok")
+        } else {
+            Err(format!("exit {:?}", out.status))
+        },
+    ));
+    let dst = scratch.join("tmpfs-copy");
+    let _ = fs::remove_file(&dst);
+    let out = bin().arg("copy").arg(&c.file).arg(&dst).output().unwrap();
+    row.push((
+        "copy",
+        if out.status.success()
+            && truth(c) == all
+            && cached(&dst) * PAGE <= all / 100
+            && same(&c.file, &dst)
+        {
+            Ok("ok")
+        } else {
+            Err(format!(
+                "exit {:?}, dst {}: {}",
+                out.status,
+                cached(&dst) * PAGE,
+                stderr(&out)
+            ))
+        },
+    ));
+    let _ = fs::remove_file(&dst);
+    row
 }
 
 /// FUSE: bindfs mirroring a directory; the data's pages sit in the backing file bindfs reads.
@@ -217,6 +293,7 @@ fn fuse(dir: &Path) -> Case {
         file: mnt.join("f"),
         real: back.join("f"),
         unknown: true,
+        shmem: false,
         undo: vec![Undo::Umount(mnt)],
     }
 }
@@ -284,6 +361,9 @@ fn run_reported(
 
 /// One row of checks; each returns Ok, or what differed.
 fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, String>)> {
+    if c.shmem {
+        return shmem_checks(c, scratch);
+    }
     let mut row = Vec::new();
     let unknown_ok = |got: Option<u64>| -> Result<&'static str, String> {
         match got {
@@ -677,6 +757,7 @@ fn every_verb_agrees_with_the_kernel_on_every_file_system() {
             "erofs",
             Box::new(|| image_fs(d, "erofs", &["mkfs.erofs", "--quiet"], "erofs")),
         ),
+        ("tmpfs", Box::new(|| tmpfs(d))),
         ("fuse (bindfs)", Box::new(|| fuse(d))),
     ];
     let mut table = vec![];
