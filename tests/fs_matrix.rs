@@ -617,6 +617,63 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
         let _ = fs::remove_dir_all(&dir);
     }
 
+    // top: a reader holding the file open while top counts an interval; the file's row is
+    // named (through the inode, or through the reader's /proc/PID/fd where the inode number
+    // alone cannot: XFS, btrfs) and its added bytes are the file's.
+    if !c.unknown {
+        evict_real(c);
+        let top = bin()
+            .args([
+                "top",
+                "--by",
+                "file",
+                "--once",
+                "--interval",
+                "2s",
+                "--json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let reader = format!(
+            "import time\nf = open({:?}, 'rb')\nf.read()\ntime.sleep(2.5)\n",
+            c.file.display().to_string()
+        );
+        let mut r = Command::new("python3")
+            .args(["-c", &reader])
+            .spawn()
+            .unwrap();
+        let out = top.wait_with_output().unwrap();
+        let _ = r.wait();
+        let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let names = [c.file.display().to_string(), c.real.display().to_string()];
+        let added: u64 = j["intervals"][0]["files"]["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| {
+                r["path"]
+                    .as_str()
+                    .is_some_and(|p| names.iter().any(|n| n == p))
+            })
+            .filter_map(|r| r["added_bytes"].as_u64())
+            .sum();
+        row.push((
+            "top",
+            if out.status.success() && close(added, SIZE as u64) {
+                Ok("ok")
+            } else {
+                Err(format!(
+                    "exit {:?}, {added} added under its name: {}",
+                    out.status,
+                    stderr(&out)
+                ))
+            },
+        ));
+    }
+
     // stat as uid 65534: a file it owns is measured; one it neither owns nor may write is
     // `unknown` (cachestat refuses it, mincore would call it all cached) — never a number.
     if !c.unknown {

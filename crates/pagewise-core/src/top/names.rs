@@ -303,6 +303,8 @@ pub struct FileNames {
     mounts: crate::trace::Mounts,
     /// Each device's mount, opened once an interval (None: could not be).
     mount_fds: HashMap<(u32, u32), Option<std::os::fd::OwnedFd>>,
+    /// Files found through a process's /proc/PID/fd and maps, once an interval.
+    seen: crate::trace::Witnessed,
 }
 
 /// Paths cached at most.
@@ -313,10 +315,13 @@ impl FileNames {
     pub fn next_interval(&mut self) {
         self.mounts = crate::trace::Mounts::default();
         self.mount_fds.clear();
+        self.seen = crate::trace::Witnessed::default();
     }
 
-    /// The name of `key` (`bdis` names the devices of unresolved dirtying records).
-    pub fn name(&mut self, key: FileKey, bdis: &[(String, String)]) -> FileName {
+    /// The name of `key` (`bdis` names the devices of unresolved dirtying records); `pid`, a
+    /// process seen using the file, is asked (its /proc/PID/fd and maps) where the inode
+    /// number alone cannot name it.
+    pub fn name(&mut self, key: FileKey, bdis: &[(String, String)], pid: Option<u32>) -> FileName {
         use std::os::unix::ffi::OsStrExt;
         let (dev, ino) = key;
         if dev & UNRESOLVED_BDI != 0 {
@@ -348,7 +353,14 @@ impl FileNames {
             ));
         };
         use std::os::fd::AsFd;
-        let fd = match crate::sys::open_by_inode(mfd.as_fd(), ino) {
+        let found = match crate::sys::open_by_inode(mfd.as_fd(), ino) {
+            Ok(fd) => Ok(std::sync::Arc::new(fd)),
+            Err(e) => {
+                let id = crate::sys::FileId(maj, min, ino);
+                pid.and_then(|p| self.seen.find(id, p).ok()).ok_or(e)
+            }
+        };
+        let fd = match found {
             Ok(fd) => fd,
             Err(e) => {
                 // Only ext2/3/4 and squashfs take an inode number without its generation:

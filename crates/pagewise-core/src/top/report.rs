@@ -166,7 +166,7 @@ pub(super) fn interval(
     }
     let file_rows = views.file.then(|| {
         sorted(&raw.files, max_rows, |k, counts| {
-            file_row(k, counts, files, &raw.bdis)
+            file_row(k, counts, files, &raw.bdis, raw.file_pids.get(&k).copied())
         })
     });
     Interval {
@@ -252,10 +252,11 @@ fn file_row(
     counts: Counts,
     names: &mut FileNames,
     bdis: &[(String, String)],
+    pid: Option<u32>,
 ) -> FileRow {
     let (dev, ino) = key;
     let resolved = dev & super::aggregate::UNRESOLVED_BDI == 0;
-    let (path, deleted, why) = match names.name(key, bdis) {
+    let (path, deleted, why) = match names.name(key, bdis, pid) {
         FileName::Path(p, d) => (Some(p), d, None),
         FileName::Unknown(w) => (None, false, Some(w)),
     };

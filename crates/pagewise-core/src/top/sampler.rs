@@ -34,6 +34,10 @@ pub(super) struct Raw {
     pub processes: Bounded<u32>,
     pub cgroups: Bounded<u32>,
     pub files: Bounded<FileKey>,
+    /// A process seen using each file (the first of the interval), to name the file through
+    /// its /proc/PID/fd and maps where the inode number alone cannot (XFS, btrfs, no
+    /// CAP_DAC_READ_SEARCH). At most as many as `files` has keys.
+    pub file_pids: super::aggregate::IntMap<FileKey, u32>,
     pub totals: Counts,
     pub pids: Vec<(u32, ProcInfo)>,
     pub cgroup_table: Vec<CgroupEntry>,
@@ -59,6 +63,8 @@ struct Reader {
     execs: super::aggregate::IntMap<u32, String>,
     /// The samples of one pass over the rings.
     batch: Vec<events::Event>,
+    /// The file of the last event (see `Raw::file_pids`).
+    last_file: Option<FileKey>,
 }
 
 fn empty(options: &SamplerOptions) -> Raw {
@@ -67,6 +73,7 @@ fn empty(options: &SamplerOptions) -> Raw {
         processes: Bounded::new(cap),
         cgroups: Bounded::new(cap),
         files: Bounded::new(cap),
+        file_pids: Default::default(),
         totals: Counts::default(),
         pids: Vec::new(),
         cgroup_table: Vec::new(),
@@ -123,7 +130,15 @@ impl Reader {
             self.cur.cgroups.add(cg, e.kind, bytes, exact);
         }
         if v.file {
-            self.cur.files.add((dev, e.ino), e.kind, bytes, exact);
+            let key = (dev, e.ino);
+            // One lookup per change of file, not per event (runs of one file are common).
+            if self.last_file != Some(key) {
+                self.last_file = Some(key);
+                if self.cur.file_pids.len() < self.options.max_keys {
+                    self.cur.file_pids.entry(key).or_insert(e.pid);
+                }
+            }
+            self.cur.files.add(key, e.kind, bytes, exact);
         }
     }
 
@@ -170,6 +185,7 @@ impl Reader {
     /// Ends the interval: the counts, with what names them.
     fn take(&mut self) -> Raw {
         let mut raw = std::mem::replace(&mut self.cur, empty(&self.options));
+        self.last_file = None;
         raw.processes.flush();
         raw.cgroups.flush();
         raw.files.flush();
@@ -303,6 +319,7 @@ impl Sampler {
             page: sys::page_size(),
             execs: Default::default(),
             batch: Vec::new(),
+            last_file: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = crossbeam_channel::unbounded::<crossbeam_channel::Sender<Raw>>();
