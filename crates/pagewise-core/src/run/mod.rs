@@ -220,16 +220,7 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
         .and_then(|()| launcher.run())
         .map(|r| (r.status, r.elapsed_s()));
     let orphans = trace::orphans_left();
-    // Their closes would fail with ENOSYS once pagewise exits: a helper answers them.
-    let handed = (orphans > 0)
-        .then(|| seen.hand_over())
-        .and_then(Result::err)
-        .map(|e| {
-            format!(
-                "no helper could be left for the processes the command left running (fork: {e}): \
-             their close calls fail with ENOSYS once pagewise exits"
-            )
-        });
+    let handed = seen.hand_over_if(orphans);
     let ended = session.finish();
     let (status, elapsed) = ran?;
     if let Some(n) = trace::orphans_notice(

@@ -111,16 +111,7 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let started_unix_ns = unix_now_ns();
     let ran = launcher.run();
     let orphans = orphans_left();
-    // Their closes would fail with ENOSYS once pagewise exits: a helper answers them.
-    let handed = (orphans > 0)
-        .then(|| seen.hand_over())
-        .and_then(Result::err)
-        .map(|e| {
-            format!(
-                "no helper could be left for the processes the command left running (fork: {e}): \
-             their close calls fail with ENOSYS once pagewise exits"
-            )
-        });
+    let handed = seen.hand_over_if(orphans);
     let lost = follower.stop().map_err(crate::Error::Tracefs)?;
     let ran = ran?;
     let (status, start_mono, duration_ns) = (ran.status, ran.start_mono_ns, ran.duration_ns());

@@ -101,7 +101,7 @@ pub struct Witnessed {
     kept: std::sync::atomic::AtomicUsize,
     /// Whether the command was watched at all (the filter was installed).
     pub active: AtomicBool,
-    /// A duplicate of the filter's listener, for [`Witnessed::hand_over`].
+    /// A duplicate of the filter's listener, for [`Witnessed::hand_over_if`].
     listener: Mutex<Option<OwnedFd>>,
 }
 
@@ -245,12 +245,19 @@ impl Witnessed {
 
     /// Processes the command left running keep its filter: a helper process answers their
     /// closes after pagewise has exited ([`sys::answer_in_background`]), so they do not fail
-    /// with ENOSYS. Call once the command has ended, when it left processes behind.
-    pub fn hand_over(&self) -> io::Result<()> {
-        match self.listener.lock().unwrap().take() {
-            Some(l) => sys::answer_in_background(l.as_fd()),
-            None => Ok(()),
+    /// with ENOSYS. Call once the command has ended, with how many processes it left behind
+    /// (none: nothing to do). Returns the notice when no helper could be left.
+    pub fn hand_over_if(&self, orphans: usize) -> Option<String> {
+        if orphans == 0 {
+            return None;
         }
+        let listener = self.listener.lock().unwrap().take()?;
+        sys::answer_in_background(listener.as_fd()).err().map(|e| {
+            format!(
+                "no helper could be left for the processes the command left running (fork: \
+                 {e}): their close calls fail with ENOSYS once pagewise exits"
+            )
+        })
     }
 
     /// Whether the command's processes are watched (the filter was installed).
