@@ -167,34 +167,14 @@ pub fn open_read_direct(path: &Path) -> io::Result<OwnedFd> {
 /// filesystems may refuse (ESTALE, EOPNOTSUPP); inode numbers past 32 bits give EOVERFLOW.
 /// The returned descriptor is read-only.
 pub fn open_by_inode(mount_fd: BorrowedFd<'_>, ino: u64) -> io::Result<OwnedFd> {
-    /// `struct file_handle` with the 8-byte `f_handle` of FILEID_INO32_GEN.
-    #[repr(C)]
-    struct Handle {
-        handle_bytes: u32,
-        handle_type: i32,
-        ino: u32,
-        generation: u32,
-    }
     /// `FILEID_INO32_GEN` of `<linux/exportfs.h>`: 32-bit inode number, 32-bit generation.
     const FILEID_INO32_GEN: i32 = 1;
     let ino = u32::try_from(ino).map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
-    let mut h = Handle {
-        handle_bytes: 8,
-        handle_type: FILEID_INO32_GEN,
-        ino,
-        generation: 0,
-    };
-    // SAFETY: h is laid out as struct file_handle with an 8-byte f_handle.
-    let fd = cvt_long(unsafe {
-        libc::syscall(
-            libc::SYS_open_by_handle_at,
-            mount_fd.as_raw_fd(),
-            &mut h as *mut Handle,
-            libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK,
-        )
-    })?;
-    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    // [`file_handle`]'s bytes: the type, then f_handle = inode number, generation 0.
+    let mut h = [0u8; 12];
+    h[..4].copy_from_slice(&FILEID_INO32_GEN.to_le_bytes());
+    h[4..8].copy_from_slice(&ino.to_le_bytes());
+    open_by_file_handle(mount_fd, &h)
 }
 
 /// Largest `f_handle` a file system gives (`MAX_HANDLE_SZ` of `<linux/exportfs.h>`).
