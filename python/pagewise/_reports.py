@@ -489,6 +489,9 @@ class CopyReport(Report):
     stale_temporaries_removed = _int("stale_temporaries_removed", "Temporaries of interrupted earlier copies removed.")
     resumed_files = _int("resumed_files", "Files continued from the partial temporary an earlier, stopped copy left.")
     resumed_bytes = _int("resumed_bytes", "Data bytes those files kept from the earlier copy (not copied again).")
+    resume_compared_bytes = _int(
+        "resume_compared_bytes", "Bytes read on each side to check kept data equals the source byte for byte."
+    )
     dry_run = _bool("dry_run", "Nothing was changed: the counts say what the copy would do.")
     items = _views(
         CopyItem,

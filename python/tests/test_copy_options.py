@@ -35,6 +35,7 @@ COUNTS = (
     "stale_temporaries_removed",
     "resumed_files",
     "resumed_bytes",
+    "resume_compared_bytes",
     "bytes",
     "data_bytes",
     "strategies",

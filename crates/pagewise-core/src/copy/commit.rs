@@ -28,6 +28,11 @@ pub(super) struct NamedTemp {
     /// The directory it is in (reached without following symlinks) and its name there.
     pub dir: Arc<OwnedFd>,
     pub name: OsString,
+    /// The mode the file gets at its commit: a named temporary is made 0600 — nobody else
+    /// may open it to write while it is written, or hold a descriptor to the published file
+    /// — and takes this mode (the source's less the umask) just before its rename. None:
+    /// `preserve` sets the mode itself.
+    mode: Option<u32>,
     armed: AtomicBool,
 }
 
@@ -39,11 +44,13 @@ impl NamedTemp {
 }
 
 impl Temp {
-    /// The temporary `name` in `dir` that an earlier run left, taken up by this one.
-    pub(super) fn adopt(dir: Arc<OwnedFd>, name: OsString) -> Temp {
+    /// The temporary `name` in `dir` that an earlier run left, taken up by this one; it gets
+    /// `mode` at its commit (see [`NamedTemp`]).
+    pub(super) fn adopt(dir: Arc<OwnedFd>, name: OsString, mode: Option<u32>) -> Temp {
         Temp::Named(NamedTemp {
             dir,
             name,
+            mode,
             armed: AtomicBool::new(true),
         })
     }
@@ -103,10 +110,18 @@ impl Ctx<'_> {
         Ok(fd)
     }
 
+    /// The mode a named temporary gets at its commit when the file is to have `mode` (see
+    /// [`NamedTemp`]): None when `preserve` sets it, or when it is 0600 anyway.
+    pub(super) fn mode_at_commit(&self, mode: u32) -> Option<u32> {
+        let m = mode & !self.umask;
+        (!self.opts.preserve && m != 0o600).then_some(m)
+    }
+
     /// Creates the file the data goes to, in `dir` (the directory of `dst`, reached without
     /// following symlinks): unnamed (O_TMPFILE) where the filesystem has it, which costs one
     /// directory entry (at link time) instead of a create plus a rename — measured 12% of the
-    /// CPU of a 100k-file tree copy went to rename —, else a hidden name.
+    /// CPU of a 100k-file tree copy went to rename —, else a hidden name, made 0600 (it gets
+    /// `mode` at the commit).
     pub(super) fn create_temp(
         &self,
         dir: &Arc<OwnedFd>,
@@ -140,12 +155,13 @@ impl Ctx<'_> {
         }
         let name = self.temp_name(dst);
         let path = dst.with_file_name(&name);
-        match self.create_marked(dir.as_fd(), &name, mode) {
+        match self.create_marked(dir.as_fd(), &name, 0o600) {
             Ok(fd) => Ok((
                 fd,
                 Temp::Named(NamedTemp {
                     dir: dir.clone(),
                     name,
+                    mode: self.mode_at_commit(mode),
                     armed: AtomicBool::new(true),
                 }),
             )),
@@ -166,6 +182,9 @@ impl Ctx<'_> {
         match temp {
             Temp::Named(tmp) => {
                 replaceable(dir, name).map_err(|e| (Op::Rename, e))?;
+                if let Some(mode) = tmp.mode {
+                    sys::fchmod(fd, mode).map_err(|e| (Op::Fchmod, e))?;
+                }
                 let _ = sys::remove_xattr(fd, TEMP_MARK);
                 let _ = sys::remove_xattr(fd, super::resume::RESUME_MARK);
                 sys::rename_at(dir, &tmp.name, name).map_err(|e| (Op::Rename, e))?;

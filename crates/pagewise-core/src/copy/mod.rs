@@ -56,6 +56,8 @@ struct Counts {
     updated: AtomicU64,
     skipped: AtomicU64,
     stale_temps: AtomicU64,
+    /// Bytes of kept data compared with the source (per side) before resuming.
+    resume_compared: AtomicU64,
     /// Files whose content was left and whose metadata was brought over.
     metadata: AtomicU64,
     deleted: AtomicU64,
@@ -76,6 +78,8 @@ struct Ctx<'a> {
     /// Numbers temporary names.
     seq: AtomicU64,
     is_root: bool,
+    /// This process's umask (what open(O_CREAT) takes from a new file's mode).
+    umask: u32,
     /// A destination refused O_TMPFILE: use named temporary files from then on.
     no_tmpfile: AtomicBool,
     /// io_uring or RWF_DONTCACHE reads are refused: small files go one by one.
@@ -108,6 +112,7 @@ impl<'a> Ctx<'a> {
             tally: Tally::new(),
             seq: AtomicU64::new(0),
             is_root: sys::euid() == 0,
+            umask: finish::umask(),
             no_tmpfile: AtomicBool::new(false),
             no_small_path: AtomicBool::new(
                 opts.strategy != Strategy::Auto || !sys::probe_io_uring(),
@@ -324,6 +329,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         stale_temporaries_removed: c.stale_temps.load(Ordering::Relaxed),
         resumed_files: m.resumed_files,
         resumed_bytes: m.resumed_bytes,
+        resume_compared_bytes: c.resume_compared.load(Ordering::Relaxed),
         metadata_updated: c.metadata.load(Ordering::Relaxed),
         deleted: c.deleted.load(Ordering::Relaxed),
         bytes: m.bytes + c.dry_bytes.load(Ordering::Relaxed),

@@ -118,10 +118,14 @@ pub struct CopyReport {
     /// Temporaries that earlier, interrupted runs left (their process is gone), removed.
     pub stale_temporaries_removed: u64,
     /// Files resumed from the partial temporary an earlier, killed or interrupted run left
-    /// (its checkpoint matched the source and its kept data the source where sampled).
+    /// (the temporary is provably this user's alone, its checkpoint matched the source and
+    /// its kept data equals the source byte for byte).
     pub resumed_files: u64,
-    /// Data bytes those files kept from the earlier run (not read or written again).
+    /// Data bytes those files kept from the earlier run (not written again).
     pub resumed_bytes: u64,
+    /// Bytes read from disk on each side (source and temporary) to compare kept data with
+    /// the source before resuming — the cost of the byte-for-byte guarantee.
+    pub resume_compared_bytes: u64,
     /// Files whose content was up to date and whose metadata (mode, owner, times, xattrs,
     /// ACLs) was brought over (`preserve` with `existing` quick check or checksum).
     pub metadata_updated: u64,

@@ -4,15 +4,23 @@
 //! every [`CHECKPOINT_EVERY`] bytes of contiguous data — so a copy killed at 90% of a 1 GiB
 //! file (SIGKILL, a power cut) keeps that prefix. The next run that copies the file finds the
 //! temporary (the planner keeps a stale marked temporary that carries a checkpoint instead of
-//! removing it), checks it and continues from the checkpoint:
+//! removing it), checks it and continues from the checkpoint. What is checked, in order:
 //!
+//! - the temporary is provably this user's and nobody else's ([`foreign`]): a regular file
+//!   with one link, owned by the effective user, writable by nobody else (temporaries are
+//!   made 0600 and get their mode at the commit), open by no other process (a write lease is
+//!   granted). A file that is not ours is left where it is — never taken, never removed; one
+//!   of ours that fails the rest is removed. Only the owner (or root) can have written the
+//!   checkpoint's attribute of such a file, so it cannot be forged by someone else;
 //! - the source must be the one the checkpoint was written for: same device, inode, size and
 //!   modification time (a source that changed starts over);
-//! - the kept prefix must match the source where sampled: [`SAMPLES`] blocks of
-//!   [`SAMPLE_BYTES`], spread over the prefix and always including its last block, read from
-//!   disk on both sides (not from the cache, and leaving the cache as it was). A full
-//!   comparison would read the whole prefix again, which is what resuming avoids; `--verify`
-//!   still re-reads the whole result and compares it with the source.
+//! - the kept prefix must equal the source **byte for byte** ([`prefix_equal`]): every byte
+//!   below the checkpoint that is data on either side is read from disk on both sides (not
+//!   from the cache, leaving the cache as it was) and compared, as rsync's `--append-verify`
+//!   does. That is the guarantee's cost: a resume of `kept` bytes reads `kept` bytes of each
+//!   file again and writes only the rest;
+//! - before the commit the temporary is no longer than the source (nothing appended to it
+//!   while the rest was written): see `finish::make_final`.
 //!
 //! The checkpoint is text (`pagewise-resume 1 DEV INO SIZE MTIME_S MTIME_NS KEPT`), parsed
 //! with bounds; anything else is no checkpoint and the temporary is removed as before.
@@ -31,10 +39,6 @@ use std::sync::Mutex;
 pub(super) const RESUME_MARK: &CStr = c"user.pagewise.resume";
 /// Contiguous bytes between two checkpoints (each costs an fdatasync of the temporary).
 pub(super) const CHECKPOINT_EVERY: u64 = 16 << 20;
-/// Blocks of the kept prefix compared with the source before it is trusted.
-pub(super) const SAMPLES: u64 = 8;
-/// Bytes of one sampled block.
-pub(super) const SAMPLE_BYTES: u64 = 256 << 10;
 
 /// How far a temporary's data is on disk, and for which source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,42 +246,93 @@ impl<'a> Checkpointer<'a> {
     }
 }
 
-/// Offsets of the sampled blocks of a prefix of `kept` bytes: spread evenly, the last block
-/// always among them.
-pub(super) fn sample_offsets(kept: u64) -> Vec<u64> {
-    if kept == 0 {
-        return Vec::new();
-    }
-    let block = SAMPLE_BYTES.min(kept);
-    let last = kept - block;
-    let mut v: Vec<u64> = (0..SAMPLES)
-        .map(|i| (last / SAMPLES * i) & !4095)
-        .chain([last & !4095])
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
+/// Bytes compared per read of [`prefix_equal`].
+const COMPARE_BYTES: usize = 1 << 20;
 
-/// Whether the first `kept` bytes of `tmp` equal the source's where sampled (both read from
-/// disk, not from the cache).
-pub(super) fn prefix_matches(src: &OwnedFd, tmp: &OwnedFd, kept: u64) -> io::Result<bool> {
-    let mut a = UncachedReader::open(src.try_clone()?, SAMPLE_BYTES as usize)?;
-    let mut b = UncachedReader::open(tmp.try_clone()?, SAMPLE_BYTES as usize)?;
-    for off in sample_offsets(kept) {
-        let len = SAMPLE_BYTES.min(kept - off);
-        let x = a.read(off, len)?.to_vec();
-        if x.len() as u64 != len || b.read(off, len)? != x.as_slice() {
-            return Ok(false);
+/// Sorted, merged union of two extent lists.
+fn union(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut all: Vec<(u64, u64)> = a.iter().chain(b).copied().collect();
+    all.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(all.len());
+    for (off, len) in all {
+        match out.last_mut() {
+            Some(last) if off <= last.0 + last.1 => last.1 = last.1.max(off + len - last.0),
+            _ => out.push((off, len)),
         }
     }
-    Ok(true)
+    out
+}
+
+/// The data extents of `fd` below `end` (the whole range where SEEK_DATA is not supported).
+fn data_upto(fd: BorrowedFd<'_>, end: u64) -> io::Result<Vec<(u64, u64)>> {
+    match sys::data_extents(fd, 0, end) {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+            ) =>
+        {
+            Ok(vec![(0, end)])
+        }
+        r => r,
+    }
+}
+
+/// Whether the first `kept` bytes of `tmp` equal the source's, byte for byte: every range
+/// that is data in either file is read from disk (not from the cache) on both sides; holes
+/// on both sides are equal (zeros) without reading. Returns also the bytes read per side.
+pub(super) fn prefix_equal(src: &OwnedFd, tmp: &OwnedFd, kept: u64) -> io::Result<(bool, u64)> {
+    let ranges = union(
+        &data_upto(src.as_fd(), kept)?,
+        &data_upto(tmp.as_fd(), kept)?,
+    );
+    let mut a = UncachedReader::open(src.try_clone()?, COMPARE_BYTES)?;
+    let mut b = UncachedReader::open(tmp.try_clone()?, COMPARE_BYTES)?;
+    let mut read = 0;
+    for (off, len) in pieces(&ranges, COMPARE_BYTES as u64) {
+        let x = a.read(off, len)?.to_vec();
+        let y = b.read(off, len)?;
+        read += len;
+        if x.len() as u64 != len || y != x.as_slice() {
+            return Ok((false, read));
+        }
+    }
+    Ok((true, read))
+}
+
+/// Why the temporary open as `fd` is not provably this user's alone, or None when it is: a
+/// regular file with one link, owned by the effective user, that nobody else may write
+/// (group and others have no write bit) and that no other process holds open (a write lease
+/// is granted; where leases are not available the other checks stand alone). `Err`: the file
+/// is someone else's (not to be removed either); `Ok(Some)`: ours, but not to be trusted.
+pub(super) fn foreign(fd: BorrowedFd<'_>) -> Result<Option<String>, String> {
+    let st = sys::fstat(fd).map_err(|e| format!("fstat: {e}"))?;
+    if !st.is_file() {
+        return Err(format!("it is a {}", st.kind()));
+    }
+    if st.uid != sys::euid() {
+        return Err(format!("it is owned by uid {}", st.uid));
+    }
+    if st.nlink != 1 {
+        return Ok(Some(format!("it has {} links", st.nlink)));
+    }
+    if st.mode & 0o022 != 0 {
+        return Ok(Some(format!(
+            "others may write it (mode {:04o})",
+            st.mode & 0o7777
+        )));
+    }
+    if let Ok(false) = sys::no_other_opener(fd) {
+        return Ok(Some("another process has it open".into()));
+    }
+    Ok(None)
 }
 
 impl Ctx<'_> {
     /// Takes up the temporary `name` (in `dir`) an earlier run left for the source `sf`/`st`:
-    /// its descriptor and the bytes kept, or None (it is removed) when its checkpoint is not
-    /// for this source or its prefix does not match.
+    /// its descriptor and the bytes kept, or None when it is not provably ours alone (left
+    /// where it is when it is someone else's; see [`foreign`]), its checkpoint is not for
+    /// this source, or its kept prefix differs from the source (removed, with a notice).
     pub(super) fn take_partial(
         &self,
         dir: BorrowedFd<'_>,
@@ -285,19 +340,40 @@ impl Ctx<'_> {
         sf: &OwnedFd,
         st: &sys::Stat,
     ) -> Option<(OwnedFd, u64)> {
+        let shown = || crate::names::escape(name.as_encoded_bytes());
         let fd = sys::open_rw_at(dir, name).ok()?;
-        let usable = sys::fstat(fd.as_fd()).is_ok_and(|t| t.is_file() && t.nlink == 1);
+        let why = match foreign(fd.as_fd()) {
+            Err(whose) => {
+                self.tally.notice(format!(
+                    "a file named like a partial copy of ours was left alone and not resumed: {} ({whose})",
+                    shown()
+                ));
+                return None;
+            }
+            Ok(why) => why,
+        };
         let kept = Checkpoint::read(fd.as_fd())
-            .filter(|c| usable && c.matches(st))
+            .filter(|c| why.is_none() && c.matches(st))
             .map(|c| c.kept)
             .filter(|k| *k > 0);
-        let ok = kept.filter(|&k| prefix_matches(sf, &fd, k).unwrap_or(false));
-        match ok {
+        let equal = kept.filter(|&k| {
+            let r = prefix_equal(sf, &fd, k);
+            if let Ok((_, n)) = r {
+                self.counts.resume_compared.fetch_add(n, Ordering::Relaxed);
+            }
+            r.is_ok_and(|(same, _)| same)
+        });
+        match equal {
             Some(k) => Some((fd, k)),
             None => {
                 let _ = sys::unlink_at(dir, name, false);
                 self.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
-                if kept.is_some() {
+                if let Some(why) = why {
+                    self.tally.notice(format!(
+                        "a partial copy was discarded, not resumed: {} ({why})",
+                        shown()
+                    ));
+                } else if kept.is_some() {
                     self.tally.notice(
                         "a partial copy whose kept data did not match its source was discarded",
                     );
@@ -346,10 +422,11 @@ mod tests {
         assert_eq!(data_below(&e, 250), 150);
         assert_eq!(data_below(&e, 1000), 250);
         assert_eq!(below(&e, 250), vec![(0, 100), (200, 50)]);
-        let s = sample_offsets(900 << 20);
-        assert!(s.len() as u64 <= SAMPLES + 1 && s.contains(&((900 << 20) - SAMPLE_BYTES)));
-        assert_eq!(sample_offsets(100), vec![0]);
-        assert!(sample_offsets(0).is_empty());
+        assert_eq!(
+            union(&e, &[(50, 100), (500, 10)]),
+            vec![(0, 150), (200, 100), (400, 50), (500, 10)]
+        );
+        assert_eq!(union(&[(0, 10)], &[(10, 5)]), vec![(0, 15)]);
     }
 
     #[test]

@@ -50,8 +50,9 @@ pub(super) struct Local {
 /// Data extents of a file, `(offset, length)`.
 type Extents = Vec<(u64, u64)>;
 
-/// A copied file's destination, data extents and the checksum of the source data.
-pub(super) type Digest = (PathBuf, Extents, u64);
+/// A copied file's destination, data extents, the checksum of the source data and the
+/// (device, inode) of the file written (what `--verify` must find under the name).
+pub(super) type Digest = (PathBuf, Extents, u64, (u64, u64));
 
 /// Adds a worker's figures to the run's.
 pub(super) fn merge(m: &mut Local, l: Local) {
@@ -360,7 +361,10 @@ impl Ctx<'_> {
             .filter(|_| !pseudo)
             .and_then(|name| Some((self.take_partial(dir.as_fd(), &name, &sf, &st)?, name)));
         let (df, temp, kept) = match partial {
-            Some(((fd, kept), name)) => (fd, Temp::adopt(dir.clone(), name), kept),
+            Some(((fd, kept), name)) => {
+                let mode = self.mode_at_commit(create_mode);
+                (fd, Temp::adopt(dir.clone(), name, mode), kept)
+            }
             None => match self.create_temp(&dir, &dst, create_mode) {
                 Ok((fd, temp)) => (fd, temp, 0),
                 Err(e) => {
@@ -522,8 +526,11 @@ impl Ctx<'_> {
                     let _ = o.df.set_len(o.kept);
                 }
                 Moved::Failed(f) => {
+                    // Out of space beside other files: tried again alone (see `failed`), its
+                    // temporary given back meanwhile; out of space alone, it is final and
+                    // --partial keeps what was written, as after any other failure.
                     let on_dest_full = f.on_dest && f.err.raw_os_error() == Some(libc::ENOSPC);
-                    if !on_dest_full {
+                    if !on_dest_full || self.final_pass.load(Ordering::Relaxed) {
                         self.keep_partial(o, checkpoint.as_ref());
                     }
                     return self.failed(o, f);

@@ -18,28 +18,46 @@ use std::sync::atomic::Ordering;
 
 impl Ctx<'_> {
     /// Re-reads every copied file from disk and compares it with its source's digest:
-    /// `(verified, mismatches)`; mismatches and read failures are reported.
+    /// `(verified, mismatches)`; mismatches and read failures are reported. A file that
+    /// differs is removed from its final name (when the name still holds the file this run
+    /// wrote): a wrong copy never stands where the right one was expected.
     pub(in crate::copy) fn verify(&self, digests: &[Digest]) -> (u64, u64) {
         let (mut verified, mut mismatches) = (0, 0);
-        for (dst, extents, want) in digests {
-            let got = self
-                .dest
-                .open_read(dst)
-                .and_then(|fd| digest_from_disk(fd, extents, self.opts.chunk));
+        for (dst, extents, want, id) in digests {
+            let got = self.dest.open_read(dst).and_then(|fd| {
+                let st = sys::fstat(fd.as_fd())?;
+                if (st.dev, st.ino) != *id {
+                    return Err(io::Error::other(
+                        "the name no longer holds the file this copy wrote (replaced meanwhile)",
+                    ));
+                }
+                digest_from_disk(fd, extents, self.opts.chunk)
+            });
             match got {
                 Ok(got) if got == *want => verified += 1,
                 Ok(_) => {
                     mismatches += 1;
-                    self.fail(FileError::other(
-                        dst,
-                        Op::VerifyContent,
-                        "content differs from the source",
-                    ));
+                    let why = match self.remove_written(dst, *id) {
+                        Ok(()) => "content differs from the source: removed from its final name",
+                        Err(_) => "content differs from the source (and it could not be removed)",
+                    };
+                    self.fail(FileError::other(dst, Op::VerifyContent, why));
                 }
                 Err(e) => self.fail(FileError::io(dst, Op::Verify, &e)),
             }
         }
         (verified, mismatches)
+    }
+
+    /// Removes `dst` when it is still the file `id` (device, inode) this run wrote.
+    fn remove_written(&self, dst: &Path, id: (u64, u64)) -> io::Result<()> {
+        let (dir, name) = self.dest.parent(dst)?;
+        let c = std::ffi::CString::new(name.as_encoded_bytes())?;
+        let st = sys::fstatat(Some(dir.as_fd()), &c, false)?;
+        if (st.dev, st.ino) != id {
+            return Err(io::Error::other("replaced meanwhile"));
+        }
+        sys::unlink_at(dir.as_fd(), name, false)
     }
 }
 

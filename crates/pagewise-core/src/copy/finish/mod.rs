@@ -48,7 +48,8 @@ impl Ctx<'_> {
         self.observer.progress(1, 0);
         self.done(&o.dst, EntryKind::File, o.existed, o.st.size);
         if let Some(d) = digest {
-            local.digests.push((o.dst, o.extents, d));
+            let id = sys::fstat(o.df.as_fd()).map_or((0, 0), |s| (s.dev, s.ino));
+            local.digests.push((o.dst, o.extents, d, id));
         }
         let fd = o.df;
         let cached = &self.dest_residue;
@@ -78,6 +79,20 @@ impl Ctx<'_> {
                     Op::Copy,
                     "source changed while it was being copied (not renamed into place; copy again)",
                 ));
+            }
+        }
+        // A named temporary (a resumed one above all) that is longer than its source had
+        // something else write to it: the result would not be the source, so it is not
+        // published. (Nobody else can open one — 0600, ours — but a process of this user can.)
+        if let super::commit::Temp::Named(t) = &o.temp {
+            let grown = sys::fstat(o.df.as_fd()).map(|t| t.size > size);
+            if grown.map_err(|e| FileError::io(&o.dst, Op::Fstat, &e))? {
+                let why = format!(
+                    "its temporary {} grew past the source's size while it was written \
+                     (another process wrote to it): not published",
+                    crate::names::escape(t.name.as_encoded_bytes())
+                );
+                return Err(FileError::other(&o.dst, Op::Copy, why));
             }
         }
         if o.sparse || strat == Strategy::Direct {

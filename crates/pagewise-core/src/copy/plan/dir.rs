@@ -307,13 +307,20 @@ impl Planner<'_> {
         sys::remove_tree_keeping(dir, sys::name_os(name), &rel, MAX_REMOVE_DEPTH, &keep)
     }
 
-    /// Whether `name` in `dir` is a temporary a pagewise copy made and left behind: a regular
-    /// file with one name, carrying the mark copies put on their temporaries
-    /// ([`TEMP_MARK`]), whose process (`pid`, from its name) is gone. A file that merely has
-    /// such a name is the user's and stays.
+    /// Whether `name` in `dir` is a temporary a pagewise copy of this user made and left
+    /// behind: a regular file with one name, owned by the effective user, carrying the mark
+    /// copies put on their temporaries ([`TEMP_MARK`]), whose process (`pid`, from its name)
+    /// is gone. A file that merely has such a name — or that someone else made, mark and all
+    /// (a planted file in a directory others can write) — is not ours and stays.
     pub(super) fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
-        let is_plain =
-            sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_file() && m.nlink == 1);
+        let st = sys::fstatat(Some(dir), name, false);
+        if st.as_ref().is_ok_and(|m| m.uid != sys::euid()) {
+            self.ctx.tally.notice(
+                "files named like pagewise temporaries but not this user's were left alone \
+                 (neither resumed nor removed)",
+            );
+        }
+        let is_plain = st.is_ok_and(|m| m.is_file() && m.nlink == 1 && m.uid == sys::euid());
         let gone = || sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
         let marked = || {
             sys::open_read_at(dir, sys::name_os(name))

@@ -65,7 +65,8 @@ impl Planner<'_> {
     }
 
     /// For a regular file named by the caller (`dst`, its destination): keeps the stale
-    /// partial temporary beside it, if there is one; the directory is returned for
+    /// partial temporary beside it, if there is one, and removes stale temporaries of its
+    /// name that hold no checkpoint; the directory is returned for
     /// [`Planner::drop_partials`]. The directory is read once per planner thread.
     pub(super) fn partials_beside(&mut self, dst: &Path) -> Option<std::sync::Arc<OwnedFd>> {
         if self.ctx.opts.dry_run {
@@ -89,13 +90,17 @@ impl Planner<'_> {
             let Some(pid) = super::dir::temp_owner(n.to_bytes()) else {
                 continue;
             };
-            if self.stale_temporary(dir.as_fd(), &n, pid) {
-                self.keep_partial(
+            // A stale temporary of ours without a checkpoint (killed before its first one)
+            // holds nothing to resume: removed, as a tree copy removes its directories' ones.
+            if self.stale_temporary(dir.as_fd(), &n, pid)
+                && !self.keep_partial(
                     dir.as_fd(),
                     dst.parent().unwrap_or(Path::new("")),
                     &n,
                     |t| t == fname.as_bytes(),
-                );
+                )
+            {
+                self.remove_temp(dir.as_fd(), sys::name_os(&n));
             }
         }
         Some(dir)

@@ -101,3 +101,12 @@ mod tests {
         assert_eq!(NodeKind::of_mode(libc::S_IFREG | 0o644), None);
     }
 }
+
+/// `fchmod(fd, mode)` — <https://man7.org/linux/man-pages/man2/fchmod.2.html>: the
+/// permission bits (and set-id and sticky bits) of the open file `fd`.
+pub fn fchmod(fd: std::os::fd::BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::fchmod(
+        fd,
+        rustix::fs::Mode::from_raw_mode(mode),
+    )?)
+}

@@ -256,6 +256,27 @@ pub fn open_by_file_handle(mount_fd: BorrowedFd<'_>, handle: &[u8]) -> io::Resul
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// Whether no other open file description refers to the file of `fd` (this one aside): a
+/// write lease — `fcntl(fd, F_SETLEASE, F_WRLCK)`,
+/// <https://man7.org/linux/man-pages/man2/fcntl.2.html> (Linux 2.4) — is granted only then,
+/// and is given back at once. `Ok(false)`: someone else has the file open (EAGAIN); an error:
+/// leases are not available here (another file system's EINVAL, `fs.leases-enable` 0, a file
+/// not ours without CAP_LEASE), so nothing is known.
+pub fn no_other_opener(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    // SAFETY: fcntl on a descriptor we borrow; F_SETLEASE takes an int argument.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) };
+    if r == -1 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EBUSY) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    // SAFETY: as above; gives back the lease just taken.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    Ok(true)
+}
+
 #[cfg(test)]
 mod handle_tests {
     use super::super::super::testing::scratch_dir;
