@@ -325,3 +325,44 @@ fn tmpfs_destination_works_whatever_its_direct_io_rules() {
         assert!(same(&src, &dst));
     }
 }
+
+/// A sparse image whose first data extent starts at offset 0: no strategy leaves any of the
+/// source cached — readahead past an extent fills the hole after it with zero pages, which
+/// the last drop pass now covers (cachestat of the real file). Before: 4 MiB (the first
+/// extent's size of readahead into the hole) stayed cached per image with the default
+/// strategy and drop-behind.
+#[test]
+fn a_sparse_source_is_left_uncached_holes_included() {
+    let t = tmp();
+    let src = t.path().join("image");
+    {
+        use std::os::unix::fs::FileExt;
+        let f = File::create(&src).unwrap();
+        f.set_len(1 << 30).unwrap();
+        let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        f.write_all_at(&data[..2 << 20], 500 << 20).unwrap();
+        f.sync_all().unwrap();
+    }
+    for strategy in ["auto", "dontcache", "drop-behind", "direct"] {
+        let dst = t.path().join(format!("copy-{strategy}"));
+        sync_and_evict(&src);
+        assert_eq!(cs(&src).cache, 0, "the source must start cold");
+        let o = run(bin()
+            .args(["copy", "--cache", strategy])
+            .arg(&src)
+            .arg(&dst));
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert_eq!(
+            cs(&src).cache,
+            0,
+            "{strategy}: source pages left cached: {}",
+            stderr(&o)
+        );
+        assert!(same(&src, &dst), "{strategy}");
+        assert!(
+            fs::metadata(&dst).unwrap().blocks() * 512 <= 8 << 20,
+            "{strategy}: holes must stay holes"
+        );
+    }
+}

@@ -346,9 +346,7 @@ pub(super) fn copy_dontcache(job: &Job<'_>) -> Moved {
             dst: job.dst,
         },
     );
-    for &(off, len) in job.extents {
-        precached.drop_others(job.src, off, len);
-    }
+    precached.drop_all(job.src);
     outcome
 }
 
@@ -357,13 +355,18 @@ pub(super) fn copy_dontcache(job: &Job<'_>) -> Moved {
 const DROP_BLOCK: u64 = 128 << 10;
 
 /// Which [`DROP_BLOCK`]s of a source had cached pages before the copy: those are someone
-/// else's and stay; the others are dropped behind the copy.
+/// else's and stay; the others are dropped behind the copy. It covers the whole file, holes
+/// included: readahead past a data extent fills the hole after it with zero pages (a sparse
+/// image's first 4 MiB extent left 4 MiB of its hole cached).
 struct PrecachedBlocks(Vec<bool>);
 
 impl PrecachedBlocks {
-    /// One cachestat per block, only when something of the file was cached before.
+    /// Only when something of the file was cached before: one cachestat per block of the
+    /// data extents, one per hole (per block only where a hole has pages).
     fn snapshot(job: &Job<'_>) -> PrecachedBlocks {
-        let size = job.extents.last().map_or(0, |e| e.0 + e.1);
+        let size = sys::fstat(job.src)
+            .map_or(0, |s| s.size)
+            .max(job.extents.last().map_or(0, |e| e.0 + e.1));
         let mut precached = vec![false; size.div_ceil(DROP_BLOCK) as usize];
         // Nothing cached before, or nothing known of it (cachestat refused and mincore not
         // truthful): every block read is dropped behind, as if nothing was cached before —
@@ -371,15 +374,31 @@ impl PrecachedBlocks {
         if job.src_cached_before.is_none_or(|c| c == 0) {
             return PrecachedBlocks(precached);
         }
-        for &(off, len) in job.extents {
+        let cached = |off: u64, len: u64| {
+            crate::residency::cached_pages(job.src, off, len).is_some_and(|c| c > 0)
+        };
+        let mut at = 0;
+        let mut mark = |off: u64, len: u64, hole: bool| {
+            if len == 0 || (hole && !cached(off, len)) {
+                return;
+            }
             let (b0, b1) = (off / DROP_BLOCK, (off + len).div_ceil(DROP_BLOCK));
             for b in b0..b1 {
-                precached[b as usize] =
-                    crate::residency::cached_pages(job.src, b * DROP_BLOCK, DROP_BLOCK)
-                        .is_some_and(|c| c > 0);
+                precached[b as usize] |= cached(b * DROP_BLOCK, DROP_BLOCK);
             }
+        };
+        for &(off, len) in job.extents {
+            mark(at, off.saturating_sub(at), true);
+            mark(off, len, false);
+            at = off + len;
         }
+        mark(at, size.saturating_sub(at), true);
         PrecachedBlocks(precached)
+    }
+
+    /// Drops every block of the file that was not cached before the copy (the last pass).
+    fn drop_all(&self, src: BorrowedFd<'_>) {
+        self.drop_others(src, 0, self.0.len() as u64 * DROP_BLOCK);
     }
 
     /// Drops the runs of blocks of `[off, off+len)` of `src` that were not cached before the
@@ -452,9 +471,7 @@ pub(super) fn copy_drop_behind(job: &Job<'_>) -> Moved {
     // Once more over the whole file: readahead that landed behind a chunk already dropped, and
     // file systems that fill a whole compressed block's pages for one read (squashfs: 128 KiB;
     // a cold 16 MiB copy left 1.2 MiB of its source cached without this).
-    for &(off, len) in job.extents {
-        steps.precached.drop_others(job.src, off, len);
-    }
+    steps.precached.drop_all(job.src);
     outcome
 }
 
