@@ -167,3 +167,61 @@ fn info_progress2_is_progress() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("stats2"), "{}", stderr(&out));
 }
+
+/// `--log-file` on a file system that fills up mid-run: the log ends at its last whole line
+/// (no line cut in two), stderr says the log is incomplete and why, and the run exits 2.
+/// Before: the log was cut mid-line, nothing was said, exit 0.
+#[test]
+fn a_log_file_that_cannot_be_written_to_its_end_is_reported() {
+    if !require_root("mounting a small tmpfs") {
+        return;
+    }
+    let t = tmp();
+    let src = numbered_files(t.path(), 400, 10);
+    let m = Mount::tmpfs("64k");
+    // Fill all but about 5 KiB: the log's first lines fit, the rest of the 400 do not.
+    let filler = m.path().join("filler");
+    let free = {
+        let s = nix_statvfs(m.path());
+        s.0 * s.1
+    };
+    std::fs::write(&filler, vec![7u8; (free - 5000) as usize]).unwrap_or(());
+    let log = m.path().join("copy.log");
+    let o = run(bin()
+        .args(["copy", "--log-file"])
+        .arg(&log)
+        .arg(format!("{}/", src.display()))
+        .arg(t.path().join("dst")));
+    let text = std::fs::read(&log).unwrap();
+    assert!(!text.is_empty(), "the first lines fit");
+    assert_eq!(text.last(), Some(&b'\n'), "a line was cut in two");
+    assert!(
+        String::from_utf8_lossy(&text)
+            .lines()
+            .all(|l| l.contains(" [")),
+        "every line is whole"
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--log-file") && stderr(&o).contains("No space left"),
+        "{}",
+        stderr(&o)
+    );
+    // The copy itself is complete.
+    assert_eq!(
+        std::fs::read_dir(t.path().join("dst")).unwrap().count(),
+        400
+    );
+}
+
+/// (block size, free blocks) of the file system at `p`.
+fn nix_statvfs(p: &std::path::Path) -> (u64, u64) {
+    let out = std::process::Command::new("stat")
+        .args(["-f", "-c", "%S %a"])
+        .arg(p)
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    let mut it = s.split_whitespace().map(|v| v.parse::<u64>().unwrap());
+    (it.next().unwrap(), it.next().unwrap())
+}

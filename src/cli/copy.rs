@@ -286,11 +286,11 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let o = &report.outcome;
     if stream {
         render::print_stream_end(&o.errors, &report);
-        return Ok(code);
+        return Ok(log_kept(log.as_ref(), code));
     }
     if a.json {
         render::print_json(&report);
-        return Ok(code);
+        return Ok(log_kept(log.as_ref(), code));
     }
     let notices: &[String] = if a.quiet { &[] } else { &o.notices };
     render::report_problems("copy", &o.errors, o.error_count, notices);
@@ -309,7 +309,22 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     if !a.quiet {
         let _ = std::io::stderr().write_all(&summary);
     }
-    Ok(code)
+    Ok(log_kept(log.as_ref(), code))
+}
+
+/// `code`, or 2 when the log could not be written to its end (said on stderr): a promise
+/// not kept.
+fn log_kept(log: Option<&CopyLog>, code: ExitCode) -> ExitCode {
+    match log.and_then(CopyLog::failure) {
+        Some(msg) => {
+            eprintln!("{msg}");
+            match code {
+                ExitCode::Success => ExitCode::SomeFailed,
+                c => c,
+            }
+        }
+        None => code,
+    }
 }
 
 /// `host:path` (rsync's remote syntax, a colon before any slash) names a remote place.

@@ -5,22 +5,34 @@
 //! with bytes that are not printable UTF-8 escaped as `\#ooo` (rsync's escape). An update's
 //! attribute letters are `?`: pagewise does not record which attributes differed. Entries left
 //! as they were are not logged. The run's command starts the log and its summary ends it.
+//!
+//! A write that fails (a full file system, EIO) ends the log at its last whole line — the
+//! part of the line written is cut off again — no more lines are tried, and the run says so
+//! on stderr and exits 2: a log that is silently incomplete is worse than none.
 
 use super::exit::CliError;
 use super::render::utc;
 use pagewise_core::copy::{Action, CopyItem, EntryKind};
 use std::fs::File;
-use std::io::{LineWriter, Write};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// An open log file (appended to; lines are written whole, from any thread).
 pub struct CopyLog {
-    out: Mutex<LineWriter<File>>,
+    out: Mutex<Out>,
     pid: u32,
+    /// The path as given, for the message of a failed write.
+    shown: String,
+}
+
+/// The file, and the first write error (after which nothing more is written).
+struct Out {
+    file: File,
+    failed: Option<std::io::Error>,
 }
 
 impl CopyLog {
@@ -37,24 +49,61 @@ impl CopyLog {
             .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| fail("open", e))?;
-        if !f.metadata().map_err(|e| fail("fstat", e))?.is_file() {
+        let m = f.metadata().map_err(|e| fail("fstat", e))?;
+        if !m.is_file() {
             return Err(CliError::Usage(format!(
                 "--log-file {}: not a regular file",
                 path.display()
             )));
         }
+        // A second name of someone else's file (a hard link planted where the log goes) is
+        // not written through.
+        if m.nlink() > 1 && m.uid() != pagewise_core::sys::euid() {
+            return Err(CliError::Usage(format!(
+                "--log-file {}: a file with {} links owned by uid {}: not appended to",
+                path.display(),
+                m.nlink(),
+                m.uid()
+            )));
+        }
         Ok(CopyLog {
-            out: Mutex::new(LineWriter::new(f)),
+            out: Mutex::new(Out {
+                file: f,
+                failed: None,
+            }),
             pid: std::process::id(),
+            shown: path.display().to_string(),
         })
     }
 
-    /// Writes `text` as one line (`TIME [PID] text`).
+    /// Writes `text` as one line (`TIME [PID] text`), whole or not at all: a write that fails
+    /// midway is cut back to the line's start (when nobody else appended meanwhile), and
+    /// ends the log (see [`CopyLog::failure`]).
     pub fn line(&self, text: &str) {
         let line = format!("{} [{}] {text}\n", utc(SystemTime::now()), self.pid);
-        if let Ok(mut out) = self.out.lock() {
-            let _ = out.write_all(line.as_bytes());
+        let Ok(mut out) = self.out.lock() else { return };
+        if out.failed.is_some() {
+            return;
         }
+        let before = out.file.metadata().map(|m| m.len());
+        if let Err(e) = out.file.write_all(line.as_bytes()) {
+            if let (Ok(b), Ok(now)) = (before, out.file.metadata().map(|m| m.len())) {
+                if now > b && now < b + line.len() as u64 {
+                    let _ = out.file.set_len(b);
+                }
+            }
+            out.failed = Some(e);
+        }
+    }
+
+    /// The message for a log that could not be written to the end, if it could not.
+    pub fn failure(&self) -> Option<String> {
+        let out = self.out.lock().ok()?;
+        let e = out.failed.as_ref()?;
+        Some(format!(
+            "pagewise copy: --log-file {}: write failed: {e}; the log ends at its last whole line and is incomplete",
+            self.shown
+        ))
     }
 
     /// Logs one entry's outcome, if it is a change or a failure.
