@@ -246,8 +246,10 @@ impl<'a> Checkpointer<'a> {
     }
 }
 
-/// Bytes compared per read of [`prefix_equal`].
-const COMPARE_BYTES: usize = 1 << 20;
+/// Bytes compared per read of [`prefix_equal`]. (Four threads each with a pair of readers
+/// were measured too: 1.92–2.11 s against 2.21–2.23 s for 1.9 GiB on this machine's disk,
+/// whose O_DIRECT reads run at 1 GB/s with 1, 4 or 8 streams alike — not worth the threads.)
+const COMPARE_BYTES: usize = 8 << 20;
 
 /// Sorted, merged union of two extent lists.
 fn union(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
@@ -279,8 +281,9 @@ fn data_upto(fd: BorrowedFd<'_>, end: u64) -> io::Result<Vec<(u64, u64)>> {
 }
 
 /// Whether the first `kept` bytes of `tmp` equal the source's, byte for byte: every range
-/// that is data in either file is read from disk (not from the cache) on both sides; holes
-/// on both sides are equal (zeros) without reading. Returns also the bytes read per side.
+/// that is data in either file is read from disk (not from the cache) on both sides and
+/// compared; holes on both sides are equal (zeros) without reading. Returns also the bytes
+/// read per side.
 pub(super) fn prefix_equal(src: &OwnedFd, tmp: &OwnedFd, kept: u64) -> io::Result<(bool, u64)> {
     let ranges = union(
         &data_upto(src.as_fd(), kept)?,
@@ -288,9 +291,11 @@ pub(super) fn prefix_equal(src: &OwnedFd, tmp: &OwnedFd, kept: u64) -> io::Resul
     );
     let mut a = UncachedReader::open(src.try_clone()?, COMPARE_BYTES)?;
     let mut b = UncachedReader::open(tmp.try_clone()?, COMPARE_BYTES)?;
+    let mut x = Vec::with_capacity(COMPARE_BYTES);
     let mut read = 0;
     for (off, len) in pieces(&ranges, COMPARE_BYTES as u64) {
-        let x = a.read(off, len)?.to_vec();
+        x.clear();
+        x.extend_from_slice(a.read(off, len)?);
         let y = b.read(off, len)?;
         read += len;
         if x.len() as u64 != len || y != x.as_slice() {
