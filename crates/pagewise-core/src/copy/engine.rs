@@ -550,8 +550,8 @@ pub(super) fn open_direct_pair(
         sys::open_read_direct(src_path).map_err(|e| Unsupported::Refused("open(O_DIRECT)", e))?;
     let d = sys::open_write(dst_path, None, true)
         .map_err(|e| Unsupported::Refused("open(O_DIRECT)", e))?;
-    let sa = sys::dio_align(s.as_fd());
-    let da = sys::dio_align(dst);
+    let sa = sys::dio_align_or_device(s.as_fd());
+    let da = sys::dio_align_or_device(dst);
     match (sa, da) {
         (Some((sm, so)), Some((dm, dof))) => {
             let mem = sm.max(dm).max(512) as usize;

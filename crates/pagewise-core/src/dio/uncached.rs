@@ -95,7 +95,7 @@ impl UncachedReader {
         let buffered = fs::File::from(fd);
         let (align, off_align) = direct
             .as_ref()
-            .and_then(|d| sys::dio_align(d.as_fd()))
+            .and_then(|d| sys::dio_align_or_device(d.as_fd()))
             .map_or((4096, 4096), |(m, o)| (m as usize, o as u64));
         Ok(UncachedReader {
             direct,
