@@ -407,6 +407,7 @@ fn write_item(w: &mut dyn Write, item: &CopyItem) -> std::io::Result<()> {
         Some(EntryKind::Symlink) => "symlink",
         Some(EntryKind::Hardlink) => "hardlink",
         Some(EntryKind::Special) => "special",
+        Some(EntryKind::Device) => "device",
         None => "-",
     };
     writeln!(w, "{action:<8} {kind:<8} {}", render::path_text(&item.path))
