@@ -45,7 +45,7 @@ pub struct WalkArgs {
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,
     /// Worker threads [default: number of CPUs]
-    #[arg(short = 'j', long, value_name = "N")]
+    #[arg(short = 'j', long, value_name = "N", value_parser = at_least_one)]
     pub threads: Option<usize>,
     /// Only this byte range of every file: START-END, START- or -END (K/M/G/T suffixes;
     /// vmtouch -p)
@@ -73,6 +73,16 @@ impl From<MethodArg> for Method {
             MethodArg::Cachestat => Method::Cachestat,
             MethodArg::Mincore => Method::Mincore,
         }
+    }
+}
+
+/// A count that must be at least 1 (threads, requests in flight, runs), refused at 0 when the
+/// arguments are parsed: `invalid value '0' for '--depth <N>': must be at least 1`.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e} (a whole number, at least 1)")),
     }
 }
 
@@ -193,7 +203,7 @@ impl WalkArgs {
             max_depth: self.max_depth,
             include: self.include.clone(),
             exclude: self.exclude.clone(),
-            threads: self.threads.unwrap_or(default_threads).max(1),
+            threads: self.threads.unwrap_or(default_threads),
             noatime: false,
         }
     }
