@@ -248,3 +248,44 @@ fn deleted_entries_are_labelled_by_their_kind() {
         assert!(has(format!("*deleting   {d}/{name}")), "{text}");
     }
 }
+
+/// A source whose residency the kernel will not tell (cachestat refuses a file the caller may
+/// not write; mincore cannot tell what was cached before): the summary says the source's part
+/// is unknown and why, with no percentage, and JSON counts the file as unknown.
+#[test]
+fn unknown_source_residency_is_said_with_its_reason_and_no_percentage() {
+    if !require_root("switching to user nobody") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let t = tmp();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    open_up_ancestors(t.path());
+    let src = t.path().join("src");
+    write_file(&src, 1 << 20);
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o644)).unwrap();
+    let out_dir = t.path().join("out");
+    fs::create_dir(&out_dir).unwrap();
+    std::os::unix::fs::chown(&out_dir, Some(65534), Some(65534)).unwrap();
+    let out = run(as_nobody().arg("copy").arg(&src).arg(out_dir.join("a")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stderr(&out);
+    let source = text
+        .split("cache left: source ")
+        .nth(1)
+        .and_then(|s| s.split(", destination").next())
+        .unwrap_or_else(|| panic!("no source part in {text}"));
+    assert!(source.contains("unknown"), "{source}");
+    assert!(source.contains("cachestat refused"), "the reason: {source}");
+    assert!(
+        !source.contains('%'),
+        "no percentage of an unknown: {source}"
+    );
+    let out = run(as_nobody()
+        .args(["copy", "--json"])
+        .arg(&src)
+        .arg(out_dir.join("b")));
+    let v = json(&out);
+    assert_eq!(v["residue"]["source_unknown_files"], 1, "{v}");
+    assert!(same(&src, &out_dir.join("b")));
+}
