@@ -375,6 +375,8 @@ def main() -> None:
     st = os.path.join(a.dir, f"py-model-{a.st_mb}m.safetensors")
     if not os.path.exists(st + ".done"):
         print(f"writing {st}", file=sys.stderr)
+        if os.path.lexists(st):
+            os.unlink(st)  # this script's own file, half written: make_file makes a new one only
         ex.make_file(st, a.st_mb)
         open(st + ".done", "w").close()
     st_size = os.path.getsize(st)

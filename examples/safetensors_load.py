@@ -3,12 +3,15 @@
 requests in flight, nothing of the file left in the page cache.
 
     pip install pagewise numpy safetensors
-    python examples/safetensors_load.py                  # a 48 MiB file in a temporary dir
-    python examples/safetensors_load.py --size-mb 256 --runs 5 /data/model.safetensors
+    python examples/safetensors_load.py                  # a 48 MiB sample in a temporary dir
+    python examples/safetensors_load.py /data/model.safetensors   # your file, only read
+    python examples/safetensors_load.py --size-mb 256 --runs 5 --make /data/sample.safetensors
 
-It makes a small safetensors file (tensors of several dtypes and shapes, written with
-``safetensors.numpy.save_file``), then, with the file evicted and checked cold
-(``pagewise.evict`` + ``pagewise.stat``) before each run, times:
+Given a PATH, it loads that file and never writes it. Without one it makes a sample
+safetensors file (tensors of several dtypes and shapes, ``safetensors.numpy.save``) in a
+temporary directory, removed at the end, or at ``--make PATH``, which must not exist (the file
+is created with O_EXCL, never over another) and is kept. Then, with the file evicted and
+checked cold (``pagewise.evict`` + ``pagewise.stat``) before each run, it times:
 
 - ``whole``: one ``pagewise.read_into`` of the whole file into one page-aligned buffer
   (``pagewise.empty``); the header is parsed from its first bytes and every tensor is a
@@ -17,7 +20,8 @@ It makes a small safetensors file (tensors of several dtypes and shapes, written
   into its own array, at the tensor's offset in the file;
 - ``load_file``: ``safetensors.numpy.load_file`` (mmap through the page cache).
 
-It checks every tensor of both pagewise loads equals ``load_file``'s (dtype, shape, bytes),
+It checks every tensor of both pagewise loads equals ``load_file``'s (dtype, shape, bytes;
+and, for a sample, what was written),
 prints the median cold load times, evicts the file and checks nothing of it is cached. Exit
 status 0 when all of that holds.
 
@@ -79,8 +83,10 @@ MAX_HEADER = 100 * MIB  # what the safetensors library itself accepts
 
 
 def make_file(path: str, size_mb: int) -> Dict[str, np.ndarray]:
-    """Writes a safetensors file of about `size_mb` MiB: tensors of different dtypes and
-    shapes (odd sizes too, so offsets are not page multiples), and ``__metadata__``."""
+    """Writes a new safetensors file of about `size_mb` MiB at `path`: tensors of different
+    dtypes and shapes (odd sizes too, so offsets are not page multiples), and
+    ``__metadata__``. The file is created with O_EXCL: a path that exists (a user's model, a
+    symlink) is refused with FileExistsError, never written over."""
     rng = np.random.default_rng(28)
     big = max(size_mb * MIB // 2, MIB)  # two large tensors share most of the size
     rows = big // (4 * 1024)
@@ -95,9 +101,12 @@ def make_file(path: str, size_mb: int) -> Dict[str, np.ndarray]:
         "ids": rng.integers(-(2**31), 2**31, (17, 19, 23), dtype=np.int32),
         "empty": np.zeros((0, 4), dtype=np.int16),
     }
-    safetensors.numpy.save_file(tensors, path, metadata={"format": "np", "source": "pagewise example"})
-    with open(path, "rb+") as f:  # on disk, so that evict can drop it
-        os.fsync(f.fileno())
+    data = safetensors.numpy.save(tensors, metadata={"format": "np", "source": "pagewise example"})
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    with open(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())  # on disk, so that evict can drop it
     return tensors
 
 
@@ -237,22 +246,38 @@ def _fstype(path: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("path", nargs="?", help="the file to write and load (kept); default: a temporary file, removed")
-    ap.add_argument("--size-mb", type=int, default=48, help="about how large a file to make (default 48)")
+    ap.add_argument("path", nargs="?", help="a safetensors file to load (only read, never written); default: a sample")
+    ap.add_argument(
+        "--make",
+        metavar="PATH",
+        help="make the sample at PATH, which must not exist, and keep it (default: a temporary file, removed)",
+    )
+    ap.add_argument("--size-mb", type=int, default=48, help="about how large a sample to make (default 48)")
     ap.add_argument("--runs", type=int, default=3, help="cold runs of each load; the median is shown (default 3)")
     ap.add_argument("--depth", type=int, default=16, help="read_into's requests in flight (default 16)")
     a = ap.parse_args()
+    if a.path is not None and a.make is not None:
+        ap.error("give a PATH to load or --make PATH for a sample, not both")
 
     tmp = None
-    path = a.path
-    if path is None:
-        tmp = disk_dir()
-        path = os.path.join(tmp, "model.safetensors")
+    written = None
     try:
-        written = make_file(path, a.size_mb)
+        if a.path is not None:
+            path = a.path  # the user's file: read, evicted, never written
+        else:
+            if a.make is not None:
+                path = a.make
+            else:
+                tmp = disk_dir()
+                path = os.path.join(tmp, "model.safetensors")
+            try:
+                written = make_file(path, a.size_mb)
+            except FileExistsError:
+                print(f"{path}: exists; --make only makes a new file (give it as PATH to load it)", file=sys.stderr)
+                return 2
         size = os.stat(path).st_size
-        _, metadata, start = read_header(path)
-        print(f"{path}: {size / MIB:.1f} MiB, {len(written)} tensors, data from byte {start}, metadata {metadata}")
+        header, metadata, start = read_header(path)
+        print(f"{path}: {size / MIB:.1f} MiB, {len(header)} tensors, data from byte {start}, metadata {metadata}")
 
         loads = [("whole", load_whole), ("per-tensor", load_per_tensor), ("load_file", load_safetensors)]
         results = {}
@@ -260,7 +285,7 @@ def main() -> int:
             results[name] = timed(path, fn, a.depth, a.runs)
         reference = results["load_file"][1]
         failed = False
-        if same(reference, written):
+        if written is not None and same(reference, written):
             print(f"load_file differs from what was written: {same(reference, written)}")
             failed = True
         for name in ("whole", "per-tensor"):

@@ -160,3 +160,45 @@ fn fatal_errors_under_json_are_json_documents() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(json(&out)["error"]["kind"], "fatal");
 }
+
+/// A count that must be at least 1 — files or requests in flight, runs — is refused at 0 when
+/// the arguments are parsed, as every usage error (exit 1, the flag named on the first line),
+/// never taken as 1; nothing is done.
+#[test]
+fn zero_counts_are_refused_as_usage_errors() {
+    let t = tmp();
+    let src = t.path().join("src");
+    write_file(&src, 100);
+    let trace = t.path().join("no.trace");
+    let dst = t.path().join("dst");
+    let (s, d, tr) = (
+        src.to_str().unwrap(),
+        dst.to_str().unwrap(),
+        trace.to_str().unwrap(),
+    );
+    for (args, flag) in [
+        (vec!["copy", "-j", "0", s, d], "--threads"),
+        (vec!["copy", "--threads=0", s, d], "--threads"),
+        (vec!["copy", "--depth", "0", s, d], "--depth"),
+        (vec!["replay", "--compare", "--runs", "0", tr], "--runs"),
+        (vec!["replay", "--depth", "0", tr], "--depth"),
+        (vec!["load", "--depth", "0", s], "--depth"),
+        (vec!["stat", "-j", "0", s], "--threads"),
+    ] {
+        let out = run(bin().args(&args));
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(flag) && first.contains("'0'"),
+            "{args:?}: {err}"
+        );
+        assert!(!dst.exists(), "{args:?} copied");
+        // The same, as the JSON document of a usage error.
+        let mut json_args = args.clone();
+        json_args.insert(1, if args[0] == "copy" { "--json" } else { "-J" });
+        let out = run(bin().args(&json_args));
+        assert_eq!(out.status.code(), Some(1), "{json_args:?}");
+        assert_eq!(json(&out)["error"]["kind"], "usage", "{json_args:?}");
+    }
+}

@@ -79,7 +79,7 @@ fn log_file_lines_parse() {
     let has = |s: &str| codes.contains(&s);
     let d = dst.display();
     assert!(has(&format!(">f+++++++++ {d}/d/b")), "{text}");
-    assert!(has(&format!("cd+++++++++ {d}/d/e")), "{text}");
+    assert!(has(&format!("cd+++++++++ {d}/d/e/")), "{text}");
     assert!(has(&format!("cL+++++++++ {d}/link")), "{text}");
     assert!(has(&format!(">f+++++++++ {d}/new\\#012line")), "{text}");
     assert!(has(&format!(">f????????? {d}/a")), "{text}");
@@ -224,4 +224,126 @@ fn nix_statvfs(p: &std::path::Path) -> (u64, u64) {
     let s = String::from_utf8_lossy(&out.stdout);
     let mut it = s.split_whitespace().map(|v| v.parse::<u64>().unwrap());
     (it.next().unwrap(), it.next().unwrap())
+}
+
+/// `--delete` labels what it removes by what it was — a FIFO, a socket, a device, a symlink, a
+/// directory, a file — in `-i`, `--json-lines` and `--log-file` (where, as in rsync's log, a
+/// directory's path ends in `/`), and a device it makes is rsync's `cD`, not `cS`.
+#[test]
+fn deleted_entries_are_labelled_by_their_kind() {
+    if !require_root("mknod of a character device") {
+        return;
+    }
+    use pagewise_core::sys;
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    write_file(&src.join("kept"), 10);
+    let dev = libc::makedev(1, 3);
+    sys::mknod(&src.join("chr"), sys::NodeKind::CharDevice, 0o600, dev).unwrap();
+    let dst = t.path().join("dst");
+    let log = t.path().join("copy.log");
+    let out = run(bin()
+        .args(["copy", "-aT", "--log-file"])
+        .arg(&log)
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success(), "{}", stderr(&out));
+    sys::mknod(&dst.join("fifo"), sys::NodeKind::Fifo, 0o644, 0).unwrap();
+    sys::mknod(&dst.join("sock"), sys::NodeKind::Socket, 0o600, 0).unwrap();
+    sys::mknod(&dst.join("blk"), sys::NodeKind::BlockDevice, 0o600, dev).unwrap();
+    std::os::unix::fs::symlink("kept", dst.join("link")).unwrap();
+    fs::create_dir_all(dst.join("dir/sub")).unwrap();
+    write_file(&dst.join("file"), 3);
+    let expected = [
+        ("fifo", "special"),
+        ("sock", "special"),
+        ("blk", "device"),
+        ("link", "symlink"),
+        ("dir", "dir"),
+        ("file", "file"),
+    ];
+    // What a dry run says it would delete, as JSON lines.
+    let out = run(bin()
+        .args(["copy", "-aT", "--delete", "--dry-run", "--json-lines"])
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (name, kind) in expected {
+        let p = dst.join(name);
+        let entry = lines
+            .iter()
+            .find(|l| l["type"] == "entry" && l["path"] == p.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no entry for {name}: {}", stdout(&out)));
+        assert_eq!(entry["action"], "deleted", "{entry}");
+        assert_eq!(entry["kind"], kind, "{name}: {entry}");
+    }
+    // Deleted for real, itemized and logged.
+    let out = run(bin()
+        .args(["copy", "-aT", "--delete", "-i", "--log-file"])
+        .arg(&log)
+        .arg(&src)
+        .arg(&dst));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed = stdout(&out);
+    for (name, kind) in expected {
+        let p = dst.join(name);
+        assert!(fs::symlink_metadata(&p).is_err(), "{name} is still there");
+        let line = format!("{:<8} {kind:<8} {}", "deleted", p.display());
+        assert!(listed.lines().any(|l| l == line), "{line:?} in:\n{listed}");
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    let codes: Vec<String> = text.lines().map(|l| parse_line(l).2).collect();
+    let has = |s: String| codes.contains(&s);
+    let d = dst.display();
+    assert!(has(format!("cD+++++++++ {d}/chr")), "{text}");
+    assert!(has(format!("*deleting   {d}/dir/")), "{text}");
+    for name in ["fifo", "sock", "blk", "link", "file"] {
+        assert!(has(format!("*deleting   {d}/{name}")), "{text}");
+    }
+}
+
+/// A source whose residency the kernel will not tell (cachestat refuses a file the caller may
+/// not write; mincore cannot tell what was cached before): the summary says the source's part
+/// is unknown and why, with no percentage, and JSON counts the file as unknown.
+#[test]
+fn unknown_source_residency_is_said_with_its_reason_and_no_percentage() {
+    if !require_root("switching to user nobody") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let t = tmp();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    open_up_ancestors(t.path());
+    let src = t.path().join("src");
+    write_file(&src, 1 << 20);
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o644)).unwrap();
+    let out_dir = t.path().join("out");
+    fs::create_dir(&out_dir).unwrap();
+    std::os::unix::fs::chown(&out_dir, Some(65534), Some(65534)).unwrap();
+    let out = run(as_nobody().arg("copy").arg(&src).arg(out_dir.join("a")));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stderr(&out);
+    let source = text
+        .split("cache left: source ")
+        .nth(1)
+        .and_then(|s| s.split(", destination").next())
+        .unwrap_or_else(|| panic!("no source part in {text}"));
+    assert!(source.contains("unknown"), "{source}");
+    assert!(source.contains("cachestat refused"), "the reason: {source}");
+    assert!(
+        !source.contains('%'),
+        "no percentage of an unknown: {source}"
+    );
+    let out = run(as_nobody()
+        .args(["copy", "--json"])
+        .arg(&src)
+        .arg(out_dir.join("b")));
+    let v = json(&out);
+    assert_eq!(v["residue"]["source_unknown_files"], 1, "{v}");
+    assert!(same(&src, &out_dir.join("b")));
 }

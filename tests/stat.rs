@@ -315,3 +315,66 @@ fn block_device_is_sized_by_its_capacity() {
     assert!(out.status.success());
     assert_eq!(json(&out)["total"]["size"], 16777216u64, "(old: 0)");
 }
+
+/// `--from` reads its list a line at a time, each line bounded: a source with no end and no
+/// newline (/dev/zero; a stream of `a` on stdin) is refused at once with an error naming it and
+/// the line, in bounded memory; so is a NUL-separated (`-0`) list whose entry is empty.
+#[test]
+fn from_refuses_an_endless_line_quickly_and_in_bounded_memory() {
+    const MIB: u64 = 1 << 20;
+    let check = |cmd: &mut Command, what: &str, says: &[&str]| {
+        let (out, rss) = run_measured(cmd, 10.0, 2048 * MIB);
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        let err = stderr(&out);
+        for s in says {
+            assert!(err.contains(s), "{what}: {s:?} not in {err:?}");
+        }
+        assert_eq!(err.lines().count(), 1, "{what}: one line: {err:?}");
+        assert!(rss < 64 * MIB, "{what}: peak RSS {} MiB", rss / MIB);
+    };
+    check(
+        bin().args(["stat", "--from", "/dev/zero"]),
+        "/dev/zero",
+        &["--from /dev/zero", "line 1"],
+    );
+    check(
+        bin().args(["stat", "-0", "--from", "/dev/zero"]),
+        "/dev/zero -0",
+        &["--from /dev/zero", "entry 1", "empty"],
+    );
+    // An endless line of `a` on stdin.
+    let mut yes = Command::new("sh")
+        .args(["-c", "tr '\\0' a </dev/zero"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pipe = yes.stdout.take().unwrap();
+    check(
+        bin().args(["stat", "--from", "-"]).stdin(pipe),
+        "stdin",
+        &["--from -", "line 1", "longer than"],
+    );
+    let _ = yes.kill();
+    let _ = yes.wait();
+    // A long line after good ones is named by its number; a line as long as a path may be is
+    // read.
+    let t = tmp();
+    let list = t.path().join("list");
+    let ok = t.path().join("ok");
+    write_file(&ok, 10);
+    let mut text = format!("{}\n\n{}\n", ok.display(), ok.display()).into_bytes();
+    text.extend(vec![b'x'; 100_000]);
+    text.push(b'\n');
+    fs::write(&list, &text).unwrap();
+    let listed = list.display().to_string();
+    check(
+        bin().args(["stat", "--from"]).arg(&list),
+        "long third line",
+        &[&format!("--from {listed}"), "line 4"],
+    );
+    let long = format!("/{}", "d/".repeat(2000));
+    fs::write(&list, format!("{}\n{long}\n", ok.display())).unwrap();
+    let out = run(bin().args(["stat", "--json", "--from"]).arg(&list));
+    assert_eq!(out.status.code(), Some(2), "the long path is looked up");
+    assert!(!stderr(&out).contains("longer than"), "{}", stderr(&out));
+}

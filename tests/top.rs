@@ -25,10 +25,17 @@ fn finish(mut c: Child) {
 /// Starts `top --once --json` for `secs` with the views `by`, and waits until it is tracing
 /// (its perf events are open once it has read the tracepoints' format files: a second).
 fn start_top(by: &str) -> Child {
+    start_top_as(by, &["--json"])
+}
+
+/// [`start_top`] with the output flags `out` (none: the table).
+fn start_top_as(by: &str, out: &[&str]) -> Child {
     // A long interval, ended by SIGINT once the test's I/O is done (top_document): however
     // slow the machine (an emulated guest), the interval covers all of it.
     let c = bin()
-        .args(["top", "--once", "--json", "--by", by, "--interval", "10m"])
+        .args(["top", "--once"])
+        .args(out)
+        .args(["--by", by, "--interval", "10m"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -292,4 +299,77 @@ fn exporter_counts_each_cgroups_added_bytes() {
         added,
         &format!("exporter, cgroup {}", cg.shown()),
     );
+}
+
+/// A process whose command holds a newline, an escape sequence and a byte that is not UTF-8
+/// (it exec'd through a symlink of that name: the kernel takes its comm from the name) is
+/// named in the table escaped as file names are (`\x0a`, `\x1b`, `\xff`), and in JSON
+/// losslessly as paths are (`comm`, plus `comm_bytes` with the exact bytes).
+#[test]
+fn top_names_a_process_with_an_odd_command_escaped_and_lossless() {
+    if !can_trace() {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let t = tmp();
+    let f = t.path().join("data");
+    write_file(&f, 8 << 20);
+    run(bin().arg("evict").arg(&f));
+    assert_eq!(cached(&f), 0, "setup: cold");
+    let name: &[u8] = b"a\nb\x1b[31mc\xff";
+    let exe = t.path().join(std::ffi::OsStr::from_bytes(name));
+    std::os::unix::fs::symlink("/usr/bin/cksum", &exe).unwrap();
+    let json_top = start_top_as("process", &["--json"]);
+    let _reaper = Reaper(vec![(json_top.id() as i32, "pagewise")]);
+    let text_top = start_top_as("process", &[]);
+    let _reaper2 = Reaper(vec![(text_top.id() as i32, "pagewise")]);
+    // Reads the file, then its stdin (held open: alive until its comm is read).
+    let reader = std::process::Command::new(&exe)
+        .arg(&f)
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = reader.id();
+    // The kernel's comm, once the child has exec'd.
+    let want = [name, b"\n"].concat();
+    let start = std::time::Instant::now();
+    while fs::read(format!("/proc/{pid}/comm")).unwrap() != want {
+        assert!(start.elapsed() < Duration::from_secs(5), "comm never set");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let start = std::time::Instant::now();
+    while cached(&f) * PAGE < 8 << 20 {
+        assert!(start.elapsed() < Duration::from_secs(60), "not read");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill(2) of the process this test started, by its PID.
+    unsafe { libc::kill(text_top.id() as i32, libc::SIGINT) };
+    let text = text_top.wait_with_output().unwrap();
+    let i = top_document(json_top);
+    finish(reader);
+    let table = String::from_utf8(text.stdout).expect("the table is UTF-8");
+    eprintln!("{table}");
+    let row = table
+        .lines()
+        .find(|l| l.split_whitespace().any(|c| c == pid.to_string()))
+        .unwrap_or_else(|| panic!("no row for pid {pid}: {table}"));
+    assert!(
+        row.contains(r"a\x0ab\x1b[31mc\xff"),
+        "escaped command in {row:?}"
+    );
+    assert!(!table.contains('\x1b'), "no escape byte in the table");
+    let p = rows(&i, "processes")
+        .iter()
+        .find(|r| r["pid"] == pid)
+        .unwrap_or_else(|| panic!("no row for pid {pid}: {i}"));
+    assert_eq!(p["comm"], String::from_utf8_lossy(name).as_ref(), "{p}");
+    let bytes: Vec<u8> = p["comm_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no comm_bytes: {p}"))
+        .iter()
+        .map(|b| b.as_u64().unwrap() as u8)
+        .collect();
+    assert_eq!(bytes, name, "{p}");
 }

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import io
+import operator
 import os
 import sys
 import warnings
@@ -29,6 +30,8 @@ _MAX_ALIGN = 1 << 30
 # Positions handed to the library are u64; beyond, the library's own check (EINVAL past the
 # largest file offset, naming the file and the call) is reached with the largest u64.
 _U64_MAX = (1 << 64) - 1
+# What a file offset (off_t) holds, as io.FileIO.seek takes it.
+_OFF_MIN, _OFF_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class Alignment(NamedTuple):
@@ -410,7 +413,13 @@ class DirectIO(io.RawIOBase):
         return n
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Moves the position as ``io.FileIO.seek`` does: an offset that is not an integer is
+        a ``TypeError``, one a file offset (``off_t``) cannot hold an ``OverflowError``, a
+        position before 0 or past the largest file offset an ``OSError`` (EINVAL)."""
         self._check_closed()
+        offset, whence = operator.index(offset), operator.index(whence)
+        if not _OFF_MIN <= offset <= _OFF_MAX:
+            raise OverflowError(f"seek offset {offset} does not fit in a file offset (off_t)")
         if whence == io.SEEK_SET:
             pos = offset
         elif whence == io.SEEK_CUR:
@@ -420,7 +429,9 @@ class DirectIO(io.RawIOBase):
         else:
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
         if pos < 0:
-            raise OSError(22, "Invalid argument: negative seek position")
+            raise OSError(errno.EINVAL, "Invalid argument: negative seek position")
+        if pos > _OFF_MAX:
+            raise OSError(errno.EINVAL, "Invalid argument: seek position past the largest file offset")
         self._pos = pos
         return pos
 

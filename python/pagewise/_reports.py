@@ -454,7 +454,7 @@ class CopyItem(PathView):
     ``--json-lines`` streams and ``-i`` lists."""
 
     __slots__ = ()
-    kind = _str("kind", "'file', 'dir', 'symlink', 'hardlink' or 'special' (None for a failure).")
+    kind = _str("kind", "'file', 'dir', 'symlink', 'hardlink', 'special' (FIFO, socket) or 'device' (None for a failure).")
     action = _Field("action", str, "'created', 'updated', 'skipped', 'deleted', 'metadata' or 'failed'.")
     bytes = _int("bytes", "Logical bytes of a file created or updated (0 otherwise).")
     error = _str("error", "For 'failed': ``op failed: message``.")

@@ -139,6 +139,17 @@ pub fn read_file<'py>(
     let (path, mut file) = open_for_reading(py, path, cache)?;
     let fm = &mut file; // (a `&mut`: the file is Send, not Sync)
     let size = py.detach(move || fm.len()).map_err(|e| io_err(py, e))?;
+    if size == 0 {
+        // Empty, or a file whose size says nothing (procfs, sysfs): read to its end.
+        let (f, p) = (&mut file, &path);
+        let data = wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
+            read::read_to_end(f, p, 0, u64::MAX, c)
+        })?
+        .map_err(|e| io_err(py, e))?;
+        let notice = file.notice().map(str::to_string);
+        py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
+        return Ok((PyBytes::new(py, &data), notice));
+    }
     let data = bytes_filled(py, size, |b| {
         let f = &mut file;
         let p = &path;
@@ -275,9 +286,20 @@ impl DirectFile {
     ) -> PyResult<Bound<'py, PyBytes>> {
         let depth = depth_of(depth)?;
         let size = self.with(py, |f| f.len())?;
-        let len = size.saturating_sub(offset).min(limit.unwrap_or(u64::MAX));
-        let parallel = !self.writable;
+        let limit = limit.unwrap_or(u64::MAX);
         let path = &self.path;
+        if size == 0 {
+            // Empty, or a file whose size says nothing (procfs, sysfs): read to its end.
+            let r = wait::run_reporting(py, None, wait::bytes_of_total, move |c| {
+                let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                g.as_mut()
+                    .map(|f| read::read_to_end(f, path, offset, limit, c))
+            })?;
+            let data = r.ok_or_else(closed)?.map_err(|e| io_err(py, e))?;
+            return Ok(PyBytes::new(py, &data));
+        }
+        let len = size.saturating_sub(offset).min(limit);
+        let parallel = !self.writable;
         bytes_filled(py, len, |b| {
             let r = wait::run_reporting(py, None, wait::bytes_of_total, move |c| {
                 let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());

@@ -37,6 +37,10 @@ const MAX_BOUNCE_THREADS: usize = 32;
 pub const PARALLEL_MIN: usize = 2 << 20;
 /// The step of serial reads, between looks at cancellation (and progress).
 const SERIAL_STEP: usize = 8 << 20;
+/// The step of reads of a file whose size says nothing ([`read_to_end`]): what a procfs or
+/// sysfs file gives in a few reads, and no more memory than that ahead of what was read;
+/// with the buffered policies `DirectFile` reads a request this long straight into it.
+const UNSIZED_STEP: usize = 256 << 10;
 
 /// What a read did: bytes read, and whether the middle of the range had to go through bounce
 /// buffers because the caller's memory is not aligned to the file (O_DIRECT only).
@@ -126,6 +130,37 @@ pub fn read_into(
         n: head + mid_len + got_tail,
         misaligned,
     })
+}
+
+/// The bytes at `off` up to the end of a file whose size says nothing of its content — procfs
+/// and sysfs files say they are 0 bytes long and have content (`limit`: at most that many):
+/// read in [`UNSIZED_STEP`]s until a read returns nothing, as read(2) finds the end of any
+/// file. O_DIRECT is refused there; `DirectFile` has fallen back to buffered reads at its open.
+pub fn read_to_end(
+    file: &mut dio::DirectFile,
+    path: &Path,
+    off: u64,
+    limit: u64,
+    ctl: &Control,
+) -> io::Result<Vec<u8>> {
+    let mut data = Vec::new();
+    while (data.len() as u64) < limit {
+        if ctl.cancel.load(Ordering::Relaxed) {
+            return Err(interrupted());
+        }
+        let step = (limit - data.len() as u64).min(UNSIZED_STEP as u64) as usize;
+        data.try_reserve(step)
+            .map_err(|_| fail(path, Op::Pread, io::Error::from_raw_os_error(libc::ENOMEM)))?;
+        let at = data.len();
+        data.resize(at + step, 0);
+        let got = file.read_at(&mut data[at..], off + at as u64)?;
+        data.truncate(at + got);
+        ctl.progress.bytes.fetch_add(got as u64, Ordering::Relaxed);
+        if got == 0 {
+            break;
+        }
+    }
+    Ok(data)
 }
 
 /// Reads through `DirectFile` in steps, counting progress; fewer bytes only at the end.

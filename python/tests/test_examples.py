@@ -23,7 +23,7 @@ def test_safetensors_example_loads_equal_tensors_and_leaves_nothing_cached(scrat
     assert example.is_file(), f"{example} is missing"
     path = scratch / "model.safetensors"
     p = subprocess.run(
-        [sys.executable, str(example), "--size-mb", "16", "--runs", "1", str(path)],
+        [sys.executable, str(example), "--size-mb", "16", "--runs", "1", "--make", str(path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         timeout=120,
@@ -33,8 +33,45 @@ def test_safetensors_example_loads_equal_tensors_and_leaves_nothing_cached(scrat
     assert "tensors equal safetensors.numpy.load_file's" in out, out
     for method in ("pagewise.read_into, whole file", "pagewise.read_into, per tensor", "safetensors.numpy.load_file"):
         assert method in out, out
-    # The file it made and loaded (kept: a path was given) is 16 MiB or so, and the kernel
+    # The file it made and loaded (kept: --make named it) is 16 MiB or so, and the kernel
     # holds none of it afterwards.
     doc = cli("stat", path)
     assert doc["total"]["size"] > 15 * MIB and doc["total"]["files"] == 1
     assert doc["total"]["cached_bytes"] == 0, doc
+
+
+def _example(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "examples" / "safetensors_load.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
+
+
+def test_safetensors_example_never_writes_the_file_it_is_given(scratch: Path) -> None:
+    """A path given to load is only read: a user's model file keeps its bytes (and inode and
+    times); ``--make`` refuses a path that exists, and makes its sample where nothing is."""
+    np = pytest.importorskip("numpy", reason="the safetensors example needs numpy (pip install numpy)")
+    st = pytest.importorskip(
+        "safetensors.numpy", reason="the safetensors example needs the safetensors package (pip install safetensors)"
+    )
+    mine = scratch / "mine.safetensors"
+    st.save_file({"w": np.arange(3000, dtype=np.float32).reshape(30, 100), "b": np.ones(7, dtype=np.int64)}, str(mine))
+    before, meta = mine.read_bytes(), mine.stat()
+    p = _example("--runs", "1", str(mine))
+    out = p.stdout.decode()
+    assert mine.read_bytes() == before, "the example wrote over the file it was asked to load"
+    after = mine.stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (meta.st_ino, meta.st_mtime_ns, meta.st_size)
+    assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{p.stderr.decode()}"
+    assert "all 2 tensors equal safetensors.numpy.load_file's" in out, out
+    # --make where a file is: refused, the file as it was.
+    p = _example("--make", str(mine))
+    assert p.returncode != 0 and "exists" in p.stderr.decode(), (p.returncode, p.stderr.decode())
+    assert mine.read_bytes() == before
+    # --make where nothing is: the sample made (exclusively), loaded and kept.
+    made = scratch / "sample.safetensors"
+    p = _example("--make", str(made), "--size-mb", "2", "--runs", "1")
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout.decode()}\n{p.stderr.decode()}"
+    assert made.stat().st_size > MIB and set(st.load_file(str(made))) >= {"embed.weight", "tokens"}

@@ -8,8 +8,10 @@ import io
 import os
 import shutil
 import subprocess
+import time
 import warnings
 from pathlib import Path
+from typing import Iterator, Tuple
 
 import pytest
 
@@ -182,3 +184,71 @@ def test_open_errors_name_the_path_and_the_call(scratch: Path) -> None:
             d.write(b"x")
         with pytest.raises(TypeError):
             d.readinto(b"immutable")
+
+
+def _proc_files_with_content() -> Iterator[Tuple[str, bytes]]:
+    """procfs files, which say they are 0 bytes long, with what the kernel reads of them:
+    stable small ones, and a process's environment of 200 KiB (several reads' worth)."""
+    for p in ("/proc/version", "/proc/filesystems", "/proc/self/cmdline"):
+        yield p, Path(p).read_bytes()
+    env = {"PAGEWISE_BIG_A": "a" * 100_000, "PAGEWISE_BIG_B": "b" * 100_000}
+    child = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        p = f"/proc/{child.pid}/environ"
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}/comm").read_bytes() != b"sleep\n":  # exec'd
+            assert time.monotonic() < deadline, "sleep did not start"
+            time.sleep(0.01)
+        want = Path(p).read_bytes()
+        assert len(want) > 200_000 and os.stat(p).st_size == 0
+        yield p, want
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.parametrize("cache", ["direct", "dontcache", "drop-behind"])
+def test_files_that_say_they_are_empty_are_read_to_their_end(cache: str) -> None:
+    for p, want in _proc_files_with_content():
+        assert os.stat(p).st_size == 0, p
+        with warnings.catch_warnings():
+            # O_DIRECT is refused by procfs: the read falls back, and says so.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            assert pagewise.read(p, cache=cache) == want, p
+            with pagewise.open(p, cache=cache) as d:
+                assert d.read() == want, p
+                d.seek(0)
+                assert d.readall() == want, p
+                d.seek(5)
+                assert d.read(7) == want[5:12], p
+                assert d.read() == want[12:], p
+                assert d.pread(3, 2) == want[2:5], p
+                assert d.read() == b"", p
+    # What the status file says of this process, read through pagewise.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        status = pagewise.read("/proc/self/status")
+        with pagewise.open("/proc/cpuinfo") as d:
+            cpuinfo = d.read()
+    assert f"\nPid:\t{os.getpid()}\n".encode() in status, status
+    assert cpuinfo.startswith(b"processor") and b"\n\n" in cpuinfo, cpuinfo
+
+
+def test_seek_refuses_what_io_refuses(scratch: Path) -> None:
+    """Offsets that are not integers are a TypeError, offsets off_t cannot hold an
+    OverflowError, as io.FileIO.seek raises them; the position does not move."""
+    f = write_file(scratch / "f", 4096)
+    cases = [(1.5,), ("1",), (None,), (2**63,), (2**64,), (-(2**63) - 1,), (0, 1.5)]
+    with pagewise.open(f) as d, io.FileIO(f) as ref:
+        d.seek(10)
+        for args in cases:
+            with pytest.raises(Exception) as want:
+                ref.seek(*args)
+            with pytest.raises(want.type):
+                d.seek(*args)
+            assert d.tell() == 10, args
+        assert want.type is TypeError
+        assert d.seek(True) == 1 and d.seek(2**63 - 1) == 2**63 - 1
+        with pytest.raises(OSError):
+            d.seek(1, io.SEEK_CUR)  # past the largest offset, as lseek(2) says
+        assert d.tell() == 2**63 - 1

@@ -8,7 +8,7 @@ use pagewise_core::assist::Prefetch;
 use pagewise_core::residency::parse_size;
 use pagewise_core::trace::Backend;
 use pagewise_core::{ByteRange, Method, WalkOptions};
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ pub struct WalkArgs {
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,
     /// Worker threads [default: number of CPUs]
-    #[arg(short = 'j', long, value_name = "N")]
+    #[arg(short = 'j', long, value_name = "N", value_parser = at_least_one)]
     pub threads: Option<usize>,
     /// Only this byte range of every file: START-END, START- or -END (K/M/G/T suffixes;
     /// vmtouch -p)
@@ -76,25 +76,112 @@ impl From<MethodArg> for Method {
     }
 }
 
+/// A count that must be at least 1 (threads, requests in flight, runs), refused at 0 when the
+/// arguments are parsed: `invalid value '0' for '--depth <N>': must be at least 1`.
+pub fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e} (a whole number, at least 1)")),
+    }
+}
+
+/// The longest entry of a `--from` list: a path a system call takes is at most PATH_MAX
+/// (4096) bytes with its terminating NUL.
+pub const MAX_LIST_ENTRY: usize = 4095;
+
+/// Why a `--from` list was refused (the caller names the file).
+#[derive(Debug)]
+pub enum ListError {
+    /// Reading it failed.
+    Io(std::io::Error),
+    /// Entry `n` (1-based) is longer than [`MAX_LIST_ENTRY`].
+    TooLong { n: u64, nul: bool },
+    /// Line `n` of a newline-separated list holds a NUL byte.
+    Nul { n: u64 },
+    /// Entry `n` of a NUL-separated list is empty.
+    Empty { n: u64 },
+}
+
+impl std::fmt::Display for ListError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = |nul: bool| if nul { "entry" } else { "line" };
+        match self {
+            ListError::Io(e) => write!(f, "read failed: {e}"),
+            ListError::TooLong { n, nul } => write!(
+                f,
+                "{} {n} is longer than {MAX_LIST_ENTRY} bytes, the longest path there is: not a list of paths",
+                what(*nul)
+            ),
+            ListError::Nul { n } => write!(
+                f,
+                "line {n} holds a NUL byte: not a list of paths (a NUL-separated list, as find -print0 writes, needs -0)"
+            ),
+            ListError::Empty { n } => write!(
+                f,
+                "entry {n} is empty: not a NUL-separated list of paths (no path is empty)"
+            ),
+        }
+    }
+}
+
+/// The paths of a `--from` list: entries separated by `sep` (`\n`, or `\0` under -0), each
+/// read with a bound ([`MAX_LIST_ENTRY`]), so an endless source (/dev/zero) is refused after a
+/// few KiB rather than buffered. Blank lines are skipped; a NUL-separated list has no empty
+/// entry (find -print0 writes none; /dev/zero is nothing else), nor a line of a newline list a
+/// NUL byte (no path has one).
+pub fn read_path_list(r: &mut impl BufRead, sep: u8) -> Result<Vec<PathBuf>, ListError> {
+    use std::os::unix::ffi::OsStrExt;
+    let nul = sep == b'\0';
+    let mut paths = Vec::new();
+    let mut entry = Vec::with_capacity(256);
+    for n in 1u64.. {
+        entry.clear();
+        // At most one byte past the bound (the separator) is read of one entry.
+        let got = r
+            .by_ref()
+            .take(MAX_LIST_ENTRY as u64 + 1)
+            .read_until(sep, &mut entry)
+            .map_err(ListError::Io)?;
+        if got == 0 {
+            break;
+        }
+        if entry.last() == Some(&sep) {
+            entry.pop();
+        } else if entry.len() > MAX_LIST_ENTRY {
+            return Err(match entry.contains(&0) {
+                true if !nul => ListError::Nul { n },
+                _ => ListError::TooLong { n, nul },
+            });
+        }
+        match entry.is_empty() {
+            true if nul => return Err(ListError::Empty { n }),
+            true => continue,
+            false if !nul && entry.contains(&0) => return Err(ListError::Nul { n }),
+            false => paths.push(PathBuf::from(std::ffi::OsStr::from_bytes(&entry))),
+        }
+    }
+    Ok(paths)
+}
+
 impl WalkArgs {
     /// Roots from the arguments and --from; the current directory when there are none.
     pub fn roots(&self) -> Result<Vec<PathBuf>, CliError> {
         let mut roots = self.paths.clone();
         if let Some(src) = &self.from {
-            let mut data = Vec::new();
-            let r = if src.as_os_str() == "-" {
-                std::io::stdin().read_to_end(&mut data)
-            } else {
-                std::fs::File::open(src).and_then(|mut f| f.read_to_end(&mut data))
-            };
-            r.map_err(|e| CliError::file(format!("--from {}", src.display()), "read", e))?;
             let sep = if self.null { b'\0' } else { b'\n' };
-            use std::os::unix::ffi::OsStrExt;
-            roots.extend(
-                data.split(|&b| b == sep)
-                    .filter(|l| !l.is_empty())
-                    .map(|l| PathBuf::from(std::ffi::OsStr::from_bytes(l))),
-            );
+            let fail = |e: ListError| match e {
+                ListError::Io(e) => CliError::file(format!("--from {}", src.display()), "read", e),
+                e => CliError::Usage(format!("--from {}: {e}", src.display())),
+            };
+            let listed = if src.as_os_str() == "-" {
+                read_path_list(&mut std::io::stdin().lock(), sep)
+            } else {
+                std::fs::File::open(src)
+                    .map_err(ListError::Io)
+                    .and_then(|f| read_path_list(&mut std::io::BufReader::new(f), sep))
+            };
+            roots.extend(listed.map_err(fail)?);
             if roots.is_empty() {
                 return Err(CliError::Usage(format!(
                     "--from {}: no paths in it",
@@ -116,7 +203,7 @@ impl WalkArgs {
             max_depth: self.max_depth,
             include: self.include.clone(),
             exclude: self.exclude.clone(),
-            threads: self.threads.unwrap_or(default_threads).max(1),
+            threads: self.threads.unwrap_or(default_threads),
             noatime: false,
         }
     }
@@ -309,6 +396,7 @@ mod tests {
         use super::*;
         use pagewise_core::fuzzing::fuzz;
         use proptest::prelude::*;
+        use std::os::unix::ffi::OsStrExt;
 
         const CASES: u32 = 2_000;
 
@@ -402,6 +490,77 @@ mod tests {
                         let (a, b) = r.span(size);
                         prop_assert!(a <= b && b <= size);
                         let _ = r.clamp(size);
+                    }
+                }
+                Ok(())
+            });
+        }
+
+        /// Entries of a path list: any bytes but the separator, some as long as allowed.
+        fn entries(sep: u8) -> impl Strategy<Value = Vec<Vec<u8>>> {
+            let byte = any::<u8>().prop_filter("not a separator", move |&b| b != sep && b != 0);
+            let entry = prop_oneof![
+                4 => proptest::collection::vec(byte.clone(), 0..40),
+                1 => proptest::collection::vec(byte, MAX_LIST_ENTRY - 2..MAX_LIST_ENTRY + 3),
+            ];
+            proptest::collection::vec(entry, 0..8)
+        }
+
+        /// The list reader: well-formed lists (blank lines, a final separator or none) read
+        /// back as written through any buffer size; what is over long, holds a NUL in a line or
+        /// an empty NUL-separated entry is refused with that entry's number; arbitrary bytes
+        /// never panic and give only entries within the bound.
+        #[test]
+        fn path_lists() {
+            let input =
+                (any::<bool>(), any::<bool>(), 1usize..64).prop_flat_map(|(nul, end, cap)| {
+                    let sep = if nul { 0 } else { b'\n' };
+                    (entries(sep), Just((sep, end, cap)))
+                });
+            fuzz("path list", 512, input, |(list, (sep, end, cap))| {
+                let mut bytes = list.join(&sep);
+                if end && !list.is_empty() {
+                    bytes.push(sep);
+                }
+                let mut r = std::io::BufReader::with_capacity(cap, &bytes[..]);
+                let got = read_path_list(&mut r, sep);
+                // Without a final separator, an empty last entry is no bytes at all.
+                let written = match list.last() {
+                    Some(last) if !end && last.is_empty() => list.len() - 1,
+                    _ => list.len(),
+                };
+                let bad = list
+                    .iter()
+                    .take(written)
+                    .position(|e| e.len() > MAX_LIST_ENTRY || (sep == 0 && e.is_empty()));
+                match (bad, got) {
+                    (None, Ok(paths)) => {
+                        let want: Vec<&Vec<u8>> = list.iter().filter(|e| !e.is_empty()).collect();
+                        let got: Vec<&[u8]> =
+                            paths.iter().map(|p| p.as_os_str().as_bytes()).collect();
+                        prop_assert_eq!(got, want.iter().map(|e| e.as_slice()).collect::<Vec<_>>());
+                    }
+                    (Some(i), Err(ListError::TooLong { n, .. } | ListError::Empty { n })) => {
+                        prop_assert_eq!(n, i as u64 + 1)
+                    }
+                    (bad, got) => prop_assert!(false, "bad entry {bad:?}, read {got:?}"),
+                }
+                Ok(())
+            });
+            let junk = (
+                any::<bool>(),
+                proptest::collection::vec(
+                    proptest::sample::select(vec![0u8, b'\n', b'a', 0xff]),
+                    0..10_000,
+                ),
+            );
+            fuzz("path list bytes", 256, junk, |(nul, bytes)| {
+                let sep = if nul { 0 } else { b'\n' };
+                if let Ok(paths) = read_path_list(&mut &bytes[..], sep) {
+                    for p in paths {
+                        let p = p.as_os_str().as_bytes();
+                        prop_assert!(!p.is_empty() && p.len() <= MAX_LIST_ENTRY);
+                        prop_assert!(!p.contains(&0) && !p.contains(&sep));
                     }
                 }
                 Ok(())

@@ -1,6 +1,6 @@
 //! `pagewise copy`: render the library's CopyReport.
 
-use super::args::parse_size_arg;
+use super::args::{at_least_one, parse_size_arg};
 use super::copy_log::{self, CopyLog};
 use super::copy_rules::{filters, rsync_rate, rsync_size, rule, rule_file, Rule};
 use super::exit::{CliError, ExitCode};
@@ -153,10 +153,10 @@ pub struct CopyArgs {
     #[arg(long)]
     pub verify: bool,
     /// Files copied in parallel
-    #[arg(short = 'j', long, value_name = "N", default_value_t = copy::DEFAULT_THREADS)]
+    #[arg(short = 'j', long, value_name = "N", default_value_t = copy::DEFAULT_THREADS, value_parser = at_least_one)]
     pub threads: usize,
     /// I/Os in flight within one large file
-    #[arg(long, value_name = "N", default_value_t = copy::DEFAULT_DEPTH)]
+    #[arg(long, value_name = "N", default_value_t = copy::DEFAULT_DEPTH, value_parser = at_least_one)]
     pub depth: usize,
     /// Bytes per I/O
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_CHUNK_ARG, value_parser = parse_size_arg)]
@@ -382,8 +382,8 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         partial: a.partial,
         fsync: a.fsync,
         verify: a.verify,
-        threads: a.threads.max(1),
-        depth: a.depth.max(1),
+        threads: a.threads,
+        depth: a.depth,
         chunk: usize::try_from(a.chunk).unwrap_or(usize::MAX),
         ..Default::default()
     };
@@ -422,6 +422,7 @@ fn write_item(w: &mut dyn Write, item: &CopyItem) -> std::io::Result<()> {
         Some(EntryKind::Symlink) => "symlink",
         Some(EntryKind::Hardlink) => "hardlink",
         Some(EntryKind::Special) => "special",
+        Some(EntryKind::Device) => "device",
         None => "-",
     };
     writeln!(w, "{action:<8} {kind:<8} {}", render::path_text(&item.path))

@@ -1,8 +1,9 @@
 //! `copy --log-file FILE`: one line per change, as rsync's log file has them —
 //! `TIME [PID] CODE PATH` with TIME in UTC (`2026-11-26T15:20:01.123Z`), CODE rsync's itemize
-//! code (`>f+++++++++` a file created, `cd+++++++++` a directory, `cL` a symlink, `cS` a special
-//! file, `hf` a hard link, `*deleting` a deletion, `*failed` a failure), PATH the destination
-//! with bytes that are not printable UTF-8 escaped as `\#ooo` (rsync's escape). An update's
+//! code (`>f+++++++++` a file created, `cd+++++++++` a directory, `cL` a symlink, `cS` a FIFO or
+//! socket, `cD` a device, `hf` a hard link, `*deleting` a deletion, `*failed` a failure), PATH
+//! the destination with bytes that are not printable UTF-8 escaped as `\#ooo` (rsync's escape)
+//! and, as rsync's `%n`, a `/` after a directory's (`*deleting   old/` a directory removed). An update's
 //! attribute letters are `?`: pagewise does not record which attributes differed. Entries left
 //! as they were are not logged. The run's command starts the log and its summary ends it.
 //!
@@ -109,7 +110,10 @@ impl CopyLog {
     /// Logs one entry's outcome, if it is a change or a failure.
     pub fn item(&self, item: &CopyItem) {
         let Some(code) = itemize(item) else { return };
-        let path = escaped(item.path.as_os_str().as_bytes());
+        let mut path = escaped(item.path.as_os_str().as_bytes());
+        if item.kind == Some(EntryKind::Dir) && !path.ends_with('/') {
+            path.push('/');
+        }
         match &item.error {
             Some(e) => self.line(&format!("{code} {path}: {}", escaped(e.as_bytes()))),
             None => self.line(&format!("{code} {path}")),
@@ -124,6 +128,7 @@ pub fn itemize(item: &CopyItem) -> Option<String> {
         Some(EntryKind::Dir) => "cd",
         Some(EntryKind::Symlink) => "cL",
         Some(EntryKind::Special) => "cS",
+        Some(EntryKind::Device) => "cD",
         Some(EntryKind::Hardlink) => "hf",
         None => "  ",
     };

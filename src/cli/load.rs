@@ -2,7 +2,7 @@
 //! the LoadReport, and the hold of locked pages (in the foreground, or detached with
 //! `--daemon`; `--pidfile`; sd_notify readiness when NOTIFY_SOCKET is set).
 
-use super::args::{parse_duration, parse_size_arg, OutputArgs, WalkArgs};
+use super::args::{at_least_one, parse_duration, parse_size_arg, OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
@@ -62,7 +62,7 @@ pub struct LoadArgs {
     #[arg(long, value_name = "SIZE", default_value = DEFAULT_WINDOW_ARG, value_parser = parse_size_arg)]
     pub window: u64,
     /// Threads reading one large file
-    #[arg(long, value_name = "N", default_value_t = load::DEFAULT_DEPTH)]
+    #[arg(long, value_name = "N", default_value_t = load::DEFAULT_DEPTH, value_parser = at_least_one)]
     pub depth: usize,
     /// Load exactly the pages recorded in TRACE, in on-disk order with a deep queue
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from", "lock"])]
@@ -122,7 +122,7 @@ fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
         lock: a.lock,
         batch_files: a.batch,
         window: a.window.max(1 << 20),
-        depth: a.depth.max(1),
+        depth: a.depth,
     };
     // Checked before forking, so a refusal is this command's own error.
     let pidfile = match &a.pidfile {

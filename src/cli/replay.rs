@@ -1,6 +1,6 @@
 //! `pagewise replay`: re-issue a recorded read set in a chosen order and time it.
 
-use super::args::parse_size_arg;
+use super::args::{at_least_one, parse_size_arg};
 use super::exit::{CliError, ExitCode};
 use super::render::{self, bytes, path_text};
 use super::trace_file::load_trace;
@@ -56,7 +56,7 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_size_arg)]
     pub merge_gap: u64,
     /// Requests in flight [default: 1 for recorded/file, 32 for disk]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
     pub depth: Option<usize>,
     /// Longest single request (merged ranges are split)
     #[arg(long, value_name = "SIZE", default_value = "1M", value_parser = parse_size_arg)]
@@ -65,7 +65,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub compare: bool,
     /// Runs per order with --compare (median reported)
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = at_least_one)]
     pub runs: usize,
     /// One JSON document on stdout: a list of replay reports (schema: docs/json.md)
     #[arg(short = 'J', long)]

@@ -278,7 +278,11 @@ fn process_rows(v: &Rows<ProcessRow>, d: bool, limit: usize) -> Vec<Vec<String>>
     for p in v.rows.iter().take(limit) {
         let mut r = figures(&p.counts, d);
         r.push(p.pid.to_string());
-        r.push(p.comm.as_deref().map_or("unknown".into(), escape));
+        r.push(
+            p.comm
+                .as_deref()
+                .map_or("unknown".into(), render::escape_bytes),
+        );
         r.push(p.cgroup.as_deref().map_or("unknown".into(), escape));
         rows.push(r);
     }
@@ -352,7 +356,7 @@ mod tests {
             processes: Some(Rows {
                 rows: vec![ProcessRow {
                     pid: 42,
-                    comm: Some("cat".into()),
+                    comm: Some(b"cat".to_vec()),
                     cgroup: Some("/a/b".into()),
                     counts: counts(32 << 20, 4096, 0),
                 }],

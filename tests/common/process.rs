@@ -259,3 +259,53 @@ pub fn with_nofile(limit: u32, args: &[&OsStr]) -> Output {
         .args(args);
     run(&mut cmd)
 }
+
+/// Runs with a deadline of `secs` and its address space limited to `max_as` bytes (so a
+/// runaway allocation fails in the child instead of pressing on the machine); returns the
+/// output and the child's own peak resident set in bytes (wait4's ru_maxrss, of this child
+/// alone). Killed, and the test failed, past the deadline.
+pub fn run_measured(cmd: &mut Command, secs: f64, max_as: u64) -> (Output, u64) {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    // SAFETY: setrlimit(2) only, between fork and exec; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: max_as,
+                rlim_max: max_as,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let (child, o, e) = spawn_captured(cmd);
+    let pid = child.id() as i32;
+    let start = Instant::now();
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid value to be filled in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4(2) of our own child, with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if start.elapsed() > Duration::from_secs_f64(secs) {
+            // SAFETY: kill(2) and wait4(2) of the child we started and have not reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::wait4(pid, &mut status, 0, &mut usage);
+            }
+            let _ = collect(cmd, ExitStatus::from_raw(status), o, e);
+            panic!(
+                "{cmd:?} still running after {secs} s (peak RSS {} MiB)",
+                usage.ru_maxrss / 1024
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = collect(cmd, ExitStatus::from_raw(status), o, e);
+    (out, usage.ru_maxrss as u64 * 1024)
+}

@@ -138,7 +138,7 @@ typedef struct pagewise_stat_options {
     uint32_t max_depth;
     // PAGEWISE_METHOD_* (0: auto).
     uint32_t method;
-    // Zero.
+    // Must be 0 (else -EINVAL): kept for a later field.
     uint32_t reserved;
     // First byte of each file to measure (0: the start).
     uint64_t range_start;
@@ -202,7 +202,7 @@ typedef struct pagewise_evict_options {
     uint32_t max_depth;
     // PAGEWISE_METHOD_* (0: auto).
     uint32_t method;
-    // Zero.
+    // Must be 0 (else -EINVAL): kept for a later field.
     uint32_t reserved;
     // First byte of each file to drop (0: the start).
     uint64_t range_start;
@@ -335,7 +335,7 @@ typedef struct pagewise_copy_options {
     uint32_t threads;
     // I/Os in flight within one large file (0: 8; at most 1024).
     uint32_t depth;
-    // Zero.
+    // Must be 0 (else -EINVAL): kept for a later field.
     uint32_t reserved;
     // Bytes per I/O, a multiple of 4096 (0: 4 MiB; at most 1 GiB).
     uint64_t chunk;

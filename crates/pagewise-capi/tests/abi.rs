@@ -485,3 +485,69 @@ fn impossible_arguments_are_errors_not_aborts() {
         assert!(!dir.path().join("copy").exists(), "nothing ran");
     }
 }
+
+/// A `reserved` field that is not zero is refused (-EINVAL, errno-style, with a message naming
+/// the struct and field) before anything runs, in every option struct that has one, so a
+/// later version can give it a meaning without old callers' garbage being taken for it.
+#[test]
+fn reserved_fields_must_be_zero() {
+    let dir = scratch();
+    let f = dir.path().join("f");
+    std::fs::write(&f, vec![5u8; 100_000]).unwrap();
+    let src = c(&f);
+    let paths = [src.as_ptr()];
+    let dest_path = dir.path().join("dest");
+    let dest = c(&dest_path);
+    unsafe {
+        for bits in [1u32, 0x8000_0000] {
+            let mut so: pagewise_stat_options = std::mem::zeroed();
+            so.size = std::mem::size_of_val(&so) as u32;
+            so.reserved = bits;
+            let mut sr: pagewise_stat_report = report();
+            assert_eq!(
+                pagewise_stat(paths.as_ptr(), 1, &so, &mut sr),
+                -libc::EINVAL
+            );
+            assert!(
+                last_error().contains("pagewise_stat_options.reserved"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(sr.files, 0, "nothing ran");
+
+            let mut eo: pagewise_evict_options = std::mem::zeroed();
+            eo.size = std::mem::size_of_val(&eo) as u32;
+            eo.reserved = bits;
+            let before = cached(&f);
+            assert!(before > 0, "setup: cached");
+            assert_eq!(
+                pagewise_evict(paths.as_ptr(), 1, &eo, null_mut()),
+                -libc::EINVAL
+            );
+            assert!(
+                last_error().contains("pagewise_evict_options.reserved"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(cached(&f), before, "nothing evicted");
+
+            let mut co: pagewise_copy_options = std::mem::zeroed();
+            co.size = std::mem::size_of_val(&co) as u32;
+            co.reserved = bits;
+            assert_eq!(
+                pagewise_copy(paths.as_ptr(), 1, dest.as_ptr(), &co, null_mut()),
+                -libc::EINVAL
+            );
+            assert!(
+                last_error().contains("pagewise_copy_options.reserved"),
+                "{}",
+                last_error()
+            );
+            assert!(!dest_path.exists(), "nothing copied");
+        }
+        // Zero is the field's one value.
+        let mut so: pagewise_stat_options = std::mem::zeroed();
+        so.size = std::mem::size_of_val(&so) as u32;
+        assert_eq!(pagewise_stat(paths.as_ptr(), 1, &so, null_mut()), 0);
+    }
+}

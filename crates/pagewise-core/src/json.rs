@@ -36,6 +36,19 @@ pub fn opt_path_bytes<S: Serializer>(p: &Option<Vec<u8>>, s: S) -> Result<S::Ok,
     opt_path(&p, s)
 }
 
+/// A process's command kept as raw bytes, as [`opt_path_bytes`] writes a path: `comm` (null
+/// when there is none), and `comm_bytes` when it is not UTF-8.
+pub fn opt_comm<S: Serializer>(c: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    match c {
+        Some(c) => named("comm", Path::new(std::ffi::OsStr::from_bytes(c)), s),
+        None => {
+            let mut m = s.serialize_map(Some(1))?;
+            m.serialize_entry("comm", &None::<&str>)?;
+            m.end()
+        }
+    }
+}
+
 /// Writes `KEY` (and `KEY_bytes` when the name is not UTF-8) as map entries.
 pub fn named<S: Serializer>(key: &str, p: &Path, s: S) -> Result<S::Ok, S::Error> {
     let raw = p.as_os_str().as_bytes();

@@ -5,7 +5,9 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::copy::{copy, CopyOptions, Strategy};
 
-use super::{at_most, check_flags, finish, COPY_FLAGS, MAX_CHUNK, MAX_DEPTH, MAX_THREADS};
+use super::{
+    at_most, check_flags, check_reserved, finish, COPY_FLAGS, MAX_CHUNK, MAX_DEPTH, MAX_THREADS,
+};
 use super::{
     PAGEWISE_COPY_AUTO, PAGEWISE_COPY_BUFFERED, PAGEWISE_COPY_DIRECT, PAGEWISE_COPY_DONTCACHE,
     PAGEWISE_COPY_DROP_BEHIND, PAGEWISE_COPY_FSYNC, PAGEWISE_COPY_NAMED_TEMP,
@@ -28,7 +30,7 @@ pub struct pagewise_copy_options {
     pub threads: u32,
     /// I/Os in flight within one large file (0: 8; at most 1024).
     pub depth: u32,
-    /// Zero.
+    /// Must be 0 (else -EINVAL): kept for a later field.
     pub reserved: u32,
     /// Bytes per I/O, a multiple of 4096 (0: 4 MiB; at most 1 GiB).
     pub chunk: u64,
@@ -115,6 +117,7 @@ pub unsafe extern "C" fn pagewise_copy(
         // SAFETY: as the caller promised.
         unsafe { ffi::check_report(out, "pagewise_copy_report") }?;
         check_flags("pagewise_copy_options", o.flags, COPY_FLAGS)?;
+        check_reserved("pagewise_copy_options", o.reserved)?;
         // SAFETY: as the caller promised.
         let sources = unsafe { ffi::path_array(sources, n, "sources") }?;
         // SAFETY: as the caller promised.

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::evict::{evict, EvictOptions};
 
-use super::{known, publish, tree_call, EVICT_FLAGS, WALK_FLAGS};
+use super::{check_reserved, known, publish, tree_call, EVICT_FLAGS, WALK_FLAGS};
 use super::{
     PAGEWISE_EVICT_DRY_RUN, PAGEWISE_EVICT_NO_SYNC, PAGEWISE_EVICT_OWNED, PAGEWISE_EVICT_WHY,
 };
@@ -25,7 +25,7 @@ pub struct pagewise_evict_options {
     pub max_depth: u32,
     /// PAGEWISE_METHOD_* (0: auto).
     pub method: u32,
-    /// Zero.
+    /// Must be 0 (else -EINVAL): kept for a later field.
     pub reserved: u32,
     /// First byte of each file to drop (0: the start).
     pub range_start: u64,
@@ -112,6 +112,7 @@ pub unsafe extern "C" fn pagewise_evict(
                 EvictOptions::default().walk,
             )
         }?;
+        check_reserved("pagewise_evict_options", o.reserved)?;
         let options = EvictOptions {
             walk: w.walk,
             range: w.range,

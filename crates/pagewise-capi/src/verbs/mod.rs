@@ -262,6 +262,17 @@ fn check_flags(what: &str, flags: u32, known: u32) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A `reserved` field of the option struct `what`: 0, else EINVAL. It is kept for a field a
+/// later version may define; a caller's garbage there must not be taken for a meaning then.
+fn check_reserved(what: &str, value: u32) -> Result<(), Failure> {
+    if value != 0 {
+        return Err(Failure::invalid(format!(
+            "{what}.reserved: {value:#x}: must be 0 (kept for a later field)"
+        )));
+    }
+    Ok(())
+}
+
 /// Publishes the outcome on this thread: its notices, and its first error as the last error.
 /// Returns the error count as the verb's `int` result (saturated).
 fn finish(outcome: &Outcome, verb: &str) -> c_int {

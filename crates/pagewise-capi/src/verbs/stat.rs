@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::stat::{stat, StatOptions};
 
-use super::{known, publish, tree_call, WALK_FLAGS};
+use super::{check_reserved, known, publish, tree_call, WALK_FLAGS};
 use crate::ffi::{call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
 /// Options of `pagewise_stat`. Zero means the default for every field.
@@ -22,7 +22,7 @@ pub struct pagewise_stat_options {
     pub max_depth: u32,
     /// PAGEWISE_METHOD_* (0: auto).
     pub method: u32,
-    /// Zero.
+    /// Must be 0 (else -EINVAL): kept for a later field.
     pub reserved: u32,
     /// First byte of each file to measure (0: the start).
     pub range_start: u64,
@@ -100,6 +100,7 @@ pub unsafe extern "C" fn pagewise_stat(
         // SAFETY: as the caller promised.
         let (o, roots, w) =
             unsafe { tree_call(paths, n, opts, out, WALK_FLAGS, StatOptions::default().walk) }?;
+        check_reserved("pagewise_stat_options", o.reserved)?;
         let options = StatOptions {
             walk: w.walk,
             range: w.range,

@@ -20,12 +20,14 @@ pub enum EntryKind {
     Symlink,
     /// A second name of a file copied (a hard link).
     Hardlink,
-    /// A FIFO, socket or device node.
+    /// A FIFO or socket (rsync's itemize `S`).
     Special,
+    /// A character or block device node (rsync's itemize `D`).
+    Device,
 }
 
 impl EntryKind {
-    /// The kind of what `st` describes (a regular file is a `File`).
+    /// The kind of what `st` (an lstat) describes (a regular file is a `File`).
     pub(crate) fn of(st: &sys::Stat) -> EntryKind {
         if st.is_dir() {
             EntryKind::Dir
@@ -33,6 +35,11 @@ impl EntryKind {
             EntryKind::Symlink
         } else if st.is_file() {
             EntryKind::File
+        } else if matches!(
+            sys::NodeKind::of_mode(st.mode),
+            Some(sys::NodeKind::CharDevice | sys::NodeKind::BlockDevice)
+        ) {
+            EntryKind::Device
         } else {
             EntryKind::Special
         }

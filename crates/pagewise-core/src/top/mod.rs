@@ -28,7 +28,8 @@
 //! std::thread::sleep(std::time::Duration::from_secs(1));
 //! let second = s.drain();
 //! for p in second.processes.iter().flat_map(|v| &v.rows) {
-//!     println!("{} {:?} added {} bytes", p.pid, p.comm, p.counts.added_bytes);
+//!     let comm = p.comm.as_deref().map(String::from_utf8_lossy);
+//!     println!("{} {comm:?} added {} bytes", p.pid, p.counts.added_bytes);
 //! }
 //! s.stop();
 //! # Ok::<(), pagewise_core::trace::TraceUnavailable>(())

@@ -31,8 +31,8 @@ const MAX_CGROUPS: usize = 16_384;
 /// A process as first seen in an interval: its command and the index of its cgroup.
 #[derive(Debug, Clone)]
 pub struct ProcInfo {
-    /// `/proc/PID/comm`, when it could be read.
-    pub comm: Option<String>,
+    /// `/proc/PID/comm` (its bytes: a command may hold any but NUL), when it could be read.
+    pub comm: Option<Vec<u8>>,
     /// Index into [`Procs::cgroups`].
     pub cgroup: u32,
 }
@@ -132,9 +132,15 @@ impl Procs {
     }
 
     fn read_process(&mut self, pid: u32) -> ProcInfo {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        // The kernel ends it with one newline of its own; a newline in the name stays.
+        let comm = std::fs::read(format!("/proc/{pid}/comm"))
             .ok()
-            .map(|c| c.trim_end_matches('\n').to_string());
+            .map(|mut c| {
+                if c.last() == Some(&b'\n') {
+                    c.pop();
+                }
+                c
+            });
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok();
         let cgroup = match text.as_deref().and_then(cgroup::parse_proc_cgroup) {
             Some((h, path)) => self.intern_path(h, &path),

@@ -12,8 +12,10 @@ use std::collections::HashMap;
 pub struct ProcessRow {
     /// Process id.
     pub pid: u32,
-    /// Its command (`/proc/PID/comm`); null when it exited before it was read.
-    pub comm: Option<String>,
+    /// Its command (`/proc/PID/comm`, its bytes); null when it exited before it was read. In
+    /// JSON as a path is: `comm`, and `comm_bytes` when it is not UTF-8.
+    #[serde(flatten, serialize_with = "crate::json::opt_comm")]
+    pub comm: Option<Vec<u8>>,
     /// Its memory cgroup (as `pagewise cgroups` shows it); null when unknown.
     pub cgroup: Option<String>,
     /// What it did to the page cache.

@@ -60,7 +60,7 @@ struct Reader {
     cur: Raw,
     page: u64,
     /// Commands from PERF_RECORD_COMM, by pid.
-    execs: super::aggregate::IntMap<u32, String>,
+    execs: super::aggregate::IntMap<u32, Vec<u8>>,
     /// The samples of one pass over the rings.
     batch: Vec<events::Event>,
     /// The file of the last event (see `Raw::file_pids`).

@@ -264,7 +264,11 @@ impl Planner<'_> {
             if !self.ctx.opts.delete || keep.contains(name.as_c_str()) {
                 continue;
             }
-            let is_dir = sys::fstatat(Some(dir), name, false).is_ok_and(|m| m.is_dir());
+            // What it is labels its `deleted` item (None: gone already; the unlink says so).
+            let kind = sys::fstatat(Some(dir), name, false)
+                .ok()
+                .map(|m| EntryKind::of(&m));
+            let is_dir = kind == Some(EntryKind::Dir);
             if !filters.is_empty()
                 && filters.excluded(&child_rel(&e.rel, name), is_dir, Side::Receiver)
             {
@@ -284,11 +288,7 @@ impl Planner<'_> {
                 Ok(false) => {}
                 Ok(true) => {
                     self.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
-                    let kind = if is_dir {
-                        EntryKind::Dir
-                    } else {
-                        EntryKind::File
-                    };
+                    let kind = kind.unwrap_or(EntryKind::File);
                     self.ctx.item(&path, kind, Action::Deleted, 0);
                 }
                 Err(err) => self.ctx.fail(FileError::io(&path, op, &err)),

@@ -32,7 +32,7 @@ impl Planner<'_> {
             return;
         }
         let (mode, rdev) = (e.st.mode & 0o777, e.st.rdev);
-        self.place(e, EntryKind::Special, Op::Mknod, |dir, tmp| {
+        self.place(e, EntryKind::of(&e.st), Op::Mknod, |dir, tmp| {
             sys::mknod_at(dir, tmp, kind, mode, rdev)
         });
     }
