@@ -104,10 +104,13 @@ fn layout(event: &str) -> Result<(u64, Layout), TraceUnavailable> {
             ino: get("i_ino")?,
             index: get("index")?,
             dev: get("s_dev")?,
+            // Added in 5.18 with large folios: before it every page is added alone (order
+            // 0), and 5.10's record lacks the field — which made record, run and assist
+            // refuse there.
             order: if fault || event == super::MAP_EVENT {
                 None
             } else {
-                Some(get("order")?)
+                fields.get("order").copied()
             },
             last: if event == super::MAP_EVENT {
                 Some(get("last_index")?)
