@@ -497,3 +497,190 @@ fn show_refuses_binary_and_assist_names_a_missing_process() {
     let out = run(bin().args(["show", "--format", "binary"]).arg(&trace));
     assert_eq!(out.status.code(), Some(1), "binary is not a show format");
 }
+
+/// Starts `pagewise record -o OUT -- sleep SECS` (SECS unique to the caller), kills pagewise with
+/// SIGKILL once sleep runs, then sleep; returns pagewise's PID (dead now).
+fn kill_a_record_mid_run(out: &Path, secs: &'static str) -> i32 {
+    let mut cmd = bin();
+    cmd.args(["record", "-o"])
+        .arg(out)
+        .args(["--", "sleep", secs]);
+    let (mut child, o, e) = spawn_captured(&mut cmd);
+    let pw = child.id() as i32;
+    let mut reaper = Reaper(vec![(pw, "pagewise")]);
+    let sleeper = wait_child_named(pw, "sleep");
+    reaper.0.push((sleeper, "sleep"));
+    // SAFETY: kill(2) of the pagewise this test started.
+    assert_eq!(unsafe { libc::kill(pw, libc::SIGKILL) }, 0);
+    let st = wait_deadline(&mut child, 5.0).expect("SIGKILL ends pagewise");
+    collect(&cmd, st, o, e);
+    drop(reaper);
+    assert!(wait_dead(sleeper, 5.0), "sleep {sleeper} killed");
+    pw
+}
+
+/// A PID that no process has now: that of a `true` that ran and was reaped.
+fn dead_pid() -> i32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id() as i32;
+    c.wait().unwrap();
+    pid
+}
+
+/// `record -o X` killed with SIGKILL leaves nothing in X's directory (the trace is written
+/// through an unnamed O_TMPFILE there, which the kernel frees with its last descriptor), and
+/// the next `record` to the same name works.
+#[test]
+fn a_record_killed_with_sigkill_leaves_no_temporary() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let out = t.path().join("T.trace");
+    kill_a_record_mid_run(&out, "30.0101");
+    let names: Vec<String> = names_in(t.path())
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .collect();
+    assert!(names.is_empty(), "left behind: {names:?}");
+    let out2 = run(bin().arg("record").arg("-o").arg(&out).args(["--", "true"]));
+    assert!(out2.status.success());
+    Trace::from_bytes(&fs::read(&out).unwrap()).unwrap();
+    assert_eq!(names_in(t.path()), vec![b"T.trace".to_vec()]);
+}
+
+/// Where the file system has no O_TMPFILE (FUSE through bindfs), the trace goes through a
+/// named temporary, which a SIGKILL leaves; the next `record` into that directory removes it —
+/// and only what is provably such a temporary: ours (our uid), a regular file with one link,
+/// of the name pattern, its PID dead or not a pagewise, and not locked by anyone.
+#[test]
+fn a_killed_records_named_temporary_is_removed_by_the_next_record_and_nothing_else() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let back = t.path().join("back");
+    let mnt = t.path().join("mnt");
+    fs::create_dir_all(&back).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let Some(_fuse) = Mount::bindfs(&back, &mnt) else {
+        return;
+    };
+    let out = mnt.join("T.trace");
+    let killed = kill_a_record_mid_run(&out, "30.0202");
+    let prefix = format!("T.trace.pagewise-{killed}-");
+    let left: Vec<String> = names_in(&back)
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .collect();
+    assert!(
+        left.len() == 1 && left[0].starts_with(&prefix) && left[0].ends_with(".tmp"),
+        "the killed record's named temporary (the fallback was taken): {left:?}"
+    );
+
+    // Look-alikes that are not provably a dead record's temporary: all must stay.
+    let dead = dead_pid();
+    let mut keep: Vec<std::path::PathBuf> = Vec::new();
+    let theirs = back.join(format!("a.trace.pagewise-{dead}-1.tmp"));
+    fs::write(&theirs, "").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    keep.push(theirs);
+    let linked = back.join(format!("b.trace.pagewise-{dead}-2.tmp"));
+    fs::write(&linked, "").unwrap();
+    fs::hard_link(&linked, back.join("b.link")).unwrap();
+    keep.push(linked);
+    keep.push(back.join("b.link"));
+    let link = back.join(format!("c.trace.pagewise-{dead}-3.tmp"));
+    std::os::unix::fs::symlink("T.trace", &link).unwrap();
+    keep.push(link);
+    let dir = back.join(format!("d.trace.pagewise-{dead}-4.tmp"));
+    fs::create_dir(&dir).unwrap();
+    keep.push(dir);
+    // copy's own temporaries (a leading dot), which a later copy may resume from.
+    let copys = back.join(format!(".e.pagewise-{dead}-5.tmp"));
+    fs::write(&copys, "").unwrap();
+    keep.push(copys);
+    let other = back.join(format!("f.trace.pagewise-{dead}-6.tmp.orig"));
+    fs::write(&other, "").unwrap();
+    keep.push(other);
+    // Locked: some process (here the test, through the FUSE mount) still writes it.
+    let locked_name = format!("g.trace.pagewise-{dead}-7.tmp");
+    fs::write(back.join(&locked_name), "").unwrap();
+    let lock = fs::File::open(mnt.join(&locked_name)).unwrap();
+    assert!(pagewise_core::sys::try_lock_exclusive(std::os::fd::AsFd::as_fd(&lock)).unwrap());
+    keep.push(back.join(&locked_name));
+    // A live pagewise (blocked opening a FIFO no one writes).
+    let fifo = mkfifo(&t.path().join("fifo"));
+    let mut live = bin().arg("show").arg(&fifo).spawn().unwrap();
+    let live_pid = live.id() as i32;
+    let reaper = Reaper(vec![(live_pid, "pagewise")]);
+    let alive = back.join(format!("h.trace.pagewise-{live_pid}-8.tmp"));
+    fs::write(&alive, "").unwrap();
+    keep.push(alive);
+    // Removed: a live process that is not a pagewise (this test), and a dead one.
+    let not_pagewise = back.join(format!("i.trace.pagewise-{}-9.tmp", std::process::id()));
+    fs::write(&not_pagewise, "").unwrap();
+    let dead_one = back.join(format!("j.trace.pagewise-{dead}-a.tmp"));
+    fs::write(&dead_one, "").unwrap();
+
+    let out2 = run(bin().arg("record").arg("-o").arg(&out).args(["--", "true"]));
+    assert!(out2.status.success());
+    Trace::from_bytes(&fs::read(back.join("T.trace")).unwrap()).unwrap();
+    for k in &keep {
+        assert!(fs::symlink_metadata(k).is_ok(), "kept: {}", k.display());
+    }
+    for gone in [&not_pagewise, &dead_one] {
+        assert!(
+            fs::symlink_metadata(gone).is_err(),
+            "removed: {}",
+            gone.display()
+        );
+    }
+    let left: Vec<String> = names_in(&back)
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the killed record's temporary removed: {left:?}"
+    );
+    drop(reaper);
+    let _ = live.wait();
+    drop(lock);
+}
+
+/// `-o` naming a symlink someone else planted (another uid's link in a sticky shared
+/// directory, as in /tmp) is not followed: record refuses before the command runs, and the
+/// file the link names is untouched.
+#[test]
+fn record_does_not_follow_a_symlink_planted_by_another_user() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let shared = t.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = t.path().join("victim");
+    fs::write(&victim, "keep me").unwrap();
+    let planted = shared.join("T.trace");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+    let out = run(bin()
+        .arg("record")
+        .arg("-o")
+        .arg(&planted)
+        .args(["--", "touch"])
+        .arg(t.path().join("ran")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+    assert!(
+        !t.path().join("ran").exists(),
+        "refused before the command ran"
+    );
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(fs::symlink_metadata(&planted).unwrap().is_symlink());
+    assert_eq!(names_in(&shared), vec![b"T.trace".to_vec()]);
+}
