@@ -75,13 +75,20 @@ fn split(p: &Path) -> Option<(PathBuf, OsString)> {
     Some((dir, name))
 }
 
-/// Opens the directory `dir` (its path followed as given: it is the caller's).
-fn open_dir(dir: &Path) -> Result<OwnedFd, CliError> {
+/// Opens the directory `dir` of the output `out` (its path followed as given: it is the
+/// caller's).
+fn open_dir(out: &Path, dir: &Path) -> Result<OwnedFd, CliError> {
     let flags = sys::OpenFlags {
         directory: true,
         ..Default::default()
     };
-    sys::open_path(dir, flags).map_err(|e| CliError::file(path_text(dir), "open", e))
+    sys::open_path(dir, flags).map_err(|e| {
+        CliError::Message(format!(
+            "{}: cannot create the output (open {} failed: {e})",
+            path_text(out),
+            path_text(dir)
+        ))
+    })
 }
 
 impl Output {
@@ -103,7 +110,7 @@ impl Output {
             ))
         };
         let (mut dir_path, mut name) = split(out).ok_or_else(names_no_file)?;
-        let mut dir = open_dir(&dir_path)?;
+        let mut dir = open_dir(out, &dir_path)?;
         let mut links = 0;
         loop {
             let at = dir_path.join(&name);
@@ -154,7 +161,7 @@ impl Output {
                     }
                     let next = dir_path.join(to);
                     (dir_path, name) = split(&next).ok_or_else(names_no_file)?;
-                    dir = open_dir(&dir_path)?;
+                    dir = open_dir(out, &dir_path)?;
                 }
                 // A FIFO, a device, a socket: written to as it is, never replaced.
                 Some(_) => return Output::direct(shown, &at, false),
