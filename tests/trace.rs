@@ -684,3 +684,166 @@ fn record_does_not_follow_a_symlink_planted_by_another_user() {
     assert!(fs::symlink_metadata(&planted).unwrap().is_symlink());
     assert_eq!(names_in(&shared), vec![b"T.trace".to_vec()]);
 }
+
+/// The tracefs instances pagewise keeps: `instances/pagewise` (shared between runs, idle
+/// between them, guarded by a lock on /run/pagewise-tracefs.lock) and `instances/pagewise-PID`
+/// (a run's own, when another holds the shared one).
+fn tracefs_instances() -> Vec<(String, std::path::PathBuf)> {
+    let root = tracefs_root_dir().join("instances");
+    let mut v: Vec<(String, std::path::PathBuf)> = fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(n, _)| n == "pagewise" || n.starts_with("pagewise-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Where tracefs is mounted.
+fn tracefs_root_dir() -> std::path::PathBuf {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.join("instances").is_dir())
+        .expect("tracefs is mounted (record --backend tracefs ran)")
+}
+
+/// An instance's state: whether any of its events is on (`events/enable` reads 0 when none
+/// is), and the PIDs it follows.
+fn instance_state(dir: &Path) -> (bool, Vec<i32>) {
+    let on = fs::read_to_string(dir.join("events/enable"))
+        .map(|s| s.trim() != "0")
+        .unwrap_or(false);
+    let pids = fs::read_to_string(dir.join("set_event_pid"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    (on, pids)
+}
+
+/// Takes the shared instance's lock (waiting at most 5 s for whoever holds it to finish):
+/// while it is held, no pagewise uses `instances/pagewise` and it must be idle.
+fn lock_shared_instance() -> fs::File {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/run/pagewise-tracefs.lock")
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !pagewise_core::sys::try_lock_exclusive(std::os::fd::AsFd::as_fd(&f)).unwrap() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "the shared instance's lock stayed taken for 5 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    f
+}
+
+/// No instance of ours is left on, nor follows `pid`; none named after `dead` remains. The
+/// shared one is checked under its lock; a private one only when its pagewise is gone (other
+/// pagewise runs on this machine may be tracing now).
+fn assert_no_instance_left(dead: i32, pid: i32, when: &str) {
+    let _lock = lock_shared_instance();
+    for (name, dir) in tracefs_instances() {
+        let owner = name
+            .strip_prefix("pagewise-")
+            .and_then(|p| p.parse::<i32>().ok());
+        assert_ne!(
+            owner,
+            Some(dead),
+            "{when}: instance {name} of the dead run remains"
+        );
+        if owner.is_some_and(|o| !is_dead(o) && comm(o).as_deref() == Some("pagewise")) {
+            continue; // another pagewise's, tracing now
+        }
+        let (on, pids) = instance_state(&dir);
+        assert!(!on, "{when}: instance {name} is still enabled");
+        assert!(
+            !pids.contains(&pid),
+            "{when}: instance {name} still follows {pid}: {pids:?}"
+        );
+    }
+}
+
+/// `record --backend tracefs` killed with SIGKILL while its command goes on: its tracefs
+/// instance is quieted at once (events off, the command's PID no longer followed; a run's
+/// own instance removed), and after the next run nothing of the dead run remains and nothing
+/// of ours is left on.
+#[test]
+fn a_tracefs_record_killed_with_sigkill_leaves_no_instance_enabled() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let mut cmd = bin();
+    cmd.args(["record", "--backend", "tracefs", "-o"])
+        .arg(t.path().join("T"))
+        .args(["--", "sleep", "30.0404"]);
+    let (mut child, o, e) = spawn_captured(&mut cmd);
+    let pw = child.id() as i32;
+    let mut reaper = Reaper(vec![(pw, "pagewise")]);
+    let sleeper = wait_child_named(pw, "sleep");
+    reaper.0.push((sleeper, "sleep"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: kill(2) of the pagewise this test started.
+    assert_eq!(unsafe { libc::kill(pw, libc::SIGKILL) }, 0);
+    let st = wait_deadline(&mut child, 5.0).expect("SIGKILL ends pagewise");
+    collect(&cmd, st, o, e);
+    // The command goes on (SIGKILL is not forwarded), and must no longer be followed.
+    assert!(!is_dead(sleeper));
+    assert_no_instance_left(pw, sleeper, "right after the SIGKILL");
+    // The next run follows its own command only: the PIDs the shared instance follows while
+    // it runs, as its command reads them, are not the dead run's.
+    let shared = tracefs_root_dir().join("instances/pagewise/set_event_pid");
+    let out = run(bin()
+        .args(["record", "--backend", "tracefs", "-o"])
+        .arg(t.path().join("U"))
+        .args(["--", "cat"])
+        .arg(&shared));
+    assert!(out.status.success());
+    let followed: Vec<i32> = stdout(&out)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(
+        !followed.contains(&sleeper),
+        "the next record also followed the dead run's command {sleeper}: {followed:?}"
+    );
+    assert!(!is_dead(sleeper));
+    assert_no_instance_left(pw, sleeper, "after the next record");
+    drop(reaper);
+}
+
+/// After a normal exit, and after SIGINT and SIGTERM, of a tracefs-backed `record` and `run`,
+/// nothing of ours is left on or following anyone.
+#[test]
+fn a_tracefs_run_leaves_no_instance_enabled_on_exit_or_signal() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    for verb in ["record", "run"] {
+        let mut c = bin();
+        c.args([verb, "--backend", "tracefs"]);
+        if verb == "record" {
+            c.arg("-o").arg(t.path().join("T"));
+        }
+        let out = run(c.args(["--", "true"]));
+        assert!(out.status.success(), "{verb}");
+        assert_no_instance_left(0, 0, &format!("{verb}: normal exit"));
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            let mut args = vec![verb, "--backend", "tracefs"];
+            let trace = t.path().join("S");
+            if verb == "record" {
+                args.extend(["-o", trace.to_str().unwrap()]);
+            }
+            let out = signal_case(t.path(), &args, sig);
+            assert_eq!(out.status.code(), Some(128 + sig), "{verb}: signal {sig}");
+            assert_no_instance_left(0, 0, &format!("{verb}: signal {sig}"));
+        }
+    }
+}

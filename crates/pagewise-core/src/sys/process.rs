@@ -277,6 +277,45 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// `int close_range(unsigned int first, unsigned int last, 0)` (Linux 5.9) —
+/// <https://man7.org/linux/man-pages/man2/close_range.2.html>; libc, not rustix: every
+/// descriptor but `keep` (sorted, without duplicates) closed, else (ENOSYS) close(2) of each
+/// below the soft RLIMIT_NOFILE. Only system calls on the slice given: async-signal-safe,
+/// for the detached helpers' children (after fork).
+pub(super) fn close_all_but(keep: &[libc::c_uint]) {
+    let mut from: libc::c_uint = 0;
+    let mut ok = true;
+    for &k in keep {
+        if k > from {
+            // SAFETY: close_range takes no pointers.
+            ok &= unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) } == 0;
+        }
+        from = k + 1;
+    }
+    // SAFETY: close_range takes no pointers.
+    ok &= unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) } == 0;
+    if ok {
+        return;
+    }
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given; close takes no pointers.
+    unsafe {
+        let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 {
+            rl.rlim_cur.min(1 << 16) as libc::c_uint
+        } else {
+            1024
+        };
+        for fd in 0..last {
+            if !keep.contains(&fd) {
+                libc::close(fd as libc::c_int);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{cold_file, require, scratch_dir};
