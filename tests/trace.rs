@@ -847,3 +847,140 @@ fn a_tracefs_run_leaves_no_instance_enabled_on_exit_or_signal() {
         }
     }
 }
+
+/// The files of [`a_small_open_file_limit`]'s cases: 300 files of 4 pages in `dir/d`.
+fn three_hundred_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let d = dir.join("d");
+    fs::create_dir(&d).unwrap();
+    (1..=300)
+        .map(|i| {
+            let p = d.join(format!("f{i}"));
+            write_pages(&p, 4);
+            p
+        })
+        .collect()
+}
+
+/// `sh -c 'cat "$@" >/dev/null' sh FILES...`: reads every file.
+fn cat_all(files: &[std::path::PathBuf]) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "sh".into(),
+        "-c".into(),
+        "cat \"$@\" >/dev/null".into(),
+        "sh".into(),
+    ];
+    v.extend(files.iter().map(|p| p.as_os_str().to_owned()));
+    v
+}
+
+/// How many of `files` hold `pages` cached pages (the kernel's view).
+fn files_cached(files: &[std::path::PathBuf], pages: u64) -> usize {
+    files.iter().filter(|p| cached(p) == pages).count()
+}
+
+/// Under RLIMIT_NOFILE 64 (soft and hard: it cannot be raised), every trace verb acts on all
+/// 300 files of a trace (the kernel's residency says so) and exits 0: none holds a descriptor
+/// per file.
+#[test]
+fn trace_verbs_act_on_every_file_under_a_small_open_file_limit() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let files = three_hundred_files(t.path());
+    let trace = t.path().join("all.trace");
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let evict_all = || files.iter().for_each(|p| evict(p));
+
+    // record, itself under the limit: every file traced and resolved to its path.
+    evict_all();
+    let mut args = vec![
+        os("record"),
+        os("-o"),
+        trace.clone().into_os_string(),
+        os("--"),
+    ];
+    args.extend(cat_all(&files));
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let out = with_nofile(64, &refs);
+    assert_eq!(out.status.code(), Some(0), "record");
+    let tr = Trace::from_bytes(&fs::read(&trace).unwrap()).unwrap();
+    for p in &files {
+        assert_eq!(pages_of(&tr, p).len(), 4, "record: {} traced", p.display());
+    }
+
+    // load --trace and replay: every file read in again.
+    for verb in [&["load", "--trace"][..], &["replay"][..]] {
+        evict_all();
+        let mut args: Vec<&std::ffi::OsStr> = verb.iter().map(std::ffi::OsStr::new).collect();
+        args.push(trace.as_os_str());
+        let out = with_nofile(64, &args);
+        assert_eq!(out.status.code(), Some(0), "{verb:?}");
+        assert_eq!(files_cached(&files, 4), 300, "{verb:?}: every file read in");
+    }
+
+    // evict --trace: every file dropped.
+    assert_eq!(files_cached(&files, 4), 300);
+    let out = with_nofile(
+        64,
+        &[
+            os("evict").as_os_str(),
+            os("--trace").as_os_str(),
+            trace.as_os_str(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "evict --trace");
+    assert_eq!(
+        files_cached(&files, 0),
+        300,
+        "evict --trace: every file dropped"
+    );
+
+    // With almost no descriptor to spare (4: stdio and one), whatever cannot be opened is an
+    // error that says so, naming the file and the call, and the exit is 2 — never 0 with
+    // files left out, never a reason that is not the one.
+    for verb in [
+        &["load", "--trace"][..],
+        &["evict", "--trace"][..],
+        &["replay"][..],
+    ] {
+        let mut args: Vec<&std::ffi::OsStr> = verb.iter().map(std::ffi::OsStr::new).collect();
+        args.push(trace.as_os_str());
+        let out = with_nofile(4, &args);
+        let err = stderr(&out);
+        match out.status.code() {
+            Some(0) => assert!(!err.contains("skipped"), "{verb:?}: {err}"),
+            Some(2) => {
+                assert!(
+                    err.contains("open failed: Too many open files"),
+                    "{verb:?}: {err}"
+                );
+                assert!(
+                    err.contains(&*t.path().join("d").to_string_lossy()),
+                    "{err}"
+                );
+                assert!(!err.contains("mounted nowhere"), "{verb:?}: {err}");
+            }
+            c => panic!("{verb:?}: exit {c:?}: {err}"),
+        }
+    }
+
+    // run and run --assist: every page the command brought in dropped again.
+    for assist in [false, true] {
+        evict_all();
+        let mut args = vec![os("run")];
+        if assist {
+            args.push(os("--assist"));
+        }
+        args.push(os("--"));
+        args.extend(cat_all(&files));
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let out = with_nofile(64, &refs);
+        assert_eq!(out.status.code(), Some(0), "run (assist: {assist})");
+        assert_eq!(
+            files_cached(&files, 0),
+            300,
+            "run (assist: {assist}): every file dropped"
+        );
+    }
+}
