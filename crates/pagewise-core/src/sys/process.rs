@@ -120,13 +120,20 @@ pub fn raise_nofile_limit() -> u64 {
 }
 
 /// Descriptors a verb may hold open at once: RLIMIT_NOFILE (raised to its hard limit first,
-/// see [`raise_nofile_limit`]) less a reserve of 64 for what every run opens anyway, and never
-/// more than half the limit (under `ulimit -n 64`: 32, not the whole limit). Verbs that keep
-/// files open in batches size the batches from it, so a tree of 100k files fits a limit of
-/// 1024 as well as one of 1M.
+/// see [`raise_nofile_limit`]) less a reserve of 64 for what every run opens anyway. Verbs
+/// that keep files open in batches size the batches from it, so a tree of 100k files fits a
+/// limit of 1024 as well as one of 1M.
 pub fn fd_budget() -> usize {
     let soft = raise_nofile_limit().min(1 << 20) as usize;
-    soft.saturating_sub(64).max(soft / 2).max(1)
+    soft.saturating_sub(64).max(64)
+}
+
+/// [`fd_budget`], but never more than half the limit: under `ulimit -n 64` 32, where
+/// [`fd_budget`]'s floor of 64 is the whole limit. What the trace verbs (record, run, assist,
+/// replay, load/evict --trace) share among the files they keep open and open again.
+pub fn fd_budget_strict() -> usize {
+    let soft = raise_nofile_limit().min(1 << 20) as usize;
+    fd_budget().min(soft / 2).max(1)
 }
 
 /// Each of `workers` threads' share of half the [`fd_budget`] (the other half left for what

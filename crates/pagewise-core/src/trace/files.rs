@@ -385,7 +385,7 @@ pub struct SkippedFile {
 pub const MAX_SKIPPED: usize = 100;
 
 /// The traced files, reached: each opened once and checked to be the traced file, and kept
-/// open while the descriptor budget allows (half of [`sys::fd_budget`]); the others are opened
+/// open while the descriptor budget allows (half of [`sys::fd_budget_strict`]); the others are opened
 /// again for each use ([`OpenFiles::get`]) and closed after it, at most a quarter of the budget
 /// at a time. No verb holds a descriptor per file: under `ulimit -n 64` a trace of 300 files
 /// is acted on whole.
@@ -481,7 +481,7 @@ impl OpenFiles {
     /// Reaches every traced file (by path, else by inode), keeping as many open as the
     /// descriptor budget allows; with `direct`, an O_DIRECT twin too.
     pub fn open(trace: &Trace, direct: bool) -> OpenFiles {
-        let budget = sys::fd_budget();
+        let budget = sys::fd_budget_strict();
         let per_file = if direct { 2 } else { 1 };
         Self::open_keeping(
             trace,

@@ -27,12 +27,12 @@ use std::sync::{Arc, Mutex};
 const MAX_KEPT: usize = 2048;
 
 /// Descriptors the witness keeps at most: [`MAX_KEPT`], and a quarter of the descriptor
-/// budget ([`sys::fd_budget`]) under a small RLIMIT_NOFILE (`ulimit -n 64`: 8), the rest
+/// budget ([`sys::fd_budget_strict`]) under a small RLIMIT_NOFILE (`ulimit -n 64`: 8), the rest
 /// being for the verb that reads the files (run's dropper, the assistant) and for the
 /// witness's own one-at-a-time opens.
 fn max_kept() -> usize {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| (sys::fd_budget() / 4).clamp(1, MAX_KEPT))
+    *MAX.get_or_init(|| (sys::fd_budget_strict() / 4).clamp(1, MAX_KEPT))
 }
 
 /// The key the page-cache tracepoints give the file open as `fd` (`st` its fstat): its
