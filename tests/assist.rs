@@ -488,3 +488,57 @@ fn sampled_faults_drive_the_assistant_without_the_fault_tracepoint() {
     );
     assert_eq!(r["assist"]["source"], "perf-faults", "{r}");
 }
+
+/// `assist -p` of a zombie (a process that has exited, its parent not having reaped it yet)
+/// refuses at once with one line saying so (exit 1, as for no such process), instead of
+/// waiting for it to exit, which it never will. The test is bounded: 20 s, then it fails.
+#[test]
+fn assist_refuses_a_zombie_at_once() {
+    if !can_trace() {
+        return;
+    }
+    // A child of this test that exits and is not waited for: a zombie until it is.
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id() as i32;
+    let start = std::time::Instant::now();
+    while proc_state(pid) != Some('Z') {
+        assert!(start.elapsed().as_secs() < 5, "true never became a zombie");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let (out, _) = run_deadline(bin().args(["assist", "-p", &pid.to_string()]), 20);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("PID {pid}")) && err.contains("zombie"),
+        "{err}"
+    );
+    child.wait().unwrap();
+}
+
+/// A process that exits while assisted, and stays a zombie (its parent, this test, does not
+/// reap it), ends the assistance as an exit does: at once, exit 0, with a line saying so.
+#[test]
+fn assist_ends_when_its_process_becomes_a_zombie() {
+    if !can_trace() {
+        return;
+    }
+    let mut child = Command::new("sleep").arg("1.0707").spawn().unwrap();
+    let pid = child.id() as i32;
+    let reaper = Reaper(vec![(pid, "sleep")]);
+    let (out, took) = run_deadline(bin().args(["assist", "-p", &pid.to_string()]), 20);
+    let err = stderr(&out);
+    assert_eq!(
+        proc_state(pid),
+        Some('Z'),
+        "not reaped by anyone but this test"
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(took.as_secs_f64() < 5.0, "took {took:?}");
+    assert!(
+        err.contains(&format!("PID {pid}")) && err.contains("zombie"),
+        "{err}"
+    );
+    drop(reaper);
+    child.wait().unwrap();
+}

@@ -497,3 +497,490 @@ fn show_refuses_binary_and_assist_names_a_missing_process() {
     let out = run(bin().args(["show", "--format", "binary"]).arg(&trace));
     assert_eq!(out.status.code(), Some(1), "binary is not a show format");
 }
+
+/// Starts `pagewise record -o OUT -- sleep SECS` (SECS unique to the caller), kills pagewise with
+/// SIGKILL once sleep runs, then sleep; returns pagewise's PID (dead now).
+fn kill_a_record_mid_run(out: &Path, secs: &'static str) -> i32 {
+    let mut cmd = bin();
+    cmd.args(["record", "-o"])
+        .arg(out)
+        .args(["--", "sleep", secs]);
+    let (mut child, o, e) = spawn_captured(&mut cmd);
+    let pw = child.id() as i32;
+    let mut reaper = Reaper(vec![(pw, "pagewise")]);
+    let sleeper = wait_child_named(pw, "sleep");
+    reaper.0.push((sleeper, "sleep"));
+    // SAFETY: kill(2) of the pagewise this test started.
+    assert_eq!(unsafe { libc::kill(pw, libc::SIGKILL) }, 0);
+    let st = wait_deadline(&mut child, 5.0).expect("SIGKILL ends pagewise");
+    collect(&cmd, st, o, e);
+    drop(reaper);
+    assert!(wait_dead(sleeper, 5.0), "sleep {sleeper} killed");
+    pw
+}
+
+/// A PID that no process has now: that of a `true` that ran and was reaped.
+fn dead_pid() -> i32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id() as i32;
+    c.wait().unwrap();
+    pid
+}
+
+/// `record -o X` killed with SIGKILL leaves nothing in X's directory (the trace is written
+/// through an unnamed O_TMPFILE there, which the kernel frees with its last descriptor), and
+/// the next `record` to the same name works.
+#[test]
+fn a_record_killed_with_sigkill_leaves_no_temporary() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let out = t.path().join("T.trace");
+    kill_a_record_mid_run(&out, "30.0101");
+    let names: Vec<String> = names_in(t.path())
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .collect();
+    assert!(names.is_empty(), "left behind: {names:?}");
+    let out2 = run(bin().arg("record").arg("-o").arg(&out).args(["--", "true"]));
+    assert!(out2.status.success());
+    Trace::from_bytes(&fs::read(&out).unwrap()).unwrap();
+    assert_eq!(names_in(t.path()), vec![b"T.trace".to_vec()]);
+}
+
+/// Where the file system has no O_TMPFILE (FUSE through bindfs), the trace goes through a
+/// named temporary, which a SIGKILL leaves; the next `record` into that directory removes it —
+/// and only what is provably such a temporary: ours (our uid), a regular file with one link,
+/// of the name pattern, its PID dead or not a pagewise, and not locked by anyone.
+#[test]
+fn a_killed_records_named_temporary_is_removed_by_the_next_record_and_nothing_else() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let back = t.path().join("back");
+    let mnt = t.path().join("mnt");
+    fs::create_dir_all(&back).unwrap();
+    fs::create_dir_all(&mnt).unwrap();
+    let Some(_fuse) = Mount::bindfs(&back, &mnt) else {
+        return;
+    };
+    let out = mnt.join("T.trace");
+    let killed = kill_a_record_mid_run(&out, "30.0202");
+    let prefix = format!("T.trace.pagewise-{killed}-");
+    let left: Vec<String> = names_in(&back)
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .collect();
+    assert!(
+        left.len() == 1 && left[0].starts_with(&prefix) && left[0].ends_with(".tmp"),
+        "the killed record's named temporary (the fallback was taken): {left:?}"
+    );
+
+    // Look-alikes that are not provably a dead record's temporary: all must stay.
+    let dead = dead_pid();
+    let mut keep: Vec<std::path::PathBuf> = Vec::new();
+    let theirs = back.join(format!("a.trace.pagewise-{dead}-1.tmp"));
+    fs::write(&theirs, "").unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    keep.push(theirs);
+    let linked = back.join(format!("b.trace.pagewise-{dead}-2.tmp"));
+    fs::write(&linked, "").unwrap();
+    fs::hard_link(&linked, back.join("b.link")).unwrap();
+    keep.push(linked);
+    keep.push(back.join("b.link"));
+    let link = back.join(format!("c.trace.pagewise-{dead}-3.tmp"));
+    std::os::unix::fs::symlink("T.trace", &link).unwrap();
+    keep.push(link);
+    let dir = back.join(format!("d.trace.pagewise-{dead}-4.tmp"));
+    fs::create_dir(&dir).unwrap();
+    keep.push(dir);
+    // copy's own temporaries (a leading dot), which a later copy may resume from.
+    let copys = back.join(format!(".e.pagewise-{dead}-5.tmp"));
+    fs::write(&copys, "").unwrap();
+    keep.push(copys);
+    let other = back.join(format!("f.trace.pagewise-{dead}-6.tmp.orig"));
+    fs::write(&other, "").unwrap();
+    keep.push(other);
+    // Locked: some process (here the test, through the FUSE mount) still writes it.
+    let locked_name = format!("g.trace.pagewise-{dead}-7.tmp");
+    fs::write(back.join(&locked_name), "").unwrap();
+    let lock = fs::File::open(mnt.join(&locked_name)).unwrap();
+    assert!(pagewise_core::sys::try_lock_exclusive(std::os::fd::AsFd::as_fd(&lock)).unwrap());
+    keep.push(back.join(&locked_name));
+    // A live pagewise (blocked opening a FIFO no one writes).
+    let fifo = mkfifo(&t.path().join("fifo"));
+    let mut live = bin().arg("show").arg(&fifo).spawn().unwrap();
+    let live_pid = live.id() as i32;
+    let reaper = Reaper(vec![(live_pid, "pagewise")]);
+    let alive = back.join(format!("h.trace.pagewise-{live_pid}-8.tmp"));
+    fs::write(&alive, "").unwrap();
+    keep.push(alive);
+    // Removed: a live process that is not a pagewise (this test), and a dead one.
+    let not_pagewise = back.join(format!("i.trace.pagewise-{}-9.tmp", std::process::id()));
+    fs::write(&not_pagewise, "").unwrap();
+    let dead_one = back.join(format!("j.trace.pagewise-{dead}-a.tmp"));
+    fs::write(&dead_one, "").unwrap();
+
+    let out2 = run(bin().arg("record").arg("-o").arg(&out).args(["--", "true"]));
+    assert!(out2.status.success());
+    Trace::from_bytes(&fs::read(back.join("T.trace")).unwrap()).unwrap();
+    for k in &keep {
+        assert!(fs::symlink_metadata(k).is_ok(), "kept: {}", k.display());
+    }
+    for gone in [&not_pagewise, &dead_one] {
+        assert!(
+            fs::symlink_metadata(gone).is_err(),
+            "removed: {}",
+            gone.display()
+        );
+    }
+    let left: Vec<String> = names_in(&back)
+        .into_iter()
+        .map(|n| String::from_utf8_lossy(&n).into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the killed record's temporary removed: {left:?}"
+    );
+    drop(reaper);
+    let _ = live.wait();
+    drop(lock);
+}
+
+/// `-o` naming a symlink someone else planted (another uid's link in a sticky shared
+/// directory, as in /tmp) is not followed: record refuses before the command runs, and the
+/// file the link names is untouched.
+#[test]
+fn record_does_not_follow_a_symlink_planted_by_another_user() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let shared = t.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = t.path().join("victim");
+    fs::write(&victim, "keep me").unwrap();
+    let planted = shared.join("T.trace");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+    let out = run(bin()
+        .arg("record")
+        .arg("-o")
+        .arg(&planted)
+        .args(["--", "touch"])
+        .arg(t.path().join("ran")));
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("symlink"), "{}", stderr(&out));
+    assert!(
+        !t.path().join("ran").exists(),
+        "refused before the command ran"
+    );
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "keep me");
+    assert!(fs::symlink_metadata(&planted).unwrap().is_symlink());
+    assert_eq!(names_in(&shared), vec![b"T.trace".to_vec()]);
+}
+
+/// The tracefs instances pagewise keeps: `instances/pagewise` (shared between runs, idle
+/// between them, guarded by a lock on /run/pagewise-tracefs.lock) and `instances/pagewise-PID`
+/// (a run's own, when another holds the shared one).
+fn tracefs_instances() -> Vec<(String, std::path::PathBuf)> {
+    let root = tracefs_root_dir().join("instances");
+    let mut v: Vec<(String, std::path::PathBuf)> = fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+        .filter(|(n, _)| n == "pagewise" || n.starts_with("pagewise-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Where tracefs is mounted.
+fn tracefs_root_dir() -> std::path::PathBuf {
+    ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.join("instances").is_dir())
+        .expect("tracefs is mounted (record --backend tracefs ran)")
+}
+
+/// An instance's state: whether any of its events is on (`events/enable` reads 0 when none
+/// is), and the PIDs it follows.
+fn instance_state(dir: &Path) -> (bool, Vec<i32>) {
+    let on = fs::read_to_string(dir.join("events/enable"))
+        .map(|s| s.trim() != "0")
+        .unwrap_or(false);
+    let pids = fs::read_to_string(dir.join("set_event_pid"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    (on, pids)
+}
+
+/// Takes the shared instance's lock (waiting at most 5 s for whoever holds it to finish):
+/// while it is held, no pagewise uses `instances/pagewise` and it must be idle.
+fn lock_shared_instance() -> fs::File {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/run/pagewise-tracefs.lock")
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !pagewise_core::sys::try_lock_exclusive(std::os::fd::AsFd::as_fd(&f)).unwrap() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "the shared instance's lock stayed taken for 5 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    f
+}
+
+/// No instance of ours is left on, nor follows `pid`; none named after `dead` remains. The
+/// shared one is checked under its lock; a private one only when its pagewise is gone (other
+/// pagewise runs on this machine may be tracing now).
+fn assert_no_instance_left(dead: i32, pid: i32, when: &str) {
+    let _lock = lock_shared_instance();
+    for (name, dir) in tracefs_instances() {
+        let owner = name
+            .strip_prefix("pagewise-")
+            .and_then(|p| p.parse::<i32>().ok());
+        assert_ne!(
+            owner,
+            Some(dead),
+            "{when}: instance {name} of the dead run remains"
+        );
+        if owner.is_some_and(|o| !is_dead(o) && comm(o).as_deref() == Some("pagewise")) {
+            continue; // another pagewise's, tracing now
+        }
+        let (on, pids) = instance_state(&dir);
+        assert!(!on, "{when}: instance {name} is still enabled");
+        assert!(
+            !pids.contains(&pid),
+            "{when}: instance {name} still follows {pid}: {pids:?}"
+        );
+    }
+}
+
+/// `record --backend tracefs` killed with SIGKILL while its command goes on: its tracefs
+/// instance is quieted at once (events off, the command's PID no longer followed; a run's
+/// own instance removed), and after the next run nothing of the dead run remains and nothing
+/// of ours is left on.
+#[test]
+fn a_tracefs_record_killed_with_sigkill_leaves_no_instance_enabled() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let mut cmd = bin();
+    cmd.args(["record", "--backend", "tracefs", "-o"])
+        .arg(t.path().join("T"))
+        .args(["--", "sleep", "30.0404"]);
+    let (mut child, o, e) = spawn_captured(&mut cmd);
+    let pw = child.id() as i32;
+    let mut reaper = Reaper(vec![(pw, "pagewise")]);
+    let sleeper = wait_child_named(pw, "sleep");
+    reaper.0.push((sleeper, "sleep"));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: kill(2) of the pagewise this test started.
+    assert_eq!(unsafe { libc::kill(pw, libc::SIGKILL) }, 0);
+    let st = wait_deadline(&mut child, 5.0).expect("SIGKILL ends pagewise");
+    collect(&cmd, st, o, e);
+    // The command goes on (SIGKILL is not forwarded), and must no longer be followed.
+    assert!(!is_dead(sleeper));
+    assert_no_instance_left(pw, sleeper, "right after the SIGKILL");
+    // The next run follows its own command only: the PIDs the shared instance follows while
+    // it runs, as its command reads them, are not the dead run's.
+    let shared = tracefs_root_dir().join("instances/pagewise/set_event_pid");
+    let out = run(bin()
+        .args(["record", "--backend", "tracefs", "-o"])
+        .arg(t.path().join("U"))
+        .args(["--", "cat"])
+        .arg(&shared));
+    assert!(out.status.success());
+    let followed: Vec<i32> = stdout(&out)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(
+        !followed.contains(&sleeper),
+        "the next record also followed the dead run's command {sleeper}: {followed:?}"
+    );
+    assert!(!is_dead(sleeper));
+    assert_no_instance_left(pw, sleeper, "after the next record");
+    drop(reaper);
+}
+
+/// After a normal exit, and after SIGINT and SIGTERM, of a tracefs-backed `record` and `run`,
+/// nothing of ours is left on or following anyone.
+#[test]
+fn a_tracefs_run_leaves_no_instance_enabled_on_exit_or_signal() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    for verb in ["record", "run"] {
+        let mut c = bin();
+        c.args([verb, "--backend", "tracefs"]);
+        if verb == "record" {
+            c.arg("-o").arg(t.path().join("T"));
+        }
+        let out = run(c.args(["--", "true"]));
+        assert!(out.status.success(), "{verb}");
+        assert_no_instance_left(0, 0, &format!("{verb}: normal exit"));
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            let mut args = vec![verb, "--backend", "tracefs"];
+            let trace = t.path().join("S");
+            if verb == "record" {
+                args.extend(["-o", trace.to_str().unwrap()]);
+            }
+            let out = signal_case(t.path(), &args, sig);
+            assert_eq!(out.status.code(), Some(128 + sig), "{verb}: signal {sig}");
+            assert_no_instance_left(0, 0, &format!("{verb}: signal {sig}"));
+        }
+    }
+}
+
+/// The files of [`a_small_open_file_limit`]'s cases: 300 files of 4 pages in `dir/d`.
+fn three_hundred_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let d = dir.join("d");
+    fs::create_dir(&d).unwrap();
+    (1..=300)
+        .map(|i| {
+            let p = d.join(format!("f{i}"));
+            write_pages(&p, 4);
+            p
+        })
+        .collect()
+}
+
+/// `sh -c 'cat "$@" >/dev/null' sh FILES...`: reads every file.
+fn cat_all(files: &[std::path::PathBuf]) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec![
+        "sh".into(),
+        "-c".into(),
+        "cat \"$@\" >/dev/null".into(),
+        "sh".into(),
+    ];
+    v.extend(files.iter().map(|p| p.as_os_str().to_owned()));
+    v
+}
+
+/// How many of `files` hold `pages` cached pages (the kernel's view).
+fn files_cached(files: &[std::path::PathBuf], pages: u64) -> usize {
+    files.iter().filter(|p| cached(p) == pages).count()
+}
+
+/// Under RLIMIT_NOFILE 64 (soft and hard: it cannot be raised), every trace verb acts on all
+/// 300 files of a trace (the kernel's residency says so) and exits 0: none holds a descriptor
+/// per file.
+#[test]
+fn trace_verbs_act_on_every_file_under_a_small_open_file_limit() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let files = three_hundred_files(t.path());
+    let trace = t.path().join("all.trace");
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let evict_all = || files.iter().for_each(|p| evict(p));
+
+    // record, itself under the limit: every file traced and resolved to its path.
+    evict_all();
+    let mut args = vec![
+        os("record"),
+        os("-o"),
+        trace.clone().into_os_string(),
+        os("--"),
+    ];
+    args.extend(cat_all(&files));
+    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let out = with_nofile(64, &refs);
+    assert_eq!(out.status.code(), Some(0), "record");
+    let tr = Trace::from_bytes(&fs::read(&trace).unwrap()).unwrap();
+    for p in &files {
+        assert_eq!(pages_of(&tr, p).len(), 4, "record: {} traced", p.display());
+    }
+
+    // load --trace and replay: every file read in again.
+    for verb in [&["load", "--trace"][..], &["replay"][..]] {
+        evict_all();
+        let mut args: Vec<&std::ffi::OsStr> = verb.iter().map(std::ffi::OsStr::new).collect();
+        args.push(trace.as_os_str());
+        let out = with_nofile(64, &args);
+        assert_eq!(out.status.code(), Some(0), "{verb:?}");
+        assert_eq!(files_cached(&files, 4), 300, "{verb:?}: every file read in");
+    }
+
+    // evict --trace: every file dropped.
+    assert_eq!(files_cached(&files, 4), 300);
+    let out = with_nofile(
+        64,
+        &[
+            os("evict").as_os_str(),
+            os("--trace").as_os_str(),
+            trace.as_os_str(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "evict --trace");
+    assert_eq!(
+        files_cached(&files, 0),
+        300,
+        "evict --trace: every file dropped"
+    );
+
+    // With almost no descriptor to spare (4: stdio and one), whatever cannot be opened is an
+    // error that says so, naming the file and the call, and the exit is 2 — never 0 with
+    // files left out, never a reason that is not the one.
+    for verb in [
+        &["load", "--trace"][..],
+        &["evict", "--trace"][..],
+        &["replay"][..],
+    ] {
+        let mut args: Vec<&std::ffi::OsStr> = verb.iter().map(std::ffi::OsStr::new).collect();
+        args.push(trace.as_os_str());
+        let out = with_nofile(4, &args);
+        let err = stderr(&out);
+        match out.status.code() {
+            Some(0) => assert!(!err.contains("skipped"), "{verb:?}: {err}"),
+            Some(2) => {
+                assert!(
+                    err.contains("open failed: Too many open files"),
+                    "{verb:?}: {err}"
+                );
+                assert!(
+                    err.contains(&*t.path().join("d").to_string_lossy()),
+                    "{err}"
+                );
+                assert!(!err.contains("mounted nowhere"), "{verb:?}: {err}");
+            }
+            c => panic!("{verb:?}: exit {c:?}: {err}"),
+        }
+    }
+
+    // run and run --assist: every page the command brought in dropped again.
+    for assist in [false, true] {
+        evict_all();
+        let mut args = vec![os("run")];
+        if assist {
+            args.push(os("--assist"));
+        }
+        args.push(os("--"));
+        args.extend(cat_all(&files));
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let out = with_nofile(64, &refs);
+        assert_eq!(out.status.code(), Some(0), "run (assist: {assist})");
+        assert_eq!(
+            files_cached(&files, 0),
+            300,
+            "run (assist: {assist}): every file dropped"
+        );
+    }
+}

@@ -27,8 +27,11 @@ within --range of each other into clusters; on the next miss it prefetches a win
 cluster's span (at least --min-window) with fadvise(WILLNEED), starting at the fault when the
 last cluster was read upwards (--centred: centred on it, as Lustre does). Hits prefetch nothing.
 
-Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, bad trace), 2 when
-files the target faulted on could not be opened to prefetch from (the summary counts them).";
+Assistance ends when every process has exited (a zombie, exited but not yet reaped by its
+parent, counts as exited: a note says so).
+Exit codes: 0 success, 1 fatal error (no tracing rights, no such process, a zombie, a kernel
+thread, bad trace), 2 when files the target faulted on could not be opened to prefetch from
+(the summary counts them).";
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "simulate"])))]
@@ -74,6 +77,9 @@ pub fn run(a: AssistArgs) -> Result<ExitCode, CliError> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
+        for n in &r.outcome.notices {
+            eprintln!("pagewise assist: note: {n}");
+        }
         let _ = render::write_assist_summary(&mut std::io::stderr().lock(), &r);
     }
     // A promise not kept: faults on files that could not be reached were not assisted.

@@ -1,4 +1,4 @@
-//! Mounts the end-to-end tests make (tmpfs, bind, an ext4 image on a loop device) and loop
+//! Mounts the end-to-end tests make (tmpfs, bind, bindfs, an ext4 image on a loop device) and loop
 //! devices, each undone on drop, also when the test fails.
 
 use super::*;
@@ -62,6 +62,22 @@ impl Mount {
             at: at.to_path_buf(),
             _dir: None,
         }
+    }
+    /// FUSE: `back` mirrored on `at` by bindfs (a file system without O_TMPFILE); None (said
+    /// by [`require`]) without bindfs, which install-deps installs.
+    pub fn bindfs(back: &Path, at: &Path) -> Option<Mount> {
+        let ok = Command::new("bindfs")
+            .arg(back)
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !require(ok, "bindfs (FUSE; install-deps installs it)") {
+            return None;
+        }
+        Some(Mount {
+            at: at.to_path_buf(),
+            _dir: None,
+        })
     }
     /// Where it is mounted.
     pub fn path(&self) -> &Path {

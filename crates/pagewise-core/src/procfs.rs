@@ -388,6 +388,46 @@ pub fn exists(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// Process `pid` has exited and is a zombie (or dead, `X`): every thread of it in state `Z`
+/// or `X` in /proc/PID/task/TID/stat — a leader that ended with pthread_exit(3) is a zombie
+/// while its other threads run. False when it is gone (no /proc entry: see [`exists`]) or
+/// cannot be read.
+pub fn is_zombie(pid: u32) -> bool {
+    let dead = |s: &Stat| s.state == "Z" || s.state == "X";
+    let Some(leader) = stat_of(pid) else {
+        return false;
+    };
+    if !dead(&leader) {
+        return false;
+    }
+    let Ok(tids) = threads_of(pid) else {
+        return true;
+    };
+    tids.into_iter().all(|t| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{t}/stat"))
+            .ok()
+            .and_then(|l| parse_stat(&l))
+            .is_none_or(|s| dead(&s))
+    })
+}
+
+/// Process `pid` is alive (not gone, not a zombie) and runs pagewise: its command name is
+/// `pagewise`, or its executable is this process's own (pagewise under another name). What
+/// a stale temporary of pagewise's is told by: its PID in the name is no pagewise now.
+pub fn is_live_pagewise(pid: u32) -> bool {
+    let Some(st) = stat_of(pid) else {
+        return false;
+    };
+    if st.state == "Z" || st.state == "X" {
+        return false;
+    }
+    if st.comm == "pagewise" {
+        return true;
+    }
+    let exe = |p: &str| std::fs::read_link(format!("/proc/{p}/exe")).ok();
+    exe(&pid.to_string()).is_some_and(|e| Some(e) == exe("self"))
+}
+
 /// `kernel.perf_event_paranoid` (/proc/sys/kernel/perf_event_paranoid), None when unreadable
 /// (no perf events in this kernel): named in the error when perf_event_open is refused.
 pub fn perf_event_paranoid() -> Option<i32> {

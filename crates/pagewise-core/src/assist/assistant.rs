@@ -221,7 +221,7 @@ impl Assistant {
             pred: Predictor::new(opts.config.clone()),
             page: sys::page_size(),
             // Under a small RLIMIT_NOFILE the files kept open shrink to half of what may be open.
-            max_open: opts.max_open.min(sys::fd_budget() / 2).max(1),
+            max_open: opts.max_open.min(sys::fd_budget_strict() / 2).max(1),
             slots: HashMap::new(),
             next_id: 0,
             tick: 0,

@@ -79,6 +79,17 @@ pub fn assist(opts: &AssistOptions, observer: &dyn Observer) -> Result<AssistRep
                 ),
             });
         }
+        // A zombie has exited (its parent has not reaped it yet): it will never fault again,
+        // and its /proc entry would stay for as long as its parent lets it.
+        if procfs::is_zombie(pid) {
+            return Err(crate::Error::Invalid {
+                what: "pid",
+                message: format!(
+                    "PID {pid} has exited and is a zombie (its parent has not reaped it): \
+                     there is nothing to assist"
+                ),
+            });
+        }
     }
     let mut tids = threads_of_all(&opts.pids)?;
     // Processes they started before now (fio's jobs, make's compilers): followed too. New
@@ -167,8 +178,9 @@ fn threads_of_all(pids: &[u32]) -> Result<Vec<u32>, crate::Error> {
     Ok(tids)
 }
 
-/// Returns when every process is gone, `duration` has passed since `tally` started, or the
-/// observer says stop (then `tally` is marked interrupted).
+/// Returns when every process has exited (gone, or a zombie: exited, not yet reaped by its
+/// parent, which a notice says), `duration` has passed since `tally` started, or the observer
+/// says stop (then `tally` is marked interrupted).
 fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &dyn Observer) {
     loop {
         if tally.stop_requested(observer)
@@ -176,7 +188,14 @@ fn wait_for(pids: &[u32], duration: Option<Duration>, tally: &Tally, observer: &
         {
             return;
         }
-        if !pids.iter().any(|&p| procfs::exists(p)) {
+        let running = |&p: &u32| procfs::exists(p) && !procfs::is_zombie(p);
+        if !pids.iter().any(running) {
+            for &p in pids.iter().filter(|&&p| procfs::is_zombie(p)) {
+                tally.notice(format!(
+                    "PID {p} exited while assisted and is a zombie (its parent has not reaped \
+                     it): the assistance ends with it"
+                ));
+            }
             return;
         }
         std::thread::sleep(Duration::from_millis(50));

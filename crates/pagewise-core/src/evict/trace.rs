@@ -9,7 +9,7 @@
 use crate::error::{FileError, Op};
 use crate::sys::{self, Advice};
 use crate::trace::pages::{ends, file_ranges, measured};
-use crate::trace::{OpenFiles, Trace, TraceCacheReport};
+use crate::trace::{OpenFiles, Trace, TraceCacheReport, TracedFd};
 use crate::verb::{Observer, Tally};
 use std::os::fd::AsFd;
 
@@ -38,12 +38,18 @@ fn drop_ranges(
     tally: &Tally,
     observer: &dyn Observer,
 ) {
+    // The ranges of a file come together: its descriptor is had once for them.
+    let mut cur: Option<(u32, Option<TracedFd>)> = None;
     for &(f, off, len) in ranges {
         if tally.stop_requested(observer) {
-            return;
+            break;
+        }
+        if cur.as_ref().is_none_or(|c| c.0 != f) {
+            drop(cur.take()); // closed before the next is opened
+            cur = Some((f, files.get(f, false)));
         }
         // A length of 0 would mean "to the end of the file" to both calls: never asked.
-        let Some(fd) = files.fds.get(f as usize).and_then(Option::as_ref) else {
+        let Some(fd) = cur.as_ref().and_then(|c| c.1.as_ref()) else {
             continue;
         };
         if len == 0 {
@@ -58,6 +64,10 @@ fn drop_ranges(
             tally.error(FileError::io(&path, Op::FadviseDontneed, &e));
         }
         observer.progress(0, len);
+    }
+    drop(cur);
+    for e in files.take_errors() {
+        tally.error(e);
     }
 }
 

@@ -3,9 +3,9 @@
 use super::Request;
 use crate::error::{FileError, Op};
 use crate::sys::{self, AlignedBuf};
-use crate::trace::{OpenFiles, Trace};
+use crate::trace::{OpenFiles, Trace, TracedFd};
 use crate::verb::{Observer, Tally};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -37,13 +37,14 @@ impl Issue<'_> {
         self.threads()
     }
 
-    fn fd(&self, file: u32) -> Option<&OwnedFd> {
-        let table = if self.direct {
-            &self.files.direct
-        } else {
-            &self.files.fds
-        };
-        table[file as usize].as_ref()
+    /// The descriptor to read `file` through: kept, or opened again (a file not kept gets
+    /// the replay's advice: no readahead around the recorded pages).
+    fn fd(&self, file: u32) -> Option<TracedFd<'_>> {
+        let fd = self.files.get(file, self.direct)?;
+        if !self.direct && fd.is_fresh() {
+            let _ = sys::fadvise(fd.as_fd(), 0, 0, sys::Advice::Random);
+        }
+        Some(fd)
     }
 
     fn failed(&self, r: &Request, op: Op, e: &std::io::Error) {
@@ -76,8 +77,15 @@ impl Issue<'_> {
                 let (next, bytes, barrier) = (&next, &bytes, &barrier);
                 s.spawn(move || {
                     barrier.wait();
+                    // The file of the last request, kept for the next if it is the same.
+                    let mut cur: Option<(u32, Option<TracedFd>)> = None;
                     while let Some(r) = self.next(next) {
-                        bytes.fetch_add(self.read(r, &mut buf), Ordering::Relaxed);
+                        if cur.as_ref().is_none_or(|c| c.0 != r.file) {
+                            drop(cur.take()); // closed before the next is opened
+                            cur = Some((r.file, self.fd(r.file)));
+                        }
+                        let fd = cur.as_ref().and_then(|c| c.1.as_ref());
+                        bytes.fetch_add(self.read(r, fd, &mut buf), Ordering::Relaxed);
                     }
                 });
             }
@@ -95,9 +103,10 @@ impl Issue<'_> {
         self.reqs.get(next.fetch_add(1, Ordering::Relaxed) as usize)
     }
 
-    /// Reads one request into `buf`: the bytes read (0 for a file not open, or an error).
-    fn read(&self, r: &Request, buf: &mut AlignedBuf) -> u64 {
-        let Some(fd) = self.fd(r.file) else { return 0 };
+    /// Reads one request into `buf` through `fd`: the bytes read (0 for a file not open, or
+    /// an error).
+    fn read(&self, r: &Request, fd: Option<&TracedFd>, buf: &mut AlignedBuf) -> u64 {
+        let Some(fd) = fd else { return 0 };
         let n = (r.len as usize).min(buf.len());
         match sys::pread(fd.as_fd(), &mut buf[..n], r.off) {
             Ok(got) => {
@@ -124,10 +133,12 @@ impl Issue<'_> {
             .reqs
             .iter()
             .filter_map(|r| {
-                let fd = self.fd(r.file)?;
+                // Every file is kept open here (see replay_with): the descriptor outlives
+                // this borrow.
+                let fd = self.fd(r.file)?.as_fd().as_raw_fd();
                 let len = r.len.min(self.max as u64) as u32;
                 let req = sys::ReadReq {
-                    fd: fd.as_raw_fd(),
+                    fd,
                     off: r.off,
                     len,
                 };

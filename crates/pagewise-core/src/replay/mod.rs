@@ -286,7 +286,7 @@ pub(crate) fn replay_with(
     let reqs = plan(trace, files, opts)?;
     if !opts.direct {
         // Exactly the recorded pages: no kernel readahead around them.
-        for fd in files.fds.iter().flatten() {
+        for fd in files.kept() {
             let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Random);
         }
     }
@@ -301,11 +301,16 @@ pub(crate) fn replay_with(
         tally: &tally,
         observer,
     };
-    let (bytes, elapsed) = issue.run(depth > 1 && sys::probe_io_uring())?;
+    // io_uring is handed every descriptor at once: only when all are kept open.
+    let uring = depth > 1 && files.all_kept() && sys::probe_io_uring();
+    let (bytes, elapsed) = issue.run(uring)?;
     if !opts.direct {
-        for fd in files.fds.iter().flatten() {
+        for fd in files.kept() {
             let _ = sys::fadvise(fd.as_fd(), 0, 0, Advice::Normal);
         }
+    }
+    for e in files.take_errors() {
+        tally.error(e);
     }
     let mut outcome = tally.finish(Vec::new());
     outcome.elapsed_s = elapsed;

@@ -162,7 +162,7 @@ fn disk_order(
 ) -> Result<Vec<Request>, crate::Error> {
     let mut pieces = Vec::new();
     for (file, off, len) in file_ranges(trace, 0, ends)? {
-        if let Some(fd) = files.fds.get(file as usize).and_then(Option::as_ref) {
+        if let Some(fd) = files.get(file, false) {
             extents(fd.as_fd(), file, off, len, &mut pieces)?;
         }
         if pieces.len() as u64 > limit {

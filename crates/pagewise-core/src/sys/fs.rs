@@ -310,34 +310,104 @@ pub fn is_pseudo_fs(fd: BorrowedFd<'_>) -> bool {
     PSEUDO.contains(&t)
 }
 
-/// Opens `path` with O_WRONLY|O_TRUNC in a detached grandchild process and returns at once
-/// (fork(2) twice; the child is reaped here with waitpid(2), the grandchild is adopted by
-/// init). For tracefs files whose truncation waits for an RCU grace period: the caller does
-/// not wait. File descriptions the caller holds (e.g. a lock) stay held until the grandchild
-/// exits. libc, not rustix: see the module list in `sys`.
-pub fn truncate_detached(path: &Path) -> io::Result<()> {
-    let c = cstring(path)?;
+/// What a [`watchdog`] does once its owner is gone, in order; a step that fails is passed
+/// over.
+#[derive(Debug, Clone)]
+pub enum Undo {
+    /// open(2) the file `O_WRONLY` (never creating it) and write(2) these bytes to it.
+    Write(std::path::PathBuf, &'static [u8]),
+    /// open(2) the file `O_WRONLY | O_TRUNC` (never creating it).
+    Truncate(std::path::PathBuf),
+    /// rmdir(2) the directory.
+    Rmdir(std::path::PathBuf),
+}
+
+/// `int pipe2(int fds[2], O_CLOEXEC)`, then fork(2) twice, setsid(2), signal(2) of the
+/// terminating signals back to SIG_DFL, close_range(2), read(2) of the pipe, the
+/// open/write/close/rmdir of `undo`, _exit(2) — libc, not rustix: see the module list in
+/// `sys`.
+///
+/// Starts a detached process that waits until the returned descriptor (the write end of a
+/// pipe, close-on-exec) is closed — by the caller dropping it, or by the kernel when the
+/// caller dies however it dies, SIGKILL included — then does `undo` and exits. Every other
+/// descriptor but `keep` is closed in it: a file lock held through `keep` stays held until
+/// it is done. It is in a session of its own (the terminal's signals do not reach it) and
+/// is adopted by init, or by the caller where the caller is a subreaper. Returns once it
+/// exists. Used for state in the kernel that outlives a process (a tracefs instance).
+pub fn watchdog(keep: &[BorrowedFd<'_>], undo: &[Undo]) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsRawFd;
+    // Everything the child touches is prepared here: after fork it may not allocate.
+    let steps: Vec<(u8, std::ffi::CString, &'static [u8])> = undo
+        .iter()
+        .map(|u| match u {
+            Undo::Write(p, b) => cstring(p).map(|c| (0, c, *b)),
+            Undo::Truncate(p) => cstring(p).map(|c| (1, c, &b""[..])),
+            Undo::Rmdir(p) => cstring(p).map(|c| (2, c, &b""[..])),
+        })
+        .collect::<io::Result<_>>()?;
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given, owned from here on.
+    let (r, w) = unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    };
+    let (r_raw, w_raw) = (r.as_raw_fd(), w.as_raw_fd());
+    let mut kept: Vec<libc::c_uint> = keep.iter().map(|f| f.as_raw_fd() as libc::c_uint).collect();
+    kept.push(r_raw as libc::c_uint);
+    kept.sort_unstable();
+    kept.dedup();
     // SAFETY: between fork and _exit the children only call async-signal-safe functions
-    // (fork, close, open, _exit) on memory prepared before the first fork.
+    // (fork, setsid, signal, close_range/close, read, open, write, rmdir, _exit) on memory
+    // prepared before the first fork.
     unsafe {
         let pid = libc::fork();
         if pid < 0 {
             return Err(io::Error::last_os_error());
         }
         if pid == 0 {
+            libc::setsid();
             if libc::fork() == 0 {
-                for fd in 0..3 {
-                    libc::close(fd);
+                for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+                    libc::signal(sig, libc::SIG_DFL);
                 }
-                let fd = libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_TRUNC | libc::O_CLOEXEC);
-                libc::_exit(if fd < 0 { 1 } else { 0 });
+                // The write end above all: it must close when the caller's does.
+                libc::close(w_raw);
+                super::process::close_all_but(&kept);
+                let mut b = 0u8;
+                while libc::read(r_raw, (&mut b as *mut u8).cast(), 1) < 0
+                    && *libc::__errno_location() == libc::EINTR
+                {}
+                for (kind, path, bytes) in &steps {
+                    match kind {
+                        2 => {
+                            libc::rmdir(path.as_ptr());
+                        }
+                        _ => {
+                            let trunc = if *kind == 1 { libc::O_TRUNC } else { 0 };
+                            let fd =
+                                libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC | trunc);
+                            if fd >= 0 {
+                                libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                                libc::close(fd);
+                            }
+                        }
+                    }
+                }
+                libc::_exit(0);
             }
             libc::_exit(0);
         }
         let mut status = 0;
         libc::waitpid(pid, &mut status, 0);
     }
-    Ok(())
+    drop(r);
+    Ok(w)
 }
 
 /// `int flock(int fd, int op)` with `LOCK_EX | LOCK_NB` —
@@ -357,6 +427,43 @@ mod tests {
     use super::super::testing::scratch_dir;
     use super::*;
     use std::os::fd::AsFd;
+
+    /// The watchdog waits for its pipe to close, then does its steps in order: a write, a
+    /// truncation (the file is never created), an rmdir.
+    #[test]
+    fn the_watchdog_acts_once_its_pipe_is_closed() {
+        let dir = scratch_dir();
+        let (w, t, d) = (
+            dir.path().join("w"),
+            dir.path().join("t"),
+            dir.path().join("d"),
+        );
+        std::fs::write(&w, "1").unwrap();
+        std::fs::write(&t, "full").unwrap();
+        std::fs::create_dir(&d).unwrap();
+        let missing = dir.path().join("missing");
+        let guard = watchdog(
+            &[],
+            &[
+                Undo::Write(w.clone(), b"0"),
+                Undo::Truncate(t.clone()),
+                Undo::Truncate(missing.clone()),
+                Undo::Rmdir(d.clone()),
+            ],
+        )
+        .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(d.exists(), "nothing done while the pipe is open");
+        drop(guard);
+        let start = std::time::Instant::now();
+        while d.exists() && start.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!d.exists());
+        assert_eq!(std::fs::read_to_string(&w).unwrap(), "0");
+        assert_eq!(std::fs::read_to_string(&t).unwrap(), "");
+        assert!(!missing.exists());
+    }
 
     fn errno<T: std::fmt::Debug>(r: io::Result<T>) -> i32 {
         r.unwrap_err().raw_os_error().unwrap()
@@ -446,18 +553,5 @@ mod tests {
         assert!(!try_lock_exclusive(b.as_fd()).unwrap());
         drop(a);
         assert!(try_lock_exclusive(b.as_fd()).unwrap());
-    }
-
-    #[test]
-    fn truncate_detached_empties_the_file_soon() {
-        let dir = scratch_dir();
-        let p = dir.path().join("f");
-        std::fs::write(&p, b"not for long").unwrap();
-        truncate_detached(&p).unwrap();
-        let t = std::time::Instant::now();
-        while stat_path(&p, false).unwrap().size != 0 {
-            assert!(t.elapsed().as_secs() < 10, "not truncated after 10 s");
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
     }
 }

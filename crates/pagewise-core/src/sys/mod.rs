@@ -46,9 +46,9 @@
 //!   unstable `runtime` API for programs without libc, which must not be mixed with libc's
 //!   signal handling ([`interrupt_flag`], [`wait_for_interrupt`], [`default_sigpipe`]).
 //! - fork(2) and what runs between it and _exit(2) in the detached helper processes
-//!   (setsid, close_range, open, close, nanosleep; waitpid in the parent) ([`truncate_detached`],
-//!   [`linger_detached`]): fork is in the same unstable API, and the child makes only these
-//!   async-signal-safe libc calls on memory prepared before it.
+//!   (setsid, signal, close_range, read, open, write, close, rmdir, nanosleep; waitpid in the
+//!   parent) ([`watchdog`], [`linger_detached`]): fork is in the same unstable API, and the
+//!   child makes only these async-signal-safe libc calls on memory prepared before it.
 //! - fork(2) of a single-threaded process and dup2(2) onto the standard descriptors, to
 //!   detach a daemon ([`fork_with_report`], [`detach_stdio`]): fork is in the unstable API,
 //!   dup2 onto stdio behind rustix's `stdio` feature.

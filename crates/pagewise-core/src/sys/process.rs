@@ -128,6 +128,14 @@ pub fn fd_budget() -> usize {
     soft.saturating_sub(64).max(64)
 }
 
+/// [`fd_budget`], but never more than half the limit: under `ulimit -n 64` 32, where
+/// [`fd_budget`]'s floor of 64 is the whole limit. What the trace verbs (record, run, assist,
+/// replay, load/evict --trace) share among the files they keep open and open again.
+pub fn fd_budget_strict() -> usize {
+    let soft = raise_nofile_limit().min(1 << 20) as usize;
+    fd_budget().min(soft / 2).max(1)
+}
+
 /// Each of `workers` threads' share of half the [`fd_budget`] (the other half left for what
 /// the run holds besides their batches).
 pub fn fd_budget_per_worker(workers: usize) -> usize {
@@ -275,6 +283,45 @@ pub fn mount_tracefs(target: &Path) -> io::Result<()> {
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `int close_range(unsigned int first, unsigned int last, 0)` (Linux 5.9) —
+/// <https://man7.org/linux/man-pages/man2/close_range.2.html>; libc, not rustix: every
+/// descriptor but `keep` (sorted, without duplicates) closed, else (ENOSYS) close(2) of each
+/// below the soft RLIMIT_NOFILE. Only system calls on the slice given: async-signal-safe,
+/// for the detached helpers' children (after fork).
+pub(super) fn close_all_but(keep: &[libc::c_uint]) {
+    let mut from: libc::c_uint = 0;
+    let mut ok = true;
+    for &k in keep {
+        if k > from {
+            // SAFETY: close_range takes no pointers.
+            ok &= unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) } == 0;
+        }
+        from = k + 1;
+    }
+    // SAFETY: close_range takes no pointers.
+    ok &= unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) } == 0;
+    if ok {
+        return;
+    }
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given; close takes no pointers.
+    unsafe {
+        let last = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 {
+            rl.rlim_cur.min(1 << 16) as libc::c_uint
+        } else {
+            1024
+        };
+        for fd in 0..last {
+            if !keep.contains(&fd) {
+                libc::close(fd as libc::c_int);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,9 @@ pub mod witness;
 
 pub use command::exit_code;
 pub(crate) use command::{orphans_left, orphans_notice};
-pub use files::{open_file, open_inode, resolve, Mounts, OpenFiles, SkipReason, SkippedFile};
+pub use files::{
+    open_file, open_inode, resolve, Mounts, OpenFiles, SkipReason, SkippedFile, TracedFd,
+};
 pub use follower::{Follow, Follower, Source, StartError};
 pub use format::{Event, Fault, Trace, TraceError, TraceFile, UNNAMED_LEGEND};
 pub use pages::{file_ranges, TraceCacheReport};

@@ -146,8 +146,14 @@ fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
     let meter = Meter::new(Method::Auto);
     let mut c = Cached::default();
     let mut unknown = HashSet::new();
+    // The ranges of a file come together: its descriptor is had once for them.
+    let mut cur: Option<(u32, Option<crate::trace::TracedFd>)> = None;
     for &(f, off, len) in ranges {
-        let Some(fd) = files.fds.get(f as usize).and_then(Option::as_ref) else {
+        if cur.as_ref().is_none_or(|c| c.0 != f) {
+            drop(cur.take()); // closed before the next is opened
+            cur = Some((f, files.get(f, false)));
+        }
+        let Some(fd) = cur.as_ref().and_then(|c| c.1.as_ref()) else {
             continue;
         };
         let Ok(st) = sys::fstat(fd.as_fd()) else {
@@ -203,6 +209,9 @@ fn cache_report(
     tally: Tally,
 ) -> TraceCacheReport {
     let after = traced_cached(files, ranges);
+    for e in files.take_errors() {
+        tally.error(e);
+    }
     let unknown_files = before.unknown.max(after.unknown);
     TraceCacheReport {
         dry_run: false,

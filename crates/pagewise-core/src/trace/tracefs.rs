@@ -11,6 +11,14 @@
 //! `rmdir /sys/kernel/tracing/instances/pagewise` frees the idle one. `set_event_pid` with the `event-fork` option
 //! follows every descendant from the moment the PID is written. Events are read from the
 //! instance's `trace_pipe` by a thread that sleeps while nothing arrives.
+//!
+//! A run killed with SIGKILL cannot quiet its instance itself, and the command it followed
+//! goes on: so each instance has a watchdog process ([`crate::sys::watchdog`]) that, when the
+//! run is gone however it went, turns the events off and empties the PID list (shared; it
+//! holds the lock meanwhile) or removes the instance (private). A run also quiets what a
+//! killed run may have left before it starts (its watchdog killed too, or an older pagewise's
+//! leftovers): the shared instance's events off, its PID list emptied, its ring drained, and
+//! every `pagewise-PID` instance whose PID is no pagewise now removed.
 
 use std::fs;
 use std::io::{self, Read};
@@ -83,6 +91,10 @@ pub struct Instance {
     shared: Option<fs::File>,
     /// Lost-event counters when this run began (a shared instance keeps counting).
     lost_base: u64,
+    /// The write end of the watchdog's pipe: closed (on drop, or by the kernel when this
+    /// process dies), the watchdog quiets or removes the instance. None when it could not be
+    /// started (the next run quiets what this one leaves).
+    watchdog: Option<std::os::fd::OwnedFd>,
 }
 
 const SHARED_NAME: &str = "pagewise";
@@ -158,17 +170,9 @@ impl Instance {
             None => format!("pagewise-{}", std::process::id()),
         };
         let dir = root.join("instances").join(name);
+        remove_stale_instances(&root.join("instances"));
         if shared.is_none() {
-            // Private instances of runs that were killed before they could remove them.
-            if let Ok(rd) = fs::read_dir(root.join("instances")) {
-                for e in rd.flatten() {
-                    let n = e.file_name();
-                    let pid = n.to_str().and_then(|s| s.strip_prefix("pagewise-"));
-                    if pid.is_some_and(|p| !p.parse().is_ok_and(crate::procfs::exists)) {
-                        let _ = fs::remove_dir(e.path());
-                    }
-                }
-            }
+            // One of ours under this PID, from a run of a PID namespace before: not in use.
             let _ = fs::remove_dir(&dir);
         }
         if !dir.is_dir() {
@@ -180,11 +184,26 @@ impl Instance {
             events: events.iter().map(|s| s.to_string()).collect(),
             shared,
             lost_base: 0,
+            watchdog: None,
         };
         let setup = || -> io::Result<()> {
             use std::os::unix::fs::OpenOptionsExt;
-            // A shared instance left by a run that was killed: quiet it first.
+            // A shared instance left by a run that was killed: quiet it first, and forget
+            // whom it followed (its command may still run: it would be traced with ours).
             write(&inst.dir.join("events/enable"), "0")?;
+            let pids = inst.dir.join("set_event_pid");
+            if fs::read_to_string(&pids).is_ok_and(|l| !l.trim().is_empty()) {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .truncate(true)
+                    .open(&pids)
+                    .map_err(|e| {
+                        io::Error::new(
+                            e.kind(),
+                            format!("{}: truncate failed: {e}", pids.display()),
+                        )
+                    })?;
+            }
             set(&inst.dir.join("buffer_size_kb"), &buffer_kb.to_string())?;
             // CLOCK_MONOTONIC, so event times line up with sys::monotonic_ns().
             set(&inst.dir.join("trace_clock"), "mono")?;
@@ -201,7 +220,25 @@ impl Instance {
         };
         setup().map_err(|e| TraceUnavailable(e.to_string()))?;
         inst.lost_base = inst.lost_total();
+        inst.watchdog = inst.start_watchdog();
         Ok(inst)
+    }
+
+    /// The watchdog that quiets the instance when this process is gone (see the module's
+    /// doc); None when fork failed.
+    fn start_watchdog(&self) -> Option<std::os::fd::OwnedFd> {
+        use crate::sys::Undo;
+        use std::os::fd::AsFd;
+        let off = Undo::Write(self.dir.join("events/enable"), b"0");
+        let (keep, last) = match &self.shared {
+            // Holding the lock until the PID list is empty.
+            Some(lock) => (
+                vec![lock.as_fd()],
+                Undo::Truncate(self.dir.join("set_event_pid")),
+            ),
+            None => (Vec::new(), Undo::Rmdir(self.dir.clone())),
+        };
+        crate::sys::watchdog(&keep, &[off, last]).ok()
     }
 
     /// Follows these PIDs and, through event-fork, all their future children.
@@ -329,25 +366,51 @@ fn take_lines<F: FnMut(&str)>(partial: &mut Vec<u8>, on_line: &mut F) {
     partial.drain(..start);
 }
 
+/// Removes the `pagewise-PID` instances (that name exactly, PID in digits) whose PID is no
+/// pagewise now: runs killed before they or their watchdog could. One still read by a
+/// pagewise elsewhere (another PID namespace) is busy: rmdir fails with EBUSY and it stays.
+fn remove_stale_instances(instances: &Path) {
+    let Ok(rd) = fs::read_dir(instances) else {
+        return;
+    };
+    let me = std::process::id();
+    for e in rd.flatten() {
+        let n = e.file_name();
+        let Some(pid) = n.to_str().and_then(|s| s.strip_prefix("pagewise-")) else {
+            continue;
+        };
+        if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(pid) = pid.parse::<u32>() else {
+            continue;
+        };
+        if pid != me && !crate::procfs::is_live_pagewise(pid) {
+            let _ = fs::remove_dir(e.path());
+        }
+    }
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.disable();
         if self.shared.is_some() {
             // Idle until the next run: events off; the next run drains the ring. The PID list
-            // is cleared (set to none) by a detached process that holds the lock until it is
+            // is cleared (set to none) by the watchdog, which holds the lock until it is
             // done: clearing waits for an RCU grace period (~35-50 ms here), and so does any
             // write to a list that exists, even an empty one (the old list is freed after a
             // grace period), while the first write to no list costs nothing. Tasks leave the
             // list by themselves when freed, but the emptied list stays.
-            let pids = self.dir.join("set_event_pid");
-            if crate::sys::truncate_detached(&pids).is_err() {
+            if self.watchdog.take().is_none() {
                 let _ = fs::OpenOptions::new()
                     .write(true)
                     .truncate(true)
-                    .open(&pids);
+                    .open(self.dir.join("set_event_pid"));
             }
         } else {
             let _ = fs::remove_dir(&self.dir);
+            // Its rmdir finds nothing left to remove.
+            drop(self.watchdog.take());
         }
     }
 }

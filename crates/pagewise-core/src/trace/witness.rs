@@ -26,6 +26,15 @@ use std::sync::{Arc, Mutex};
 /// Descriptors kept open at most by the witness (the rest are remembered by path).
 const MAX_KEPT: usize = 2048;
 
+/// Descriptors the witness keeps at most: [`MAX_KEPT`], and a quarter of the descriptor
+/// budget ([`sys::fd_budget_strict`]) under a small RLIMIT_NOFILE (`ulimit -n 64`: 8), the rest
+/// being for the verb that reads the files (run's dropper, the assistant) and for the
+/// witness's own one-at-a-time opens.
+fn max_kept() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| (sys::fd_budget_strict() / 4).clamp(1, MAX_KEPT))
+}
+
 /// The key the page-cache tracepoints give the file open as `fd` (`st` its fstat): its
 /// superblock's device and inode. That is stat(2)'s own except on overlayfs (the real upper or
 /// lower inode holds the pages) and btrfs (stat gives the subvolume's device): there it is read
@@ -79,7 +88,7 @@ struct Seen {
     path: Option<Vec<u8>>,
     /// Deleted when last seen.
     deleted: bool,
-    /// A descriptor of our own, while within [`MAX_KEPT`].
+    /// A descriptor of our own, while within [`max_kept`].
     fd: Option<Arc<OwnedFd>>,
     /// More than one file had this key (btrfs subvolumes share inode numbers under one
     /// superblock device): which of them the tracepoint meant cannot be known.
@@ -151,7 +160,10 @@ impl Witnessed {
     }
 
     /// A regular file not seen before, that a /proc magic link names, opened anew (a new open
-    /// file description: the command's offset, flags and locks are not shared).
+    /// file description: the command's offset, flags and locks are not shared). When it cannot
+    /// be opened, it is looked at again at its next close; where that is for want of
+    /// descriptors (EMFILE, ENFILE), its path is remembered meanwhile (reopened and checked
+    /// when needed, as for a file whose descriptor was not kept).
     fn catch(&self, link: &str) -> Option<Caught> {
         let st = sys::stat_path(Path::new(link), true).ok()?;
         if !st.is_file() || !self.looked.lock().unwrap().insert((st.dev, st.ino)) {
@@ -161,8 +173,40 @@ impl Witnessed {
             noatime: true,
             ..Default::default()
         };
-        let fd = sys::open_path(Path::new(link), flags).ok()?;
-        Some(Caught { fd, st })
+        match sys::open_path(Path::new(link), flags) {
+            Ok(fd) => Some(Caught { fd, st }),
+            Err(e) => {
+                self.looked.lock().unwrap().remove(&(st.dev, st.ino));
+                if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                    self.remember_path(link, &st);
+                }
+                None
+            }
+        }
+    }
+
+    /// Remembers the path of a file that could not be opened (under its stat(2) key: right
+    /// but on overlayfs and btrfs, where the file is then not found by its key).
+    fn remember_path(&self, link: &str, st: &sys::Stat) {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(p) = std::fs::read_link(link) else {
+            return;
+        };
+        let mut b = p.as_os_str().as_bytes().to_vec();
+        let deleted = b.ends_with(b" (deleted)");
+        if deleted {
+            b.truncate(b.len() - 10);
+        }
+        if b.first() != Some(&b'/') {
+            return;
+        }
+        let mut files = self.files.lock().unwrap();
+        let seen = files.entry(FileId::from_dev(st.dev, st.ino)).or_default();
+        if seen.path.is_none() {
+            seen.st_dev = st.dev;
+            seen.path = Some(b);
+            seen.deleted = deleted;
+        }
     }
 
     /// Keeps what [`Witnessed::look`] caught: path, and the descriptor while within the budget,
@@ -191,7 +235,7 @@ impl Witnessed {
             seen.handle = sys::file_handle(own.as_fd()).ok();
             seen.path = path.filter(|p| p.first() == Some(&b'/'));
             seen.deleted = deleted;
-            if seen.fd.is_none() && self.kept.load(Ordering::Relaxed) < MAX_KEPT {
+            if seen.fd.is_none() && self.kept.load(Ordering::Relaxed) < max_kept() {
                 self.kept.fetch_add(1, Ordering::Relaxed);
                 seen.fd = Some(Arc::new(own));
             }

@@ -115,7 +115,7 @@ impl Dropper {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        let budget = sys::fd_budget();
+        let budget = sys::fd_budget_strict();
         let mincore_route = method == Method::Mincore || !sys::probe_cachestat();
         Dropper {
             used_mincore: AtomicBool::new(mincore_route),

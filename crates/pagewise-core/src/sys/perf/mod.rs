@@ -271,7 +271,7 @@ pub fn linger_detached(keep: &[BorrowedFd<'_>], secs: u32) -> io::Result<()> {
         if pid == 0 {
             libc::setsid();
             if libc::fork() == 0 {
-                close_all_but(&keep);
+                super::close_all_but(&keep);
                 let ts = libc::timespec {
                     tv_sec: secs as libc::time_t,
                     tv_nsec: 0,
@@ -285,21 +285,6 @@ pub fn linger_detached(keep: &[BorrowedFd<'_>], secs: u32) -> io::Result<()> {
         libc::waitpid(pid, &mut status, 0);
     }
     Ok(())
-}
-
-/// `close_range(2)` of every descriptor but `keep` (sorted, without duplicates). Only
-/// system calls on the slice given: async-signal-safe, for [`linger_detached`]'s child.
-fn close_all_but(keep: &[libc::c_uint]) {
-    let mut from: libc::c_uint = 0;
-    for &k in keep {
-        if k > from {
-            // SAFETY: close_range takes no pointers.
-            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) };
-        }
-        from = k + 1;
-    }
-    // SAFETY: close_range takes no pointers.
-    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
 }
 
 #[cfg(test)]
