@@ -42,35 +42,6 @@ impl KpageFiles {
     }
 }
 
-/// Maps `pages` pages from `addr` (of a live shared mapping of a file) by reading a byte of
-/// each through process_vm_readv(2) on this process — <https://man7.org/linux/man-pages/man2/process_vm_readv.2.html>
-/// (Linux 3.2) — which faults them in as a read would, but returns EFAULT where a page is past
-/// the file's end now (truncated meanwhile) instead of raising SIGBUS. Errors are ignored:
-/// a page not mapped is counted as unresolved by the caller.
-fn touch_pages(addr: *const u8, pages: usize, page: usize) {
-    const BATCH: usize = 1024; // IOV_MAX
-    let mut sink = [0u8; BATCH];
-    let mut done = 0;
-    while done < pages {
-        let n = (pages - done).min(BATCH);
-        let local = libc::iovec {
-            iov_base: sink.as_mut_ptr().cast(),
-            iov_len: n,
-        };
-        let remote: Vec<libc::iovec> = (done..done + n)
-            .map(|k| libc::iovec {
-                // The address is only read by the kernel, through the fault path.
-                iov_base: addr.wrapping_add(k * page) as *mut libc::c_void,
-                iov_len: 1,
-            })
-            .collect();
-        // SAFETY: `local` is a writable buffer of n bytes; the remote iovecs name bytes of
-        // this process's address space, which the kernel checks (EFAULT when unmapped).
-        unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, remote.as_ptr(), n as u64, 0) };
-        done += n;
-    }
-}
-
 /// For each cached page of `[0, len)` of `fd`, calls `each(memcg_inode)` with the inode of the
 /// memory cgroup its frame is charged to (0: charged to none). Returns the cached pages whose
 /// frame could not be found (evicted meanwhile, or not mappable).
@@ -141,7 +112,7 @@ pub fn page_cgroups_in(
                 // Before 5.14 (no MADV_POPULATE_READ): map each cached page by reading a
                 // byte of it (a minor fault; the page is in the cache, mincore said so).
                 // Without this, 5.10 found no frame: every page "unresolved", 0 B charged.
-                touch_pages(run, run_len.div_ceil(page) as usize, page as usize);
+                super::touch_pages(run, run_len.div_ceil(page) as usize, page as usize);
             }
         }
         entries.clear();
@@ -219,7 +190,7 @@ mod tests {
         f.read_exact_at(&mut buf, 0).unwrap();
         let map = Mapping::new(f.as_fd(), 0, 16 * page).unwrap();
         f.set_len(4 * page).unwrap();
-        touch_pages(map.addr as *const u8, 16, page as usize);
+        super::super::touch_pages(map.addr as *const u8, 16, page as usize);
         let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
         let mut e = vec![0u8; 16 * 8];
         pagemap
