@@ -9,6 +9,7 @@
 //! view: file bytes, owners and existence, exit codes, live processes, cachestat.
 
 mod common;
+mod exporter_util;
 use common::*;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -180,4 +181,136 @@ fn a_planted_textfile_lock_is_refused_and_nothing_is_written_through_it() {
         assert_eq!(m.uid(), 65534);
         assert_eq!(m.is_symlink(), planted == "symlink");
     }
+}
+
+/// Files nobody may read but cannot measure: root's, mode 0644 (cachestat refuses a file that
+/// is neither yours nor writable, and mincore says such files are wholly cached), one of them
+/// cached. Returns the temp dir and the directory holding them.
+fn unmeasurable_tree() -> Option<(tempfile::TempDir, PathBuf)> {
+    if !require_root("switching to nobody (setpriv)") {
+        return None;
+    }
+    let t = tmp();
+    open_up_ancestors(t.path());
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let d = t.path().join("data");
+    fs::create_dir(&d).unwrap();
+    for i in 0..3 {
+        let f = d.join(format!("f{i}"));
+        write_file(&f, 64 << 10);
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    // f0 is cached for certain: a 0 figure would be wrong, not just unknown.
+    fs::read(d.join("f0")).unwrap();
+    Some((t, d))
+}
+
+/// The samples of family `name` (its lines that are not comments).
+fn samples_of<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with(['{', ' ']))
+        })
+        .collect()
+}
+
+/// What every written or served exposition of the unmeasurable tree must say: the files are
+/// counted, all of them unknown, and no cached (or dirty, writeback, evicted) sample at all.
+fn assert_unknown_is_no_sample(text: &str) {
+    assert_eq!(samples_of(text, "pagewise_path_files").len(), 1, "{text}");
+    let unknown = samples_of(text, "pagewise_path_unknown_files");
+    assert!(
+        unknown.len() == 1 && unknown[0].ends_with(" 3"),
+        "{unknown:?}\n{text}"
+    );
+    for fam in [
+        "pagewise_path_cached_bytes",
+        "pagewise_path_dirty_bytes",
+        "pagewise_path_writeback_bytes",
+        "pagewise_path_evicted_bytes",
+        "pagewise_path_recently_evicted_bytes",
+        "pagewise_file_cached_bytes",
+    ] {
+        assert_eq!(samples_of(text, fam), Vec::<&str>::new(), "{fam}:\n{text}");
+    }
+}
+
+/// The one stderr line that says why the figures are missing.
+fn assert_says_why(err: &str) {
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("unknown")).collect();
+    assert_eq!(lines.len(), 1, "one line saying why: {err}");
+    assert!(
+        lines[0].contains("3 of 3 files") && lines[0].contains("cachestat"),
+        "{}",
+        lines[0]
+    );
+}
+
+/// Issue 2: `exporter --once` and `--textfile` as a user who cannot measure the files: no
+/// `pagewise_path_cached_bytes 0` beside `pagewise_path_unknown_files 3`, and one line on
+/// stderr saying why.
+#[test]
+fn once_and_textfile_leave_out_what_could_not_be_measured_and_say_why() {
+    let Some((t, d)) = unmeasurable_tree() else {
+        return;
+    };
+    let out = run(as_nobody()
+        .args(["exporter", "--once", "--no-cgroups", "--top", "5", "--path"])
+        .arg(&d));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_unknown_is_no_sample(&stdout(&out));
+    assert_says_why(&stderr(&out));
+
+    let tf = t.path().join("textfile");
+    fs::create_dir(&tf).unwrap();
+    std::os::unix::fs::chown(&tf, Some(65534), Some(65534)).unwrap();
+    let out = run(as_nobody()
+        .args(["exporter", "--no-cgroups", "--textfile"])
+        .arg(&tf)
+        .arg("--path")
+        .arg(&d));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_unknown_is_no_sample(&fs::read_to_string(tf.join("pagewise.prom")).unwrap());
+    assert_says_why(&stderr(&out));
+}
+
+/// Issue 2, served: the same exposition over HTTP (the renderer is shared), from an exporter
+/// running as nobody; the reason is said once, not at every refresh.
+#[test]
+fn the_served_exposition_leaves_out_what_could_not_be_measured_and_says_why_once() {
+    let Some((t, d)) = unmeasurable_tree() else {
+        return;
+    };
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let (_server, port) = exporter_util::exporter_on(
+        t.path(),
+        &nobody,
+        &[
+            "--interval".as_ref(),
+            "200ms".as_ref(),
+            "--path".as_ref(),
+            d.as_os_str(),
+        ],
+    );
+    let refreshes = |text: &str| {
+        samples_of(text, "pagewise_refreshes_total")
+            .first()
+            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let text = exporter_util::wait_for(30, "three refreshes", || {
+        let (_, body) = exporter_util::get(port, "/metrics", "text/plain")?;
+        (refreshes(&body) >= 3).then_some(body)
+    });
+    assert_unknown_is_no_sample(&text);
+    let (_, om) = exporter_util::get(port, "/metrics", "application/openmetrics-text").unwrap();
+    assert_unknown_is_no_sample(&om);
+    assert_says_why(&fs::read_to_string(t.path().join("exporter.log")).unwrap());
 }

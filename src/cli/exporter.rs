@@ -381,6 +381,7 @@ fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliE
     }
     drop(lock);
     log_problems(&snap);
+    log_unmeasured(&snap.unmeasured());
     Ok(ExitCode::from_errors(snap.errors))
 }
 
@@ -408,7 +409,18 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;
-    let _refresher = exp.start(log_problems);
+    // Unmeasured files are said when the first refresh finds them and when that changes, not
+    // every interval.
+    let said = std::sync::Mutex::new(Vec::new());
+    let _refresher = exp.start(move |snap| {
+        log_problems(snap);
+        let now = snap.unmeasured();
+        let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+        if *said != now {
+            log_unmeasured(&now);
+            *said = now;
+        }
+    });
     eprintln!(
         "pagewise exporter: serving {}://{}/metrics{}",
         if tls.is_some() { "https" } else { "http" },
@@ -451,6 +463,14 @@ fn log_problems(snap: &exporter::Snapshot) {
     let more = snap.errors.saturating_sub(snap.problems.len() as u64);
     if more > 0 {
         eprintln!("pagewise exporter: ... and {more} more errors in this refresh");
+    }
+}
+
+/// Paths with files whose residency could not be measured, one line each (their cached
+/// figures leave those out, or have no sample at all).
+fn log_unmeasured(lines: &[String]) {
+    for l in lines {
+        eprintln!("pagewise exporter: note: {l}");
     }
 }
 
