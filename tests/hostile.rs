@@ -314,3 +314,52 @@ fn the_served_exposition_leaves_out_what_could_not_be_measured_and_says_why_once
     assert_unknown_is_no_sample(&om);
     assert_says_why(&fs::read_to_string(t.path().join("exporter.log")).unwrap());
 }
+
+/// Issue 3: `evict --cgroup DIR` where DIR is no cgroup file system — an ordinary directory and
+/// a tmpfs — holding a `memory.stat` and a `memory.force_empty` that is a symlink to a file:
+/// the file keeps its bytes, the exit code is non-zero, and one line names DIR and says what
+/// it is. The real group beside it (beneath our own cgroup) is still reclaimed.
+#[test]
+fn evict_cgroup_writes_nothing_outside_a_cgroup_file_system() {
+    if !require_root("a tmpfs mount") {
+        return;
+    }
+    let t = tmp();
+    let victim = t.path().join("victim");
+    fs::write(&victim, b"precious\n").unwrap();
+    let ordinary = t.path().join("fake");
+    fs::create_dir(&ordinary).unwrap();
+    let tmpfs = Mount::tmpfs("1M");
+    for (dir, kind) in [(ordinary.as_path(), "ext2/3/4"), (tmpfs.path(), "tmpfs")] {
+        fs::write(dir.join("memory.stat"), "cache 4096\ntotal_cache 4096\n").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("memory.force_empty")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("memory.reclaim")).unwrap();
+        let out = run(bin().args(["evict", "--cgroup"]).arg(dir));
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n", "{kind}");
+        assert_eq!(out.status.code(), Some(1), "{kind}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains(&dir.display().to_string()) && err.contains("not a cgroup file system"),
+            "{err}"
+        );
+        // ext4 is what this machine's build directory is on; other file systems say theirs.
+        if kind == "tmpfs" || fs_is_ext4(dir) {
+            assert!(err.contains(kind), "{kind}: {err}");
+        }
+    }
+    // A real group still works.
+    let Some(cg) = ChildCgroup::new() else { return };
+    let out = run(bin().args(["evict", "--cgroup"]).arg(&cg.dir));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// True when `dir` is on ext2/3/4 (stat -f).
+fn fs_is_ext4(dir: &Path) -> bool {
+    let out = Command::new("stat")
+        .args(["-f", "-c", "%t"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim() == "ef53"
+}

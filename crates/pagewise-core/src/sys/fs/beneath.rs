@@ -156,6 +156,15 @@ pub fn open_or_create_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Re
     )?)
 }
 
+/// `openat(dir, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)` —
+/// <https://man7.org/linux/man-pages/man2/open.2.html>: an existing file of `dir` to write (a
+/// cgroup's control file), never through a symlink (ELOOP) and never blocking on a FIFO.
+pub fn open_write_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags =
+        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(dir, name, flags, Mode::empty())?)
+}
+
 /// `openat(dir, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`: an existing file of
 /// `dir` to read and write (a copy's partial temporary), never through a symlink and never
 /// blocking on a FIFO.
