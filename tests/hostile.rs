@@ -363,3 +363,126 @@ fn fs_is_ext4(dir: &Path) -> bool {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim() == "ef53"
 }
+
+/// Issue 4: `load --lock --daemon --pidfile P` started twice at the same moment, 20 times:
+/// each time exactly one starter succeeds, exactly one daemon stays alive, and the pidfile
+/// names it; the other starter exits 1 saying why. The daemons are stopped by PID.
+#[test]
+fn two_daemons_started_at_once_with_one_pidfile_leave_exactly_one() {
+    if !require_root("mlock (CAP_IPC_LOCK)") {
+        return;
+    }
+    let t = tmp();
+    let f = t.path().join("data");
+    write_file(&f, 1 << 20);
+    let pidfile = t.path().join("lock.pid");
+    let argv: Vec<std::ffi::OsString> = [
+        "load".as_ref(),
+        "--lock".as_ref(),
+        "--daemon".as_ref(),
+        "--pidfile".as_ref(),
+        pidfile.as_os_str(),
+        f.as_os_str(),
+    ]
+    .iter()
+    .map(|s: &&std::ffi::OsStr| s.to_os_string())
+    .collect();
+    let exe = bin().get_program().to_os_string();
+    let cmdline: Vec<String> = std::iter::once(&exe)
+        .chain(&argv)
+        .map(|s| s.to_string_lossy().into_owned())
+        .collect();
+    let daemons = || {
+        let c: Vec<&str> = cmdline.iter().map(String::as_str).collect();
+        pids_with_cmdline(&c)
+            .into_iter()
+            .filter(|&p| !is_dead(p))
+            .collect::<Vec<i32>>()
+    };
+    // Kills whatever daemons of this test are left, also when it fails.
+    struct Stop<'a>(&'a dyn Fn() -> Vec<i32>);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            for pid in (self.0)() {
+                let _ = pagewise_core::sys::kill(pid as u32, libc::SIGKILL);
+                wait_dead(pid, 5.0);
+            }
+        }
+    }
+    let _stop = Stop(&daemons);
+    for round in 0..20 {
+        let barrier = std::sync::Barrier::new(2);
+        let outs: Vec<std::process::Output> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        Command::new(&exe).args(&argv).output().unwrap()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut codes: Vec<Option<i32>> = outs.iter().map(|o| o.status.code()).collect();
+        codes.sort();
+        let errs: Vec<String> = outs.iter().map(stderr).collect();
+        let alive = daemons();
+        let named = fs::read_to_string(&pidfile).unwrap_or_default();
+        assert_eq!(
+            (codes.as_slice(), alive.len()),
+            (&[Some(0), Some(1)][..], 1),
+            "round {round}: daemons {alive:?}, pidfile {named:?}, stderr {errs:?}"
+        );
+        assert_eq!(named, format!("{}\n", alive[0]), "round {round}");
+        let loser = stderr(outs.iter().find(|o| o.status.code() == Some(1)).unwrap());
+        assert_eq!(loser.lines().count(), 1, "{loser}");
+        assert!(
+            loser.contains("lock.pid") && loser.contains("running"),
+            "{loser}"
+        );
+        // Stop it by PID: SIGTERM ends the hold and removes the pidfile.
+        pagewise_core::sys::kill(alive[0] as u32, libc::SIGTERM).unwrap();
+        assert!(wait_dead(alive[0], 10.0), "round {round}: still running");
+        let t0 = std::time::Instant::now();
+        while pidfile.exists() && t0.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!pidfile.exists(), "round {round}: the pidfile is removed");
+    }
+}
+
+/// Issue 4: a pidfile in a world-writable directory where nobody planted the name first — a
+/// symlink to where a root-only file would be created, or nobody's own file with a stale PID
+/// in it — is refused in one line naming it; nothing is created or written through it.
+#[test]
+fn a_planted_pidfile_is_refused_and_never_written_through() {
+    for planted in ["symlink", "file"] {
+        let Some(s) = shared_setup(0o1777) else {
+            return;
+        };
+        let f = s.shared.parent().unwrap().join("data");
+        write_file(&f, 64 << 10);
+        let pidfile = s.shared.join("lock.pid");
+        match planted {
+            "symlink" => nobody_symlink(&s.absent, &pidfile),
+            _ => {
+                let sh = format!("echo 999999 > '{}'", pidfile.display());
+                as_nobody_ok(&["sh".as_ref(), "-c".as_ref(), sh.as_ref()]);
+            }
+        }
+        let out = run(bin()
+            .args(["load", "--lock", "--for", "1s", "--pidfile"])
+            .arg(&pidfile)
+            .arg(&f));
+        s.assert_untouched();
+        assert_eq!(out.status.code(), Some(1), "{planted}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("lock.pid") && err.contains("refusing to use it"),
+            "{planted}: {err}"
+        );
+        let m = fs::symlink_metadata(&pidfile).unwrap();
+        assert_eq!((m.uid(), m.is_symlink()), (65534, planted == "symlink"));
+    }
+}

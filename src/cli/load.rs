@@ -51,8 +51,9 @@ pub struct LoadArgs {
     /// files failed), or with the daemon's error when nothing could be locked
     #[arg(long, requires = "lock")]
     pub daemon: bool,
-    /// With --lock: write the holding process's PID to FILE (atomically, mode 0644; removed
-    /// when the hold ends); refuse to start while FILE names a running pagewise
+    /// With --lock: write the holding process's PID to FILE (locked while held, mode 0644;
+    /// removed when the hold ends); refuse to start while FILE is held or names a running
+    /// pagewise
     #[arg(long, value_name = "FILE", requires = "lock")]
     pub pidfile: Option<PathBuf>,
     /// Files each worker queues readahead for before waiting on them

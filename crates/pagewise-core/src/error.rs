@@ -127,6 +127,8 @@ pub enum Op {
     IoprioSet,
     /// `fdatasync`
     Fdatasync,
+    /// `flock`
+    Flock,
     /// `mkdir`
     Mkdir,
     /// `symlink`
@@ -224,6 +226,7 @@ impl Op {
             Op::Fsync => "fsync",
             Op::IoprioSet => "ioprio_set",
             Op::Fdatasync => "fdatasync",
+            Op::Flock => "flock",
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",
             Op::Mknod => "mknod",

@@ -139,6 +139,28 @@ impl SharedDir {
         }
     }
 
+    /// Opens the directory `path`, following symlinks on the way to it and at its own name
+    /// (the path is the caller's choice, as `/var/run` -> `/run`); the names inside it are
+    /// then resolved without following, as with [`SharedDir::open`].
+    pub fn open_resolved(path: &Path) -> io::Result<SharedDir> {
+        let how = sys::OpenFlags {
+            directory: true,
+            ..Default::default()
+        };
+        Ok(SharedDir {
+            fd: sys::open_path(path, how)?,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// True when `name` (not followed) is the file `f` is open on: same device and inode.
+    pub fn still_names(&self, name: &OsStr, f: &File) -> io::Result<bool> {
+        let open = sys::fstat(f.as_fd())?;
+        Ok(self
+            .stat(name)?
+            .is_some_and(|st| (st.dev, st.ino) == (open.dev, open.ino)))
+    }
+
     /// The directory's path as given.
     pub fn path(&self) -> &Path {
         &self.path
