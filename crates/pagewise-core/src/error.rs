@@ -129,6 +129,8 @@ pub enum Op {
     Fdatasync,
     /// `flock`
     Flock,
+    /// `load`: a file changed while it was loaded (its size, seen again with fstat).
+    Load,
     /// `mkdir`
     Mkdir,
     /// `symlink`
@@ -227,6 +229,7 @@ impl Op {
             Op::IoprioSet => "ioprio_set",
             Op::Fdatasync => "fdatasync",
             Op::Flock => "flock",
+            Op::Load => "load",
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",
             Op::Mknod => "mknod",

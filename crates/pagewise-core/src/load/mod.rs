@@ -193,6 +193,8 @@ struct Part<'f> {
     span: (u64, u64),
     /// Only the data extents count (a sparse file's holes are neither read nor locked).
     sparse: bool,
+    /// The file's size when the walk met it (`pages` and `span` are of it).
+    size: u64,
 }
 
 struct Queued {
@@ -202,6 +204,8 @@ struct Queued {
     len: u64,
     /// The exact bytes of the file in the range (`off, len` are whole pages).
     span: (u64, u64),
+    /// The file's size when the walk met it.
+    size: u64,
 }
 
 #[derive(Default)]
@@ -264,6 +268,7 @@ impl Batched for Ctx<'_> {
             pages: (off, len),
             span,
             sparse: false,
+            size: f.stat.size,
         };
         let fully = before.cached.is_some_and(|c| c >= before.bytes);
         if fully {
@@ -309,6 +314,7 @@ impl Batched for Ctx<'_> {
             off,
             len,
             span,
+            size: f.stat.size,
         });
         if local.queued.len() >= self.batch_files {
             self.drain(local);
@@ -325,6 +331,7 @@ impl Batched for Ctx<'_> {
                     pages: (q.off, q.len),
                     span: q.span,
                     sparse: false,
+                    size: q.size,
                 };
                 self.after(local, part);
             }
@@ -367,7 +374,7 @@ impl Ctx<'_> {
                 let _ = sys::fadvise(fd, o, l, Advice::WillNeed);
             }
             // Wait for the chunk without copying it (see sys::populate_read).
-            sys::populate_read(fd, o, l, huge)
+            populate_within(fd, o, l, huge)
         };
         let done = |l| self.observer.progress(0, l);
         if let Err(Stopped::Failed(e)) = chunks::run(
@@ -385,9 +392,39 @@ impl Ctx<'_> {
     }
 
     /// Measures a part read, counts it and tells the observer, then locks it (`lock`).
+    ///
+    /// The file's size is seen again first (fstat): one that shrank while it was loaded is
+    /// measured, counted and locked up to its new end only, and said — a notice when all that
+    /// is left is loaded (and locked), else an error (the promise was not kept); one that grew
+    /// is loaded up to its old end, with a notice.
     fn after(&self, local: &mut Local, part: Part<'_>) {
+        let path = part.path;
+        let now = match sys::fstat(part.fd) {
+            Ok(st) => st.size,
+            Err(e) => return self.tally.error(FileError::io(path, Op::Fstat, &e)),
+        };
+        let shrank = now < part.size;
+        let part = match shrank {
+            true => {
+                let span = self.opts.range.span(now);
+                local.totals.bytes =
+                    local.totals.bytes + (span.1 - span.0) - (part.span.1 - part.span.0);
+                Part {
+                    pages: self.opts.range.clamp(now),
+                    span,
+                    ..part
+                }
+            }
+            false => part,
+        };
+        if now > part.size {
+            self.tally.notice(format!(
+                "{}: grew while it was loaded ({} -> {now} bytes): loaded up to its old end",
+                path.display(),
+                part.size
+            ));
+        }
         let Part {
-            path,
             fd,
             pages: (_, len),
             span: (start, end),
@@ -404,14 +441,39 @@ impl Ctx<'_> {
         } else {
             self.observer.progress(1, 0);
         }
-        self.lock(local, part);
+        let locked = self.lock(local, part);
+        if shrank {
+            let cached = after.cached_or_zero();
+            let all_locked = !self.opts.lock || part.sparse || locked >= end - start;
+            let what = format!("shrank while it was loaded ({} -> {now} bytes)", part.size);
+            if cached >= end - start && all_locked {
+                self.tally.notice(format!(
+                    "{}: {what}: all that is left is loaded",
+                    path.display()
+                ));
+            } else {
+                self.tally.error(FileError::other(
+                    path,
+                    Op::Load,
+                    format!(
+                        "{what}: {cached} of the {} bytes left are cached{}",
+                        end - start,
+                        match self.opts.lock {
+                            true => format!(", {locked} locked"),
+                            false => String::new(),
+                        }
+                    ),
+                ));
+            }
+        }
     }
 
     /// Locks the pages `[off, off+len)` of a file (of a sparse one, only its data extents:
     /// mlock would read every hole in as zeros) and counts what the kernel then holds locked:
     /// the bytes of `[start, end)` whose pages are resident in the locked mappings (mincore),
     /// so a file's partial last page counts its bytes only and a hole nothing.
-    fn lock(&self, local: &mut Local, part: Part<'_>) {
+    /// Returns the bytes it holds locked.
+    fn lock(&self, local: &mut Local, part: Part<'_>) -> u64 {
         let Part {
             path,
             fd,
@@ -420,12 +482,15 @@ impl Ctx<'_> {
             ..
         } = part;
         if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
-            return;
+            return 0;
         }
         let parts = if sparse {
             match sys::data_extents(fd, off, off + len) {
                 Ok(ext) => page_spans(&ext),
-                Err(e) => return self.tally.error(FileError::io(path, Op::LseekData, &e)),
+                Err(e) => {
+                    self.tally.error(FileError::io(path, Op::LseekData, &e));
+                    return 0;
+                }
             }
         } else {
             vec![(off, len)]
@@ -443,6 +508,7 @@ impl Ctx<'_> {
         }
         local.totals.locked_bytes += locked;
         local.totals.locked_files += any as u64;
+        locked
     }
 
     /// Locks the page-aligned `[off, off+len)` of `part` and adds the bytes of its span it
@@ -472,6 +538,27 @@ impl Ctx<'_> {
                 Err(FileError::other(path, op, format!("{e}{why}")))
             }
         }
+    }
+}
+
+/// [`sys::populate_read`] of `[off, off+len)`, within the file's end as it is now: a file
+/// truncated meanwhile makes the populate fail with EFAULT (pages past the end cannot be
+/// mapped: the SIGBUS of a touch); then the size is seen again (fstat) and only what is left
+/// of the range is populated (nothing when it all went).
+fn populate_within(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> std::io::Result<()> {
+    match sys::populate_read(fd, off, len, huge) {
+        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+            let page = sys::page_size();
+            let end = sys::fstat(fd)?.size.div_ceil(page) * page;
+            if end >= off + len {
+                return Err(e); // not a truncation
+            }
+            match end.checked_sub(off) {
+                Some(left) if left > 0 => sys::populate_read(fd, off, left, huge),
+                _ => Ok(()),
+            }
+        }
+        r => r,
     }
 }
 
