@@ -541,6 +541,57 @@ impl Ctx<'_> {
     }
 }
 
+/// `CAP_IPC_LOCK` of `<linux/capability.h>`: mlock(2) beyond RLIMIT_MEMLOCK.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// With `lock`, refuses before anything is read when the lock cannot be taken: without
+/// CAP_IPC_LOCK, mlock(2) may lock at most RLIMIT_MEMLOCK bytes in all, which is compared with
+/// the bytes the roots' mappings would lock (whole pages of each range; of a sparse file its
+/// allocated bytes) where that is known before walking: when every root is a regular file. A
+/// limit of 0 refuses any lock. Trees are found out file by file (the first failure stops
+/// further locks, and the report says it).
+fn check_lock_budget(options: &LoadOptions) -> Result<(), crate::Error> {
+    if !options.lock || sys::has_capability(CAP_IPC_LOCK) {
+        return Ok(());
+    }
+    let limit = sys::memlock_limit();
+    if limit == u64::MAX {
+        return Ok(());
+    }
+    let page = sys::page_size();
+    let mut need = 0u64;
+    // A tree (or a root the walk will report): known only file by file.
+    let mut tree = false;
+    for root in &options.roots {
+        match sys::stat_path(root, true) {
+            Ok(st) if st.is_file() => {
+                let (_, len) = options.range.clamp(st.size);
+                let len = match st.allocated < st.size {
+                    true => len.min(st.allocated.div_ceil(page) * page),
+                    false => len,
+                };
+                need = need.saturating_add(len);
+            }
+            _ => tree = true,
+        }
+    }
+    if need <= limit && !(tree && limit == 0) {
+        return Ok(());
+    }
+    Err(crate::Error::Invalid {
+        what: "lock",
+        message: format!(
+            "locking {} needs CAP_IPC_LOCK or an RLIMIT_MEMLOCK at least that large (it is {limit} \
+             bytes): run with CAP_IPC_LOCK or raise the limit (ulimit -l, LimitMEMLOCK= in a \
+             unit); nothing was loaded",
+            match need {
+                0 => "anything".to_string(),
+                n => format!("{n} bytes"),
+            }
+        ),
+    })
+}
+
 /// [`sys::populate_read`] of `[off, off+len)`, within the file's end as it is now: a file
 /// truncated meanwhile makes the populate fail with EFAULT (pages past the end cannot be
 /// mapped: the SIGBUS of a touch); then the size is seen again (fstat) and only what is left
@@ -607,6 +658,7 @@ fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
 /// ```
 pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport, crate::Error> {
     options.validate()?;
+    check_lock_budget(options)?;
     let opts = options;
     let per_worker = sys::fd_budget_per_worker(opts.walk.threads);
     let ctx = Ctx {
