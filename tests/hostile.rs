@@ -633,3 +633,54 @@ fn a_lock_the_process_may_not_take_is_refused_or_said_never_reported_as_done() {
     );
     assert!(stderr(&out).contains("RLIMIT_MEMLOCK"), "{}", stderr(&out));
 }
+
+/// Issue 7 (`run --report`, `record -o`: src/cli/output.rs): the report's name in a 0777
+/// directory planted by nobody — a symlink to a root-only file, a symlink to where one would
+/// be created, a FIFO of nobody's — is refused before the command runs, in one line naming it;
+/// the root-only file keeps its bytes and nothing is created, written or blocked on. A symlink
+/// of root's own there is still followed (the documented behaviour).
+#[test]
+fn a_planted_report_name_is_refused_before_the_command_runs() {
+    for planted in ["symlink", "dangling", "fifo"] {
+        let Some(s) = shared_setup(0o777) else { return };
+        let report = s.shared.join("report.json");
+        match planted {
+            "symlink" => nobody_symlink(&s.secret, &report),
+            "dangling" => nobody_symlink(&s.absent, &report),
+            _ => as_nobody_ok(&["mkfifo".as_ref(), report.as_os_str()]),
+        }
+        let marker = s.shared.parent().unwrap().join("ran");
+        let (out, _) = run_deadline(
+            bin()
+                .args(["run", "--report"])
+                .arg(&report)
+                .args(["--", "touch"])
+                .arg(&marker),
+            60,
+        );
+        s.assert_untouched();
+        assert_eq!(out.status.code(), Some(1), "{planted}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("report.json") && err.contains("others can write to"),
+            "{planted}: {err}"
+        );
+        assert!(!marker.exists(), "{planted}: the command ran");
+        assert_eq!(fs::symlink_metadata(&report).unwrap().uid(), 65534);
+    }
+    // Root's own symlink in the same kind of directory: followed, the file it names replaced.
+    let Some(s) = shared_setup(0o777) else { return };
+    let mine = s.shared.parent().unwrap().join("mine.json");
+    std::os::unix::fs::symlink(&mine, s.shared.join("report.json")).unwrap();
+    let out = run(bin()
+        .args(["run", "--report"])
+        .arg(s.shared.join("report.json"))
+        .args(["--", "true"]));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(json(&std::process::Output {
+        stdout: fs::read(&mine).unwrap(),
+        ..out
+    })
+    .is_object());
+}

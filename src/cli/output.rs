@@ -31,8 +31,11 @@ pub struct Output {
 
 impl Output {
     /// Opens `out` ('-' for stdout), or creates its temporary. A symlink is followed: the file
-    /// it names is replaced, the link stays (a dangling one: what it names is created).
+    /// it names is replaced, the link stays (a dangling one: what it names is created) —
+    /// unless it is another user's in a directory others can write to (see [`trusted`]),
+    /// which is refused, as is another user's FIFO or device there.
     pub fn open(out: &Path) -> Result<Output, CliError> {
+        use std::os::unix::fs::MetadataExt;
         let shown = out.to_path_buf();
         if out.as_os_str() == "-" {
             return Ok(Output {
@@ -40,18 +43,36 @@ impl Output {
                 target: Target::Stdout,
             });
         }
+        if let Ok(l) = std::fs::symlink_metadata(out) {
+            if l.file_type().is_symlink() {
+                trusted(out, l.uid(), "a symlink")?;
+            }
+        }
         let meta = std::fs::metadata(out).ok();
-        if meta.as_ref().is_some_and(|m| !m.is_file()) {
-            if meta.as_ref().is_some_and(|m| m.is_dir()) {
+        if let Some(m) = meta.as_ref().filter(|m| !m.is_file()) {
+            if m.is_dir() {
                 return Err(CliError::Message(format!(
                     "{}: is a directory",
                     path_text(out)
                 )));
             }
+            let kind = pagewise_core::sys::Stat::kind_of(m.mode());
+            let resolved = std::fs::canonicalize(out).unwrap_or_else(|_| out.to_path_buf());
+            trusted(&resolved, m.uid(), &format!("a {kind}"))?;
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(out)
                 .map_err(|e| CliError::file(path_text(out), "open", e))?;
+            // What was opened is what was checked (not swapped meanwhile).
+            let got = f
+                .metadata()
+                .map_err(|e| CliError::file(path_text(out), "fstat", e))?;
+            if (got.dev(), got.ino()) != (m.dev(), m.ino()) {
+                return Err(CliError::Message(format!(
+                    "{}: replaced while it was opened: not written",
+                    path_text(out)
+                )));
+            }
             return Ok(Output {
                 shown,
                 target: Target::Direct(f),
@@ -109,6 +130,32 @@ impl Output {
             }
         }
     }
+}
+
+/// Refuses `path` — a symlink to follow, or a FIFO or device to write to, owned by `owner` —
+/// when it may have been planted: it is neither this user's nor root's nor its directory
+/// owner's, and the directory is writable by others (group or world). The kernel's
+/// fs.protected_symlinks and protected_fifos make the same rule for sticky world-writable
+/// directories only, and only where they are switched on.
+fn trusted(path: &Path, owner: u32, what: &str) -> Result<(), CliError> {
+    use std::os::unix::fs::MetadataExt;
+    let me = pagewise_core::sys::euid();
+    if owner == me || owner == 0 {
+        return Ok(());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let shared = std::fs::metadata(dir).map_or(true, |d| d.uid() != owner && d.mode() & 0o022 != 0);
+    if !shared {
+        return Ok(());
+    }
+    Err(CliError::Message(format!(
+        "{}: is {what} of uid {owner} in a directory others can write to: not used (remove it, \
+         or name a path of your own)",
+        path_text(path)
+    )))
 }
 
 /// A new file beside `target`, created exclusively and never through a symlink (a name
