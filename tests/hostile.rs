@@ -684,3 +684,22 @@ fn a_planted_report_name_is_refused_before_the_command_runs() {
     })
     .is_object());
 }
+
+/// Issue 7 (`pagewise man DIR`, src/main.rs): a page's name planted by nobody in a 0777 DIR as
+/// a symlink to a root-only file is replaced, never written through.
+#[test]
+fn man_pages_are_never_written_through_a_planted_symlink() {
+    let Some(s) = shared_setup(0o777) else { return };
+    nobody_symlink(&s.secret, &s.shared.join("pagewise.1"));
+    nobody_symlink(&s.absent, &s.shared.join("pagewise-load.1"));
+    let out = run(bin().arg("man").arg(&s.shared));
+    s.assert_untouched();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for page in ["pagewise.1", "pagewise-load.1"] {
+        let m = fs::symlink_metadata(s.shared.join(page)).unwrap();
+        assert!(m.is_file() && m.uid() == 0, "{page}: {m:?}");
+        assert!(fs::read_to_string(s.shared.join(page))
+            .unwrap()
+            .contains(".TH"));
+    }
+}
