@@ -703,3 +703,36 @@ fn man_pages_are_never_written_through_a_planted_symlink() {
             .contains(".TH"));
     }
 }
+
+/// Issue 7 (bench/slowdisk, crates/slowdisk): a SLOWDISK_DIR another user made first (the
+/// default is in /var/tmp) is refused before anything is created in it or run from it.
+#[test]
+fn the_slow_disk_refuses_a_state_directory_another_user_owns() {
+    if !require_root("setting up as nobody") {
+        return;
+    }
+    let t = tmp();
+    open_up_ancestors(t.path());
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let state = t.path().join("state");
+    fs::create_dir(&state).unwrap();
+    std::os::unix::fs::chown(&state, Some(65534), Some(65534)).unwrap();
+    fs::set_permissions(&state, fs::Permissions::from_mode(0o777)).unwrap();
+    let out = run(
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/slowdisk"))
+            .args(["up"])
+            .arg(t.path().join("mnt"))
+            .env("SLOWDISK_DIR", &state),
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("owned by uid 65534") && stderr(&out).contains("must be root's"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        names_in(&state),
+        Vec::<Vec<u8>>::new(),
+        "nothing made in it"
+    );
+}
