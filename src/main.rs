@@ -91,10 +91,15 @@ fn main() {
     }
 }
 
-/// `pagewise man DIR`: pagewise.1 and pagewise-VERB.1 for each verb.
+/// `pagewise man DIR`: pagewise.1 and pagewise-VERB.1 for each verb, each written to a
+/// temporary created O_CREAT|O_EXCL|O_NOFOLLOW in DIR and renamed over its name, so that a
+/// name planted in a DIR others can write to is replaced, never written through.
 fn write_man(dir: &std::path::Path) -> Result<(), CliError> {
+    use std::io::Write;
     std::fs::create_dir_all(dir)
         .map_err(|e| CliError::file(dir.display().to_string(), "mkdir", e))?;
+    let shared = pagewise_core::shared_dir::SharedDir::open_resolved(dir)
+        .map_err(|e| CliError::file(dir.display().to_string(), "open", e))?;
     let cmd = Cli::command();
     let mut pages = vec![("pagewise".to_string(), cmd.clone())];
     for sub in cmd.get_subcommands() {
@@ -106,8 +111,16 @@ fn write_man(dir: &std::path::Path) -> Result<(), CliError> {
         clap_mangen::Man::new(c.name(Box::leak(name.clone().into_boxed_str()) as &str))
             .render(&mut buf)
             .map_err(|e| CliError::file(path.display().to_string(), "render", e))?;
-        std::fs::write(&path, buf)
-            .map_err(|e| CliError::file(path.display().to_string(), "write", e))?;
+        let name = std::ffi::OsString::from(format!("{name}.1"));
+        let mut tmp = shared
+            .create_temp(&name, 0o644)
+            .map_err(|e| CliError::file(path.display().to_string(), "create", e))?;
+        tmp.file
+            .write_all(&buf)
+            .map_err(|e| CliError::file(tmp.path().display().to_string(), "write", e))?;
+        shared
+            .replace(tmp, &name)
+            .map_err(|e| CliError::file(path.display().to_string(), "rename", e))?;
     }
     Ok(())
 }

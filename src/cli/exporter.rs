@@ -9,7 +9,9 @@ use pagewise_core::exporter::metrics::Format;
 use pagewise_core::exporter::state::TextfileState;
 use pagewise_core::exporter::web::{BasicAuth, WebConfig};
 use pagewise_core::exporter::{self, http, BuildInfo, Exporter, ExporterOptions, Mode};
+use pagewise_core::shared_dir::SharedDir;
 use pagewise_core::walk::WalkOptions;
+use std::ffi::OsStr;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -242,46 +244,72 @@ fn options(s: &Settings, threads: Option<usize>) -> ExporterOptions {
     }
 }
 
-/// Writes `text` to `dir/name` atomically: a temporary beside it (a dot name, not `*.prom`:
-/// node_exporter reads only those), fsync, rename, so node_exporter never reads half a file.
-fn write_atomically(dir: &Path, name: &str, text: &str) -> Result<PathBuf, CliError> {
-    let dest = dir.join(name);
-    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+/// Writes `text` to `name` in `dir` atomically: a temporary beside it (a dot name, not
+/// `*.prom`: node_exporter reads only those), fsync, renameat, so node_exporter never reads half
+/// a file. The directory may be writable by others (node_exporter's often is): the temporary
+/// is created O_CREAT|O_EXCL|O_NOFOLLOW relative to the directory's descriptor (a name planted
+/// there is never written through; another name is taken) and renamed over `name` itself.
+fn write_atomically(dir: &SharedDir, name: &str, text: &str) -> Result<PathBuf, CliError> {
+    let dest = dir.path().join(name);
+    let mut tmp = dir.create_temp(OsStr::new(name), 0o644).map_err(|e| {
+        CliError::file(
+            dir.path().join(format!(".{name}.*")).display().to_string(),
+            "create",
+            e,
+        )
+    })?;
     let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
+        tmp.file.write_all(text.as_bytes())?;
+        tmp.file.sync_all()
     })();
     if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(CliError::file(tmp.display().to_string(), "write", e));
+        return Err(CliError::file(tmp.path().display().to_string(), "write", e));
     }
-    std::fs::rename(&tmp, &dest).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        CliError::file(dest.display().to_string(), "rename", e)
-    })?;
+    dir.replace(tmp, OsStr::new(name))
+        .map_err(|e| CliError::file(dest.display().to_string(), "rename", e))?;
     Ok(dest)
 }
 
 /// Writes `text` to `dir/pagewise.prom` atomically.
-fn write_textfile(dir: &Path, text: &str) -> Result<PathBuf, CliError> {
+fn write_textfile(dir: &SharedDir, text: &str) -> Result<PathBuf, CliError> {
     write_atomically(dir, "pagewise.prom", text)
 }
 
 /// The textfile state's name in the directory (node_exporter reads only `*.prom`).
 const STATE: &str = ".pagewise.state";
 
+/// The lock's name in the directory.
+const LOCK: &str = ".pagewise.lock";
+
+/// Opens the textfile directory `dir` (O_DIRECTORY|O_NOFOLLOW): every name in it is then
+/// resolved relative to it.
+fn open_textfile_dir(dir: &Path) -> Result<SharedDir, CliError> {
+    SharedDir::open(dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidInput => {
+            CliError::Message(format!("exporter: --textfile {}: {e}", dir.display()))
+        }
+        _ => CliError::file(dir.display().to_string(), "open", e),
+    })
+}
+
 /// Holds `dir/.pagewise.lock` (flock) until dropped, so that two runs on one directory (a
 /// timer and a person) do not lose each other's counts; waits up to 30 s for another run.
-fn lock_textfile_dir(dir: &Path) -> Result<std::fs::File, CliError> {
+/// The lock is never opened through a symlink, nor used when it is not a regular file of this
+/// user (someone else planted it): refused, naming it.
+fn lock_textfile_dir(dir: &SharedDir) -> Result<std::fs::File, CliError> {
     use std::os::fd::AsFd;
-    let p = dir.join(".pagewise.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .map_err(|e| CliError::file(p.display().to_string(), "open", e))?;
+    let p = dir.path().join(LOCK);
+    let f = dir
+        .open_own(OsStr::new(LOCK), 0o644)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::PermissionDenied if e.raw_os_error().is_none() => {
+                CliError::Message(format!(
+                    "exporter: {}: {e}; remove it if it is not pagewise's",
+                    p.display()
+                ))
+            }
+            _ => CliError::file(p.display().to_string(), "open", e),
+        })?;
     let start = std::time::Instant::now();
     loop {
         match pagewise_core::sys::try_lock_exclusive(f.as_fd()) {
@@ -301,17 +329,12 @@ fn lock_textfile_dir(dir: &Path) -> Result<std::fs::File, CliError> {
 }
 
 /// The counters of the previous runs in `dir` (0 when there were none, or when the state
-/// cannot be used: said on stderr, and Prometheus sees a counter reset).
-fn read_state(dir: &Path) -> TextfileState {
-    use std::io::Read;
-    let p = dir.join(STATE);
-    let mut bytes = Vec::new();
-    let read = std::fs::File::open(&p).and_then(|f| {
-        f.take(exporter::state::MAX_STATE as u64 + 1)
-            .read_to_end(&mut bytes)
-    });
-    match read {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => TextfileState::default(),
+/// cannot be used: said on stderr, and Prometheus sees a counter reset). A state that is not a
+/// regular file of this user is not read.
+fn read_state(dir: &SharedDir) -> TextfileState {
+    let p = dir.path().join(STATE);
+    match dir.read_own(OsStr::new(STATE), exporter::state::MAX_STATE as u64) {
+        Ok(None) => TextfileState::default(),
         Err(e) => {
             eprintln!(
                 "pagewise exporter: {}: read failed: {e}; counting from 0",
@@ -319,7 +342,7 @@ fn read_state(dir: &Path) -> TextfileState {
             );
             TextfileState::default()
         }
-        Ok(_) => TextfileState::parse(&bytes).unwrap_or_else(|e| {
+        Ok(Some(bytes)) => TextfileState::parse(&bytes).unwrap_or_else(|e| {
             eprintln!("pagewise exporter: {}: {e}; counting from 0", p.display());
             TextfileState::default()
         }),
@@ -331,8 +354,9 @@ fn read_state(dir: &Path) -> TextfileState {
 fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliError> {
     use std::sync::atomic::Ordering::Relaxed;
     opts.validate()?;
-    let lock = a.textfile.as_deref().map(lock_textfile_dir).transpose()?;
-    let before = match &a.textfile {
+    let dir = a.textfile.as_deref().map(open_textfile_dir).transpose()?;
+    let lock = dir.as_ref().map(lock_textfile_dir).transpose()?;
+    let before = match &dir {
         Some(dir) => read_state(dir),
         None => TextfileState::default(),
     };
@@ -348,7 +372,7 @@ fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliE
         Mode::Written,
         Format::Prometheus,
     );
-    if let Some(dir) = &a.textfile {
+    if let Some(dir) = &dir {
         write_textfile(dir, &text)?;
         write_atomically(dir, STATE, &after.to_text())?;
     } else {
@@ -357,6 +381,7 @@ fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliE
     }
     drop(lock);
     log_problems(&snap);
+    log_unmeasured(&snap.unmeasured());
     Ok(ExitCode::from_errors(snap.errors))
 }
 
@@ -384,7 +409,18 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;
-    let _refresher = exp.start(log_problems);
+    // Unmeasured files are said when the first refresh finds them and when that changes, not
+    // every interval.
+    let said = std::sync::Mutex::new(Vec::new());
+    let _refresher = exp.start(move |snap| {
+        log_problems(snap);
+        let now = snap.unmeasured();
+        let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+        if *said != now {
+            log_unmeasured(&now);
+            *said = now;
+        }
+    });
     eprintln!(
         "pagewise exporter: serving {}://{}/metrics{}",
         if tls.is_some() { "https" } else { "http" },
@@ -427,6 +463,14 @@ fn log_problems(snap: &exporter::Snapshot) {
     let more = snap.errors.saturating_sub(snap.problems.len() as u64);
     if more > 0 {
         eprintln!("pagewise exporter: ... and {more} more errors in this refresh");
+    }
+}
+
+/// Paths with files whose residency could not be measured, one line each (their cached
+/// figures leave those out, or have no sample at all).
+fn log_unmeasured(lines: &[String]) {
+    for l in lines {
+        eprintln!("pagewise exporter: note: {l}");
     }
 }
 
@@ -507,8 +551,9 @@ mod tests {
     #[test]
     fn textfile_is_replaced_whole() {
         let d = tempfile::tempdir().unwrap();
-        let p = write_textfile(d.path(), "a 1\n").unwrap();
-        write_textfile(d.path(), "a 2\n").unwrap();
+        let dir = SharedDir::open(d.path()).unwrap();
+        let p = write_textfile(&dir, "a 1\n").unwrap();
+        write_textfile(&dir, "a 2\n").unwrap();
         assert_eq!(std::fs::read_to_string(p).unwrap(), "a 2\n");
         assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 1);
     }

@@ -10,7 +10,7 @@ use super::{trace_file, trace_report};
 use clap::Args;
 use pagewise_core::load::hold::{self, ChildSaid, Detached, Notifier, Pidfile, Reporter};
 use pagewise_core::load::{self, LoadOptions, LoadReport, LockSet, TraceLoadOptions};
-use pagewise_core::Progress;
+use pagewise_core::{Op, Progress};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,8 +51,9 @@ pub struct LoadArgs {
     /// files failed), or with the daemon's error when nothing could be locked
     #[arg(long, requires = "lock")]
     pub daemon: bool,
-    /// With --lock: write the holding process's PID to FILE (atomically, mode 0644; removed
-    /// when the hold ends); refuse to start while FILE names a running pagewise
+    /// With --lock: write the holding process's PID to FILE (locked while held, mode 0644;
+    /// removed when the hold ends); refuse to start while FILE is held or names a running
+    /// pagewise
     #[arg(long, value_name = "FILE", requires = "lock")]
     pub pidfile: Option<PathBuf>,
     /// Files each worker queues readahead for before waiting on them
@@ -179,7 +180,15 @@ fn render_report(report: &LoadReport, a: &LoadArgs) {
     render::report_problems("load", &o.errors, o.error_count, &o.notices);
     let t = &report.total;
     let mut out = std::io::stdout().lock();
-    let _ = write_summary(&mut out, report, a.walk.range.is_some());
+    // A lock that failed gets no success figure (no rate, no "cached now").
+    let lock_failed = a.lock
+        && o.errors
+            .iter()
+            .any(|e| matches!(e.op, Op::Mlock | Op::Mmap));
+    let _ = match lock_failed {
+        true => write_lock_failed(&mut out, report),
+        false => write_summary(&mut out, report, a.walk.range.is_some()),
+    };
     drop(out);
     if let Some(why) = t.unknown_reason {
         eprintln!(
@@ -311,6 +320,22 @@ fn write_summary(w: &mut dyn Write, report: &LoadReport, ranged: bool) -> std::i
         t.already_cached_files,
         report.outcome.elapsed_s,
         bytes(report.rate_bytes_per_s as u64),
+    )
+}
+
+/// The summary of a `--lock` that failed (the errors say why): what is locked of what was
+/// asked, and what is in the page cache, without a rate.
+fn write_lock_failed(w: &mut dyn Write, report: &LoadReport) -> std::io::Result<()> {
+    let t = &report.total;
+    writeln!(
+        w,
+        "{} files, {}: --lock failed: {} of {} locked in {} files ({} in the page cache)",
+        t.files,
+        bytes(t.bytes),
+        bytes(t.locked_bytes),
+        bytes(t.bytes),
+        t.locked_files,
+        bytes(t.cached_bytes_after),
     )
 }
 

@@ -17,7 +17,8 @@
 //! symlink is followed only when its owner is our effective uid or the owner of the directory
 //! holding it (the kernel's `fs.protected_symlinks` rule for sticky directories such as
 //! /tmp); anything else there that is not a regular file is never replaced: a directory is
-//! refused, a FIFO or a device is written to as it is.
+//! refused, a FIFO or a device is written to as it is (unless it is another user's in a
+//! directory others can write to: refused).
 
 use super::exit::CliError;
 use super::render::path_text;
@@ -136,8 +137,9 @@ impl Output {
                     if st.uid != me && st.uid != dir_st.uid {
                         return Err(CliError::Message(format!(
                             "{}: cannot create the output: {} is a symlink of uid {} in a \
-                             directory of uid {}, not followed (someone else's link may point \
-                             anywhere; remove it or name another file)",
+                             directory of uid {}, not followed (in a directory others can \
+                             write to, someone else's link may point anywhere; remove it or \
+                             name another file)",
                             path_text(out),
                             path_text(&at),
                             st.uid,
@@ -163,8 +165,26 @@ impl Output {
                     (dir_path, name) = split(&next).ok_or_else(names_no_file)?;
                     dir = open_dir(out, &dir_path)?;
                 }
-                // A FIFO, a device, a socket: written to as it is, never replaced.
-                Some(_) => return Output::direct(shown, &at, false),
+                // A FIFO, a device, a socket: written to as it is, never replaced — unless
+                // someone else put it in a directory others can write to (a planted FIFO
+                // blocked the run; a device would take the report).
+                Some(st) => {
+                    let dir_st = sys::fstat(dir.as_fd())
+                        .map_err(|e| CliError::file(path_text(&dir_path), "fstat", e))?;
+                    let shared = dir_st.mode & 0o022 != 0 && dir_st.uid != st.uid;
+                    if st.uid != sys::euid() && st.uid != 0 && shared {
+                        return Err(CliError::Message(format!(
+                            "{}: cannot create the output: {} is a {} of uid {} in a directory \
+                             others can write to: not used (remove it, or name a path of your \
+                             own)",
+                            path_text(out),
+                            path_text(&at),
+                            st.kind(),
+                            st.uid
+                        )));
+                    }
+                    return Output::direct(shown, &at, false);
+                }
             }
         }
         remove_stale_temporaries(&dir, &dir_path);

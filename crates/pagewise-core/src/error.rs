@@ -127,6 +127,10 @@ pub enum Op {
     IoprioSet,
     /// `fdatasync`
     Fdatasync,
+    /// `flock`
+    Flock,
+    /// `load`: a file changed while it was loaded (its size, seen again with fstat).
+    Load,
     /// `mkdir`
     Mkdir,
     /// `symlink`
@@ -224,6 +228,8 @@ impl Op {
             Op::Fsync => "fsync",
             Op::IoprioSet => "ioprio_set",
             Op::Fdatasync => "fdatasync",
+            Op::Flock => "flock",
+            Op::Load => "load",
             Op::Mkdir => "mkdir",
             Op::Symlink => "symlink",
             Op::Mknod => "mknod",

@@ -25,6 +25,7 @@ pub mod procfs;
 pub mod replay;
 pub mod residency;
 pub mod run;
+pub mod shared_dir;
 pub mod stat;
 pub mod sys;
 pub mod top;

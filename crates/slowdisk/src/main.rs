@@ -27,7 +27,7 @@ use fuser::{
 use slowdisk::model::{Disk, Profile};
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -307,12 +307,19 @@ fn main() {
     let (Some(image), Some(size), Some(mountdir)) = (image, size, mountdir) else {
         usage()
     };
+    // Never through a symlink, never a FIFO or device (bench/slowdisk keeps it in a directory
+    // of root's own; a name planted there must not redirect root's writes).
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&image)
+        .and_then(|f| match f.metadata()?.is_file() {
+            true => Ok(f),
+            false => Err(std::io::Error::other("not a regular file")),
+        })
         .unwrap_or_else(|e| {
             eprintln!("pagewise-slowdisk: {}: open failed: {e}", image.display());
             std::process::exit(1)
@@ -336,6 +343,7 @@ fn main() {
         let f = OpenOptions::new()
             .create(true)
             .append(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&p)
             .unwrap_or_else(|e| {
                 eprintln!("pagewise-slowdisk: {}: open failed: {e}", p.display());

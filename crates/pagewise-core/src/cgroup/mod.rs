@@ -304,17 +304,110 @@ pub(crate) fn cgroup_inodes() -> HashMap<u64, String> {
     map
 }
 
-/// Writes `value` to the cgroupfs file `knob` of the group `dir` in one write(2).
-pub(crate) fn write_knob(dir: &Path, knob: &str, value: &str) -> Result<(), FileError> {
-    let p = dir.join(knob);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&p)
-        .map_err(|e| FileError::io(&p, Op::Open, &e))?;
-    // One write(2): the kernel parses the whole value at once.
-    f.write(value.as_bytes())
-        .map(|_| ())
-        .map_err(|e| FileError::io(&p, Op::Write, &e))
+/// A group directory to write control files of, checked to be one: opened `O_DIRECTORY |
+/// O_NOFOLLOW`, on a cgroup file system (fstatfs: `CGROUP2_SUPER_MAGIC` or
+/// `CGROUP_SUPER_MAGIC`), its files opened relative to that descriptor with `O_NOFOLLOW`. A
+/// directory elsewhere (an ordinary one holding a `memory.stat`, a tmpfs) is refused before
+/// anything is read or written in it: a symlink planted at a control file's name there could
+/// point anywhere.
+#[derive(Debug)]
+pub struct CgroupDir {
+    fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+    hierarchy: Hierarchy,
+}
+
+impl CgroupDir {
+    /// Opens the group directory `path` (as [`resolve`] gives it) and checks its file system.
+    pub fn open(path: &Path) -> Result<CgroupDir, crate::Error> {
+        use std::os::fd::AsFd;
+        let how = crate::sys::OpenFlags {
+            directory: true,
+            nofollow: true,
+            ..Default::default()
+        };
+        let fd = crate::sys::open_path(path, how).map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR)
+                if crate::sys::stat_path(path, false).is_ok_and(|s| s.is_symlink()) =>
+            {
+                crate::Error::Invalid {
+                    what: "cgroup",
+                    message: format!(
+                        "{}: is a symlink: give the cgroup directory itself; nothing written",
+                        path.display()
+                    ),
+                }
+            }
+            _ => crate::Error::Io {
+                path: path.to_path_buf(),
+                op: Op::OpenDirectory,
+                source: e,
+            },
+        })?;
+        let f_type = crate::sys::fs_type(fd.as_fd()).map_err(|e| crate::Error::Io {
+            path: path.to_path_buf(),
+            op: Op::Fstat,
+            source: e,
+        })?;
+        let hierarchy = match f_type {
+            crate::sys::CGROUP2_SUPER_MAGIC => Hierarchy::V2,
+            crate::sys::CGROUP_SUPER_MAGIC => Hierarchy::V1,
+            other => {
+                let what = match crate::sys::fs_type_name(other) {
+                    Some(name) => format!("{name}, f_type {other:#x}"),
+                    None => format!("f_type {other:#x}"),
+                };
+                return Err(crate::Error::Invalid {
+                    what: "cgroup",
+                    message: format!(
+                        "{}: not a cgroup file system ({what}); nothing written",
+                        path.display()
+                    ),
+                });
+            }
+        };
+        Ok(CgroupDir {
+            fd,
+            path: path.to_path_buf(),
+            hierarchy,
+        })
+    }
+
+    /// The directory as opened.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// v1 or v2, from the file system's type.
+    pub fn hierarchy(&self) -> Hierarchy {
+        self.hierarchy
+    }
+
+    /// Reads and parses its `memory.stat` (opened relative to the directory, `O_NOFOLLOW`).
+    pub fn file_cache(&self) -> Result<FileCache, FileError> {
+        use std::io::Read;
+        use std::os::fd::AsFd;
+        let p = self.path.join("memory.stat");
+        let mut text = String::new();
+        crate::sys::open_read_at(self.fd.as_fd(), "memory.stat".as_ref())
+            .and_then(|fd| std::fs::File::from(fd).read_to_string(&mut text))
+            .map_err(|e| FileError::io(&p, Op::Read, &e))?;
+        Ok(FileCache::parse(&text, self.hierarchy))
+    }
+
+    /// Writes `value` to the control file `knob` in one write(2) (opened relative to the
+    /// directory, `O_WRONLY | O_NOFOLLOW`).
+    pub fn write_knob(&self, knob: &str, value: &str) -> Result<(), FileError> {
+        use std::os::fd::AsFd;
+        let p = self.path.join(knob);
+        let fd = crate::sys::open_write_at(self.fd.as_fd(), knob.as_ref())
+            .map_err(|e| FileError::io(&p, Op::Open, &e))?;
+        // One write(2): the kernel parses the whole value at once.
+        std::fs::File::from(fd)
+            .write(value.as_bytes())
+            .map(|_| ())
+            .map_err(|e| FileError::io(&p, Op::Write, &e))
+    }
 }
 
 /// The mount point a group directory is under (itself when none is known).

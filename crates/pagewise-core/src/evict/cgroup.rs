@@ -11,12 +11,12 @@
 //! `sync` is off (direct reclaim does not write file pages back itself).
 
 use crate::cgroup::{
-    cgroup_name, memory_mounts, mount_of, resolve, write_knob, FileCache, Hierarchy,
+    cgroup_name, memory_mounts, mount_of, resolve, CgroupDir, FileCache, Hierarchy,
 };
 use crate::error::FileError;
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Options of `evict --cgroup`.
 #[derive(Debug, Clone)]
@@ -114,8 +114,11 @@ pub fn evict_cgroup(
     observer: &dyn Observer,
 ) -> Result<CgroupEvictReport, crate::Error> {
     options.validate()?;
-    let dir = resolve(&options.cgroup)?;
-    let hierarchy = Hierarchy::of(&dir);
+    // Opened once, O_NOFOLLOW, and checked to be on a cgroup file system before anything in
+    // it is read or written: everything below goes through its descriptor.
+    let group = CgroupDir::open(&resolve(&options.cgroup)?)?;
+    let dir = group.path().to_path_buf();
+    let hierarchy = group.hierarchy();
     if hierarchy == Hierarchy::V1 && options.bytes.is_some() {
         return Err(crate::Error::Invalid {
             what: "bytes",
@@ -127,18 +130,18 @@ pub fn evict_cgroup(
         });
     }
     let tally = Tally::new();
-    let before = FileCache::read(&dir).map_err(fatal)?;
+    let before = group.file_cache().map_err(fatal)?;
     let mut method = ReclaimMethod::None;
     if !options.dry_run && !tally.stop_requested(observer) {
         if options.sync && before.dirty_bytes + before.writeback_bytes > 0 {
             rustix::fs::sync();
         }
         method = match hierarchy {
-            Hierarchy::V2 => reclaim_v2(&dir, options.bytes.unwrap_or(before.file_bytes), &tally),
-            Hierarchy::V1 => force_empty_v1(&dir, &tally)?,
+            Hierarchy::V2 => reclaim_v2(&group, options.bytes.unwrap_or(before.file_bytes), &tally),
+            Hierarchy::V1 => force_empty_v1(&group, &tally)?,
         };
     }
-    let after = FileCache::read(&dir).map_err(fatal)?;
+    let after = group.file_cache().map_err(fatal)?;
     observer.progress(1, before.file_bytes.saturating_sub(after.file_bytes));
     Ok(CgroupEvictReport {
         cgroup: cgroup_name(&dir, &memory_mounts()),
@@ -156,19 +159,19 @@ pub fn evict_cgroup(
 
 /// cgroup v2: asks `memory.reclaim` for `amount` bytes of file pages (`swappiness=0`), or
 /// without the argument when the kernel refuses it (with a notice); nothing for 0 bytes.
-fn reclaim_v2(dir: &Path, amount: u64, tally: &Tally) -> ReclaimMethod {
+fn reclaim_v2(dir: &CgroupDir, amount: u64, tally: &Tally) -> ReclaimMethod {
     let mut method = ReclaimMethod::ReclaimFileOnly;
     if amount == 0 {
         return method;
     }
-    let mut r = write_knob(dir, "memory.reclaim", &format!("{amount} swappiness=0"));
+    let mut r = dir.write_knob("memory.reclaim", &format!("{amount} swappiness=0"));
     if r.as_ref().err().and_then(|e| e.errno) == Some(libc::EINVAL) {
         method = ReclaimMethod::Reclaim;
         tally.notice(
             "this kernel refuses memory.reclaim swappiness=0 (before Linux 6.13): \
              reclaimed without it, so anonymous pages may have been swapped out too",
         );
-        r = write_knob(dir, "memory.reclaim", &amount.to_string());
+        r = dir.write_knob("memory.reclaim", &amount.to_string());
     }
     match r {
         Err(e) if e.errno == Some(libc::EAGAIN) => tally.notice(
@@ -181,8 +184,9 @@ fn reclaim_v2(dir: &Path, amount: u64, tally: &Tally) -> ReclaimMethod {
 }
 
 /// cgroup v1: `memory.force_empty`; refused for the root of the hierarchy.
-fn force_empty_v1(dir: &Path, tally: &Tally) -> Result<ReclaimMethod, crate::Error> {
-    match write_knob(dir, "memory.force_empty", "0") {
+fn force_empty_v1(group: &CgroupDir, tally: &Tally) -> Result<ReclaimMethod, crate::Error> {
+    let dir = group.path();
+    match group.write_knob("memory.force_empty", "0") {
         Err(e) if e.errno == Some(libc::EBUSY) => tally.notice(
             "memory.force_empty: the group keeps pages it could not reclaim (EBUSY: \
              anonymous memory without swap, pages in use)",

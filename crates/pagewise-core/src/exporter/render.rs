@@ -99,8 +99,8 @@ fn render_paths(w: &mut Writer, snap: &Snapshot) {
         ),
         (
             "pagewise_path_cached_bytes",
-            "Bytes of the path's files in the page cache (cachestat).",
-            |p| Some(p.totals.cached_bytes),
+            "Bytes of the path's files in the page cache (cachestat), of the files whose residency could be measured; no sample when none could be (see pagewise_path_unknown_files).",
+            |p| p.totals.percent().map(|_| p.totals.cached_bytes),
         ),
         (
             "pagewise_path_dirty_bytes",
@@ -162,17 +162,18 @@ fn render_top_files(w: &mut Writer, snap: &Snapshot) {
     if snap.paths.iter().all(|p| p.top.is_empty()) {
         return;
     }
-    type FileFig = fn(&crate::stat::FileStat) -> u64;
+    // A file whose residency is unknown has no cached sample (never a 0).
+    type FileFig = fn(&crate::stat::FileStat) -> Option<u64>;
     let per_file: [(&str, &str, FileFig); 2] = [
         (
             "pagewise_file_cached_bytes",
             "Cached bytes of the top files of a configured path.",
-            |f| f.residency.cached.unwrap_or(0),
+            |f| f.residency.cached,
         ),
         (
             "pagewise_file_size_bytes",
             "Size of the top files of a configured path.",
-            |f| f.size,
+            |f| Some(f.size),
         ),
     ];
     for (name, help, fig) in per_file {
@@ -181,7 +182,9 @@ fn render_top_files(w: &mut Writer, snap: &Snapshot) {
             let root = path_text(&p.path);
             for f in &p.top {
                 let labels = [("path", root.as_str()), ("file", &path_text(&f.path))];
-                w.sample(name, &labels, fig(f) as f64);
+                if let Some(v) = fig(f) {
+                    w.sample(name, &labels, v as f64);
+                }
             }
         }
     }
@@ -514,6 +517,51 @@ mod tests {
         assert!(
             written.contains("\npagewise_refreshes_total 0\n"),
             "{written}"
+        );
+    }
+
+    /// A path none of whose files could be measured has no cached sample (not 0), and a top
+    /// file of unknown residency none either; the note says why.
+    #[test]
+    fn unknown_residency_is_no_sample() {
+        let mut snap = snapshot();
+        let unknown = Residency {
+            bytes: 8192,
+            cached: None,
+            dirty: None,
+            writeback: None,
+            evicted: None,
+            recently_evicted: None,
+            method: MeasuredBy::Unknown,
+            unknown_reason: Some(crate::residency::UNKNOWN_NOT_WRITABLE),
+        };
+        let mut totals = Totals::default();
+        totals.add(8192, &unknown);
+        totals.add(8192, &unknown);
+        snap.paths[0].totals = totals;
+        snap.paths[0].top[0].residency = unknown;
+        let text = render(
+            &snap,
+            &Health::default(),
+            &BuildInfo::default(),
+            Mode::Written,
+            Format::Prometheus,
+        );
+        for gone in [
+            "\npagewise_path_cached_bytes{",
+            "\npagewise_path_dirty_bytes{",
+            "\npagewise_file_cached_bytes{",
+        ] {
+            assert!(!text.contains(gone), "{gone} in\n{text}");
+        }
+        assert!(text.contains("\npagewise_path_unknown_files{path=\"/data\"} 2\n"));
+        assert!(text.contains("\npagewise_file_size_bytes{"), "{text}");
+        let notes = snap.unmeasured();
+        assert_eq!(notes.len(), 1);
+        assert!(
+            notes[0].starts_with("/data: 2 of 2 files: residency unknown (no ")
+                && notes[0].ends_with(crate::residency::UNKNOWN_NOT_WRITABLE),
+            "{notes:?}"
         );
     }
 }

@@ -104,6 +104,33 @@ pub struct Snapshot {
     pub rates: Option<super::rates::RatesSnapshot>,
 }
 
+impl Snapshot {
+    /// One line per configured path with files whose residency could not be measured (not
+    /// errors: the walk went on), saying how many and why: `PATH: N of M files: residency
+    /// unknown (...): REASON`. Where none of a path's files could be measured it has no cached
+    /// sample at all, which this line explains.
+    pub fn unmeasured(&self) -> Vec<String> {
+        self.paths
+            .iter()
+            .filter(|p| !p.failed && p.totals.unknown_files > 0)
+            .map(|p| {
+                let t = &p.totals;
+                let what = match t.percent() {
+                    None => "no pagewise_path_cached_bytes sample",
+                    Some(_) => "left out of pagewise_path_cached_bytes",
+                };
+                format!(
+                    "{}: {} of {} files: residency unknown ({what}): {}",
+                    p.path.display(),
+                    t.unknown_files,
+                    t.files,
+                    t.unknown_reason.unwrap_or("the kernel did not say")
+                )
+            })
+            .collect()
+    }
+}
+
 /// Errors a snapshot keeps worded.
 pub const MAX_PROBLEMS: usize = 20;
 

@@ -4,9 +4,10 @@
 //! The hold itself is the [`LockSet`](super::LockSet) of a [`LoadReport`](super::LoadReport):
 //! the pages stay locked until it is dropped. What is here is what a service manager or a
 //! script needs around it:
-//! - [`Pidfile`]: checked before starting (a live pagewise named in it refuses the start),
-//!   written atomically (a temporary beside it, mode 0644, renamed over it), removed on drop
-//!   only while it still names this process.
+//! - [`Pidfile`]: claimed before starting — opened in its directory without following a
+//!   symlink, only when a regular file of this user, and flock'ed, so of two starts at once
+//!   one goes on (a held lock or a live pagewise named in it refuses the start) — then the
+//!   PID written into it (mode 0644), removed on drop only while it still names this process.
 //! - [`Notifier`]: `NOTIFY_SOCKET` parsed defensively (an absolute path or `@abstract` name
 //!   that fits `sun_path`; anything else is refused with a reason) and datagrams sent to it.
 //! - [`detach`]: fork before any thread exists; the child loads and locks, then says
@@ -14,12 +15,14 @@
 //!   it said, or how it died.
 
 use crate::error::Op;
+use crate::shared_dir::SharedDir;
 use crate::sys::{self, ChildEnd, Forked};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::{Path, PathBuf};
 
@@ -47,21 +50,44 @@ fn is_live_pagewise(pid: u32) -> bool {
     comm.starts_with("pagewise") && state.is_some_and(|s| s != "Z" && s != "X")
 }
 
-/// A pidfile: checked with [`Pidfile::claim`], written with [`Pidfile::write`], removed when
-/// dropped if it still names the PID written.
+/// A pidfile: claimed with [`Pidfile::claim`] (an exclusive flock(2) on it, held as long as
+/// this value — and, across `--daemon`'s fork, the daemon's copy of its descriptor — lives),
+/// written with [`Pidfile::write`], removed when dropped if it still names the PID written
+/// (or, never written, is still empty).
 #[derive(Debug)]
 pub struct Pidfile {
     /// Absolute (made so before a daemon changes directory).
     path: PathBuf,
+    /// Its directory, which others may be able to write to: names resolved relative to it.
+    dir: SharedDir,
+    /// The pidfile, open and locked.
+    file: std::fs::File,
     /// The PID written, once written.
     written: Option<u32>,
 }
 
+/// Claims that found the name replaced between opening it and locking it, before giving up.
+const CLAIM_ATTEMPTS: u32 = 20;
+
+/// The content of an open pidfile (at most [`PIDFILE_MAX`] + 1 bytes).
+fn content_of(f: &std::fs::File) -> io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; PIDFILE_MAX as usize + 1];
+    let n = f.read_at(&mut buf, 0)?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
 impl Pidfile {
-    /// Checks `path` before a hold starts. Refuses when it names a live pagewise process other
-    /// than this one, or exists but is not a pidfile (not a regular file, or not a PID: the
-    /// path is probably a mistake, and it is not overwritten). A pidfile naming a dead process,
-    /// or another program, is stale and will be replaced.
+    /// Claims `path` before a hold starts, so that of two starts at once exactly one goes on:
+    /// the file is opened (created when missing) in its directory without following a symlink
+    /// and used only when it is a regular file of this user with one link, then locked
+    /// (flock, LOCK_EX|LOCK_NB) and checked to still be the file at `path`. Refuses when
+    /// another process holds the lock (a running pagewise: named when its PID is written),
+    /// when the file names a live pagewise other than this one (one that took no lock), when
+    /// it exists but is not a pidfile (not a regular file of this user's, or not a PID: the
+    /// path is probably a mistake, and it is not overwritten). A pidfile naming a dead
+    /// process, or another program, is stale and will be replaced.
     pub fn claim(path: &Path) -> Result<Pidfile, crate::Error> {
         let io_err = |op, source| crate::Error::Io {
             path: path.to_path_buf(),
@@ -73,15 +99,47 @@ impl Pidfile {
             what: "pidfile",
             message: format!("{}: {message}", path.display()),
         };
-        match std::fs::symlink_metadata(&abs) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(Op::Lstat, e)),
-            Ok(m) if !m.is_file() => return Err(refuse("exists and is not a regular file".into())),
-            Ok(_) => {
-                let mut content = Vec::new();
-                std::fs::File::open(&abs)
-                    .and_then(|f| f.take(PIDFILE_MAX + 1).read_to_end(&mut content))
-                    .map_err(|e| io_err(Op::Read, e))?;
+        let (Some(name), Some(parent)) = (abs.file_name(), abs.parent()) else {
+            return Err(refuse("names no file".into()));
+        };
+        let dir = SharedDir::open_resolved(parent).map_err(|e| crate::Error::Io {
+            path: parent.to_path_buf(),
+            op: Op::OpenDirectory,
+            source: e,
+        })?;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let file = match dir.open_own(name, 0o644) {
+                Ok(f) => f,
+                // A refusal of shared_dir: what stands there, in words.
+                Err(e)
+                    if e.kind() == io::ErrorKind::PermissionDenied
+                        && e.raw_os_error().is_none() =>
+                {
+                    return Err(refuse(e.to_string()))
+                }
+                Err(e) => return Err(io_err(Op::Open, e)),
+            };
+            if !sys::try_lock_exclusive(file.as_fd()).map_err(|e| io_err(Op::Flock, e))? {
+                let holder = content_of(&file).ok().and_then(|c| parse_pid(&c));
+                return Err(refuse(match holder {
+                    Some(pid) => format!(
+                        "pagewise (PID {pid}) is running with this pidfile; stop it first \
+                         (kill {pid})"
+                    ),
+                    None => "another pagewise is running with this pidfile (it holds its \
+                             lock and is still starting)"
+                        .into(),
+                }));
+            }
+            // Removed or replaced between the open and the lock (its holder ended): again.
+            if !dir
+                .still_names(name, &file)
+                .map_err(|e| io_err(Op::Lstat, e))?
+            {
+                continue;
+            }
+            let content = content_of(&file).map_err(|e| io_err(Op::Read, e))?;
+            if !content.is_empty() {
                 let Some(pid) = parse_pid(&content) else {
                     return Err(refuse("exists and holds no PID: not overwriting it".into()));
                 };
@@ -92,11 +150,16 @@ impl Pidfile {
                     )));
                 }
             }
+            return Ok(Pidfile {
+                path: abs,
+                dir,
+                file,
+                written: None,
+            });
         }
-        Ok(Pidfile {
-            path: abs,
-            written: None,
-        })
+        Err(refuse(
+            "was replaced again and again while it was being claimed".into(),
+        ))
     }
 
     /// The pidfile's absolute path.
@@ -104,54 +167,47 @@ impl Pidfile {
         &self.path
     }
 
-    /// Writes `pid` atomically: a temporary beside the pidfile (mode 0644 whatever the umask),
-    /// renamed over it, so a reader sees the old content or the new, never a part.
+    /// Writes `pid` into the claimed pidfile (mode 0644 whatever the umask), in place: the
+    /// file is the one locked, so it is not replaced. A reader that waited for the start to
+    /// return (`--daemon` returns once this is written) reads the whole PID.
     pub fn write(&mut self, pid: u32) -> Result<(), crate::Error> {
-        let name = self.path.file_name().unwrap_or(OsStr::new("pidfile"));
-        let mut tmp_name = OsStr::new(".").to_os_string();
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = self.path.with_file_name(tmp_name);
-        let io_err = |path: &Path, op, source| crate::Error::Io {
-            path: path.to_path_buf(),
+        use std::os::unix::fs::FileExt;
+        let io_err = |op, source| crate::Error::Io {
+            path: self.path.clone(),
             op,
             source,
         };
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&tmp)
-            .map_err(|e| io_err(&tmp, Op::Open, e))?;
-        let written = f
+        let text = format!("{pid}\n");
+        self.file
             .set_permissions(std::fs::Permissions::from_mode(0o644))
-            .map_err(|e| io_err(&tmp, Op::Fchmod, e))
-            .and_then(|_| {
-                f.write_all(format!("{pid}\n").as_bytes())
-                    .map_err(|e| io_err(&tmp, Op::Write, e))
-            })
-            .and_then(|_| {
-                std::fs::rename(&tmp, &self.path).map_err(|e| io_err(&self.path, Op::Rename, e))
-            });
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written?;
+            .map_err(|e| io_err(Op::Fchmod, e))?;
+        self.file.set_len(0).map_err(|e| io_err(Op::Ftruncate, e))?;
+        self.file
+            .write_all_at(text.as_bytes(), 0)
+            .map_err(|e| io_err(Op::Write, e))?;
         self.written = Some(pid);
         Ok(())
     }
 }
 
 impl Drop for Pidfile {
-    /// Removes the pidfile if it still names the PID written (another instance may have
-    /// replaced it since).
+    /// Removes the pidfile while it is still the file claimed and names the PID written — or,
+    /// never written (the start failed, or this is the process that started a daemon that
+    /// failed), is still empty. Another instance may have replaced it since.
     fn drop(&mut self) {
-        let Some(pid) = self.written else { return };
-        let mut content = Vec::new();
-        let read = std::fs::File::open(&self.path)
-            .and_then(|f| f.take(PIDFILE_MAX + 1).read_to_end(&mut content));
-        if read.is_ok() && parse_pid(&content) == Some(pid) {
-            let _ = std::fs::remove_file(&self.path);
+        let name = self.path.file_name().unwrap_or_default();
+        if !self.dir.still_names(name, &self.file).unwrap_or(false) {
+            return;
+        }
+        let Ok(content) = content_of(&self.file) else {
+            return;
+        };
+        let ours = match self.written {
+            Some(pid) => parse_pid(&content) == Some(pid),
+            None => content.is_empty(),
+        };
+        if ours {
+            let _ = self.dir.remove(name);
         }
     }
 }

@@ -193,6 +193,8 @@ struct Part<'f> {
     span: (u64, u64),
     /// Only the data extents count (a sparse file's holes are neither read nor locked).
     sparse: bool,
+    /// The file's size when the walk met it (`pages` and `span` are of it).
+    size: u64,
 }
 
 struct Queued {
@@ -202,6 +204,8 @@ struct Queued {
     len: u64,
     /// The exact bytes of the file in the range (`off, len` are whole pages).
     span: (u64, u64),
+    /// The file's size when the walk met it.
+    size: u64,
 }
 
 #[derive(Default)]
@@ -264,6 +268,7 @@ impl Batched for Ctx<'_> {
             pages: (off, len),
             span,
             sparse: false,
+            size: f.stat.size,
         };
         let fully = before.cached.is_some_and(|c| c >= before.bytes);
         if fully {
@@ -309,6 +314,7 @@ impl Batched for Ctx<'_> {
             off,
             len,
             span,
+            size: f.stat.size,
         });
         if local.queued.len() >= self.batch_files {
             self.drain(local);
@@ -325,6 +331,7 @@ impl Batched for Ctx<'_> {
                     pages: (q.off, q.len),
                     span: q.span,
                     sparse: false,
+                    size: q.size,
                 };
                 self.after(local, part);
             }
@@ -367,7 +374,7 @@ impl Ctx<'_> {
                 let _ = sys::fadvise(fd, o, l, Advice::WillNeed);
             }
             // Wait for the chunk without copying it (see sys::populate_read).
-            sys::populate_read(fd, o, l, huge)
+            populate_within(fd, o, l, huge)
         };
         let done = |l| self.observer.progress(0, l);
         if let Err(Stopped::Failed(e)) = chunks::run(
@@ -385,9 +392,39 @@ impl Ctx<'_> {
     }
 
     /// Measures a part read, counts it and tells the observer, then locks it (`lock`).
+    ///
+    /// The file's size is seen again first (fstat): one that shrank while it was loaded is
+    /// measured, counted and locked up to its new end only, and said — a notice when all that
+    /// is left is loaded (and locked), else an error (the promise was not kept); one that grew
+    /// is loaded up to its old end, with a notice.
     fn after(&self, local: &mut Local, part: Part<'_>) {
+        let path = part.path;
+        let now = match sys::fstat(part.fd) {
+            Ok(st) => st.size,
+            Err(e) => return self.tally.error(FileError::io(path, Op::Fstat, &e)),
+        };
+        let shrank = now < part.size;
+        let part = match shrank {
+            true => {
+                let span = self.opts.range.span(now);
+                local.totals.bytes =
+                    local.totals.bytes + (span.1 - span.0) - (part.span.1 - part.span.0);
+                Part {
+                    pages: self.opts.range.clamp(now),
+                    span,
+                    ..part
+                }
+            }
+            false => part,
+        };
+        if now > part.size {
+            self.tally.notice(format!(
+                "{}: grew while it was loaded ({} -> {now} bytes): loaded up to its old end",
+                path.display(),
+                part.size
+            ));
+        }
         let Part {
-            path,
             fd,
             pages: (_, len),
             span: (start, end),
@@ -404,14 +441,39 @@ impl Ctx<'_> {
         } else {
             self.observer.progress(1, 0);
         }
-        self.lock(local, part);
+        let locked = self.lock(local, part);
+        if shrank {
+            let cached = after.cached_or_zero();
+            let all_locked = !self.opts.lock || part.sparse || locked >= end - start;
+            let what = format!("shrank while it was loaded ({} -> {now} bytes)", part.size);
+            if cached >= end - start && all_locked {
+                self.tally.notice(format!(
+                    "{}: {what}: all that is left is loaded",
+                    path.display()
+                ));
+            } else {
+                self.tally.error(FileError::other(
+                    path,
+                    Op::Load,
+                    format!(
+                        "{what}: {cached} of the {} bytes left are cached{}",
+                        end - start,
+                        match self.opts.lock {
+                            true => format!(", {locked} locked"),
+                            false => String::new(),
+                        }
+                    ),
+                ));
+            }
+        }
     }
 
     /// Locks the pages `[off, off+len)` of a file (of a sparse one, only its data extents:
     /// mlock would read every hole in as zeros) and counts what the kernel then holds locked:
     /// the bytes of `[start, end)` whose pages are resident in the locked mappings (mincore),
     /// so a file's partial last page counts its bytes only and a hole nothing.
-    fn lock(&self, local: &mut Local, part: Part<'_>) {
+    /// Returns the bytes it holds locked.
+    fn lock(&self, local: &mut Local, part: Part<'_>) -> u64 {
         let Part {
             path,
             fd,
@@ -420,12 +482,15 @@ impl Ctx<'_> {
             ..
         } = part;
         if !self.opts.lock || len == 0 || self.lock_blocked.load(Ordering::Relaxed) {
-            return;
+            return 0;
         }
         let parts = if sparse {
             match sys::data_extents(fd, off, off + len) {
                 Ok(ext) => page_spans(&ext),
-                Err(e) => return self.tally.error(FileError::io(path, Op::LseekData, &e)),
+                Err(e) => {
+                    self.tally.error(FileError::io(path, Op::LseekData, &e));
+                    return 0;
+                }
             }
         } else {
             vec![(off, len)]
@@ -443,6 +508,7 @@ impl Ctx<'_> {
         }
         local.totals.locked_bytes += locked;
         local.totals.locked_files += any as u64;
+        locked
     }
 
     /// Locks the page-aligned `[off, off+len)` of `part` and adds the bytes of its span it
@@ -472,6 +538,78 @@ impl Ctx<'_> {
                 Err(FileError::other(path, op, format!("{e}{why}")))
             }
         }
+    }
+}
+
+/// `CAP_IPC_LOCK` of `<linux/capability.h>`: mlock(2) beyond RLIMIT_MEMLOCK.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// With `lock`, refuses before anything is read when the lock cannot be taken: without
+/// CAP_IPC_LOCK, mlock(2) may lock at most RLIMIT_MEMLOCK bytes in all, which is compared with
+/// the bytes the roots' mappings would lock (whole pages of each range; of a sparse file its
+/// allocated bytes) where that is known before walking: when every root is a regular file. A
+/// limit of 0 refuses any lock. Trees are found out file by file (the first failure stops
+/// further locks, and the report says it).
+fn check_lock_budget(options: &LoadOptions) -> Result<(), crate::Error> {
+    if !options.lock || sys::has_capability(CAP_IPC_LOCK) {
+        return Ok(());
+    }
+    let limit = sys::memlock_limit();
+    if limit == u64::MAX {
+        return Ok(());
+    }
+    let page = sys::page_size();
+    let mut need = 0u64;
+    // A tree (or a root the walk will report): known only file by file.
+    let mut tree = false;
+    for root in &options.roots {
+        match sys::stat_path(root, true) {
+            Ok(st) if st.is_file() => {
+                let (_, len) = options.range.clamp(st.size);
+                let len = match st.allocated < st.size {
+                    true => len.min(st.allocated.div_ceil(page) * page),
+                    false => len,
+                };
+                need = need.saturating_add(len);
+            }
+            _ => tree = true,
+        }
+    }
+    if need <= limit && !(tree && limit == 0) {
+        return Ok(());
+    }
+    Err(crate::Error::Invalid {
+        what: "lock",
+        message: format!(
+            "locking {} needs CAP_IPC_LOCK or an RLIMIT_MEMLOCK at least that large (it is {limit} \
+             bytes): run with CAP_IPC_LOCK or raise the limit (ulimit -l, LimitMEMLOCK= in a \
+             unit); nothing was loaded",
+            match need {
+                0 => "anything".to_string(),
+                n => format!("{n} bytes"),
+            }
+        ),
+    })
+}
+
+/// [`sys::populate_read`] of `[off, off+len)`, within the file's end as it is now: a file
+/// truncated meanwhile makes the populate fail with EFAULT (pages past the end cannot be
+/// mapped: the SIGBUS of a touch); then the size is seen again (fstat) and only what is left
+/// of the range is populated (nothing when it all went).
+fn populate_within(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> std::io::Result<()> {
+    match sys::populate_read(fd, off, len, huge) {
+        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => {
+            let page = sys::page_size();
+            let end = sys::fstat(fd)?.size.div_ceil(page) * page;
+            if end >= off + len {
+                return Err(e); // not a truncation
+            }
+            match end.checked_sub(off) {
+                Some(left) if left > 0 => sys::populate_read(fd, off, left, huge),
+                _ => Ok(()),
+            }
+        }
+        r => r,
     }
 }
 
@@ -520,6 +658,7 @@ fn lock_failure_hint(op: &Op, e: &std::io::Error) -> String {
 /// ```
 pub fn load(options: &LoadOptions, observer: &dyn Observer) -> Result<LoadReport, crate::Error> {
     options.validate()?;
+    check_lock_budget(options)?;
     let opts = options;
     let per_worker = sys::fd_budget_per_worker(opts.walk.threads);
     let ctx = Ctx {

@@ -281,6 +281,47 @@ pub fn fs_kind(fd: BorrowedFd<'_>) -> FsKind {
     }
 }
 
+/// `f_type` of cgroup v1 hierarchies (`CGROUP_SUPER_MAGIC`, `<linux/magic.h>`).
+pub const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
+/// `f_type` of the unified hierarchy, cgroup v2 (`CGROUP2_SUPER_MAGIC`, `<linux/magic.h>`).
+pub const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+
+/// `int fstatfs(int fd, struct statfs *buf)` —
+/// <https://man7.org/linux/man-pages/man2/fstatfs.2.html>, through rustix: the `f_type` of
+/// the file system `fd` is on (its magic number, `<linux/magic.h>`).
+pub fn fs_type(fd: BorrowedFd<'_>) -> io::Result<i64> {
+    let st = rustix::fs::fstatfs(fd)?;
+    #[allow(clippy::unnecessary_cast)] // f_type is i64 on x86-64, not everywhere
+    Ok(st.f_type as i64)
+}
+
+/// The name of a file system type of [`fs_type`], for messages: None for one not listed.
+pub fn fs_type_name(f_type: i64) -> Option<&'static str> {
+    Some(match f_type {
+        0xef53 => "ext2/3/4",
+        0x5846_5342 => "xfs",
+        0x9123_683e => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x8584_58f6 => "ramfs",
+        0x794c_7630 => "overlayfs",
+        0x6573_5546 => "fuse",
+        0x9fa0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x6462_6720 => "debugfs",
+        0x7472_6163 => "tracefs",
+        0x1373 => "devfs",
+        0x6969 => "nfs",
+        0xf2f5_2010 => "f2fs",
+        0x2fc1_2fc1 => "zfs",
+        0x7371_7368 => "squashfs",
+        0xe0f5_e1e2 => "erofs",
+        0x0102_1997 => "9p",
+        CGROUP_SUPER_MAGIC => "cgroup",
+        CGROUP2_SUPER_MAGIC => "cgroup2",
+        _ => return None,
+    })
+}
+
 /// `int fstatfs(int fd, struct statfs *buf)` —
 /// <https://man7.org/linux/man-pages/man2/fstatfs.2.html>, through rustix.
 ///

@@ -136,6 +136,35 @@ pub fn create_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<Own
     )?)
 }
 
+/// `openat(dir, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+/// mode)` — <https://man7.org/linux/man-pages/man2/open.2.html>: the file `name` of `dir`,
+/// created when missing, never through a symlink (ELOOP), never blocking on a FIFO and never
+/// taking a terminal as the controlling one. The caller checks what it opened (fstat): an
+/// existing file may be anyone's.
+pub fn open_or_create_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<OwnedFd> {
+    let flags = OFlags::RDWR
+        | OFlags::CREATE
+        | OFlags::NOFOLLOW
+        | OFlags::NONBLOCK
+        | OFlags::NOCTTY
+        | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        flags,
+        Mode::from_raw_mode(mode),
+    )?)
+}
+
+/// `openat(dir, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)` —
+/// <https://man7.org/linux/man-pages/man2/open.2.html>: an existing file of `dir` to write (a
+/// cgroup's control file), never through a symlink (ELOOP) and never blocking on a FIFO.
+pub fn open_write_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags =
+        OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+    Ok(rustix::fs::openat(dir, name, flags, Mode::empty())?)
+}
+
 /// `openat(dir, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)`: an existing file of
 /// `dir` to read and write (a copy's partial temporary), never through a symlink and never
 /// blocking on a FIFO.
