@@ -102,12 +102,21 @@ const LOCK_PATH: &str = "/run/pagewise-tracefs.lock";
 
 /// Takes the shared instance's lock without waiting.
 fn lock_shared() -> Option<fs::File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // Never through a symlink, and only a regular file of ours with one link (where /run is
+    // not root's alone, nobody else's file is used as the lock): else a private instance.
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(LOCK_PATH)
         .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.nlink() != 1 || m.uid() != crate::sys::euid() {
+        return None;
+    }
     // The previous run may still be clearing its PID list (a detached process holds the lock
     // for ~50 ms): wait a little before falling back to a private instance.
     for _ in 0..60 {
