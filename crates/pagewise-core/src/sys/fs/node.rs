@@ -66,6 +66,15 @@ pub fn set_times_nofollow(path: &Path, atime: (i64, i64), mtime: (i64, i64)) -> 
     super::set_times_at(CWD, path.as_os_str(), atime, mtime)
 }
 
+/// `fchmod(fd, mode)` — <https://man7.org/linux/man-pages/man2/fchmod.2.html>: the
+/// permission bits (and set-id and sticky bits) of the open file `fd`.
+pub fn fchmod(fd: std::os::fd::BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    Ok(rustix::fs::fchmod(
+        fd,
+        rustix::fs::Mode::from_raw_mode(mode),
+    )?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,13 +109,4 @@ mod tests {
         assert_eq!(std::fs::symlink_metadata(&fifo).unwrap().mtime(), 4);
         assert_eq!(NodeKind::of_mode(libc::S_IFREG | 0o644), None);
     }
-}
-
-/// `fchmod(fd, mode)` — <https://man7.org/linux/man-pages/man2/fchmod.2.html>: the
-/// permission bits (and set-id and sticky bits) of the open file `fd`.
-pub fn fchmod(fd: std::os::fd::BorrowedFd<'_>, mode: u32) -> io::Result<()> {
-    Ok(rustix::fs::fchmod(
-        fd,
-        rustix::fs::Mode::from_raw_mode(mode),
-    )?)
 }
