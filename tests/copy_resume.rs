@@ -330,6 +330,42 @@ fn a_planted_temporary_is_never_adopted_nor_removed() {
     }
 }
 
+/// A 96 MiB source and a destination directory, for copies killed (SIGKILL) at 60% under
+/// `--partial`.
+struct Killed {
+    src: std::path::PathBuf,
+    out: std::path::PathBuf,
+    dst: std::path::PathBuf,
+}
+
+impl Killed {
+    const SIZE: u64 = 96 << 20;
+
+    fn new(dir: &Path) -> Killed {
+        let src = dir.join("data");
+        write_file(&src, Self::SIZE as usize);
+        let out = dir.join("out");
+        std::fs::create_dir(&out).unwrap();
+        let dst = out.join("data");
+        Killed { src, out, dst }
+    }
+
+    /// Starts a `--partial` copy, kills it at 60%: the one temporary it left.
+    fn kill(&self) -> std::path::PathBuf {
+        sync_and_evict(&self.src);
+        stop_at(
+            &["--partial", "--bwlimit", "30M"],
+            &self.src,
+            &self.dst,
+            Self::SIZE * 6 / 10,
+            libc::SIGKILL,
+        );
+        let temps = partial_temporaries(&self.out);
+        assert_eq!(temps.len(), 1);
+        temps[0].clone()
+    }
+}
+
 /// Kept data that differs from the source anywhere — not only where a sample would look —
 /// is not resumed; a clean resume reports what the byte-for-byte check read. Before: a byte
 /// changed at 1 MiB + 12345 (between the sampled blocks) was published, exit 0.
@@ -337,25 +373,9 @@ fn a_planted_temporary_is_never_adopted_nor_removed() {
 fn kept_data_must_equal_the_source_byte_for_byte() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = tmp();
-    let src = t.path().join("data");
-    let size: u64 = 96 << 20;
-    write_file(&src, size as usize);
-    let out = t.path().join("out");
-    std::fs::create_dir(&out).unwrap();
-    let dst = out.join("data");
-    let kill = || {
-        sync_and_evict(&src);
-        stop_at(
-            &["--partial", "--bwlimit", "30M"],
-            &src,
-            &dst,
-            size * 6 / 10,
-            libc::SIGKILL,
-        );
-        let temps = partial_temporaries(&out);
-        assert_eq!(temps.len(), 1);
-        temps[0].clone()
-    };
+    let k = Killed::new(t.path());
+    let (src, out, dst) = (&k.src, &k.out, &k.dst);
+    let kill = || k.kill();
     let temp = kill();
     {
         use std::os::unix::fs::FileExt;
@@ -391,23 +411,9 @@ fn kept_data_must_equal_the_source_byte_for_byte() {
 fn a_temporary_open_elsewhere_or_written_to_meanwhile_is_not_published() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = tmp();
-    let src = t.path().join("data");
-    let size: u64 = 96 << 20;
-    write_file(&src, size as usize);
-    let out = t.path().join("out");
-    std::fs::create_dir(&out).unwrap();
-    let dst = out.join("data");
-    let kill = || {
-        sync_and_evict(&src);
-        stop_at(
-            &["--partial", "--bwlimit", "30M"],
-            &src,
-            &dst,
-            size * 6 / 10,
-            libc::SIGKILL,
-        );
-        partial_temporaries(&out)[0].clone()
-    };
+    let k = Killed::new(t.path());
+    let (src, dst) = (&k.src, &k.dst);
+    let kill = || k.kill();
 
     let temp = kill();
     let holder = std::fs::File::options().write(true).open(&temp).unwrap();
