@@ -52,6 +52,14 @@ def own_memory_cgroup() -> Tuple[Optional[Path], str]:
     return None, "no memory cgroup of this process is mounted (neither v1 memory nor v2 with memory)"
 
 
+def stat_lag() -> int:
+    """How far memory.stat may lag the charges: MEMCG_CHARGE_BATCH pages per CPU (64; 32 before
+    6.1). Before Linux 5.13 (rstat) a CPU's batch reaches memory.stat only once it is full, with
+    no flush ever (5.10 showed 8 MiB read in a group as 2046 pages, for good); since 6.8 the
+    kernel's periodic flush catches up within 2 s."""
+    return 64 * os.sysconf("SC_PAGE_SIZE") * (os.cpu_count() or 1)
+
+
 def memory_stat_file_bytes(d: Path) -> int:
     """The kernel's figure: file cache charged to the group (v2 ``file``, v1 ``total_cache``)."""
     key = "file" if (d / "cgroup.controllers").exists() else "total_cache"
@@ -104,7 +112,8 @@ def test_cgroups_reports_memory_stat_as_the_cli(scratch: Path, child_cgroup: Pat
     g = r.groups[0]
     assert isinstance(g, pagewise.CgroupStat)
     assert g.depth == 0 and g.path == str(child_cgroup) and g.cgroup.endswith("/" + child_cgroup.name)
-    assert g.file_bytes == memory_stat_file_bytes(child_cgroup) >= 8 * MIB
+    assert g.file_bytes == memory_stat_file_bytes(child_cgroup)
+    assert 8 * MIB - stat_lag() <= g.file_bytes <= 8 * MIB + stat_lag()
     assert without(r.to_dict(), "elapsed_s") == without(cli("cgroups", child_cgroup), "elapsed_s")
     # From our own group one level down: the child is listed, named as the CLI names it.
     # (Only our groups are compared: other processes sharing our group may make theirs.)
@@ -114,7 +123,7 @@ def test_cgroups_reports_memory_stat_as_the_cli(scratch: Path, child_cgroup: Pat
     assert ours([(x.cgroup, x.depth) for x in mine.groups]) == ours([(x["cgroup"], x["depth"]) for x in theirs["groups"]])
     assert mine.groups[0].depth == 0 and mine.groups[0].path == str(child_cgroup.parent)
     child = [x for x in mine.groups if x.cgroup == g.cgroup]
-    assert len(child) == 1 and child[0].depth == 1 and child[0].file_bytes >= 8 * MIB
+    assert len(child) == 1 and child[0].depth == 1 and child[0].file_bytes >= 8 * MIB - stat_lag()
     # sort / top: as the CLI orders and cuts them (the child's figures are stable: no process).
     top = pagewise.cgroups(child_cgroup, top=1)
     assert [x.cgroup for x in top.groups] == [g.cgroup]

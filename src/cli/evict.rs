@@ -55,8 +55,8 @@ pub struct EvictArgs {
     #[arg(long, value_name = "TRACE", conflicts_with_all = ["paths", "from"])]
     pub trace: Option<PathBuf>,
     /// Reclaim the file cache of a cgroup (a cgroup directory or a path like /system.slice/x):
-    /// v2 memory.reclaim with swappiness=0, v1 memory.force_empty; memory.stat before and
-    /// after
+    /// v2 memory.reclaim with swappiness=0 (Linux 5.19+), v1 memory.force_empty; memory.stat
+    /// before and after
     #[arg(long, value_name = "CGROUP", conflicts_with_all = ["paths", "from", "trace"])]
     pub cgroup: Option<PathBuf>,
     /// With --cgroup: reclaim at most SIZE (cgroup v2 only) [default: all its file cache]

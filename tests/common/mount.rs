@@ -159,7 +159,26 @@ impl LoopMount {
 impl Drop for LoopMount {
     fn drop(&mut self) {
         if self.mounted {
-            let _ = Command::new("umount").arg(&self.mnt).status();
+            // A process that just exited may hold it a moment longer (busy): retried for 2 s,
+            // then detached lazily rather than left mounted.
+            let umount = |lazy: bool| {
+                let mut c = Command::new("umount");
+                if lazy {
+                    c.arg("-l");
+                } else {
+                    c.stderr(std::process::Stdio::null());
+                }
+                c.arg(&self.mnt).status().is_ok_and(|s| s.success())
+            };
+            let mut tries = 0;
+            while !umount(false) {
+                tries += 1;
+                if tries == 20 {
+                    umount(true);
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
         }
         if let Some(d) = &self.dev {
             let _ = Command::new("losetup").args(["-d", d]).status();

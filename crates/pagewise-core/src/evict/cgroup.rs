@@ -3,7 +3,8 @@
 //!
 //! - cgroup v2: `memory.reclaim` (Linux 5.19) with `swappiness=0` (Linux 6.13) so that only
 //!   file pages go; a kernel that refuses the argument (EINVAL) is asked without it, with a
-//!   notice that anonymous pages may then be swapped too.
+//!   notice that anonymous pages may then be swapped too. A kernel without `memory.reclaim`
+//!   is refused before anything is read or asked.
 //! - cgroup v1: `memory.force_empty`, which reclaims all it can of the group: there is no
 //!   partial reclaim in v1, so `bytes` is refused there.
 //!
@@ -125,6 +126,17 @@ pub fn evict_cgroup(
             message: format!(
                 "{} is a cgroup v1 group: v1 has no partial reclaim (memory.force_empty \
                  reclaims all it can); leave out `bytes`",
+                dir.display()
+            ),
+        });
+    }
+    if hierarchy == Hierarchy::V2 && !dir.join("memory.reclaim").exists() {
+        // Lowering memory.high would reclaim too, but it throttles the group's processes
+        // meanwhile, takes anonymous memory as well, and stays lowered if pagewise is killed.
+        return Err(crate::Error::Invalid {
+            what: "cgroup",
+            message: format!(
+                "{}: this kernel has no memory.reclaim (cgroup v2 reclaim came in Linux 5.19),                  so a v2 group's file cache cannot be reclaimed here; evict its files by path",
                 dir.display()
             ),
         });

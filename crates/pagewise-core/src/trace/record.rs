@@ -105,10 +105,11 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     if let Some(n) = &follower.notice {
         tally.notice(n.clone());
     }
-    // The command is followed from its fork, before exec, so not a page it reads is missed.
-    // Our own events are dropped below.
+    // The command is followed from its fork, before exec, so not a page it reads is missed
+    // (exec reads the program's first pages). Our own events are dropped below.
     follower.arm().map_err(crate::Error::Tracefs)?;
     let started_unix_ns = unix_now_ns();
+    let launcher_tid = launcher.tid() as u32;
     let ran = launcher.run();
     let orphans = orphans_left();
     let handed = seen.hand_over_if(orphans);
@@ -116,7 +117,9 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let ran = ran?;
     let (status, start_mono, duration_ns) = (ran.status, ran.start_mono_ns, ran.duration_ns());
     let mut raw = std::mem::take(&mut *sink.lock().unwrap());
-    raw.retain(|e| e.pid != me);
+    let own = [me, launcher_tid, seen.thread_id()];
+    let exec = seen.exec_stop();
+    raw.retain(|e| the_commands(e, &own, exec));
     let mut trace = build(
         raw,
         start_mono,
@@ -142,6 +145,17 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
         source,
         outcome: tally.finish(Vec::new()),
     })
+}
+
+/// Whether event `e` is the command's: not one of pagewise's own threads' (`own`: perf events
+/// give the process and leave them out already, tracefs only the thread — the launcher's and
+/// the witness's code faulted in from a cold executable showed up as the command's), and not
+/// one of the command's first process before its exec (`exec`: that thread and when the
+/// filter stopped its execve), when it still ran pagewise's code — on 5.10 with the build on
+/// a 9p share, pages of pagewise and libc were in every trace. Without the witness that
+/// moment is unknown and those pages stay.
+fn the_commands(e: &tracefs::RawEvent, own: &[u32], exec: Option<(u32, u64)>) -> bool {
+    !own.contains(&e.pid) && !exec.is_some_and(|(tid, ns)| e.pid == tid && e.ts_us < ns / 1000)
 }
 
 fn unix_now_ns() -> u64 {
@@ -213,5 +227,44 @@ fn build(
         files,
         events,
         faults: Some(faults),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(pid: u32, ts_us: u64) -> tracefs::RawEvent {
+        tracefs::RawEvent {
+            pid,
+            ts_us,
+            dev_major: 8,
+            dev_minor: 1,
+            ino: 12,
+            ofs: 0,
+            order: 0,
+            fault: false,
+            mapped: 0,
+            major: None,
+        }
+    }
+
+    #[test]
+    fn pagewise_own_threads_and_the_command_before_its_exec_are_left_out() {
+        let own = [100, 101, 102];
+        let exec = Some((200, 5_000_000));
+        for pid in own {
+            assert!(!the_commands(&at(pid, 9_000), &own, exec), "thread {pid}");
+        }
+        // The command's first process: before its execve was stopped, pagewise's code.
+        assert!(!the_commands(&at(200, 4_999), &own, exec));
+        // From then on (exec's own reads of the program), its own.
+        assert!(the_commands(&at(200, 5_000), &own, exec));
+        // Its children, whenever.
+        assert!(the_commands(&at(201, 10), &own, exec));
+        // Unwatched: only pagewise's threads are known.
+        assert!(the_commands(&at(200, 10), &own, None));
+        // A witness that never started has id 0, which no event has.
+        assert!(the_commands(&at(200, 10), &[100, 101, 0], None));
     }
 }

@@ -20,7 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Descriptors kept open at most by the witness (the rest are remembered by path).
@@ -112,6 +112,13 @@ pub struct Witnessed {
     pub active: AtomicBool,
     /// A duplicate of the filter's listener, for [`Witnessed::hand_over_if`].
     listener: Mutex<Option<OwnedFd>>,
+    /// The witness thread's id (0 before it started): what it reads is pagewise's own.
+    thread: AtomicU32,
+    /// The first call the filter stopped: its thread and when (CLOCK_MONOTONIC, ns). That is
+    /// the command's `execve` (spawn_notifying installs the filter just before it): what that
+    /// thread brought into the cache before then was pagewise's code, run between fork and
+    /// exec, not the command's.
+    first_stop: Mutex<Option<(u32, u64)>>,
 }
 
 /// A file [`Witnessed::look`] caught: opened anew, with its stat(2).
@@ -132,6 +139,17 @@ pub enum NotWitnessed {
 }
 
 impl Witnessed {
+    /// The witness thread's id (0: none started).
+    pub fn thread_id(&self) -> u32 {
+        self.thread.load(Ordering::Relaxed)
+    }
+
+    /// The command's exec as the filter stopped it: the thread (the command's first process)
+    /// and when, CLOCK_MONOTONIC ns. None when the command was not watched.
+    pub fn exec_stop(&self) -> Option<(u32, u64)> {
+        *self.first_stop.lock().unwrap()
+    }
+
     /// Looks at what `closing` is about to close in thread `tid`: what it catches, opened
     /// anew, is kept by [`Witnessed::keep`] (after the thread was let go on: only the open
     /// has to happen before the close).
@@ -426,6 +444,7 @@ impl Witness {
         std::thread::Builder::new()
             .name("pw-witness".into())
             .spawn(move || {
+                seen.thread.store(sys::gettid(), Ordering::Relaxed);
                 let Some(n) = Notifier::receive(sock.as_fd()) else {
                     return;
                 };
@@ -451,6 +470,12 @@ fn serve_until_done(n: &Notifier, seen: &Witnessed) {
         }
         // An error: the thread was killed meanwhile, or a signal; the next one.
         if let Ok(note) = n.next() {
+            // Timed before the thread goes on: all it read before is older, all exec reads
+            // newer.
+            seen.first_stop
+                .lock()
+                .unwrap()
+                .get_or_insert((note.tid, sys::monotonic_ns()));
             let caught = seen.look(note.tid, note.closing);
             let _ = n.go_on(&note);
             seen.keep(caught);
