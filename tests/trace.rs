@@ -207,9 +207,10 @@ struct NoProcessRuns<'a>(&'a Path);
 impl Drop for NoProcessRuns<'_> {
     fn drop(&mut self) {
         let runs = || {
-            fs::read_dir("/proc").unwrap().flatten().any(|e| {
-                fs::read_link(e.path().join("exe")).is_ok_and(|x| x.starts_with(self.0))
-            })
+            fs::read_dir("/proc")
+                .unwrap()
+                .flatten()
+                .any(|e| fs::read_link(e.path().join("exe")).is_ok_and(|x| x.starts_with(self.0)))
         };
         let start = std::time::Instant::now();
         while runs() && start.elapsed() < std::time::Duration::from_secs(15) {

@@ -136,7 +136,8 @@ pub fn evict_cgroup(
         return Err(crate::Error::Invalid {
             what: "cgroup",
             message: format!(
-                "{}: this kernel has no memory.reclaim (cgroup v2 reclaim came in Linux 5.19),                  so a v2 group's file cache cannot be reclaimed here; evict its files by path",
+                "{}: this kernel has no memory.reclaim (cgroup v2 reclaim came in Linux 5.19), \
+                 so a v2 group's file cache cannot be reclaimed here; evict its files by path",
                 dir.display()
             ),
         });
