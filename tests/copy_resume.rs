@@ -374,7 +374,7 @@ fn kept_data_must_equal_the_source_byte_for_byte() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = tmp();
     let k = Killed::new(t.path());
-    let (src, out, dst) = (&k.src, &k.out, &k.dst);
+    let (src, out, dst) = (k.src.clone(), k.out.clone(), k.dst.clone());
     let kill = || k.kill();
     let temp = kill();
     {
@@ -412,7 +412,7 @@ fn a_temporary_open_elsewhere_or_written_to_meanwhile_is_not_published() {
     let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t = tmp();
     let k = Killed::new(t.path());
-    let (src, dst) = (&k.src, &k.dst);
+    let (src, dst) = (k.src.clone(), k.dst.clone());
     let kill = || k.kill();
 
     let temp = kill();
