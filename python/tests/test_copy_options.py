@@ -361,6 +361,18 @@ def test_bwlimit_paces_the_copy(scratch: Path) -> None:
     assert (scratch / "g").read_bytes() == src.read_bytes()
 
 
+def _checkpointed(d: Path, name: str) -> int:
+    """The bytes the checkpoint of a partial temporary of `name` in `d` keeps (its
+    user.pagewise.resume xattr: ``pagewise-resume 1 DEV INO SIZE MTIME NSEC KEPT``); 0 without."""
+    kept = 0
+    for t in d.glob(f".{name}.pagewise-*.tmp"):
+        try:
+            kept = max(kept, int(os.getxattr(t, "user.pagewise.resume").split()[-1]))
+        except (OSError, ValueError, IndexError):
+            pass
+    return kept
+
+
 def test_partial_copy_is_resumed(scratch: Path) -> None:
     """partial=True: a copy killed (SIGKILL) mid-file leaves its checkpointed temporary, and the
     next copy continues from it (resumed_bytes) with the right bytes."""
@@ -372,7 +384,12 @@ def test_partial_copy_is_resumed(scratch: Path) -> None:
     dst = scratch / "out"
     code = f"import pagewise; pagewise.copy({str(src)!r}, {str(dst)!r}, partial=True, bwlimit='16M')"
     p = subprocess.Popen([sys.executable, "-c", code])
-    time.sleep(2.5)  # about 35 MiB written: two checkpoints (every 16 MiB)
+    # Killed once the temporary holds a checkpoint (every 16 MiB): a fixed 2.5 s was too short
+    # in an emulated guest (Python's start alone took longer; nothing was kept to resume).
+    deadline = time.monotonic() + 60
+    while _checkpointed(scratch, "out") < 16 * MIB:
+        assert p.poll() is None and time.monotonic() < deadline, "no checkpoint while it ran"
+        time.sleep(0.01)
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert not dst.exists()

@@ -195,8 +195,11 @@ def _proc_files_with_content() -> Iterator[Tuple[str, bytes]]:
     child = subprocess.Popen(["sleep", "30"], env=env)
     try:
         p = f"/proc/{child.pid}/environ"
-        deadline = time.monotonic() + 5
-        while Path(f"/proc/{child.pid}/comm").read_bytes() != b"sleep\n":  # exec'd
+        # Until exec has laid out the new environment, environ reads empty — also after comm
+        # became "sleep" (the old test's sign: exec sets comm first; an emulated 5.10 guest
+        # read b"" there).
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/comm").read_bytes() != b"sleep\n" or not Path(p).read_bytes():
             assert time.monotonic() < deadline, "sleep did not start"
             time.sleep(0.01)
         want = Path(p).read_bytes()

@@ -241,7 +241,19 @@ pub fn own_memory_cgroup() -> Result<PathBuf, crate::Error> {
     let rel = path
         .strip_prefix(m.mount_root.trim_end_matches('/'))
         .unwrap_or(&path);
-    Ok(m.mount_point.join(rel.trim_start_matches('/')))
+    Ok(group_dir(&m.mount_point, rel))
+}
+
+/// The directory of cgroup path `cgroup` (`/a/b`, relative to the hierarchy's root) under the
+/// hierarchy's mount point: the mount point itself for the root, not `mount_point/` (a process
+/// in the root cgroup, as in a VM, was shown its group as `/sys/fs/cgroup/`).
+pub fn group_dir(mount_point: &Path, cgroup: &str) -> PathBuf {
+    let rel = cgroup.trim_matches('/');
+    if rel.is_empty() {
+        mount_point.to_path_buf()
+    } else {
+        mount_point.join(rel)
+    }
 }
 
 /// Resolves what a user gave as a cgroup: a directory with `memory.stat` as is; else a cgroup
@@ -251,9 +263,7 @@ pub fn resolve(given: &Path) -> Result<PathBuf, crate::Error> {
         return Ok(given.to_path_buf());
     }
     for m in memory_mounts() {
-        let p = m
-            .mount_point
-            .join(given.to_string_lossy().trim_start_matches('/'));
+        let p = group_dir(&m.mount_point, &given.to_string_lossy());
         if p.join("memory.stat").exists() {
             return Ok(p);
         }
@@ -644,6 +654,17 @@ workingset_refault_file 12\nworkingset_activate_file 2\n";
         assert_eq!(m[1].hierarchy, Hierarchy::V2);
         assert_eq!(m[1].mount_point, Path::new("/mnt/cg two"));
         assert_eq!(m[1].mount_root, "/ns");
+    }
+
+    #[test]
+    fn the_root_group_is_the_mount_point_itself() {
+        let m = Path::new("/sys/fs/cgroup");
+        // A process in the root cgroup (a VM's init, a container without its own group).
+        for root in ["", "/", "//"] {
+            assert_eq!(group_dir(m, root).as_os_str(), "/sys/fs/cgroup", "{root:?}");
+        }
+        assert_eq!(group_dir(m, "/a/b"), Path::new("/sys/fs/cgroup/a/b"));
+        assert_eq!(group_dir(m, "a/b/").as_os_str(), "/sys/fs/cgroup/a/b");
     }
 
     #[test]

@@ -159,7 +159,7 @@ impl Procs {
         let rel = path
             .strip_prefix(m.mount_root.trim_end_matches('/'))
             .unwrap_or(path);
-        let dir = m.mount_point.join(rel.trim_start_matches('/'));
+        let dir = cgroup::group_dir(&m.mount_point, rel);
         let shown = cgroup::cgroup_name(&dir, &self.mounts);
         self.intern(shown, Some(dir))
     }
@@ -212,7 +212,7 @@ impl Procs {
                     .mounts
                     .iter()
                     .find(|m| m.hierarchy == Hierarchy::V2)
-                    .map(|m| m.mount_point.join(path.trim_start_matches('/')));
+                    .map(|m| cgroup::group_dir(&m.mount_point, &path));
                 let i = self.intern(path, dir);
                 self.by_id.insert(ino, i);
             }
