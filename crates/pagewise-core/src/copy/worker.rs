@@ -496,7 +496,12 @@ impl Ctx<'_> {
                 dst: o.df.as_fd(),
                 extents: &todo,
                 chunk: self.opts.chunk,
-                depth: if size >= 2 * self.opts.chunk as u64 {
+                // The one-at-a-time pass after ENOSPC writes in order: what fits is then a
+                // prefix, which --partial keeps and a later run resumes (pieces in flight
+                // out of order left a hole at the start and nothing to keep, 1 run in 4).
+                depth: if size >= 2 * self.opts.chunk as u64
+                    && !self.final_pass.load(Ordering::Relaxed)
+                {
                     self.opts.depth
                 } else {
                     1
