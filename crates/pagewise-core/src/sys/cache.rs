@@ -325,16 +325,27 @@ pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> io::
         // contents. A failure (THP not built in) only loses the speed-up, so it is ignored.
         let _ = unsafe { madvise(map.addr, map.len, Advice::LinuxHugepage) };
     }
-    // SAFETY: as above; populating reads the file into the mapping's pages, which nothing
+    // 5.10 failed `load` here before the fallback of populate_mapped.
+    populate_mapped(map.addr as *const u8, map.len)
+}
+
+/// `madvise(addr, len, MADV_POPULATE_READ)` over `[addr, addr+len)` of a live shared
+/// mapping of a file: its pages read in (where not cached) and mapped, nothing copied. Before
+/// 5.14 (EINVAL) every page is faulted in instead, a byte each, as a read through the mapping
+/// would (with the fault path's readahead): see [`touch_pages`].
+pub(super) fn populate_mapped(addr: *const u8, len: usize) -> io::Result<()> {
+    // SAFETY: the range lies in a live mapping; populating fills its pages, which nothing
     // here dereferences.
     let r = rustix::io::retry_on_intr(|| unsafe {
-        madvise(map.addr, map.len, Advice::LinuxPopulateRead)
+        rustix::mm::madvise(
+            addr as *mut std::ffi::c_void,
+            len,
+            rustix::mm::Advice::LinuxPopulateRead,
+        )
     });
     if r == Err(rustix::io::Errno::INVAL) {
-        // Before 5.14: fault every page in as a read through the mapping would (with the
-        // fault path's readahead), a byte each (see touch_pages). 5.10 failed `load` here.
         let page = super::page_size() as usize;
-        touch_pages(map.addr as *const u8, map.len.div_ceil(page), page);
+        touch_pages(addr, len.div_ceil(page), page);
         return Ok(());
     }
     Ok(r?)

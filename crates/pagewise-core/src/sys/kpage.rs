@@ -98,22 +98,11 @@ pub fn page_cgroups_in(
                 i += 1;
             }
             let run_len = ((i - start) as u64 * page).min(win - start as u64 * page);
-            // SAFETY: the range lies inside the live mapping; populating maps pages that
-            // nothing here dereferences.
+            // SAFETY: `start` pages from the mapping's start stay inside the live mapping.
             let run = unsafe { (map.addr as *const u8).add(start * page as usize) };
-            let r = rustix::io::retry_on_intr(|| unsafe {
-                rustix::mm::madvise(
-                    run as *mut std::ffi::c_void,
-                    run_len as usize,
-                    rustix::mm::Advice::LinuxPopulateRead,
-                )
-            });
-            if r == Err(rustix::io::Errno::INVAL) {
-                // Before 5.14 (no MADV_POPULATE_READ): map each cached page by reading a
-                // byte of it (a minor fault; the page is in the cache, mincore said so).
-                // Without this, 5.10 found no frame: every page "unresolved", 0 B charged.
-                super::touch_pages(run, run_len.div_ceil(page) as usize, page as usize);
-            }
+            // Before 5.14 each cached page is faulted in a byte at a time (a minor fault: the
+            // page is in the cache, mincore said so); without that, 5.10 found no frame.
+            let _ = super::populate_mapped(run, run_len as usize);
         }
         entries.clear();
         entries.resize(pages * 8, 0);
