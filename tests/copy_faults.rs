@@ -410,5 +410,12 @@ fn verbs_fit_a_small_open_file_limit() {
         .iter()
         .map(|p| cached(&dst.join(p.strip_prefix(&src).unwrap())))
         .sum();
-    assert_eq!(loaded, pages, "load under a small limit caches every page");
+    // >= 99%: DAMON pageout runs on these machines and evicts physical regions it judges
+    // cold, freshly loaded page cache included (CI once saw 39 of 11,676 pages go between
+    // the load and this count); a file the limit kept load from opening loses all its pages,
+    // and a batch of them far more than 1%.
+    assert!(
+        loaded * 100 >= pages * 99,
+        "load under a small limit caches every page ({loaded} of {pages})"
+    );
 }
