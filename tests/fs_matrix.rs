@@ -6,7 +6,7 @@
 //! file: cachestat(2) on a descriptor of the file that holds the pages (overlayfs: the upper
 //! or lower file; FUSE: the backing file bindfs reads).
 //!
-//! The table it prints (`cargo test --test fs_matrix -- --nocapture`) is README's support
+//! The table it prints (`cargo test --test fs_matrix -- --nocapture`) is docs/filesystems.md's support
 //! table. A cell is `ok`, or `ok (unknown)` where pagewise says it cannot know (FUSE) — never
 //! a figure the kernel does not give.
 
