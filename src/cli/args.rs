@@ -230,6 +230,13 @@ pub struct OutputArgs {
     pub json_lines: bool,
 }
 
+impl OutputArgs {
+    /// The run's output format.
+    pub fn format(&self) -> super::output::Output {
+        super::output::Output::of(self.json, self.json_lines)
+    }
+}
+
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum BackendArg {
     /// Perf events where the kernel allows them, else tracefs (with a notice)

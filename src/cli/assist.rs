@@ -2,6 +2,7 @@
 
 use super::args::{parse_duration, AssistTuning};
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::render::{self, bytes, table};
 use super::signals::Signals;
 use super::trace_file::load_trace;
@@ -74,14 +75,12 @@ pub fn run(a: AssistArgs) -> Result<ExitCode, CliError> {
         duration: a.for_,
     };
     let r = assist::assist(&opts, &Signals).map_err(|e| CliError::about("assist", e))?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
-    } else {
+    Output::of(a.json, false).document(&r, |r| {
         for n in &r.outcome.notices {
             eprintln!("pagewise assist: note: {n}");
         }
-        let _ = render::write_assist_summary(&mut std::io::stderr().lock(), &r);
-    }
+        let _ = render::write_assist_summary(&mut std::io::stderr().lock(), r);
+    });
     // A promise not kept: faults on files that could not be reached were not assisted.
     if r.files_unreachable > 0 {
         return Ok(ExitCode::Status(2));
@@ -98,15 +97,13 @@ fn simulate(path: &Path, a: &AssistArgs) -> Result<ExitCode, CliError> {
         latency_ns: a.latency.as_nanos() as u64,
     };
     let rows = sim::compare(&opts).map_err(|e| CliError::about(path.display().to_string(), e))?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-        return Ok(ExitCode::Success);
-    }
     let view = SimView {
         trace: path,
         latency: a.latency,
     };
-    let _ = write_simulation(&mut std::io::stdout().lock(), &rows, &view);
+    Output::of(a.json, false).document(&rows, |rows| {
+        let _ = write_simulation(&mut std::io::stdout().lock(), rows, &view);
+    });
     Ok(ExitCode::Success)
 }
 

@@ -1,6 +1,7 @@
 //! `pagewise cgroups`: render the library's CgroupsReport.
 
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::render;
 use clap::Args;
 use pagewise_core::cgroup::{self, CgroupsOptions, CgroupsReport, SortKey};
@@ -69,14 +70,11 @@ pub fn run(a: CgroupsArgs) -> Result<ExitCode, CliError> {
     let mut report = cgroup::cgroups(&opts, &())?;
     let key = cgroup::rank(&mut report.groups, a.sort, a.top, a.all_levels);
     let code = ExitCode::from_outcome(&report.outcome);
-    if a.json {
-        render::print_json(&report);
-        return Ok(code);
-    }
-    let o = &report.outcome;
-    render::report_problems("cgroups", &o.errors, o.error_count, &o.notices);
-    let mut out = std::io::stdout().lock();
-    let _ = write_table(&mut out, &report, key == SortKey::Tree);
+    Output::of(a.json, false).document(&report, |r| {
+        let o = &r.outcome;
+        render::report_problems("cgroups", &o.errors, o.error_count, &o.notices);
+        let _ = write_table(&mut std::io::stdout().lock(), r, key == SortKey::Tree);
+    });
     Ok(code)
 }
 

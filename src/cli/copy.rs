@@ -4,6 +4,7 @@ use super::args::{at_least_one, parse_size_arg};
 use super::copy_log::{self, CopyLog};
 use super::copy_rules::{filters, rsync_rate, rsync_size, rule, rule_file, Rule};
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::progress::{ProgressLine, Show};
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
@@ -250,8 +251,9 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
         log.line(&format!("pagewise copy {}", paths.join(" ")));
     }
     let progress = Arc::new(Progress::default());
+    let out = Output::of(a.json, a.json_lines);
     let show = match (
-        a.json || a.json_lines || a.quiet,
+        !out.is_text() || a.quiet,
         a.progress || a.info == Some(true),
     ) {
         (true, _) => Show::Off,
@@ -259,18 +261,17 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
         (false, false) => Show::Terminal,
     };
     let bar = ProgressLine::start_as("copy", progress.clone(), show);
-    let (stream, list) = (a.json_lines, (a.itemize_changes || a.dry_run) && !a.json);
+    let list = a.itemize_changes || a.dry_run;
     let on_file = |r: FileResult| {
         let FileResult::Copy(item) = r else { return };
         if let Some(log) = &log {
             log.item(&item);
         }
-        if stream {
-            render::print_json_line("entry", &item);
-        } else if list && item.action != Action::Skipped {
-            let mut out = std::io::stdout().lock();
-            let _ = write_item(&mut out, &item);
-        }
+        out.item("entry", &item, |item| {
+            if list && item.action != Action::Skipped {
+                let _ = write_item(&mut std::io::stdout().lock(), item);
+            }
+        });
     };
     // SIGINT/SIGTERM set this flag instead of killing pagewise: the copy stops between chunks
     // and removes what it had not finished.
@@ -283,17 +284,6 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     bar.finish();
     // 128 + the signal that stopped it: 130 for SIGINT, 143 for SIGTERM.
     let code = ExitCode::from_cancellable(&report.outcome, sys::last_signal());
-    let o = &report.outcome;
-    if stream {
-        render::print_stream_end(&o.errors, &report);
-        return Ok(log_kept(log.as_ref(), code));
-    }
-    if a.json {
-        render::print_json(&report);
-        return Ok(log_kept(log.as_ref(), code));
-    }
-    let notices: &[String] = if a.quiet { &[] } else { &o.notices };
-    render::report_problems("copy", &o.errors, o.error_count, notices);
     let view = View {
         verbose: a.verbose,
         verify: a.verify,
@@ -306,9 +296,14 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
             log.line(line);
         }
     }
-    if !a.quiet {
-        let _ = std::io::stderr().write_all(&summary);
-    }
+    out.report(&report, &report.outcome.errors, |r| {
+        let o = &r.outcome;
+        let notices: &[String] = if a.quiet { &[] } else { &o.notices };
+        render::report_problems("copy", &o.errors, o.error_count, notices);
+        if !a.quiet {
+            let _ = std::io::stderr().write_all(&summary);
+        }
+    });
     Ok(log_kept(log.as_ref(), code))
 }
 

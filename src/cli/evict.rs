@@ -3,6 +3,7 @@
 
 use super::args::{OutputArgs, WalkArgs};
 use super::exit::{outcome_in_flag_names, CliError, ExitCode};
+use super::output::Output;
 use super::progress::ProgressLine;
 use super::render::{self, bytes, partial_bytes};
 use super::{trace_file, trace_report};
@@ -87,22 +88,23 @@ impl Mode {
 /// `pagewise evict`.
 pub fn run(a: EvictArgs) -> Result<ExitCode, CliError> {
     match Mode::of(&a)? {
-        Mode::Trace(t) => evict_by_trace(&t, a.out.json, a.dry_run),
+        Mode::Trace(t) => evict_by_trace(&t, a.out.format(), a.dry_run),
         Mode::Cgroup(c) => evict_cgroup(&c, &a),
         Mode::Paths(roots) => evict_paths(roots, &a),
     }
 }
 
 /// `evict --trace`: drops exactly the pages recorded in the trace at `path`.
-fn evict_by_trace(path: &Path, json: bool, dry_run: bool) -> Result<ExitCode, CliError> {
+fn evict_by_trace(path: &Path, out: Output, dry_run: bool) -> Result<ExitCode, CliError> {
     let trace = trace_file::load_trace(path)?;
     let shape = (trace.events.is_empty(), trace.files.len());
     let r = evict::evict_trace(&TraceEvictOptions { trace, dry_run }, &());
-    trace_report::cache_verb("evict", path, json, shape, r)
+    trace_report::cache_verb("evict", path, out, shape, r)
 }
 
 /// `pagewise evict PATH...`.
 fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError> {
+    let out = a.out.format();
     let opts = EvictOptions {
         roots,
         walk: a.walk.walk_options(evict::default_threads()),
@@ -112,24 +114,23 @@ fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError>
         owned: a.owned,
         dry_run: a.dry_run,
         why: a.why,
-        files: a.out.json_lines || a.verbose,
+        files: out.streams() || a.verbose,
     };
     let progress = Arc::new(Progress::default());
-    let bar = ProgressLine::start("evict", progress.clone(), !a.out.json && !a.out.json_lines);
-    let stream = a.out.json_lines;
+    let bar = ProgressLine::start("evict", progress.clone(), out.is_text());
     let verbose = a.verbose;
     let on_file = |r: FileResult| {
         let FileResult::Evict(f) = r else { return };
-        if stream {
-            render::print_json_line("file", &f);
-        } else if verbose {
-            println!(
-                "{}: {} dropped, {} stayed",
-                render::path_text(&f.path),
-                render::opt_bytes(f.dropped_bytes),
-                render::opt_bytes(f.stayed_bytes)
-            );
-        }
+        out.item("file", &f, |f| {
+            if verbose {
+                println!(
+                    "{}: {} dropped, {} stayed",
+                    render::path_text(&f.path),
+                    render::opt_bytes(f.dropped_bytes),
+                    render::opt_bytes(f.stayed_bytes)
+                );
+            }
+        });
     };
     let observer = Watch {
         progress: Some(&progress),
@@ -139,21 +140,17 @@ fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError>
     let mut report = evict::evict(&opts, &observer)?;
     outcome_in_flag_names(&mut report.outcome);
     bar.finish();
+    let code = ExitCode::from_outcome(&report.outcome);
+    out.report(&report, &report.outcome.errors, write_text);
+    Ok(code)
+}
+
+/// `evict PATH...` for people: the problems, the summary, what could not be measured.
+fn write_text(report: &EvictReport) {
     let o = &report.outcome;
-    let code = ExitCode::from_outcome(o);
-    if stream {
-        render::print_stream_end(&o.errors, &report);
-        return Ok(code);
-    }
-    if a.out.json {
-        render::print_json(&report);
-        return Ok(code);
-    }
     render::report_problems("evict", &o.errors, o.error_count, &o.notices);
     let t = &report.total;
-    let mut out = std::io::stdout().lock();
-    let _ = write_summary(&mut out, &report);
-    drop(out);
+    let _ = write_summary(&mut std::io::stdout().lock(), report);
     if let Some(why) = t.unknown_reason {
         eprintln!(
             "pagewise evict: note: {} of {} files were {} without a measure ('unknown', totals \
@@ -167,7 +164,6 @@ fn evict_paths(roots: Vec<PathBuf>, a: &EvictArgs) -> Result<ExitCode, CliError>
             }
         );
     }
-    Ok(code)
 }
 
 /// `pagewise evict --cgroup`.
@@ -181,12 +177,10 @@ fn evict_cgroup(cgroup: &Path, a: &EvictArgs) -> Result<ExitCode, CliError> {
     let report = evict::evict_cgroup(&opts, &())?;
     let o = &report.outcome;
     let code = ExitCode::from_outcome(o);
-    if a.out.json || a.out.json_lines {
-        render::print_json(&report);
-        return Ok(code);
-    }
-    render::report_problems("evict", &o.errors, o.error_count, &o.notices);
-    let _ = write_cgroup_summary(&mut std::io::stdout().lock(), &report);
+    a.out.format().document(&report, |r| {
+        render::report_problems("evict", &o.errors, o.error_count, &o.notices);
+        let _ = write_cgroup_summary(&mut std::io::stdout().lock(), r);
+    });
     Ok(code)
 }
 

@@ -4,6 +4,7 @@
 
 use super::args::{at_least_one, parse_duration, parse_size_arg, OutputArgs, WalkArgs};
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::progress::ProgressLine;
 use super::render::{self, bytes};
 use super::{trace_file, trace_report};
@@ -93,18 +94,18 @@ impl Mode {
 /// `pagewise load`.
 pub fn run(a: LoadArgs) -> Result<ExitCode, CliError> {
     match Mode::of(&a)? {
-        Mode::Trace { path, depth } => load_by_trace(&path, a.out.json, depth),
+        Mode::Trace { path, depth } => load_by_trace(&path, a.out.format(), depth),
         Mode::Paths(roots) => load_paths(roots, a),
     }
 }
 
 /// `load --trace`: loads exactly the pages recorded in the trace at `path`, `depth` reads in
 /// flight.
-fn load_by_trace(path: &Path, json: bool, depth: usize) -> Result<ExitCode, CliError> {
+fn load_by_trace(path: &Path, out: Output, depth: usize) -> Result<ExitCode, CliError> {
     let trace = trace_file::load_trace(path)?;
     let shape = (trace.events.is_empty(), trace.files.len());
     let r = load::load_trace(&TraceLoadOptions { trace, depth }, &());
-    trace_report::cache_verb("load", path, json, shape, r)
+    trace_report::cache_verb("load", path, out, shape, r)
 }
 
 /// `pagewise load PATH...`, holding the pages locked with `--lock` (detached with `--daemon`).
@@ -139,7 +140,7 @@ fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
         },
     };
     let progress = Arc::new(Progress::default());
-    let shown = !a.out.json && !a.out.json_lines && !a.daemon;
+    let shown = a.out.format().is_text() && !a.daemon;
     let bar = ProgressLine::start("load", progress.clone(), shown);
     let mut report = match load::load(&opts, progress.as_ref()) {
         Ok(r) => r,
@@ -168,15 +169,14 @@ fn load_paths(roots: Vec<PathBuf>, a: LoadArgs) -> Result<ExitCode, CliError> {
 
 /// The report: JSON (`--json`, `--json-lines`) on stdout, or the summary and the problems.
 fn render_report(report: &LoadReport, a: &LoadArgs) {
+    a.out
+        .format()
+        .report(report, &report.outcome.errors, |r| write_text(r, a));
+}
+
+/// `load` for people: the problems, the summary (or the lock's failure), what is unknown.
+fn write_text(report: &LoadReport, a: &LoadArgs) {
     let o = &report.outcome;
-    if a.out.json || a.out.json_lines {
-        if a.out.json_lines {
-            render::print_stream_end(&o.errors, report);
-        } else {
-            render::print_json(report);
-        }
-        return;
-    }
     render::report_problems("load", &o.errors, o.error_count, &o.notices);
     let t = &report.total;
     let mut out = std::io::stdout().lock();

@@ -20,6 +20,7 @@ pub mod evict;
 pub mod exit;
 pub mod exporter;
 pub mod load;
+pub mod out_file;
 pub mod output;
 pub mod progress;
 pub mod record;

@@ -2,7 +2,7 @@
 
 use super::args::BackendArg;
 use super::exit::{command_error, outcome_in_flag_names, CliError, ExitCode};
-use super::output::Output;
+use super::out_file::OutFile;
 use super::render::{bytes, path_text};
 use super::signals::Signals;
 use super::trace_file::{write_trace, TraceFormat};
@@ -58,7 +58,7 @@ pub struct RecordArgs {
 /// `pagewise record`.
 pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
     // The output first: a bad path is found before the command runs.
-    let out = Output::open(&a.output)?;
+    let out = OutFile::open(&a.output)?;
     let opts = RecordOptions {
         command: a.command,
         follow: FollowOptions {

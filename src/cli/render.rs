@@ -206,13 +206,6 @@ pub fn error_text(e: &FileError) -> String {
     }
 }
 
-/// Writes a JSON value (one document) to stdout.
-pub fn print_json<T: serde::Serialize>(v: &T) {
-    let mut out = std::io::stdout().lock();
-    let _ = serde_json::to_writer_pretty(&mut out, v);
-    let _ = writeln!(out);
-}
-
 /// A time as RFC 3339 in UTC with milliseconds: `2026-11-26T15:20:01.123Z`.
 pub fn utc(t: std::time::SystemTime) -> String {
     let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -226,26 +219,6 @@ pub fn utc(t: std::time::SystemTime) -> String {
         rem % 60,
         d.subsec_millis()
     )
-}
-
-/// Writes one JSON line to stdout, tagged with `type`.
-pub fn print_json_line<T: serde::Serialize>(kind: &str, v: &T) {
-    let mut val = serde_json::to_value(v).unwrap_or(serde_json::Value::Null);
-    if let serde_json::Value::Object(m) = &mut val {
-        m.insert("type".into(), kind.into());
-        m.insert("time".into(), utc(std::time::SystemTime::now()).into());
-    }
-    let mut out = std::io::stdout().lock();
-    let _ = serde_json::to_writer(&mut out, &val);
-    let _ = writeln!(out);
-}
-
-/// Ends a `--json-lines` stream: one line per error, then the summary.
-pub fn print_stream_end<T: serde::Serialize>(errors: &[FileError], summary: &T) {
-    for e in errors {
-        print_json_line("error", e);
-    }
-    print_json_line("summary", summary);
 }
 
 /// The report of `assist -p` and `run --assist`: one line.

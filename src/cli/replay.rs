@@ -2,6 +2,7 @@
 
 use super::args::{at_least_one, parse_size_arg};
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::render::{self, bytes, path_text};
 use super::trace_file::load_trace;
 use super::trace_report::{nothing_to_do, nothing_to_do_reason, skipped_note};
@@ -111,15 +112,13 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, CliError> {
         }
         code
     };
-    if a.json {
-        render::print_json(&reports);
-        return Ok(finish());
-    }
-    if let Some(r) = reports.first() {
-        render::report_problems("replay", &r.outcome.errors, r.outcome.error_count, &[]);
-        skipped_note("replay", r.files_missing, &r.skipped);
-    }
-    let _ = write_table(&mut std::io::stdout().lock(), &reports);
+    Output::of(a.json, false).document(&reports, |reports| {
+        if let Some(r) = reports.first() {
+            render::report_problems("replay", &r.outcome.errors, r.outcome.error_count, &[]);
+            skipped_note("replay", r.files_missing, &r.skipped);
+        }
+        let _ = write_table(&mut std::io::stdout().lock(), reports);
+    });
     Ok(finish())
 }
 

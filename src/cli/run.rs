@@ -2,7 +2,7 @@
 
 use super::args::{parse_limit_arg, AssistTuning, BackendArg, MethodArg};
 use super::exit::{command_error, outcome_in_flag_names, CliError, ExitCode};
-use super::output::Output;
+use super::out_file::OutFile;
 use super::render::{self, bytes};
 use super::signals::Signals;
 use clap::Args;
@@ -84,7 +84,7 @@ pub fn run(a: RunArgs) -> Result<ExitCode, CliError> {
         assist: a.assist.then(|| a.tuning.options()),
     };
     // The report file first: a bad path is found before the command runs.
-    let report_out = a.report.as_deref().map(Output::open).transpose()?;
+    let report_out = a.report.as_deref().map(OutFile::open).transpose()?;
     let mut r = match pagewise_core::run::run(&opts, &Signals) {
         Ok(r) => r,
         Err(e) => return Ok(command_error("run", e)),

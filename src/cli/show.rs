@@ -1,7 +1,7 @@
 //! `pagewise show`: a recorded trace as text or JSON.
 
 use super::exit::{CliError, ExitCode};
-use super::output::Output;
+use super::out_file::OutFile;
 use super::render;
 use super::trace_file::{load_trace, write_trace, TraceFormat};
 use clap::{Args, ValueEnum};
@@ -67,7 +67,7 @@ pub fn run(a: ShowArgs) -> Result<ExitCode, CliError> {
             render::path_text(&a.trace)
         )));
     }
-    write_trace(&t, a.format.into(), Output::open(Path::new("-"))?)?;
+    write_trace(&t, a.format.into(), OutFile::open(Path::new("-"))?)?;
     if !matches!(a.format, ShowFormat::Json) && t.files.iter().any(|f| f.path.is_none()) {
         eprintln!("pagewise show: note: {}", trace::UNNAMED_LEGEND);
     }

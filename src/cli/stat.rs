@@ -124,6 +124,7 @@ pub fn run(a: StatArgs) -> Result<ExitCode, CliError> {
 
 /// `pagewise stat PATH...`: the residency table, files listed, sorted and mapped as asked.
 fn residency(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
+    let out = a.out.format();
     let list = a.files || a.top.is_some() || a.only_cached || a.map.is_some() || a.sort.is_some();
     let key = a.sort.unwrap_or(if a.top.is_some() {
         SortKey::Cached
@@ -136,19 +137,18 @@ fn residency(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
         range: a.walk.range(),
         method: a.walk.method(),
         map_cells: a.map.map_or(0, usize::from),
-        files: list || a.out.json_lines,
+        files: list || out.streams(),
     };
     let keep: Mutex<Vec<FileStat>> = Mutex::new(Vec::new());
     let top = a.top;
-    let stream = a.out.json_lines;
     let only_cached = a.only_cached;
     let on_file = |r: FileResult| {
         let FileResult::Stat(f) = r else { return };
         if only_cached && f.residency.cached == Some(0) {
             return;
         }
-        if stream {
-            render::print_json_line("file", &f);
+        if out.streams() {
+            out.item("file", &f, |_| {});
             return;
         }
         if !list {
@@ -176,67 +176,40 @@ fn residency(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
         files.truncate(n);
     }
     let code = ExitCode::from_outcome(&report.outcome);
-    if machine_output(stream, a.out.json, &report, &report.outcome, &files, list)? {
-        return Ok(code);
-    }
-    let o = &report.outcome;
-    render::report_problems("stat", &o.errors, o.error_count, &o.notices);
     let view = View {
         ranged: a.walk.range.is_some(),
         list,
         map: list && a.map.is_some(),
         roots: opts.roots.len(),
     };
-    let mut out = std::io::stdout().lock();
-    let _ = write_table(&mut out, &report, &files, &view);
-    drop(out);
-    if let Some(why) = report.total.unknown_reason {
-        eprintln!(
-            "pagewise stat: note: {} of {} files show 'unknown' (totals marked >= leave them out): {why}",
-            report.total.unknown_files, report.total.files
-        );
-    }
-    Ok(code)
-}
-
-/// The report as `--json-lines` (its end: the files were streamed) or `--json` (with the
-/// kept `files` when they were listed); false when neither was asked for.
-fn machine_output<R: serde::Serialize, F: serde::Serialize>(
-    stream: bool,
-    json: bool,
-    report: &R,
-    outcome: &pagewise_core::Outcome,
-    files: &[F],
-    list: bool,
-) -> Result<bool, CliError> {
-    if stream {
-        render::print_stream_end(&outcome.errors, report);
-        return Ok(true);
-    }
-    if json {
-        let mut v = serde_json::to_value(report)?;
-        if list {
-            v["files"] = serde_json::to_value(files)?;
+    let kept = list.then_some(&files);
+    out.report_with(&report, &report.outcome.errors, "files", kept, |r| {
+        let o = &r.outcome;
+        render::report_problems("stat", &o.errors, o.error_count, &o.notices);
+        let _ = write_table(&mut std::io::stdout().lock(), r, &files, &view);
+        if let Some(why) = r.total.unknown_reason {
+            eprintln!(
+                "pagewise stat: note: {} of {} files show 'unknown' (totals marked >= leave them out): {why}",
+                r.total.unknown_files, r.total.files
+            );
         }
-        render::print_json(&v);
-        return Ok(true);
-    }
-    Ok(false)
+    });
+    Ok(code)
 }
 
 /// `pagewise stat --by-cgroup`.
 fn by_cgroup(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
+    let out = a.out.format();
     let opts = ChargeOptions {
         roots,
         walk: a.walk.walk_options(pagewise_core::walk::default_threads()),
-        files: a.files || a.top.is_some() || a.out.json_lines,
+        files: a.files || a.top.is_some() || out.streams(),
     };
     let keep: Mutex<Vec<FileCharge>> = Mutex::new(Vec::new());
-    let stream = a.out.json_lines;
     let on_file = |r: FileResult| {
         let FileResult::Charge(f) = r else { return };
-        if stream {
-            render::print_json_line("file", &f);
+        if out.streams() {
+            out.item("file", &f, |_| {});
         } else {
             keep.lock().unwrap().push(f);
         }
@@ -257,19 +230,12 @@ fn by_cgroup(roots: Vec<PathBuf>, a: StatArgs) -> Result<ExitCode, CliError> {
         files.truncate(n);
     }
     let code = ExitCode::from_outcome(&report.outcome);
-    if machine_output(
-        stream,
-        a.out.json,
-        &report,
-        &report.outcome,
-        &files,
-        opts.files,
-    )? {
-        return Ok(code);
-    }
-    let o = &report.outcome;
-    render::report_problems("stat", &o.errors, o.error_count, &o.notices);
-    let _ = write_charges(&mut std::io::stdout().lock(), &report, &files, opts.files);
+    let kept = opts.files.then_some(&files);
+    out.report_with(&report, &report.outcome.errors, "files", kept, |r| {
+        let o = &r.outcome;
+        render::report_problems("stat", &o.errors, o.error_count, &o.notices);
+        let _ = write_charges(&mut std::io::stdout().lock(), r, &files, opts.files);
+    });
     Ok(code)
 }
 

@@ -3,6 +3,7 @@
 
 use super::args::parse_duration;
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::render;
 use super::signals::Signals;
 use clap::{Args, ValueEnum};
@@ -83,28 +84,24 @@ pub fn run(a: TopArgs) -> Result<ExitCode, CliError> {
         cgroup: a.by.contains(&By::Cgroup),
         file: a.by.contains(&By::File),
     };
+    let out = Output::of(a.json, a.json_lines);
     let opts = TopOptions {
         sampler: SamplerOptions {
             views,
             max_keys: a.max_keys,
             buffer_kb: a.buffer_kb,
-            max_rows: a.limit.or(if a.json || a.json_lines {
-                None
-            } else {
-                Some(DEFAULT_LIMIT)
-            }),
+            max_rows: a.limit.or(out.is_text().then_some(DEFAULT_LIMIT)),
         },
         interval: a.interval,
         count: if a.once { Some(1) } else { a.count },
     };
-    let tty = !a.json && !a.json_lines && std::io::stdout().is_terminal();
+    let tty = out.is_text() && std::io::stdout().is_terminal();
     let mut all = Vec::new();
     let mut on = |i: &Interval| {
-        if a.json {
+        if out == Output::Json {
             all.push(i.clone());
-        } else if a.json_lines {
-            render::print_json_line("interval", i);
-        } else {
+        }
+        out.item("interval", i, |i| {
             let mut text = Vec::new();
             let _ = write_interval(&mut text, i, &a.by, a.limit.unwrap_or(DEFAULT_LIMIT));
             let text = String::from_utf8_lossy(&text);
@@ -120,26 +117,16 @@ pub fn run(a: TopArgs) -> Result<ExitCode, CliError> {
                 let _ = writeln!(out, "{text}");
             }
             let _ = out.flush();
-        }
+        });
     };
     let report = top::top(&opts, &Signals, &mut on)?;
-    if a.json {
-        let mut v = serde_json::to_value(&report).unwrap_or_default();
-        if let serde_json::Value::Object(m) = &mut v {
-            m.insert(
-                "intervals".into(),
-                serde_json::to_value(&all).unwrap_or_default(),
-            );
+    let errors = &report.outcome.errors;
+    out.report_with(&report, errors, "intervals", Some(&all), |r| {
+        render::report_problems("top", &[], 0, &r.outcome.notices);
+        if r.lost_events > 0 {
+            eprintln!("{}", render::lost_events_warning(r.lost_events));
         }
-        render::print_json(&v);
-    } else if a.json_lines {
-        render::print_stream_end(&report.outcome.errors, &report);
-    } else {
-        render::report_problems("top", &[], 0, &report.outcome.notices);
-        if report.lost_events > 0 {
-            eprintln!("{}", render::lost_events_warning(report.lost_events));
-        }
-    }
+    });
     Ok(ExitCode::from_outcome(&report.outcome))
 }
 

@@ -3,7 +3,7 @@
 //! `load --trace`.
 
 use super::exit::CliError;
-use super::output::Output;
+use super::out_file::OutFile;
 use super::render::path_text;
 use clap::ValueEnum;
 use pagewise_core::trace::{self, Trace};
@@ -80,7 +80,7 @@ fn read_trace_file(path: &Path) -> Result<Vec<u8>, CliError> {
 }
 
 /// Writes a trace in `format` to an output opened beforehand.
-pub fn write_trace(t: &Trace, format: TraceFormat, out: Output) -> Result<(), CliError> {
+pub fn write_trace(t: &Trace, format: TraceFormat, out: OutFile) -> Result<(), CliError> {
     out.write(|w| render_trace(w, t, format))
 }
 

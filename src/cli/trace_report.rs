@@ -3,6 +3,7 @@
 //! `load --trace` share ([`TraceCacheReport`]: its summary, its exit code).
 
 use super::exit::{CliError, ExitCode};
+use super::output::Output;
 use super::render::{self, bytes, path_text};
 use pagewise_core::trace::{SkippedFile, TraceCacheReport};
 use std::io::Write;
@@ -67,13 +68,14 @@ pub fn write_skipped(
     Ok(())
 }
 
-/// Renders the report of `evict --trace` / `load --trace`: JSON, or the problems and notes
+/// Renders the report of `evict --trace` / `load --trace`: JSON (one document, also under
+/// `--json-lines`), or the problems and notes
 /// on stderr and the summary on stdout. `shape`: whether the trace had no events, and its
 /// files. The exit code: some files failed (2), else nothing to act on (3), else 0.
 pub fn cache_verb(
     verb: &str,
     path: &Path,
-    json: bool,
+    out: Output,
     (empty_trace, files_total): (bool, usize),
     r: Result<TraceCacheReport, pagewise_core::Error>,
 ) -> Result<ExitCode, CliError> {
@@ -87,19 +89,17 @@ pub fn cache_verb(
         }
         code => code,
     };
-    if json {
-        render::print_json(&r);
-        return Ok(finish());
-    }
-    render::report_problems(verb, &o.errors, o.error_count, &[]);
-    skipped_note(verb, r.files_missing, &r.skipped);
-    let _ = write_cache_summary(&mut std::io::stdout().lock(), &r);
-    if let Some(why) = r.unknown_reason {
-        eprintln!(
-            "pagewise {verb}: note: {} of {} files: residency unknown (figures marked >= leave them out): {why}",
-            r.unknown_files, r.files
-        );
-    }
+    out.document(&r, |r| {
+        render::report_problems(verb, &o.errors, o.error_count, &[]);
+        skipped_note(verb, r.files_missing, &r.skipped);
+        let _ = write_cache_summary(&mut std::io::stdout().lock(), r);
+        if let Some(why) = r.unknown_reason {
+            eprintln!(
+                "pagewise {verb}: note: {} of {} files: residency unknown (figures marked >= leave them out): {why}",
+                r.unknown_files, r.files
+            );
+        }
+    });
     Ok(finish())
 }
 
