@@ -634,7 +634,7 @@ fn a_lock_the_process_may_not_take_is_refused_or_said_never_reported_as_done() {
     assert!(stderr(&out).contains("RLIMIT_MEMLOCK"), "{}", stderr(&out));
 }
 
-/// Issue 7 (`run --report`, `record -o`: src/cli/output.rs): the report's name in a 0777
+/// Issue 7 (`run --report`, `record -o`: src/cli/out_file.rs): the report's name in a 0777
 /// directory planted by nobody — a symlink to a root-only file, a symlink to where one would
 /// be created, a FIFO of nobody's — is refused before the command runs, in one line naming it;
 /// the root-only file keeps its bytes and nothing is created, written or blocked on. A symlink

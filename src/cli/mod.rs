@@ -14,8 +14,6 @@ pub mod args;
 pub mod assist;
 pub mod cgroups;
 pub mod copy;
-pub mod copy_log;
-pub mod copy_rules;
 pub mod evict;
 pub mod exit;
 pub mod exporter;

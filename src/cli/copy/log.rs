@@ -11,8 +11,8 @@
 //! part of the line written is cut off again — no more lines are tried, and the run says so
 //! on stderr and exits 2: a log that is silently incomplete is worse than none.
 
-use super::exit::CliError;
-use super::render::utc;
+use crate::cli::exit::CliError;
+use crate::cli::render::utc;
 use pagewise_core::copy::{Action, CopyItem, EntryKind};
 use std::fs::File;
 use std::io::Write;

@@ -1,13 +1,15 @@
 //! `pagewise copy`: render the library's CopyReport.
 
+mod log;
+mod rules;
+
 use super::args::{at_least_one, parse_size_arg};
-use super::copy_log::{self, CopyLog};
-use super::copy_rules::{filters, rsync_rate, rsync_size, rule, rule_file, Rule};
 use super::exit::{CliError, ExitCode};
 use super::output::Output;
 use super::progress::{ProgressLine, Show};
 use super::render::{self, bytes};
 use clap::{Args, ValueEnum};
+use log::CopyLog;
 use pagewise_core::copy::limits::parse_io_priority as io_priority;
 use pagewise_core::copy::{
     self, Action, CopyItem, CopyOptions, CopyReport, Dereference, EntryKind, Existing, RuleKind,
@@ -15,6 +17,7 @@ use pagewise_core::copy::{
 };
 use pagewise_core::sys::IoPriority;
 use pagewise_core::{sys, Error, FileResult, Progress, Watch};
+use rules::{filters, rsync_rate, rsync_size, rule, rule_file, Rule};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -246,7 +249,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
         let paths: Vec<String> = a
             .paths
             .iter()
-            .map(|p| copy_log::escaped(p.as_os_str().as_bytes()))
+            .map(|p| log::escaped(p.as_os_str().as_bytes()))
             .collect();
         log.line(&format!("pagewise copy {}", paths.join(" ")));
     }

@@ -2,7 +2,7 @@
 //! `--include-from` and `--filter`, numbered as clap meets them so that the rules keep the
 //! order they were given in across the five flags; and rsync's size arguments.
 
-use super::copy::CopyArgs;
+use super::CopyArgs;
 use pagewise_core::copy::{self, Filters, RuleKind};
 use pagewise_core::Error;
 use std::os::unix::ffi::OsStrExt;
