@@ -411,8 +411,8 @@ pub fn is_zombie(pid: u32) -> bool {
     })
 }
 
-/// Process `pid` is alive (not gone, not a zombie) and runs pagewise: its command name is
-/// `pagewise`, or its executable is this process's own (pagewise under another name). What
+/// Process `pid` is alive (not gone, not a zombie) and runs pagewise: its command name starts
+/// with `pagewise`, or its executable is this process's own (pagewise under another name). What
 /// a stale temporary of pagewise's is told by: its PID in the name is no pagewise now.
 pub fn is_live_pagewise(pid: u32) -> bool {
     let Some(st) = stat_of(pid) else {
@@ -421,11 +421,81 @@ pub fn is_live_pagewise(pid: u32) -> bool {
     if st.state == "Z" || st.state == "X" {
         return false;
     }
-    if st.comm == "pagewise" {
+    // The kernel cuts the name to 15 bytes: `pagewise-0.1.0-x86_64-linux` runs as "pagewise-0.1.0-".
+    if st.comm.starts_with("pagewise") {
         return true;
     }
-    let exe = |p: &str| std::fs::read_link(format!("/proc/{p}/exe")).ok();
-    exe(&pid.to_string()).is_some_and(|e| Some(e) == exe("self"))
+    exe_of(Some(pid)).is_some_and(|e| Some(e) == exe_of(None))
+}
+
+/// The executable of process `pid` (None: this process), from the /proc/PID/exe link.
+pub fn exe_of(pid: Option<u32>) -> Option<std::path::PathBuf> {
+    std::fs::read_link(match pid {
+        Some(p) => format!("/proc/{p}/exe"),
+        None => "/proc/self/exe".to_string(),
+    })
+    .ok()
+}
+
+/// The /proc magic link of thread `tid`'s descriptor `fd` (opening it reopens the file).
+pub fn fd_link(tid: u32, fd: u32) -> String {
+    format!("/proc/{tid}/fd/{fd}")
+}
+
+/// The /proc magic link of thread `tid`'s executable.
+pub fn exe_link(tid: u32) -> String {
+    format!("/proc/{tid}/exe")
+}
+
+/// The descriptor numbers thread `tid`'s process has open (none when it is gone or hidden).
+pub fn open_fds(tid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{tid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many descriptors this process has open (/proc/self/fd).
+pub fn own_open_fds() -> Option<u64> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64)
+}
+
+/// Process `pid`'s command name (/proc/PID/comm) without the newline the kernel ends it with;
+/// a newline in the name itself stays.
+pub fn comm_of(pid: u32) -> Option<Vec<u8>> {
+    let mut c = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    if c.last() == Some(&b'\n') {
+        c.pop();
+    }
+    Some(c)
+}
+
+/// Process `pid`'s /proc/PID/cgroup (None: this process's), as text.
+pub fn cgroup_text(pid: Option<u32>) -> Option<String> {
+    std::fs::read_to_string(match pid {
+        Some(p) => format!("/proc/{p}/cgroup"),
+        None => "/proc/self/cgroup".to_string(),
+    })
+    .ok()
+}
+
+/// This process's /proc/self/stat, as text (the exporter's process_* figures).
+pub fn own_stat_text() -> Option<String> {
+    std::fs::read_to_string("/proc/self/stat").ok()
+}
+
+/// The machine's /proc/stat (boot time), as text.
+pub fn machine_stat_text() -> Option<String> {
+    std::fs::read_to_string("/proc/stat").ok()
+}
+
+/// This process's resource limits (/proc/self/limits), as text.
+pub fn own_limits_text() -> Option<String> {
+    std::fs::read_to_string("/proc/self/limits").ok()
 }
 
 /// `kernel.perf_event_paranoid` (/proc/sys/kernel/perf_event_paranoid), None when unreadable

@@ -53,20 +53,18 @@ pub fn parse_max_fds(text: &str) -> Option<u64> {
 impl ProcessSnapshot {
     /// Reads this process's figures now.
     pub fn read() -> ProcessSnapshot {
-        let read = |p: &str| std::fs::read_to_string(p).ok();
+        use crate::procfs;
         let tick = rustix::param::clock_ticks_per_second().max(1) as f64;
         let page = rustix::param::page_size() as u64;
-        let stat = read("/proc/self/stat").as_deref().and_then(parse_stat);
-        let btime = read("/proc/stat").as_deref().and_then(parse_btime);
+        let stat = procfs::own_stat_text().as_deref().and_then(parse_stat);
+        let btime = procfs::machine_stat_text().as_deref().and_then(parse_btime);
         ProcessSnapshot {
             cpu_seconds: stat.map(|s| (s.0 + s.1) as f64 / tick),
             resident_bytes: stat.map(|s| s.4.saturating_mul(page)),
             virtual_bytes: stat.map(|s| s.3),
             start_time_seconds: stat.zip(btime).map(|(s, b)| b as f64 + s.2 as f64 / tick),
-            open_fds: std::fs::read_dir("/proc/self/fd")
-                .ok()
-                .map(|d| d.count() as u64),
-            max_fds: read("/proc/self/limits").as_deref().and_then(parse_max_fds),
+            open_fds: procfs::own_open_fds(),
+            max_fds: procfs::own_limits_text().as_deref().and_then(parse_max_fds),
         }
     }
 

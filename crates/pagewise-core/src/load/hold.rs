@@ -42,14 +42,6 @@ pub fn parse_pid(content: &[u8]) -> Option<u32> {
     t.parse::<u32>().ok().filter(|&p| p > 0)
 }
 
-/// True when `pid` is a live process running pagewise (its `comm` starts with "pagewise").
-/// A zombie counts as gone.
-fn is_live_pagewise(pid: u32) -> bool {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let state = crate::procfs::stat_of(pid).map(|s| s.state);
-    comm.starts_with("pagewise") && state.is_some_and(|s| s != "Z" && s != "X")
-}
-
 /// A pidfile: claimed with [`Pidfile::claim`] (an exclusive flock(2) on it, held as long as
 /// this value — and, across `--daemon`'s fork, the daemon's copy of its descriptor — lives),
 /// written with [`Pidfile::write`], removed when dropped if it still names the PID written
@@ -143,7 +135,7 @@ impl Pidfile {
                 let Some(pid) = parse_pid(&content) else {
                     return Err(refuse("exists and holds no PID: not overwriting it".into()));
                 };
-                if pid != std::process::id() && is_live_pagewise(pid) {
+                if pid != std::process::id() && crate::procfs::is_live_pagewise(pid) {
                     return Err(refuse(format!(
                         "pagewise (PID {pid}) is running with this pidfile; stop it first \
                          (kill {pid})"

@@ -132,16 +132,8 @@ impl Procs {
     }
 
     fn read_process(&mut self, pid: u32) -> ProcInfo {
-        // The kernel ends it with one newline of its own; a newline in the name stays.
-        let comm = std::fs::read(format!("/proc/{pid}/comm"))
-            .ok()
-            .map(|mut c| {
-                if c.last() == Some(&b'\n') {
-                    c.pop();
-                }
-                c
-            });
-        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok();
+        let comm = crate::procfs::comm_of(pid);
+        let text = crate::procfs::cgroup_text(Some(pid));
         let cgroup = match text.as_deref().and_then(cgroup::parse_proc_cgroup) {
             Some((h, path)) => self.intern_path(h, &path),
             None => 0,

@@ -144,11 +144,10 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 /// (a daemon, a background job). pagewise is their subreaper, so they are its children now.
 pub(crate) fn orphans_left() -> usize {
     // pagewise's own detached helpers (forks that never exec) run our executable.
-    let exe = |pid: &str| std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-    let mine = exe("self");
+    let mine = crate::procfs::exe_of(None);
     crate::procfs::children_of(std::process::id())
         .into_iter()
-        .filter(|pid| mine.is_none() || exe(&pid.to_string()) != mine)
+        .filter(|&pid| mine.is_none() || crate::procfs::exe_of(Some(pid)) != mine)
         .count()
 }
 

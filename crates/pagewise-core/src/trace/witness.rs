@@ -15,6 +15,7 @@
 //! Cost: one stat(2) of the proc link per closed descriptor, and an open and readlink once per
 //! file (a 100k-file `tar c` closes 100k files: see the notes of issue 38).
 
+use crate::procfs;
 use crate::sys::{self, Closing, FileId, FsKind, Notifier};
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -155,23 +156,23 @@ impl Witnessed {
     /// has to happen before the close).
     pub fn look(&self, tid: u32, closing: Closing) -> Vec<Caught> {
         let mut caught = Vec::new();
-        let mut at = |fd: u32| caught.extend(self.catch(&format!("/proc/{tid}/fd/{fd}")));
+        let mut at = |fd: u32| caught.extend(self.catch(&procfs::fd_link(tid, fd)));
         match closing {
             Closing::One(fd) if fd >= 0 => at(fd as u32),
             Closing::One(_) => {}
             Closing::Range(first, last) => {
-                for fd in open_fds(tid) {
+                for fd in procfs::open_fds(tid) {
                     if (first..=last).contains(&fd) {
                         at(fd);
                     }
                 }
             }
             Closing::All => {
-                for fd in open_fds(tid) {
+                for fd in procfs::open_fds(tid) {
                     at(fd);
                 }
                 // The program itself: execve opened it, the process never had a descriptor.
-                caught.extend(self.catch(&format!("/proc/{tid}/exe")));
+                caught.extend(self.catch(&procfs::exe_link(tid)));
             }
         }
         caught
@@ -419,16 +420,6 @@ pub fn open_checked(path: &[u8], key: FileId, handle: Option<&[u8]>) -> io::Resu
         ));
     }
     Ok(fd)
-}
-
-/// The descriptor numbers thread `tid`'s process has open.
-fn open_fds(tid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{tid}/fd"))
-        .map(|d| {
-            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The thread serving a command's filter: looks at every descriptor about to be closed, then
