@@ -4,9 +4,10 @@
 //! lookup; four lookups an event at 100k events/s would be most of the CPU budget).
 
 use super::events::Kind;
+use crate::sys::FileId;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// A hasher for integer keys (FxHash's round): keys here are process ids, inodes and small
 /// indexes, never chosen by an attacker to collide in a table that is bounded anyway.
@@ -156,19 +157,82 @@ impl<K: std::hash::Hash + Eq> Bounded<K> {
     }
 }
 
-/// The key of a file: `dev` in the kernel's encoding (or [`UNRESOLVED_BDI`] | the index of a
-/// bdi that names no single filesystem), and the inode.
-pub type FileKey = (u64, u64);
+/// A record's device: known, or the index (in [`super::names::Bdis::unresolved`]) of the bdi
+/// a dirtying record named that could not be mapped to one filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DevKey {
+    /// A device number.
+    Known {
+        /// Major.
+        major: u32,
+        /// Minor.
+        minor: u32,
+    },
+    /// An unresolved bdi, by its index.
+    UnresolvedBdi(u32),
+}
 
-/// Marks a [`FileKey`] whose device is a bdi that could not be mapped to one filesystem.
-pub const UNRESOLVED_BDI: u64 = 1 << 63;
+impl DevKey {
+    /// From `s_dev` in the kernel's encoding (major << 20 | minor), as the tracepoints give it.
+    #[inline]
+    pub fn from_kernel(dev: u32) -> DevKey {
+        DevKey::Known {
+            major: dev >> 20,
+            minor: dev & 0xf_ffff,
+        }
+    }
+}
 
-/// Large folios seen added, by (dev, inode, index) -> order: the size of a folio later made
+/// The key of a file in top's tables: its identity ([`FileId`], the one file key pagewise
+/// matches files by) where its device is known, else its unresolved bdi and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKey {
+    /// A file whose device is known.
+    File(FileId),
+    /// A file made dirty through a bdi that names no single filesystem.
+    UnresolvedBdi {
+        /// The bdi's index.
+        bdi: u32,
+        /// The inode.
+        ino: u64,
+    },
+}
+
+impl FileKey {
+    /// The file `ino` on the device `dev`.
+    #[inline]
+    pub fn new(dev: DevKey, ino: u64) -> FileKey {
+        match dev {
+            DevKey::Known { major, minor } => FileKey::File(FileId(major, minor, ino)),
+            DevKey::UnresolvedBdi(bdi) => FileKey::UnresolvedBdi { bdi, ino },
+        }
+    }
+}
+
+/// Two integer writes, as the (dev, inode) pair this key replaced: the reader hashes one or
+/// two keys per event (see [`IntHasher`]).
+impl Hash for FileKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        match *self {
+            FileKey::File(FileId(major, minor, ino)) => {
+                h.write_u64(((major as u64) << 32) | minor as u64);
+                h.write_u64(ino);
+            }
+            FileKey::UnresolvedBdi { bdi, ino } => {
+                h.write_u64((1 << 63) | bdi as u64);
+                h.write_u64(ino);
+            }
+        }
+    }
+}
+
+/// Large folios seen added, by (file, index) -> order: the size of a folio later made
 /// dirty (that tracepoint has no size) or removed (where its record has no order). Order-0
 /// folios are not kept (one page is what an unknown folio counts as). Bounded.
 #[derive(Debug, Default)]
 pub struct Folios {
-    map: IntMap<(u64, u64, u64), u8>,
+    map: IntMap<(FileKey, u64), u8>,
 }
 
 /// Large folios remembered at most (~40 bytes each: 10 MiB).
@@ -177,7 +241,7 @@ pub const MAX_FOLIOS: usize = 1 << 18;
 impl Folios {
     /// A folio of `order` added at `key`.
     #[inline]
-    pub fn added(&mut self, key: (u64, u64, u64), order: u8) {
+    pub fn added(&mut self, key: (FileKey, u64), order: u8) {
         if order > 0 && self.map.len() < MAX_FOLIOS {
             self.map.insert(key, order);
         } else if order == 0 && !self.map.is_empty() {
@@ -187,13 +251,13 @@ impl Folios {
 
     /// The order of the folio at `key`, when it was seen added.
     #[inline]
-    pub fn order(&self, key: &(u64, u64, u64)) -> Option<u8> {
+    pub fn order(&self, key: &(FileKey, u64)) -> Option<u8> {
         self.map.get(key).copied()
     }
 
     /// The folio at `key` left the page cache.
     #[inline]
-    pub fn removed(&mut self, key: &(u64, u64, u64)) {
+    pub fn removed(&mut self, key: &(FileKey, u64)) {
         if !self.map.is_empty() {
             self.map.remove(key);
         }
@@ -224,11 +288,12 @@ mod tests {
     #[test]
     fn folio_orders_are_remembered_until_removed() {
         let mut f = Folios::default();
-        f.added((1, 2, 256), 8);
-        f.added((1, 2, 0), 0);
-        assert_eq!(f.order(&(1, 2, 256)), Some(8));
-        assert_eq!(f.order(&(1, 2, 0)), None);
-        f.removed(&(1, 2, 256));
-        assert_eq!(f.order(&(1, 2, 256)), None);
+        let file = FileKey::new(DevKey::from_kernel((8 << 20) | 1), 2);
+        f.added((file, 256), 8);
+        f.added((file, 0), 0);
+        assert_eq!(f.order(&(file, 256)), Some(8));
+        assert_eq!(f.order(&(file, 0)), None);
+        f.removed(&(file, 256));
+        assert_eq!(f.order(&(file, 256)), None);
     }
 }

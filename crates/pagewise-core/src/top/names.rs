@@ -4,7 +4,7 @@
 //! path from (device, inode), opened by handle as `record` resolves its files. What cannot be
 //! named is `unknown` with the reason.
 
-use super::aggregate::{FileKey, IntMap, UNRESOLVED_BDI};
+use super::aggregate::{DevKey, FileKey, IntMap};
 use crate::cgroup::{self, FileCache, Hierarchy, MemoryMount};
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -227,26 +227,26 @@ pub fn refaults(dir: &Path) -> Option<u64> {
 /// Backing-device names of the dirtying tracepoint -> the filesystem they hold.
 #[derive(Default)]
 pub struct Bdis {
-    map: HashMap<[u8; 32], u64>,
-    /// The bdi names, by their index in an [`UNRESOLVED_BDI`] key, and why.
+    map: HashMap<[u8; 32], DevKey>,
+    /// The bdi names, by their index in a [`DevKey::UnresolvedBdi`], and why.
     pub unresolved: Vec<(String, String)>,
 }
 
 impl Bdis {
     /// The file key's device for the bdi `name`: the one mounted filesystem on that block
-    /// device (itself or one of its partitions), else [`UNRESOLVED_BDI`] | an index.
+    /// device (itself or one of its partitions), else an unresolved bdi's index.
     #[inline]
-    pub fn dev(&mut self, name: &[u8; 32]) -> u64 {
+    pub fn dev(&mut self, name: &[u8; 32]) -> DevKey {
         if let Some(&d) = self.map.get(name) {
             return d;
         }
         let text =
             String::from_utf8_lossy(name.split(|&b| b == 0).next().unwrap_or(&[])).into_owned();
         let d = match bdi_filesystem(&text) {
-            Ok((maj, min)) => ((maj as u64) << 20) | min as u64,
+            Ok((major, minor)) => DevKey::Known { major, minor },
             Err(why) => {
                 self.unresolved.push((text, why));
-                UNRESOLVED_BDI | (self.unresolved.len() - 1) as u64
+                DevKey::UnresolvedBdi((self.unresolved.len() - 1) as u32)
             }
         };
         if self.map.len() < 4096 {
@@ -321,13 +321,15 @@ impl FileNames {
     /// number alone cannot name it.
     pub fn name(&mut self, key: FileKey, bdis: &[(String, String)], pid: Option<u32>) -> FileName {
         use std::os::unix::ffi::OsStrExt;
-        let (dev, ino) = key;
-        if dev & UNRESOLVED_BDI != 0 {
-            let i = (dev & !UNRESOLVED_BDI) as usize;
-            let why = bdis.get(i).map_or("an unknown backing device", |b| &b.1);
-            return FileName::Unknown(format!("made dirty through {why}"));
-        }
-        let (maj, min) = ((dev >> 20) as u32, (dev & 0xfffff) as u32);
+        let (maj, min, ino) = match key {
+            FileKey::File(id) => (id.0, id.1, id.2),
+            FileKey::UnresolvedBdi { bdi, .. } => {
+                let why = bdis
+                    .get(bdi as usize)
+                    .map_or("an unknown backing device", |b| &b.1);
+                return FileName::Unknown(format!("made dirty through {why}"));
+            }
+        };
         if let Some(p) = self.cache.get(&key) {
             let md = std::fs::metadata(std::ffi::OsStr::from_bytes(p));
             if md.is_ok_and(|m| m.ino() == ino && libc::major(m.dev()) == maj) {

@@ -256,15 +256,17 @@ fn file_row(
     bdis: &[(String, String)],
     pid: Option<u32>,
 ) -> FileRow {
-    let (dev, ino) = key;
-    let resolved = dev & super::aggregate::UNRESOLVED_BDI == 0;
+    let id = match key {
+        FileKey::File(id) => Some(id),
+        FileKey::UnresolvedBdi { .. } => None,
+    };
     let (path, deleted, why) = match names.name(key, bdis, pid) {
         FileName::Path(p, d) => (Some(p), d, None),
         FileName::Unknown(w) => (None, false, Some(w)),
     };
     FileRow {
-        dev: resolved.then(|| format!("{}:{}", dev >> 20, dev & 0xfffff)),
-        ino: if resolved { ino } else { 0 },
+        dev: id.map(|id| format!("{}:{}", id.0, id.1)),
+        ino: id.map_or(0, |id| id.2),
         path,
         deleted,
         path_unknown: why,

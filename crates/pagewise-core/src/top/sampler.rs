@@ -3,7 +3,7 @@
 //! `record` reads its rings), counted per interval by a reader thread; [`Sampler::drain`]
 //! ends an interval and names what it counted.
 
-use super::aggregate::{Bounded, Counts, FileKey, Folios};
+use super::aggregate::{Bounded, Counts, DevKey, FileKey, Folios};
 use super::events::{self, Dev, Kind, Layout};
 use super::names::{Bdis, CgroupEntry, FileNames, ProcInfo, Procs};
 use super::{Interval, SamplerOptions};
@@ -89,11 +89,14 @@ impl Reader {
         if e.pid == self.me {
             return;
         }
-        let dev = match e.dev {
-            Dev::Fs(d) => d as u64,
-            Dev::Bdi(name) => self.bdis.dev(&name),
-        };
-        let folio = (dev, e.ino, e.index);
+        let file = FileKey::new(
+            match e.dev {
+                Dev::Fs(d) => DevKey::from_kernel(d),
+                Dev::Bdi(name) => self.bdis.dev(&name),
+            },
+            e.ino,
+        );
+        let folio = (file, e.index);
         let (order, exact) = match e.kind {
             Kind::Added => {
                 let o = e.order.unwrap_or(0);
@@ -130,7 +133,7 @@ impl Reader {
             self.cur.cgroups.add(cg, e.kind, bytes, exact);
         }
         if v.file {
-            let key = (dev, e.ino);
+            let key = file;
             // One lookup per change of file, not per event (runs of one file are common).
             if self.last_file != Some(key) {
                 self.last_file = Some(key);
