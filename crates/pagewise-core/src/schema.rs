@@ -69,6 +69,10 @@ pub fn document() -> Value {
     b.add::<crate::top::FileRow>("top_file");
     b.add::<crate::top::Interval>("top_interval");
     b.add::<crate::top::TopReport>("top");
+    // The Python package's own documents (`to_dict()` of `pagewise.dropping().report` and of
+    // `pagewise.record()`'s report, whose trace is the `Trace` object, not in the document).
+    b.add::<crate::run::DroppingReport>("dropping");
+    b.add::<crate::trace::RecordReport>("record");
     b.finish()
 }
 
@@ -186,6 +190,14 @@ impl Builder {
             add_key(&mut defs, line, "time", json!({ "type": "string" }), true);
         }
         defs.remove("copy_entry");
+        defs["record"]["properties"]
+            .as_object_mut()
+            .unwrap()
+            .remove("trace");
+        defs["record"]["required"]
+            .as_array_mut()
+            .unwrap()
+            .retain(|k| k != "trace");
         defs.remove("top_summary");
         json!({
             "$schema": "https://json-schema.org/draft/2020-12/schema",
