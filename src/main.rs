@@ -14,6 +14,7 @@ mod cli;
 use clap::{CommandFactory, Parser};
 use cli::exit::{CliError, ExitCode};
 use cli::{Cli, Command};
+use pagewise_core::error::{FatalDetail, FatalDocument, FatalKind};
 
 /// True when the command line asks for JSON: a fatal error is then also a JSON document on
 /// stdout, so a script reading it gets an answer, not nothing.
@@ -29,12 +30,16 @@ fn wants_json() -> bool {
         })
 }
 
-/// `{"error": {"kind": ..., "message": ..., "exit_code": 1}}` on stdout.
-fn json_error(kind: &str, message: &str) {
-    let v = serde_json::json!({
-        "error": { "kind": kind, "message": message, "exit_code": ExitCode::Fatal.code() }
-    });
-    println!("{v}");
+/// `{"error": {"exit_code": 1, "kind": ..., "message": ...}}` on stdout.
+fn json_error(kind: FatalKind, message: &str) {
+    let v = FatalDocument {
+        error: FatalDetail {
+            exit_code: ExitCode::Fatal.code(),
+            kind,
+            message: message.to_string(),
+        },
+    };
+    println!("{}", serde_json::to_string(&v).unwrap_or_default());
 }
 
 fn main() {
@@ -47,7 +52,7 @@ fn main() {
             if e.use_stderr() {
                 if wants_json() {
                     let text = e.render().to_string();
-                    json_error("usage", text.lines().next().unwrap_or_default());
+                    json_error(FatalKind::Usage, text.lines().next().unwrap_or_default());
                 }
                 std::process::exit(ExitCode::Fatal.code());
             }
@@ -84,7 +89,7 @@ fn main() {
             let msg = e.to_string();
             eprintln!("pagewise: {msg}");
             if wants_json() {
-                json_error("fatal", &msg);
+                json_error(FatalKind::Fatal, &msg);
             }
             std::process::exit(ExitCode::Fatal.code());
         }

@@ -3,6 +3,12 @@
 //! bytes everywhere, no key the schema does not name, and names that are not UTF-8 carried
 //! losslessly (`path` + `path_bytes`).
 //!
+//! The schema is generated from the report types (pagewise_core::schema) and checked in: a
+//! test below fails when the file is not what the types give now, and rewrites it when run
+//! with PAGEWISE_BLESS=1:
+//!
+//!     PAGEWISE_BLESS=1 cargo test --test json_schema checked_in_schema_is_current
+//!
 //! The validator below covers the subset of JSON Schema the file uses ($ref to #/$defs, type,
 //! const, enum, properties, required, additionalProperties, items, minimum, maximum); a
 //! keyword it does not know fails the test, so the schema cannot drift into what is not checked.
@@ -144,6 +150,37 @@ fn lines(out: &Output) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
         .collect()
+}
+
+/// The file as [`pagewise_core::schema::document`] writes it.
+fn generated() -> String {
+    let mut text = serde_json::to_string_pretty(&pagewise_core::schema::document()).unwrap();
+    text.push('\n');
+    text
+}
+
+#[test]
+fn checked_in_schema_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schema/pagewise.schema.json");
+    let generated = generated();
+    if std::env::var_os("PAGEWISE_BLESS").is_some() {
+        fs::write(&path, &generated).unwrap();
+        return;
+    }
+    let checked_in = fs::read_to_string(&path).unwrap_or_default();
+    if checked_in != generated {
+        let line = checked_in
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or(checked_in.lines().count().min(generated.lines().count()));
+        panic!(
+            "{} is stale (first difference at line {}): regenerate it with\n  \
+             PAGEWISE_BLESS=1 cargo test --test json_schema checked_in_schema_is_current",
+            path.display(),
+            line + 1
+        );
+    }
 }
 
 #[test]

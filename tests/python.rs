@@ -4,7 +4,9 @@
 //! whose `--json` documents the reports' `to_dict()` must equal).
 //!
 //! Needs root, `python3` (>= 3.9, with venv; `PAGEWISE_PYTHON` names another) and PyPI for
-//! maturin, pytest, numpy (`readinto` a numpy array) and safetensors (the loader example). The wheel's Rust build goes to `<target>/python` and is reused by later runs.
+//! maturin, pytest, numpy (`readinto` a numpy array), safetensors (the loader example) and mypy
+//! (its stubtest checks the extension's .pyi against the module built: python/tests/
+//! test_stubs.py). The wheel's Rust build goes to `<target>/python` and is reused by later runs.
 //! A skipped pytest test fails this test: nothing is skipped silently.
 
 mod common;
@@ -66,10 +68,16 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
     );
     let py = venv.join("bin/python");
     step(
-        "pip install maturin pytest numpy safetensors",
+        "pip install maturin pytest numpy safetensors mypy",
         Command::new(&py)
             .args(["-m", "pip", "install", "-q"])
-            .args(["maturin>=1.5,<2", "pytest", "numpy", "safetensors"])
+            .args([
+                "maturin>=1.5,<2",
+                "pytest",
+                "numpy",
+                "safetensors",
+                "mypy>=2.4,<3",
+            ])
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),
     );
     let wheels = work.path().join("wheels");

@@ -91,6 +91,10 @@ from ._reports import (
 
 __version__: str = _pagewise.version()
 
+#: The library's defaults of the options left as None, by function and option name
+#: (``DEFAULTS["load"]["window"]``: bytes): read from the library itself, never repeated here.
+DEFAULTS: Dict[str, Dict[str, int]] = _pagewise.defaults()
+
 # `open`, `IsADirectoryError` and `NotADirectoryError` are left out: `from pagewise import *`
 # must not shadow the builtins of those names (they are `pagewise.open`, ...).
 __all__ = [
@@ -114,6 +118,7 @@ __all__ = [
     "LoadHandle",
     "page_size",
     "build_info",
+    "DEFAULTS",
     "BuildInfo",
     "Error",
     "NotFoundError",
@@ -472,8 +477,8 @@ def load(
     paths: Paths,
     *,
     lock: Literal[False] = ...,
-    batch: int = ...,
-    window: SizeArg = ...,
+    batch: Optional[int] = ...,
+    window: Optional[SizeArg] = ...,
     depth: Optional[int] = ...,
     range: RangeArg = ...,
     include: Iterable[str] = ...,
@@ -492,8 +497,8 @@ def load(
     paths: Paths,
     *,
     lock: Literal[True],
-    batch: int = ...,
-    window: SizeArg = ...,
+    batch: Optional[int] = ...,
+    window: Optional[SizeArg] = ...,
     depth: Optional[int] = ...,
     range: RangeArg = ...,
     include: Iterable[str] = ...,
@@ -522,8 +527,8 @@ def load(
     *,
     trace: Union["Trace", PathArg, None] = None,
     lock: bool = False,
-    batch: int = 256,
-    window: SizeArg = "256M",
+    batch: Optional[int] = None,
+    window: Optional[SizeArg] = None,
     depth: Optional[int] = None,
     range: RangeArg = None,
     include: Iterable[str] = (),
@@ -539,10 +544,13 @@ def load(
 
     :param lock: keep the loaded pages locked in memory (``--lock``): returns a
         :class:`LoadHandle` that holds them until ``close()`` / the end of its ``with`` block.
-    :param batch: files each worker queues readahead for before waiting (``--batch``).
-    :param window: bytes in flight within one large file (``--window``).
-    :param depth: threads reading one large file (``--depth``; default 16), or with ``trace``
-        reads in flight (default 32).
+    :param batch: files each worker queues readahead for before waiting (``--batch``; None:
+        the library's default, ``DEFAULTS["load"]["batch"]``).
+    :param window: bytes in flight within one large file (``--window``; None:
+        ``DEFAULTS["load"]["window"]``).
+    :param depth: threads reading one large file (``--depth``; None:
+        ``DEFAULTS["load"]["depth"]``), or with ``trace`` reads in flight (None:
+        ``DEFAULTS["load"]["trace_depth"]``).
     :param trace: instead of paths, exactly the pages a :class:`Trace` (or trace file)
         recorded, in on-disk order (``--trace``): returns a :class:`TraceCacheReport`.
     :returns: :class:`LoadReport`, :class:`LoadHandle` with ``lock``, or
@@ -554,13 +562,13 @@ def load(
         if paths is not None or lock:
             raise ValueError("load: trace cannot be combined with paths or lock")
         return TraceCacheReport(
-            _pagewise.load_trace(_trace(trace)._t, 32 if depth is None else depth, progress)
+            _pagewise.load_trace(_trace(trace)._t, depth, progress)
         )
     if paths is None:
         raise ValueError("load: no paths given")
     walk = _walk(range, include, exclude, follow, one_file_system, max_depth, threads, method)
     raw, locks = _pagewise.load(
-        _paths(paths), walk, lock, batch, window, 16 if depth is None else depth, progress
+        _paths(paths), walk, lock, batch, window, depth, progress
     )
     report = LoadReport(raw)
     report._given = _paths(paths)
@@ -597,9 +605,9 @@ def copy(
     partial: bool = False,
     fsync: bool = False,
     verify: bool = False,
-    threads: int = 16,
-    depth: int = 8,
-    chunk: SizeArg = "4M",
+    threads: Optional[int] = None,
+    depth: Optional[int] = None,
+    chunk: Optional[SizeArg] = None,
     filters: Sequence[str] = (),
     exclude: Sequence[str] = (),
     delete_excluded: bool = False,
@@ -643,9 +651,12 @@ def copy(
         next copy (``--partial``); implies ``named_temp``.
     :param fsync: fsync each file before it is linked into place (``--fsync``).
     :param verify: re-read every copy from disk and compare checksums (``--verify``).
-    :param threads: files copied in parallel (``--threads``).
-    :param depth: I/Os in flight within one large file (``--depth``).
-    :param chunk: bytes per I/O, a multiple of 4 KiB (``--chunk``).
+    :param threads: files copied in parallel (``--threads``; None: the library's default,
+        ``DEFAULTS["copy"]["threads"]``).
+    :param depth: I/Os in flight within one large file (``--depth``; None:
+        ``DEFAULTS["copy"]["depth"]``).
+    :param chunk: bytes per I/O, a multiple of 4 KiB (``--chunk``; None:
+        ``DEFAULTS["copy"]["chunk"]``).
     :param filters: rsync filter rules in order (``-f``: ``"- *.tmp"``, ``"+ keep/"``,
         ``"- *"``; the first match decides, an excluded directory is not entered).
     :param exclude: patterns to leave out, after ``filters`` (``--exclude``, rsync's rules).
@@ -741,11 +752,11 @@ def replay(
     *,
     order: str = ...,
     direct: bool = ...,
-    merge_gap: SizeArg = ...,
+    merge_gap: Optional[SizeArg] = ...,
     depth: Optional[int] = ...,
-    max_request: SizeArg = ...,
+    max_request: Optional[SizeArg] = ...,
     compare: Literal[False] = ...,
-    runs: int = ...,
+    runs: Optional[int] = ...,
     progress: Optional[ProgressCallback] = ...,
 ) -> ReplayReport: ...
 
@@ -756,11 +767,11 @@ def replay(
     *,
     order: str = ...,
     direct: bool = ...,
-    merge_gap: SizeArg = ...,
+    merge_gap: Optional[SizeArg] = ...,
     depth: Optional[int] = ...,
-    max_request: SizeArg = ...,
+    max_request: Optional[SizeArg] = ...,
     compare: Literal[True],
-    runs: int = ...,
+    runs: Optional[int] = ...,
     progress: Optional[ProgressCallback] = ...,
 ) -> List[ReplayReport]: ...
 
@@ -770,11 +781,11 @@ def replay(
     *,
     order: str = "disk",
     direct: bool = False,
-    merge_gap: SizeArg = 0,
+    merge_gap: Optional[SizeArg] = None,
     depth: Optional[int] = None,
-    max_request: SizeArg = "1M",
+    max_request: Optional[SizeArg] = None,
     compare: bool = False,
-    runs: int = 3,
+    runs: Optional[int] = None,
     progress: Optional[ProgressCallback] = None,
 ) -> Union[ReplayReport, List[ReplayReport]]:
     """Re-issue a recorded read set and time it (``pagewise replay``).
@@ -782,11 +793,16 @@ def replay(
     :param trace: a :class:`Trace` or the path of a trace file.
     :param order: ``"recorded"``, ``"file"`` or ``"disk"`` (``--order``).
     :param direct: read with O_DIRECT: exactly the recorded pages, no cache (``--direct``).
-    :param merge_gap: merge ranges at most this far apart (``--merge-gap``).
-    :param depth: requests in flight (``--depth``; default 1 for recorded/file, 32 for disk).
-    :param max_request: longest single request (``--max-request``).
+    :param merge_gap: merge ranges at most this far apart (``--merge-gap``; None:
+        ``DEFAULTS["replay"]["merge_gap"]``).
+    :param depth: requests in flight (``--depth``; None: the order's default, fewer for
+        ``recorded`` and ``file`` than for ``disk``).
+    :param max_request: longest single request (``--max-request``; None:
+        ``DEFAULTS["replay"]["max_request"]``).
     :param compare: every order on a cold cache, ``runs`` times each (``--compare``):
         returns a list of :class:`ReplayReport`, the median run of each order.
+    :param runs: runs per order with ``compare`` (``--runs``; None:
+        ``DEFAULTS["replay"]["runs"]``).
     """
     args = {
         "order": order,
@@ -807,7 +823,7 @@ def record(
     command: Sequence[PathArg],
     *,
     faults: bool = False,
-    buffer_kb: int = 4096,
+    buffer_kb: Optional[int] = None,
     backend: str = "auto",
 ) -> RecordReport:
     """Run a command and record the pages it brings into the page cache (``pagewise
@@ -816,7 +832,8 @@ def record(
 
     :param command: the program and its arguments (looked up in ``PATH``).
     :param faults: also record its page faults on file mappings (``--faults``).
-    :param buffer_kb: ring buffer per CPU, KiB (``--buffer-kb``).
+    :param buffer_kb: ring buffer per CPU, KiB (``--buffer-kb``; None:
+        ``DEFAULTS["record"]["buffer_kb"]``).
     :param backend: ``"auto"``, ``"perf"`` or ``"tracefs"`` (``--backend``).
 
     Needs the page-cache tracepoints (root, or CAP_SYS_ADMIN / CAP_PERFMON):
@@ -989,7 +1006,7 @@ class dropping:
     :param max_cache: also drop whenever more than this many bytes of them are cached
         (drop-behind; default None: only at the end).
     :param keep_written: leave the pages of files written inside the block alone.
-    :param buffer_kb: ring buffer per CPU, KiB.
+    :param buffer_kb: ring buffer per CPU, KiB (None: ``DEFAULTS["record"]["buffer_kb"]``).
     :param backend: ``"auto"``, ``"perf"`` or ``"tracefs"``.
 
     Threads that were already running when the block started are not followed. Needs the
@@ -1002,7 +1019,7 @@ class dropping:
         *,
         max_cache: Optional[SizeArg] = None,
         keep_written: bool = False,
-        buffer_kb: int = 4096,
+        buffer_kb: Optional[int] = None,
         backend: str = "auto",
     ) -> None:
         self._args = (max_cache, keep_written, buffer_kb, backend)

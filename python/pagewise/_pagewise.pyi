@@ -3,7 +3,33 @@
 Each verb takes the library's options and returns its report as the document the CLI's
 ``--json`` prints (the package wraps it in a report class)."""
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, final
+
+# What the module registers (python/src/lib.rs), in that order; mypy's stubtest (the suite's
+# test_stubs.py) checks this stub against the module built.
+__all__ = [
+    "version",
+    "page_size",
+    "build_info",
+    "stat",
+    "evict",
+    "load",
+    "copy",
+    "cgroups",
+    "stat_by_cgroup",
+    "replay",
+    "evict_trace",
+    "load_trace",
+    "record",
+    "defaults",
+    "Locks",
+    "Trace",
+    "Dropping",
+    "AlignedAlloc",
+    "DirectFile",
+    "read_file_into",
+    "read_file",
+]
 
 _Progress = Optional[Callable[[int, int], Any]]
 _Size = Union[int, str]
@@ -25,9 +51,9 @@ def load(
     roots: Sequence[bytes],
     walk: Dict[str, Any],
     lock: bool,
-    batch: int,
-    window: _Size,
-    depth: int,
+    batch: Optional[int],
+    window: Optional[_Size],
+    depth: Optional[int],
     progress: _Progress = None,
 ) -> Tuple[Dict[str, Any], Optional[Locks]]: ...
 def copy(sources: Sequence[bytes], dest: bytes, args: Dict[str, Any], progress: _Progress = None) -> Dict[str, Any]: ...
@@ -37,9 +63,11 @@ def stat_by_cgroup(
 ) -> Dict[str, Any]: ...
 def replay(trace: Trace, args: Dict[str, Any], progress: _Progress = None) -> Union[Dict[str, Any], List[Dict[str, Any]]]: ...
 def evict_trace(trace: Trace, dry_run: bool, progress: _Progress = None) -> Dict[str, Any]: ...
-def load_trace(trace: Trace, depth: int, progress: _Progress = None) -> Dict[str, Any]: ...
-def record(command: Sequence[bytes], faults: bool, buffer_kb: int, backend: str) -> Tuple[Dict[str, Any], Trace]: ...
+def load_trace(trace: Trace, depth: Optional[int], progress: _Progress = None) -> Dict[str, Any]: ...
+def record(command: Sequence[bytes], faults: bool, buffer_kb: Optional[int], backend: str) -> Tuple[Dict[str, Any], Trace]: ...
+def defaults() -> Dict[str, Dict[str, int]]: ...
 
+@final
 class Locks:
     """Pages ``load(lock=True)`` keeps locked."""
 
@@ -48,6 +76,7 @@ class Locks:
     def release(self) -> None: ...
     def __len__(self) -> int: ...
 
+@final
 class Trace:
     """A pagewise trace."""
 
@@ -62,24 +91,27 @@ class Trace:
     def faults(self) -> Optional[List[Tuple[int, int, int, int]]]: ...
     def header(self) -> Dict[str, Any]: ...
 
+@final
 class Dropping:
     """Follows the calling thread's page-cache additions until ``finish()``."""
 
-    def __init__(self, max_cache: Optional[_Size], keep_written: bool, buffer_kb: int, backend: str) -> None: ...
+    def __new__(cls, max_cache: Optional[_Size], keep_written: bool, buffer_kb: Optional[int], backend: str) -> Dropping: ...
     def finish(self) -> Dict[str, Any]: ...
 
+@final
 class AlignedAlloc:
     """An aligned, zeroed allocation (``sys::AlignedBuf``)."""
 
-    def __init__(self, len: int, align: int) -> None: ...
+    def __new__(cls, len: int, align: int) -> AlignedAlloc: ...
     @property
     def address(self) -> int: ...
     def __len__(self) -> int: ...
 
+@final
 class DirectFile:
     """A file opened for cache-neutral I/O (``dio::DirectFile``); every request positioned."""
 
-    def __init__(self, path: bytes, mode: str, cache: str) -> None: ...
+    def __new__(cls, path: bytes, mode: str, cache: str) -> DirectFile: ...
     def read_into(
         self,
         address: int,

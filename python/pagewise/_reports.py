@@ -248,6 +248,7 @@ class Residency(View):
     evicted_bytes = _opt_int("evicted_bytes", "Bytes evicted (cachestat; None: unknown).")
     recently_evicted_bytes = _opt_int("recently_evicted_bytes", "Bytes recently evicted (None: unknown).")
     method = _Field("method", str, "How it was measured: 'cachestat', 'mincore' or 'unknown'.")
+    unknown_reason = _str("unknown_reason", "Why the figures are None (only when ``method`` is 'unknown').")
 
 
 class FileStat(PathView, Residency):
@@ -281,6 +282,9 @@ class StatTotals(View):
     unknown_files = _int("unknown_files", "Files whose residency could not be known (left out of the figures).")
     unknown_bytes = _int("unknown_bytes", "Their bytes.")
     unknown_reason = _str("unknown_reason", "Why they are unknown.")
+    detail_unknown_files = _int(
+        "detail_unknown_files", "Files whose dirty, writeback and evicted figures are unknown (measured by mincore)."
+    )
 
     @property
     def percent(self) -> Optional[float]:
@@ -384,6 +388,7 @@ class EvictTotals(View):
     not_owned_skipped = _int("not_owned_skipped", "Files left alone (``owned=True``).")
     unknown_files = _int("unknown_files", "Files whose residency could not be known.")
     unknown_bytes = _int("unknown_bytes", "Their bytes.")
+    unknown_reason = _str("unknown_reason", "Why they are unknown (None: none is).")
 
 
 class EvictReport(_CachedTotalsReport):
@@ -420,6 +425,7 @@ class LoadTotals(View):
     locked_bytes = _int("locked_bytes", "Bytes locked (``lock=True``).")
     locked_files = _int("locked_files", "Files locked.")
     unknown_files = _int("unknown_files", "Files whose residency before was unknown.")
+    unknown_reason = _str("unknown_reason", "Why it was unknown (None: none was).")
 
 
 class LoadReport(_CachedTotalsReport):
@@ -542,6 +548,7 @@ class TraceCacheReport(Report):
     cached_bytes_before = _int("cached_bytes_before", "Cached before (known files).")
     cached_bytes_after = _int("cached_bytes_after", "Cached after.")
     unknown_files = _int("unknown_files", "Files whose residency is unknown.")
+    unknown_reason = _str("unknown_reason", "Why it is unknown (None: none is).")
 
 
 class DroppingReport(Report):
@@ -567,6 +574,10 @@ class DroppingReport(Report):
     unreachable_reason = _str("unreachable_reason", "Why one of those files could not be opened (None: none).")
     metadata_bytes = _int("metadata_bytes", "Bytes of file systems' own pages (block device, btrfs btree): not dropped.")
     lost_events = _int("lost_events", "Events the kernel lost (their pages may stay).")
+    method = _Field("method", str, "How the pages were measured: 'cachestat' or 'mincore' (or 'unknown').")
+    unknown_reason = _str(
+        "unknown_reason", "Why ``left_dirty_bytes`` and ``left_mapped_or_busy_bytes`` are None (only when they are)."
+    )
 
 
 class RecordReport(Report):

@@ -24,7 +24,7 @@ impl Dropping {
         py: Python<'_>,
         max_cache: Option<Bound<'_, PyAny>>,
         keep_written: bool,
-        buffer_kb: u64,
+        buffer_kb: Option<u64>,
         backend: &str,
     ) -> PyResult<Dropping> {
         let opts = DroppingOptions {
@@ -34,7 +34,7 @@ impl Dropping {
             },
             keep_written,
             follow: FollowOptions {
-                buffer_kb,
+                buffer_kb: buffer_kb.unwrap_or(pagewise_core::trace::DEFAULT_BUFFER_KB),
                 backend: convert::backend(backend)?,
                 ..FollowOptions::default()
             },

@@ -61,6 +61,7 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verbs::evict_trace, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::load_trace, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::record, m)?)?;
+    m.add_function(wrap_pyfunction!(verbs::defaults, m)?)?;
     m.add_class::<verbs::Locks>()?;
     m.add_class::<trace::Trace>()?;
     m.add_class::<dropping::Dropping>()?;

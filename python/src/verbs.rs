@@ -12,7 +12,7 @@ use pagewise_core::copy::{
     CopyItem, CopyOptions, Dereference, Existing, Filters, RuleKind, Strategy,
 };
 use pagewise_core::evict::{EvictOptions, TraceEvictOptions};
-use pagewise_core::load::{LoadOptions, LockSet, TraceLoadOptions};
+use pagewise_core::load::{self as core_load, LoadOptions, LockSet, TraceLoadOptions};
 use pagewise_core::replay::{CompareOptions, Order, ReplayOptions};
 use pagewise_core::stat::{ChargeOptions, FileCharge, FileStat, StatOptions};
 use pagewise_core::trace::{FollowOptions, RecordOptions};
@@ -109,7 +109,9 @@ pub fn evict<'py>(
         why,
         files: false,
     };
-    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::evict::evict(&opts, o))?;
+    let r = run_watched(py, progress.as_ref(), |o| {
+        pagewise_core::evict::evict(&opts, o)
+    })?;
     report(py, &r)
 }
 
@@ -140,7 +142,7 @@ impl Locks {
 }
 
 /// `load(roots, walk, lock, batch, window, depth, progress)`: `(report, locks)`, `locks`
-/// None without `lock`.
+/// None without `lock`. `batch`, `window`, `depth`: None for the library's defaults.
 #[pyfunction]
 #[pyo3(signature = (roots, walk, lock, batch, window, depth, progress=None))]
 #[allow(clippy::too_many_arguments)]
@@ -149,22 +151,29 @@ pub fn load<'py>(
     roots: Vec<Vec<u8>>,
     walk: WalkArgs<'py>,
     lock: bool,
-    batch: usize,
-    window: Bound<'py, PyAny>,
-    depth: usize,
+    batch: Option<usize>,
+    window: Option<Bound<'py, PyAny>>,
+    depth: Option<usize>,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
+    let window = match window {
+        Some(w) => convert::size("window", &w)?,
+        None => core_load::DEFAULT_WINDOW,
+    };
+    let depth = depth.unwrap_or(core_load::DEFAULT_DEPTH);
     let opts = LoadOptions {
         roots: convert::paths(roots),
         walk: walk.walk(pagewise_core::load::default_threads())?,
         range: walk.range()?,
         method: walk.method()?,
         lock,
-        batch_files: batch,
-        window: convert::size("window", &window)?,
+        batch_files: batch.unwrap_or(core_load::DEFAULT_BATCH_FILES),
+        window,
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
-    let mut r = run_watched(py, progress.as_ref(), |o| pagewise_core::load::load(&opts, o))?;
+    let mut r = run_watched(py, progress.as_ref(), |o| {
+        pagewise_core::load::load(&opts, o)
+    })?;
     let locks = std::mem::take(&mut r.locks);
     let dict = report(py, &r)?;
     let held = if lock {
@@ -199,9 +208,9 @@ pub struct CopyArgs<'py> {
     partial: bool,
     fsync: bool,
     verify: bool,
-    threads: usize,
-    depth: usize,
-    chunk: Bound<'py, PyAny>,
+    threads: Option<usize>,
+    depth: Option<usize>,
+    chunk: Option<Bound<'py, PyAny>>,
     filters: Vec<Vec<u8>>,
     exclude: Vec<Vec<u8>>,
     delete_excluded: bool,
@@ -284,7 +293,14 @@ pub fn copy<'py>(
                 names.join(", ")
             ))
         })?;
-    let chunk = convert::size("chunk", &args.chunk)?;
+    // None: the library's defaults.
+    let defaults = CopyOptions::default();
+    let chunk = match &args.chunk {
+        Some(c) => convert::size("chunk", c)?,
+        None => defaults.chunk as u64,
+    };
+    let threads = args.threads.unwrap_or(defaults.threads);
+    let depth = args.depth.unwrap_or(defaults.depth);
     let items = args.itemize_changes || args.dry_run;
     let opts = CopyOptions {
         sources: convert::paths(sources),
@@ -301,8 +317,8 @@ pub fn copy<'py>(
         preallocate: !args.no_preallocate,
         fsync: args.fsync,
         verify: args.verify,
-        threads: convert::at_most("threads", args.threads, convert::MAX_THREADS)?,
-        depth: convert::at_most("depth", args.depth, convert::MAX_DEPTH)?,
+        threads: convert::at_most("threads", threads, convert::MAX_THREADS)?,
+        depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
         chunk: convert::at_most("chunk", chunk, convert::MAX_REQUEST)? as usize,
         named_temp: args.named_temp,
         partial: args.partial,
@@ -458,11 +474,11 @@ pub fn stat_by_cgroup<'py>(
 pub struct ReplayArgs<'py> {
     order: String,
     direct: bool,
-    merge_gap: Bound<'py, PyAny>,
+    merge_gap: Option<Bound<'py, PyAny>>,
     depth: Option<usize>,
-    max_request: Bound<'py, PyAny>,
+    max_request: Option<Bound<'py, PyAny>>,
     compare: bool,
-    runs: usize,
+    runs: Option<usize>,
 }
 
 /// `replay(trace, args, progress)`: one report, or with `compare` a list (one per order).
@@ -484,12 +500,17 @@ pub fn replay<'py>(
                 args.order
             ))
         })?;
-    let merge_gap = convert::size("merge_gap", &args.merge_gap)?;
-    let max_request = convert::at_most(
-        "max_request",
-        convert::size("max_request", &args.max_request)?,
-        convert::MAX_REQUEST,
-    )?;
+    // None: the library's defaults.
+    let defaults = ReplayOptions::default();
+    let merge_gap = match &args.merge_gap {
+        Some(g) => convert::size("merge_gap", g)?,
+        None => defaults.merge_gap,
+    };
+    let max_request = match &args.max_request {
+        Some(m) => convert::size("max_request", m)?,
+        None => defaults.max_request,
+    };
+    let max_request = convert::at_most("max_request", max_request, convert::MAX_REQUEST)?;
     if let Some(d) = args.depth {
         convert::at_most("depth", d, convert::MAX_DEPTH)?;
     }
@@ -500,9 +521,11 @@ pub fn replay<'py>(
             direct: args.direct,
             merge_gap,
             max_request,
-            runs: args.runs,
+            runs: args.runs.unwrap_or(CompareOptions::default().runs),
         };
-        let r = run_watched(py, progress.as_ref(), |o| pagewise_core::replay::compare(&opts, o))?;
+        let r = run_watched(py, progress.as_ref(), |o| {
+            pagewise_core::replay::compare(&opts, o)
+        })?;
         return report(py, &r);
     }
     let opts = ReplayOptions {
@@ -513,7 +536,9 @@ pub fn replay<'py>(
         depth: args.depth,
         max_request,
     };
-    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::replay::replay(&opts, o))?;
+    let r = run_watched(py, progress.as_ref(), |o| {
+        pagewise_core::replay::replay(&opts, o)
+    })?;
     report(py, &r)
 }
 
@@ -530,28 +555,34 @@ pub fn evict_trace<'py>(
         trace: trace.inner.as_ref().clone(),
         dry_run,
     };
-    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::evict::evict_trace(&opts, o))?;
+    let r = run_watched(py, progress.as_ref(), |o| {
+        pagewise_core::evict::evict_trace(&opts, o)
+    })?;
     report(py, &r)
 }
 
-/// `load_trace(trace, depth, progress)`: `load --trace`.
+/// `load_trace(trace, depth, progress)`: `load --trace` (`depth` None: the library's default).
 #[pyfunction]
 #[pyo3(signature = (trace, depth, progress=None))]
 pub fn load_trace<'py>(
     py: Python<'py>,
     trace: &Trace,
-    depth: usize,
+    depth: Option<usize>,
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let depth = depth.unwrap_or(core_load::DEFAULT_TRACE_DEPTH);
     let opts = TraceLoadOptions {
         trace: trace.inner.as_ref().clone(),
         depth: convert::at_most("depth", depth, convert::MAX_DEPTH)?,
     };
-    let r = run_watched(py, progress.as_ref(), |o| pagewise_core::load::load_trace(&opts, o))?;
+    let r = run_watched(py, progress.as_ref(), |o| {
+        pagewise_core::load::load_trace(&opts, o)
+    })?;
     report(py, &r)
 }
 
-/// `record(command, faults, buffer_kb, backend)`: `(report without its trace, Trace)`.
+/// `record(command, faults, buffer_kb, backend)`: `(report without its trace, Trace)`
+/// (`buffer_kb` None: the library's default).
 ///
 /// `record` makes this process survive SIGINT, SIGTERM, SIGHUP and SIGQUIT while the command
 /// runs, forwarding those sent to it alone to the command (the terminal's reach the command
@@ -563,7 +594,7 @@ pub fn record<'py>(
     py: Python<'py>,
     command: Vec<Vec<u8>>,
     faults: bool,
-    buffer_kb: u64,
+    buffer_kb: Option<u64>,
     backend: &str,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let opts = RecordOptions {
@@ -573,7 +604,7 @@ pub fn record<'py>(
             .collect(),
         faults,
         follow: FollowOptions {
-            buffer_kb,
+            buffer_kb: buffer_kb.unwrap_or(pagewise_core::trace::DEFAULT_BUFFER_KB),
             backend: convert::backend(backend)?,
             ..FollowOptions::default()
         },
@@ -608,4 +639,28 @@ impl Observer for SignalFlag {
     fn cancelled(&self) -> bool {
         sys::interrupt_flag().load(Ordering::SeqCst)
     }
+}
+
+/// `defaults()`: the library's defaults of the options the Python functions leave as None,
+/// by function and option name (the package shows them as `pagewise.DEFAULTS`).
+#[pyfunction]
+pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    let copy = CopyOptions::default();
+    let replay = ReplayOptions::default();
+    let v = serde_json::json!({
+        "load": {
+            "batch": core_load::DEFAULT_BATCH_FILES,
+            "window": core_load::DEFAULT_WINDOW,
+            "depth": core_load::DEFAULT_DEPTH,
+            "trace_depth": core_load::DEFAULT_TRACE_DEPTH,
+        },
+        "copy": { "threads": copy.threads, "depth": copy.depth, "chunk": copy.chunk },
+        "replay": {
+            "merge_gap": replay.merge_gap,
+            "max_request": replay.max_request,
+            "runs": CompareOptions::default().runs,
+        },
+        "record": { "buffer_kb": pagewise_core::trace::DEFAULT_BUFFER_KB },
+    });
+    convert::to_py(py, &v)
 }

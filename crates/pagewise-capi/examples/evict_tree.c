@@ -16,8 +16,10 @@ int main(int argc, char **argv)
     const char *const *paths = (const char *const *)(argv + 1);
     size_t n = (size_t)(argc - 1);
 
-    /* Zero means the default for every field: write dirty pages back first, all files. */
-    pagewise_evict_options opts = {.size = sizeof opts};
+    /* Zero means the default for every field: write dirty pages back first, all files. The
+     * walk options (which files, how, which part of each) are one struct, `walk`, the same in
+     * pagewise_stat_options and pagewise_load_options: here, leave access times alone. */
+    pagewise_evict_options opts = {.size = sizeof opts, .walk = {.flags = PAGEWISE_NOATIME}};
     pagewise_evict_report rep = {.size = sizeof rep};
     int failed = pagewise_evict(paths, n, &opts, &rep);
     if (failed < 0) {

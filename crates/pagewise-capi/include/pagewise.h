@@ -122,27 +122,22 @@ typedef struct pagewise_file pagewise_file;
 // Pages locked by `pagewise_load`; they stay resident until `pagewise_lock_free`.
 typedef struct pagewise_lock pagewise_lock;
 
-// Called with the files and bytes done so far; return non-zero to stop the verb (its report
-// then says `interrupted`; what was finished is complete).
-typedef int (*pagewise_progress_fn)(uint64_t files, uint64_t bytes, void *user);
-
-// Options of `pagewise_stat`. Zero means the default for every field.
-typedef struct pagewise_stat_options {
-    // sizeof(pagewise_stat_options).
-    uint32_t size;
+// The walk options of `pagewise_stat`, `pagewise_evict` and `pagewise_load`, embedded in their
+// option structs as `walk`: which files a walk visits, how, and which part of each it takes.
+// Zero means the default for every field.
+typedef struct pagewise_walk_options {
     // PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME.
     uint32_t flags;
-    // Walker threads (0: one per CPU; at most 1024).
+    // Walker threads (0: the verb's default: one per CPU for stat, twice the CPUs for evict
+    // and load, at least 4 for load; at most 1024).
     uint32_t threads;
     // Levels to descend below the roots (0: no limit).
     uint32_t max_depth;
     // PAGEWISE_METHOD_* (0: auto).
     uint32_t method;
-    // Must be 0 (else -EINVAL): kept for a later field.
-    uint32_t reserved;
-    // First byte of each file to measure (0: the start).
+    // First byte of each file (0: the start).
     uint64_t range_start;
-    // End (exclusive) of the range of each file to measure (0: the end of each file).
+    // End (exclusive) of the range of each file (0: the end of each file).
     uint64_t range_end;
     // Globs a file must match (its name or its path below its root); NULL: all files.
     const char *const *include;
@@ -152,10 +147,29 @@ typedef struct pagewise_stat_options {
     const char *const *exclude;
     // Entries in `exclude`.
     size_t exclude_count;
+    // Must be 0 (else -EINVAL): kept for later walk options (an embedded struct cannot grow
+    // at its end).
+    uint64_t reserved[2];
+} pagewise_walk_options;
+
+// Called with the files and bytes done so far; return non-zero to stop the verb (its report
+// then says `interrupted`; what was finished is complete).
+typedef int (*pagewise_progress_fn)(uint64_t files, uint64_t bytes, void *user);
+
+// Options of `pagewise_stat`. Zero means the default for every field.
+typedef struct pagewise_stat_options {
+    // sizeof(pagewise_stat_options).
+    uint32_t size;
+    // None yet: must be 0 (the walk flags are `walk.flags`).
+    uint32_t flags;
+    // Which files, how, and which part of each.
+    struct pagewise_walk_options walk;
     // Called with the progress, may stop the verb (NULL: none).
     pagewise_progress_fn progress;
     // Handed to `progress`.
     void *user;
+    // Must be 0 (else -EINVAL): kept for a later field.
+    uint32_t reserved;
 } pagewise_stat_options;
 
 // Totals of `pagewise_stat`, in bytes.
@@ -194,32 +208,16 @@ typedef struct pagewise_stat_report {
 typedef struct pagewise_evict_options {
     // sizeof(pagewise_evict_options).
     uint32_t size;
-    // Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
+    // PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY (the walk flags are `walk.flags`).
     uint32_t flags;
-    // Walker threads (0: twice the CPUs; at most 1024).
-    uint32_t threads;
-    // Levels to descend below the roots (0: no limit).
-    uint32_t max_depth;
-    // PAGEWISE_METHOD_* (0: auto).
-    uint32_t method;
-    // Must be 0 (else -EINVAL): kept for a later field.
-    uint32_t reserved;
-    // First byte of each file to drop (0: the start).
-    uint64_t range_start;
-    // End (exclusive) of the range to drop (0: the end of each file).
-    uint64_t range_end;
-    // Globs a file must match; NULL: all files.
-    const char *const *include;
-    // Entries in `include`.
-    size_t include_count;
-    // Globs that exclude files and prune directories.
-    const char *const *exclude;
-    // Entries in `exclude`.
-    size_t exclude_count;
+    // Which files (walker threads 0: twice the CPUs), how, and which part of each to drop.
+    struct pagewise_walk_options walk;
     // Called with the progress, may stop the verb (NULL: none).
     pagewise_progress_fn progress;
     // Handed to `progress`.
     void *user;
+    // Must be 0 (else -EINVAL): kept for a later field.
+    uint32_t reserved;
 } pagewise_evict_options;
 
 // Totals of `pagewise_evict`, in bytes, as the kernel showed them before and after.
@@ -259,28 +257,11 @@ typedef struct pagewise_evict_report {
 typedef struct pagewise_load_options {
     // sizeof(pagewise_load_options).
     uint32_t size;
-    // Walk flags.
+    // None yet: must be 0 (the walk flags are `walk.flags`).
     uint32_t flags;
-    // Walker threads (0: twice the CPUs, at least 4; at most 1024).
-    uint32_t threads;
-    // Levels to descend below the roots (0: no limit).
-    uint32_t max_depth;
-    // PAGEWISE_METHOD_* (0: auto).
-    uint32_t method;
-    // Threads reading one large file (0: 16; at most 1024).
-    uint32_t depth;
-    // First byte of each file to load (0: the start).
-    uint64_t range_start;
-    // End (exclusive) of the range to load (0: the end of each file).
-    uint64_t range_end;
-    // Globs a file must match; NULL: all files.
-    const char *const *include;
-    // Entries in `include`.
-    size_t include_count;
-    // Globs that exclude files and prune directories.
-    const char *const *exclude;
-    // Entries in `exclude`.
-    size_t exclude_count;
+    // Which files (walker threads 0: twice the CPUs, at least 4), how, and which part of each
+    // to load.
+    struct pagewise_walk_options walk;
     // Called with the progress, may stop the verb (NULL: none).
     pagewise_progress_fn progress;
     // Handed to `progress`.
@@ -289,6 +270,10 @@ typedef struct pagewise_load_options {
     uint64_t batch_files;
     // Bytes in flight within one large file (0: 256 MiB).
     uint64_t window;
+    // Threads reading one large file (0: 16; at most 1024).
+    uint32_t depth;
+    // Must be 0 (else -EINVAL): kept for a later field.
+    uint32_t reserved;
 } pagewise_load_options;
 
 // Totals of `pagewise_load`, in bytes.

@@ -246,8 +246,8 @@ fn verbs_take_versioned_options_and_report_what_the_kernel_shows() {
         so.flags = 0;
         let bad_glob = CString::new("[").unwrap();
         let globs = [bad_glob.as_ptr()];
-        so.include = globs.as_ptr();
-        so.include_count = 1;
+        so.walk.include = globs.as_ptr();
+        so.walk.include_count = 1;
         assert_eq!(
             pagewise_stat(paths.as_ptr(), 1, &so, null_mut()),
             -libc::EINVAL
@@ -455,7 +455,7 @@ fn impossible_arguments_are_errors_not_aborts() {
         );
         assert!(last_error().contains("depth"), "{}", last_error());
         lo.depth = 0;
-        lo.threads = u32::MAX;
+        lo.walk.threads = u32::MAX;
         assert_eq!(
             pagewise_load(paths.as_ptr(), 1, &lo, null_mut(), null_mut()),
             -libc::EINVAL
@@ -463,7 +463,7 @@ fn impossible_arguments_are_errors_not_aborts() {
         assert!(last_error().contains("threads"), "{}", last_error());
         let mut so: pagewise_stat_options = std::mem::zeroed();
         so.size = std::mem::size_of_val(&so) as u32;
-        so.threads = u32::MAX;
+        so.walk.threads = u32::MAX;
         assert_eq!(
             pagewise_stat(paths.as_ptr(), 1, &so, null_mut()),
             -libc::EINVAL

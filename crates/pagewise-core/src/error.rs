@@ -307,11 +307,14 @@ impl Serialize for Op {
 
 /// One failure on one file: `path: op failed: message`.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileError {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The path as the user gave it (or as found below a root given).
     pub path: PathBuf,
     /// The syscall or step that failed (`openat`, `cachestat`, `fadvise(DONTNEED)`, ...).
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub op: Op,
     /// What went wrong, in words (the OS error's text for kernel failures).
     pub message: String,
@@ -343,6 +346,38 @@ impl FileError {
 /// A leaf: the kernel's error is kept as its text and errno (a `FileError` is cloned into
 /// reports and serialised), so there is no `source()`.
 impl std::error::Error for FileError {}
+
+/// What the CLI writes on stdout, under `--json`, when it stops on a usage or fatal error:
+/// `{"error": {"exit_code": 1, "kind": "usage", "message": "..."}}` (the keys in that order).
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct FatalDocument {
+    /// The error.
+    pub error: FatalDetail,
+}
+
+/// The `error` of a [`FatalDocument`].
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct FatalDetail {
+    /// The process's exit code.
+    pub exit_code: i32,
+    /// A usage error (bad arguments) or a failure that stopped the verb.
+    pub kind: FatalKind,
+    /// What went wrong (a usage error's first line).
+    pub message: String,
+}
+
+/// The kind of a [`FatalDetail`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "lowercase")]
+pub enum FatalKind {
+    /// The command line could not be parsed.
+    Usage,
+    /// The verb could not run or stopped.
+    Fatal,
+}
 
 impl FileError {
     /// The message without std's ` (os error N)` suffix (errno is a field of its own).

@@ -67,6 +67,41 @@ pub fn named<S: Serializer>(key: &str, p: &Path, s: S) -> Result<S::Ok, S::Error
     }
 }
 
+/// The keys [`path`] writes, for the schema (`schema` feature): `path`, and `path_bytes` when
+/// the name is not UTF-8.
+#[cfg(feature = "schema")]
+#[derive(schemars::JsonSchema)]
+pub struct PathKeys {
+    /// The name (invalid bytes as U+FFFD).
+    pub path: String,
+    /// The name's bytes, when it is not UTF-8.
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
+}
+
+/// The keys [`opt_path`] and [`opt_path_bytes`] write: `path` (null when there is none) and
+/// `path_bytes`.
+#[cfg(feature = "schema")]
+#[derive(schemars::JsonSchema)]
+pub struct OptPathKeys {
+    /// The name (invalid bytes as U+FFFD); null when there is none.
+    pub path: Option<String>,
+    /// The name's bytes, when it is not UTF-8.
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
+}
+
+/// The keys [`opt_comm`] writes: `comm` (null when there is none) and `comm_bytes`.
+#[cfg(feature = "schema")]
+#[derive(schemars::JsonSchema)]
+pub struct OptCommKeys {
+    /// The name (invalid bytes as U+FFFD); null when there is none.
+    pub comm: Option<String>,
+    /// The name's bytes, when it is not UTF-8.
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<Vec<u8>>,
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Serialize;

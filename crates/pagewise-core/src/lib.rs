@@ -25,6 +25,8 @@ pub mod procfs;
 pub mod replay;
 pub mod residency;
 pub mod run;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod shared_dir;
 pub mod stat;
 pub mod sys;

@@ -150,6 +150,7 @@ impl<F: Fn(FileResult) + Sync> Observer for Watch<'_, F> {
 
 /// What every report carries besides its own figures.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Outcome {
     /// Per-file failures, sorted by path (the first [`ErrorLog::MAX_KEPT`]).
     pub errors: Vec<FileError>,
@@ -158,6 +159,7 @@ pub struct Outcome {
     /// One-line notes: fallbacks taken, limits met, figures that cannot be known and why.
     pub notices: Vec<String>,
     /// Wall time of the verb, in seconds.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub elapsed_s: f64,
     /// The observer cancelled the run (or a signal stopped it); finished work is complete.
     pub interrupted: bool,

@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::evict::{evict, EvictOptions};
 
-use super::{check_reserved, known, publish, tree_call, EVICT_FLAGS, WALK_FLAGS};
+use super::{check_reserved, known, pagewise_walk_options, publish, tree_call, EVICT_FLAGS};
 use super::{
     PAGEWISE_EVICT_DRY_RUN, PAGEWISE_EVICT_NO_SYNC, PAGEWISE_EVICT_OWNED, PAGEWISE_EVICT_WHY,
 };
@@ -17,32 +17,16 @@ use crate::ffi::{call_int, pagewise_progress_fn, CallbackObserver, Failure, Size
 pub struct pagewise_evict_options {
     /// sizeof(pagewise_evict_options).
     pub size: u32,
-    /// Walk flags, and PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY.
+    /// PAGEWISE_EVICT_NO_SYNC | _OWNED | _DRY_RUN | _WHY (the walk flags are `walk.flags`).
     pub flags: u32,
-    /// Walker threads (0: twice the CPUs; at most 1024).
-    pub threads: u32,
-    /// Levels to descend below the roots (0: no limit).
-    pub max_depth: u32,
-    /// PAGEWISE_METHOD_* (0: auto).
-    pub method: u32,
-    /// Must be 0 (else -EINVAL): kept for a later field.
-    pub reserved: u32,
-    /// First byte of each file to drop (0: the start).
-    pub range_start: u64,
-    /// End (exclusive) of the range to drop (0: the end of each file).
-    pub range_end: u64,
-    /// Globs a file must match; NULL: all files.
-    pub include: *const *const c_char,
-    /// Entries in `include`.
-    pub include_count: usize,
-    /// Globs that exclude files and prune directories.
-    pub exclude: *const *const c_char,
-    /// Entries in `exclude`.
-    pub exclude_count: usize,
+    /// Which files (walker threads 0: twice the CPUs), how, and which part of each to drop.
+    pub walk: pagewise_walk_options,
     /// Called with the progress, may stop the verb (NULL: none).
     pub progress: pagewise_progress_fn,
     /// Handed to `progress`.
     pub user: *mut c_void,
+    /// Must be 0 (else -EINVAL): kept for a later field.
+    pub reserved: u32,
 }
 
 /// Totals of `pagewise_evict`, in bytes, as the kernel showed them before and after.
@@ -81,7 +65,8 @@ pub struct pagewise_evict_report {
 }
 
 // SAFETY: all are #[repr(C)], start with a u32 size, and hold only integers, floats, raw
-// pointers and optional function pointers, for which zero is valid.
+// pointers and optional function pointers (some in the embedded walk struct), for which zero is
+// valid.
 unsafe impl Sized32 for pagewise_evict_options {}
 unsafe impl Sized32 for pagewise_evict_report {}
 
@@ -108,7 +93,7 @@ pub unsafe extern "C" fn pagewise_evict(
                 n,
                 opts,
                 out,
-                WALK_FLAGS | EVICT_FLAGS,
+                EVICT_FLAGS,
                 EvictOptions::default().walk,
             )
         }?;

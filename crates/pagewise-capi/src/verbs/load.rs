@@ -6,7 +6,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::load::{load, LoadOptions, LockSet};
 
-use super::{at_most, publish, tree_call, MAX_DEPTH, WALK_FLAGS};
+use super::{at_most, check_reserved, pagewise_walk_options, publish, tree_call, MAX_DEPTH};
 use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
 /// Options of `pagewise_load`. Zero means the default for every field.
@@ -15,28 +15,11 @@ use crate::ffi::{self, call_int, pagewise_progress_fn, CallbackObserver, Failure
 pub struct pagewise_load_options {
     /// sizeof(pagewise_load_options).
     pub size: u32,
-    /// Walk flags.
+    /// None yet: must be 0 (the walk flags are `walk.flags`).
     pub flags: u32,
-    /// Walker threads (0: twice the CPUs, at least 4; at most 1024).
-    pub threads: u32,
-    /// Levels to descend below the roots (0: no limit).
-    pub max_depth: u32,
-    /// PAGEWISE_METHOD_* (0: auto).
-    pub method: u32,
-    /// Threads reading one large file (0: 16; at most 1024).
-    pub depth: u32,
-    /// First byte of each file to load (0: the start).
-    pub range_start: u64,
-    /// End (exclusive) of the range to load (0: the end of each file).
-    pub range_end: u64,
-    /// Globs a file must match; NULL: all files.
-    pub include: *const *const c_char,
-    /// Entries in `include`.
-    pub include_count: usize,
-    /// Globs that exclude files and prune directories.
-    pub exclude: *const *const c_char,
-    /// Entries in `exclude`.
-    pub exclude_count: usize,
+    /// Which files (walker threads 0: twice the CPUs, at least 4), how, and which part of each
+    /// to load.
+    pub walk: pagewise_walk_options,
     /// Called with the progress, may stop the verb (NULL: none).
     pub progress: pagewise_progress_fn,
     /// Handed to `progress`.
@@ -45,6 +28,10 @@ pub struct pagewise_load_options {
     pub batch_files: u64,
     /// Bytes in flight within one large file (0: 256 MiB).
     pub window: u64,
+    /// Threads reading one large file (0: 16; at most 1024).
+    pub depth: u32,
+    /// Must be 0 (else -EINVAL): kept for a later field.
+    pub reserved: u32,
 }
 
 /// Totals of `pagewise_load`, in bytes.
@@ -82,7 +69,8 @@ pub struct pagewise_load_report {
 }
 
 // SAFETY: all are #[repr(C)], start with a u32 size, and hold only integers, floats, raw
-// pointers and optional function pointers, for which zero is valid.
+// pointers and optional function pointers (some in the embedded walk struct), for which zero is
+// valid.
 unsafe impl Sized32 for pagewise_load_options {}
 unsafe impl Sized32 for pagewise_load_report {}
 
@@ -112,7 +100,8 @@ pub unsafe extern "C" fn pagewise_load(
     call_int(|| {
         // SAFETY: as the caller promised.
         let (o, roots, w) =
-            unsafe { tree_call(paths, n, opts, out, WALK_FLAGS, LoadOptions::default().walk) }?;
+            unsafe { tree_call(paths, n, opts, out, 0, LoadOptions::default().walk) }?;
+        check_reserved("pagewise_load_options", o.reserved)?;
         let mut options = LoadOptions {
             walk: w.walk,
             range: w.range,

@@ -2,7 +2,8 @@
 //! `pagewise_copy`, one module each. Each reads its option struct into the verb's options, runs
 //! the verb with the progress callback as its observer, and writes the report's totals. This
 //! module holds the flag and method constants and what the verbs share: the walk options
-//! (`walked`), the limits, and publishing the outcome (`finish`).
+//! (`pagewise_walk_options`, read by `walked`), the limits, and publishing the outcome
+//! (`finish`). `v1` reads the option structs of the 0.1.0 header, whose walk fields were inline.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_int};
@@ -11,6 +12,8 @@ use std::path::PathBuf;
 use pagewise_core::{ByteRange, Method, Outcome, WalkOptions};
 
 use crate::ffi::{self, Failure, Sized32};
+
+mod v1;
 
 // In this order (kept apart so rustfmt does not sort them), so pagewise.h lists the structs and
 // functions as it did: stat, evict, load, copy.
@@ -86,66 +89,89 @@ const COPY_FLAGS: u32 = PAGEWISE_COPY_PRESERVE
     | PAGEWISE_COPY_NAMED_TEMP
     | PAGEWISE_COPY_PARTIAL;
 
-/// The walk, range and method fields the three tree verbs share.
+/// The walk options of `pagewise_stat`, `pagewise_evict` and `pagewise_load`, embedded in their
+/// option structs as `walk`: which files a walk visits, how, and which part of each it takes.
+/// Zero means the default for every field.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct pagewise_walk_options {
+    /// PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME.
+    pub flags: u32,
+    /// Walker threads (0: the verb's default: one per CPU for stat, twice the CPUs for evict
+    /// and load, at least 4 for load; at most 1024).
+    pub threads: u32,
+    /// Levels to descend below the roots (0: no limit).
+    pub max_depth: u32,
+    /// PAGEWISE_METHOD_* (0: auto).
+    pub method: u32,
+    /// First byte of each file (0: the start).
+    pub range_start: u64,
+    /// End (exclusive) of the range of each file (0: the end of each file).
+    pub range_end: u64,
+    /// Globs a file must match (its name or its path below its root); NULL: all files.
+    pub include: *const *const c_char,
+    /// Entries in `include`.
+    pub include_count: usize,
+    /// Globs that exclude files and prune directories.
+    pub exclude: *const *const c_char,
+    /// Entries in `exclude`.
+    pub exclude_count: usize,
+    /// Must be 0 (else -EINVAL): kept for later walk options (an embedded struct cannot grow
+    /// at its end).
+    pub reserved: [u64; 2],
+}
+
+/// The walk, range and method the three tree verbs read from their `walk`.
 struct Walked {
     walk: WalkOptions,
     range: ByteRange,
     method: Method,
 }
 
-/// The option structs of the three tree verbs (stat, evict, load): the fields they share, by
-/// the same names, read by [`tree_call`].
+/// The option structs of the three tree verbs (stat, evict, load): `flags` (the verb's own)
+/// and `walk`, read by [`tree_call`], and the 0.1.0 layout of the struct ([`v1`]).
 trait TreeOptions: Sized32 {
     /// The struct's C name (`pagewise_stat_options`), for messages.
     const NAME: &'static str;
-    /// The walk flags and the verb's own flags.
+    /// The struct as the 0.1.0 header laid it out (walk fields inline).
+    type V1: Sized32;
+    /// The verb's own flags.
     fn flags(&self) -> u32;
-    /// Walker threads, levels, method, range, include and exclude globs, as `walked` takes
-    /// them.
-    fn walk_fields(&self) -> WalkFields;
+    /// The walk options.
+    fn walk(&self) -> &pagewise_walk_options;
+    /// The struct from its 0.1.0 layout.
+    fn from_v1(v: Self::V1) -> Self;
 }
 
-/// The shared fields of a [`TreeOptions`] struct.
-struct WalkFields {
-    threads: u32,
-    max_depth: u32,
-    method: u32,
-    range: (u64, u64),
-    include: (*const *const c_char, usize),
-    exclude: (*const *const c_char, usize),
-}
-
-/// Implements [`TreeOptions`] for option structs with the shared fields.
+/// Implements [`TreeOptions`] for option structs with `flags` and `walk`.
 macro_rules! tree_options {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $v1:ty),*) => {$(
         impl TreeOptions for $t {
             const NAME: &'static str = stringify!($t);
+            type V1 = $v1;
             fn flags(&self) -> u32 {
                 self.flags
             }
-            fn walk_fields(&self) -> WalkFields {
-                WalkFields {
-                    threads: self.threads,
-                    max_depth: self.max_depth,
-                    method: self.method,
-                    range: (self.range_start, self.range_end),
-                    include: (self.include, self.include_count),
-                    exclude: (self.exclude, self.exclude_count),
-                }
+            fn walk(&self) -> &pagewise_walk_options {
+                &self.walk
+            }
+            fn from_v1(v: $v1) -> Self {
+                v.into()
             }
         }
     )*};
 }
 tree_options!(
-    pagewise_stat_options,
-    pagewise_evict_options,
-    pagewise_load_options
+    pagewise_stat_options: v1::TreeOptionsV1,
+    pagewise_evict_options: v1::TreeOptionsV1,
+    pagewise_load_options: v1::LoadOptionsV1
 );
 
 /// What a tree verb reads from its arguments before it runs: its options (zero: the defaults),
 /// the roots, and the walk part of the options over `default` (the verb's own
 /// `XOptions::default().walk`, its thread policy included). The report pointer is checked;
-/// `known` are the flags the verb takes.
+/// `known` are the verb's own flags. A struct of the 0.1.0 layout's size is read as that
+/// layout ([`v1`]): programs built against that header keep working.
 ///
 /// # Safety
 /// `paths`, `opts` and `out` are as `pagewise_stat` requires.
@@ -157,8 +183,17 @@ unsafe fn tree_call<O: TreeOptions, R: Sized32>(
     known: u32,
     default: WalkOptions,
 ) -> Result<(O, Vec<PathBuf>, Walked), Failure> {
-    // SAFETY: as the caller promised.
-    let o = unsafe { ffi::read_options(opts, O::NAME) }?;
+    let theirs = (!opts.is_null()).then(|| {
+        // SAFETY: as the caller promised, the struct starts with its u32 size.
+        unsafe { opts.cast::<u32>().read_unaligned() }
+    });
+    let o = if theirs == Some(std::mem::size_of::<O::V1>() as u32) {
+        // SAFETY: a struct of the 0.1.0 layout's size is that layout (no later size is).
+        O::from_v1(unsafe { ffi::read_options(opts.cast::<O::V1>(), O::NAME) }?)
+    } else {
+        // SAFETY: as the caller promised.
+        unsafe { ffi::read_options(opts, O::NAME) }?
+    };
     let report_name = O::NAME.replace("_options", "_report");
     // SAFETY: as the caller promised.
     unsafe { ffi::check_report(out, &report_name) }?;
@@ -166,7 +201,7 @@ unsafe fn tree_call<O: TreeOptions, R: Sized32>(
     // SAFETY: as the caller promised.
     let roots = unsafe { ffi::path_array(paths, n, "paths") }?;
     // SAFETY: the option struct's arrays, as the caller promised.
-    let w = unsafe { walked(O::NAME, o.flags(), &o.walk_fields(), default) }?;
+    let w = unsafe { walked(&format!("{}.walk", O::NAME), o.walk(), default) }?;
     Ok((o, roots, w))
 }
 
@@ -185,10 +220,16 @@ unsafe fn publish<R: Sized32>(out: *mut R, report: R, outcome: &Outcome, verb: &
 /// The glob arrays are as `ffi::string_array` requires.
 unsafe fn walked(
     what: &str,
-    flags: u32,
-    f: &WalkFields,
+    f: &pagewise_walk_options,
     default: WalkOptions,
 ) -> Result<Walked, Failure> {
+    check_flags(what, f.flags, WALK_FLAGS)?;
+    if f.reserved != [0; 2] {
+        return Err(Failure::invalid(format!(
+            "{what}.reserved: must be 0 (kept for later walk options)"
+        )));
+    }
+    let flags = f.flags;
     let mut walk = WalkOptions {
         follow: flags & PAGEWISE_FOLLOW != 0,
         one_file_system: flags & PAGEWISE_ONE_FILE_SYSTEM != 0,
@@ -202,10 +243,10 @@ unsafe fn walked(
     }
     // SAFETY: as the caller promised.
     walk.include =
-        unsafe { ffi::text_array(f.include.0, f.include.1, &format!("{what}.include")) }?;
+        unsafe { ffi::text_array(f.include, f.include_count, &format!("{what}.include")) }?;
     // SAFETY: as the caller promised.
     walk.exclude =
-        unsafe { ffi::text_array(f.exclude.0, f.exclude.1, &format!("{what}.exclude")) }?;
+        unsafe { ffi::text_array(f.exclude, f.exclude_count, &format!("{what}.exclude")) }?;
     let method = match f.method {
         PAGEWISE_METHOD_AUTO => Method::Auto,
         PAGEWISE_METHOD_CACHESTAT => Method::Cachestat,
@@ -216,7 +257,7 @@ unsafe fn walked(
             )))
         }
     };
-    let range = f.range;
+    let range = (f.range_start, f.range_end);
     if range.1 != 0 && range.1 < range.0 {
         return Err(Failure::invalid(format!(
             "{what}: range_end {} before range_start {}",

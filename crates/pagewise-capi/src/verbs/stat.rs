@@ -5,7 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use pagewise_core::stat::{stat, StatOptions};
 
-use super::{check_reserved, known, publish, tree_call, WALK_FLAGS};
+use super::{check_reserved, known, pagewise_walk_options, publish, tree_call};
 use crate::ffi::{call_int, pagewise_progress_fn, CallbackObserver, Failure, Sized32};
 
 /// Options of `pagewise_stat`. Zero means the default for every field.
@@ -14,32 +14,16 @@ use crate::ffi::{call_int, pagewise_progress_fn, CallbackObserver, Failure, Size
 pub struct pagewise_stat_options {
     /// sizeof(pagewise_stat_options).
     pub size: u32,
-    /// PAGEWISE_FOLLOW | PAGEWISE_ONE_FILE_SYSTEM | PAGEWISE_NOATIME.
+    /// None yet: must be 0 (the walk flags are `walk.flags`).
     pub flags: u32,
-    /// Walker threads (0: one per CPU; at most 1024).
-    pub threads: u32,
-    /// Levels to descend below the roots (0: no limit).
-    pub max_depth: u32,
-    /// PAGEWISE_METHOD_* (0: auto).
-    pub method: u32,
-    /// Must be 0 (else -EINVAL): kept for a later field.
-    pub reserved: u32,
-    /// First byte of each file to measure (0: the start).
-    pub range_start: u64,
-    /// End (exclusive) of the range of each file to measure (0: the end of each file).
-    pub range_end: u64,
-    /// Globs a file must match (its name or its path below its root); NULL: all files.
-    pub include: *const *const c_char,
-    /// Entries in `include`.
-    pub include_count: usize,
-    /// Globs that exclude files and prune directories.
-    pub exclude: *const *const c_char,
-    /// Entries in `exclude`.
-    pub exclude_count: usize,
+    /// Which files, how, and which part of each.
+    pub walk: pagewise_walk_options,
     /// Called with the progress, may stop the verb (NULL: none).
     pub progress: pagewise_progress_fn,
     /// Handed to `progress`.
     pub user: *mut c_void,
+    /// Must be 0 (else -EINVAL): kept for a later field.
+    pub reserved: u32,
 }
 
 /// Totals of `pagewise_stat`, in bytes.
@@ -77,7 +61,8 @@ pub struct pagewise_stat_report {
 }
 
 // SAFETY: all are #[repr(C)], start with a u32 size, and hold only integers, floats, raw
-// pointers and optional function pointers, for which zero is valid.
+// pointers and optional function pointers (some in the embedded walk struct), for which zero is
+// valid.
 unsafe impl Sized32 for pagewise_stat_options {}
 unsafe impl Sized32 for pagewise_stat_report {}
 
@@ -99,7 +84,7 @@ pub unsafe extern "C" fn pagewise_stat(
     call_int(|| {
         // SAFETY: as the caller promised.
         let (o, roots, w) =
-            unsafe { tree_call(paths, n, opts, out, WALK_FLAGS, StatOptions::default().walk) }?;
+            unsafe { tree_call(paths, n, opts, out, 0, StatOptions::default().walk) }?;
         check_reserved("pagewise_stat_options", o.reserved)?;
         let options = StatOptions {
             walk: w.walk,

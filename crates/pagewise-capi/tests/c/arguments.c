@@ -58,12 +58,12 @@ int main(int argc, char **argv)
     lo.depth = UINT32_MAX;
     line("load_depth", pagewise_load(paths, 1, &lo, NULL, NULL));
     lo.depth = 0;
-    lo.threads = UINT32_MAX;
+    lo.walk.threads = UINT32_MAX;
     line("load_threads", pagewise_load(paths, 1, &lo, NULL, NULL));
     pagewise_stat_options so;
     memset(&so, 0, sizeof so);
     so.size = sizeof so;
-    so.threads = 1u << 30;
+    so.walk.threads = 1u << 30;
     line("stat_threads", pagewise_stat(paths, 1, &so, NULL));
     pagewise_copy_options co;
     memset(&co, 0, sizeof co);

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What the assistant saw and did.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AssistReport {
     /// Page faults of the target on file mappings.
     pub faults: u64,
@@ -32,10 +33,13 @@ pub struct AssistReport {
     pub wasted_bytes_estimate: u64,
     /// Time from the fault (tracepoint time stamp) to the prefetch being issued (its
     /// `fadvise(WILLNEED)` entering the kernel), microseconds: the median.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub issue_latency_us_p50: f64,
     /// The 90th percentile of the same.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub issue_latency_us_p90: f64,
     /// The 99th percentile of the same.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub issue_latency_us_p99: f64,
     /// Time from the fault to the kernel having queued the prefetch's reads (the
     /// `fadvise(WILLNEED)` of its last piece returned: windows of more than 32 pages are
@@ -43,8 +47,10 @@ pub struct AssistReport {
     /// difference to `issue_latency_us_p50` is the kernel's own submission time (page
     /// allocation, the block layer, the device driver), and for long windows the events
     /// handled between their pieces.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub submit_latency_us_p50: f64,
     /// The 99th percentile of the same.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub submit_latency_us_p99: f64,
     /// Files the target faulted on or read.
     pub files: u64,
@@ -66,6 +72,7 @@ pub struct AssistReport {
 
 /// One bucket of [`AssistReport::issue_latency_us_histogram`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LatencyBucket {
     /// Upper bound in microseconds (inclusive); null for the last bucket.
     pub le_us: Option<u64>,

@@ -74,6 +74,7 @@ impl From<SimError> for crate::Error {
 
 /// What the predictor would have done on a trace.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SimReport {
     /// Which predictor (its detectors).
     pub label: String,
@@ -86,6 +87,7 @@ pub struct SimReport {
     /// Faults on pages neither cached nor prefetched.
     pub misses: u64,
     /// (hits + late hits) / accesses.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub hit_rate: f64,
     /// Windows the predictor returned.
     pub windows: u64,

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 /// What a cgroup path says about who runs in it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Owner {
     /// Container runtime: `docker`, `containerd`, `cri-o`, `podman`, `lxc`, `nspawn`.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 
 /// Which cgroup hierarchy a group belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Hierarchy {
     /// cgroup v1's memory controller (`/sys/fs/cgroup/memory/...`).
@@ -46,6 +47,7 @@ impl Hierarchy {
 /// A cgroup's file cache, from its `memory.stat`, in bytes (hierarchical: descendants
 /// included).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileCache {
     /// File-backed pages charged to the group, shmem/tmpfs included (v2 `file`, v1 `cache`).
     pub file_bytes: u64,
@@ -132,6 +134,7 @@ impl FileCache {
 
 /// A mounted cgroup hierarchy that has the memory controller.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct MemoryMount {
     /// v1 or v2.
     pub hierarchy: Hierarchy,
@@ -464,8 +467,10 @@ impl CgroupsOptions {
 
 /// One cgroup's line of a `cgroups` report.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CgroupStat {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The group's directory.
     pub path: PathBuf,
     /// Its cgroup path (`/process_api/x`; `/` for the hierarchy's root).
@@ -479,6 +484,7 @@ pub struct CgroupStat {
 
 /// What `cgroups` found.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CgroupsReport {
     /// The hierarchy listed.
     pub hierarchy: Hierarchy,

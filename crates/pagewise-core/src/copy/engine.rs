@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a file's data moves, and what that does to the page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
     /// Pick the fastest cache-clean strategy the filesystems support.

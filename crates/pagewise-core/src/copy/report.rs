@@ -10,6 +10,7 @@ use std::path::PathBuf;
 
 /// What one entry of the destination is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EntryKind {
     /// A regular file.
@@ -48,6 +49,7 @@ impl EntryKind {
 
 /// What `copy` did with one entry (or would do, in a dry run).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// It did not exist at the destination and was made.
@@ -67,9 +69,11 @@ pub enum Action {
 
 /// One entry's outcome, streamed to the observer when [`CopyOptions::items`] is set.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CopyItem {
     /// The destination path (for a failure: the path the error names).
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     pub path: PathBuf,
     /// What it is (null for a failure, where it may not be known).
     pub kind: Option<EntryKind>,
@@ -84,6 +88,7 @@ pub struct CopyItem {
 
 /// Bytes of the page cache a copy left behind.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Residue {
     /// Source pages cached after the copy that were not cached before it.
     pub source_added_bytes: u64,
@@ -104,6 +109,7 @@ pub struct Residue {
 
 /// What `copy` did.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CopyReport {
     /// Regular files copied (complete, under their final names).
     pub files: u64,
@@ -143,8 +149,13 @@ pub struct CopyReport {
     /// Bytes actually moved (sparse holes excluded).
     pub data_bytes: u64,
     /// `data_bytes` per second of the copy (verification not included).
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub rate_bytes_per_s: f64,
     /// Files per strategy really used (keys: [`Strategy::name`]).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::schema::strategy_counts")
+    )]
     pub strategies: BTreeMap<Strategy, u64>,
     /// What the copy left in the page cache.
     pub residue: Residue,

@@ -7,6 +7,7 @@ use crate::error::Error;
 
 /// How a [`DirectFile`] keeps out of the page cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum CachePolicy {
     /// O_DIRECT: no page cache at all (the default).

@@ -56,6 +56,7 @@ impl CgroupEvictOptions {
 
 /// How the kernel was asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ReclaimMethod {
     /// v2 `memory.reclaim` with `swappiness=0`: file pages only.
     #[serde(rename = "memory.reclaim swappiness=0")]
@@ -73,8 +74,10 @@ pub enum ReclaimMethod {
 
 /// What `evict --cgroup` did, as the group's `memory.stat` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CgroupEvictReport {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The group's directory.
     pub path: PathBuf,
     /// Its cgroup path.

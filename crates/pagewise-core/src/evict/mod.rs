@@ -92,6 +92,7 @@ impl EvictOptions {
 
 /// Why pages stayed in the cache after eviction.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StayReason {
     /// Still dirty (`--no-sync`, or written again meanwhile).
@@ -118,8 +119,10 @@ pub enum StayReason {
 
 /// One file's eviction, as the kernel showed it before and after.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EvictFile {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The file, as found.
     pub path: PathBuf,
     /// Its size in bytes.
@@ -147,6 +150,7 @@ pub struct EvictFile {
 /// cached figures cover the files whose residency is known; `unknown_files` were advised out
 /// all the same, but what they held cannot be measured.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EvictTotals {
     /// Files evicted (or measured, with `dry_run`).
     pub files: u64,
@@ -198,6 +202,7 @@ impl Default for EvictTotals {
 
 /// What `evict` did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EvictReport {
     /// Nothing was dropped: only measured.
     pub dry_run: bool,

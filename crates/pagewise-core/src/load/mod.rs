@@ -113,6 +113,7 @@ impl Default for LoadOptions {
 
 /// Totals of a load.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LoadTotals {
     /// Files loaded or found fully cached.
     pub files: u64,
@@ -142,12 +143,14 @@ pub struct LoadTotals {
 
 /// What `load` did.
 #[derive(Debug, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct LoadReport {
     /// The kernel's page size, in bytes.
     pub page_size: u64,
     /// Sums over all files.
     pub total: LoadTotals,
     /// Bytes newly brought in per second.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub rate_bytes_per_s: f64,
     /// What the walk met besides the files loaded.
     pub walk: WalkSummary,

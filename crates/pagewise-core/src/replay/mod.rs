@@ -55,6 +55,7 @@ pub(crate) fn check_io(max_request: u64, depth: usize) -> Result<(), crate::Erro
 
 /// In which order the recorded pages are read back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     /// The program's order, contiguous pages merged.
@@ -192,6 +193,7 @@ pub(crate) struct Settings {
 
 /// What one replay did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ReplayReport {
     /// The order the pages were read in.
     pub order: Order,
@@ -204,6 +206,7 @@ pub struct ReplayReport {
     /// Bytes read.
     pub bytes: u64,
     /// `bytes` per second of I/O, in MB (10^6 bytes) per second.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub mb_per_s: f64,
     /// Traced files read from.
     pub files: u64,

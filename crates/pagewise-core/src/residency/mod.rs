@@ -25,6 +25,7 @@ use std::sync::Mutex;
 
 /// How residency is to be measured (an option of every verb that measures).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Method {
     /// cachestat, falling back to mincore when missing or refused.
@@ -38,6 +39,7 @@ pub enum Method {
 
 /// How one residency was measured, as reported (`"cachestat"`, `"mincore"`, `"unknown"`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum MeasuredBy {
     /// cachestat(2): every figure known.
@@ -107,6 +109,7 @@ impl Counts {
 /// cannot know (mincore knows nothing of dirty pages; mincore on a file the caller may not
 /// write would lie, so everything is `None`: "unknown").
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Residency {
     /// Bytes measured: the file's size, or its part in the range.
     pub bytes: u64,

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 /// A byte range of every file: `[start, end)`, `end == None` meaning to the end of the file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ByteRange {
     /// First byte.
     pub start: u64,

@@ -32,6 +32,7 @@ pub struct DroppingOptions {
 
 /// What a [`Dropping`] did to the page cache, in bytes (the [`DropFigures`] of `RunReport`).
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DroppingReport {
     /// Bytes brought into the cache meanwhile (the kernel's events for the followed threads
     /// and processes).

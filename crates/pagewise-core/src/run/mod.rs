@@ -82,6 +82,7 @@ const FINAL_RETRIES: usize = 25;
 
 /// What `run` did to the page cache.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RunReport {
     /// The command's exit code (128 + signal when it was killed).
     pub exit_code: i32,
@@ -107,6 +108,7 @@ pub struct RunReport {
 /// [`DroppingReport`] share (flattened into both, so their JSON keys are these). "The pages"
 /// are the command's (`run`) or those brought in between `start` and `finish` ([`Dropping`]).
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DropFigures {
     /// Bytes dropped again, as measured before and after each drop (`method`).
     pub dropped_bytes: u64,

@@ -41,6 +41,7 @@ impl ChargeOptions {
 
 /// Cached bytes charged to one cgroup.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Charge {
     /// The cgroup path (`/system.slice/x`), `(inode N)` when no mounted hierarchy has a
     /// directory with that inode (removed since), `(none)` for pages charged to no cgroup.
@@ -55,8 +56,10 @@ pub struct Charge {
 
 /// One file's pages per cgroup.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileCharge {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The file.
     pub path: PathBuf,
     /// Its size.
@@ -71,6 +74,7 @@ pub struct FileCharge {
 
 /// Sums over all files of a `stat --by-cgroup`.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChargeTotals {
     /// Files looked at.
     pub files: u64,
@@ -84,6 +88,7 @@ pub struct ChargeTotals {
 
 /// What `stat --by-cgroup` found.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ChargeReport {
     /// Sums over all files.
     pub total: ChargeTotals,

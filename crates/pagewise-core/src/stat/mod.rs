@@ -18,8 +18,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 /// One file's line of a stat report.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileStat {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The file, as found (a root's path joined with the names below it).
     pub path: PathBuf,
     /// The file's size; `bytes` (below) is the part measured: all of it, or its part in the range.
@@ -31,6 +33,7 @@ pub struct FileStat {
     pub residency: Residency,
     /// Per-cell cached % for `--map` (null: unknown).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schema", schemars(inner(range(max = 100))))]
     pub map: Option<Vec<Option<u8>>>,
     #[serde(skip)]
     /// Index of the root it was found under.
@@ -55,6 +58,7 @@ impl FileStat {
 
 /// Sums over many files, in bytes (each file's counts capped at its measured bytes).
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Totals {
     /// Files measured.
     pub files: u64,
@@ -173,8 +177,10 @@ impl StatOptions {
 
 /// One root argument's totals.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RootTotals {
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     /// The root as given.
     pub path: PathBuf,
     #[serde(flatten)]
@@ -185,6 +191,7 @@ pub struct RootTotals {
 /// What `stat` measured. Per-file lines go to the observer as they are measured, so memory
 /// stays flat on any tree; only totals are kept here.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StatReport {
     /// The kernel's page size, in bytes.
     pub page_size: u64,

@@ -37,6 +37,7 @@ pub type IntMap<K, V> = HashMap<K, V, BuildHasherDefault<IntHasher>>;
 /// Bytes added, dirtied and evicted, and which of them are lower bounds (events whose folio
 /// size was not known, counted as one page).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Counts {
     /// Bytes added to the page cache (mm_filemap_add_to_page_cache).
     pub added_bytes: u64,

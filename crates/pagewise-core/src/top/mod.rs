@@ -157,6 +157,7 @@ impl TopOptions {
 
 /// What [`top`] did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TopReport {
     /// Intervals reported.
     pub interval_count: u64,
@@ -167,6 +168,7 @@ pub struct TopReport {
     /// The dirtying tracepoint followed (`writeback/writeback_dirty_folio`), null for none.
     pub dirty_event: Option<&'static str>,
     /// Where cgroups come from: `perf` (the samples' cgroup id) or `proc` (/proc/PID/cgroup).
+    #[cfg_attr(feature = "schema", schemars(extend("enum" = ["perf", "proc"])))]
     pub cgroup_source: &'static str,
     /// Errors, notices, time, interruption.
     #[serde(flatten)]

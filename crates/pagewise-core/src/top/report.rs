@@ -9,12 +9,14 @@ use std::collections::HashMap;
 
 /// A process's row.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ProcessRow {
     /// Process id.
     pub pid: u32,
     /// Its command (`/proc/PID/comm`, its bytes); null when it exited before it was read. In
     /// JSON as a path is: `comm`, and `comm_bytes` when it is not UTF-8.
     #[serde(flatten, serialize_with = "crate::json::opt_comm")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::OptCommKeys"))]
     pub comm: Option<Vec<u8>>,
     /// Its memory cgroup (as `pagewise cgroups` shows it); null when unknown.
     pub cgroup: Option<String>,
@@ -25,6 +27,7 @@ pub struct ProcessRow {
 
 /// A memory cgroup's row.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CgroupRow {
     /// The cgroup path (`/system.slice/x.service`); null when unknown.
     pub cgroup: Option<String>,
@@ -48,6 +51,7 @@ pub struct CgroupRow {
 
 /// A file's row.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FileRow {
     /// The filesystem's device `MAJOR:MINOR`; null for a backing device that names none.
     pub dev: Option<String>,
@@ -55,6 +59,7 @@ pub struct FileRow {
     pub ino: u64,
     /// Its path; null when it has none (see `path_unknown`).
     #[serde(flatten, serialize_with = "crate::json::opt_path_bytes")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::OptPathKeys"))]
     pub path: Option<Vec<u8>>,
     /// The file is deleted (`path` is the name it had).
     pub deleted: bool,
@@ -68,6 +73,7 @@ pub struct FileRow {
 
 /// The rows of one view, and what did not fit.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Rows<R> {
     /// One row per key, largest total first.
     pub rows: Vec<R>,
@@ -81,8 +87,10 @@ pub struct Rows<R> {
 
 /// One interval.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Interval {
     /// Its length, seconds.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
     pub elapsed_s: f64,
     /// Every event counted, together.
     pub totals: Counts,

@@ -373,11 +373,14 @@ impl Serialize for SkipReason {
 
 /// A traced file that was skipped, and why.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SkippedFile {
     /// The recorded path, or `<MAJOR:MINOR inode N>` for a file recorded without one.
     #[serde(flatten, serialize_with = "crate::json::path")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
     pub path: PathBuf,
     /// Why it was skipped (in JSON: the sentence).
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub reason: SkipReason,
 }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 /// How a [`Follower`] collects events. Shown and serialised as `perf` or `tracefs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     /// Perf events, one per CPU and tracepoint, inherited by the command's process tree.

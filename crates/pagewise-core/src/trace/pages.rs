@@ -99,6 +99,7 @@ pub fn file_ranges(
 
 /// Cache state of the traced pages before and after a trace-driven evict or load.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TraceCacheReport {
     /// Measured only, nothing changed (`evict --trace --dry-run`).
     pub dry_run: bool,

@@ -36,6 +36,7 @@ impl RecordOptions {
 
 /// What [`record`] gives back.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RecordReport {
     /// The recording, files resolved to paths where they could be.
     pub trace: Trace,

@@ -4,6 +4,7 @@ use super::Trace;
 
 /// One merged run of pages of a file: `(file, first page, pages, first time)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Run {
     /// Index into [`Trace::files`].
     pub file: u32,

@@ -124,6 +124,7 @@ impl FileRef<'_> {
 
 /// What the walk met besides the files it visited.
 #[derive(Debug, Default, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WalkSummary {
     /// Regular files visited.
     pub files: u64,

@@ -30,6 +30,7 @@ use std::collections::HashMap;
 
 /// Which detector proposed a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Detector {
     /// Consecutive pages, read upwards.

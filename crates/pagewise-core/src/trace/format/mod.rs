@@ -80,6 +80,7 @@ pub const FILE_HANDLE_KNOWN: u32 = 4;
 
 /// A file seen in a trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct TraceFile {
     /// Major number of the filesystem's device.
     pub dev_major: u32,
@@ -94,6 +95,7 @@ pub struct TraceFile {
     pub path: Option<String>,
     /// In JSON: `path` (null when unknown), plus `path_bytes` when the name is not UTF-8.
     #[serde(flatten, serialize_with = "crate::json::opt_path_bytes")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::OptPathKeys"))]
     pub path_bytes: Option<Vec<u8>>,
     /// Deleted by the end of the recording (its name then is the one it had).
     pub deleted: bool,
@@ -131,6 +133,7 @@ impl TraceFile {
 
 /// Pages the kernel added to the page cache for the recorded command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Event {
     /// When, ns since the recording started.
     pub ts_ns: u64,
@@ -146,6 +149,7 @@ pub struct Event {
 
 /// A page fault of the recorded command on a file mapping (`record --faults`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Fault {
     /// When, ns since the recording started.
     pub ts_ns: u64,
@@ -159,6 +163,7 @@ pub struct Fault {
 
 /// A whole recording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Trace {
     /// Format version ([`VERSION`]).
     pub version: u32,
