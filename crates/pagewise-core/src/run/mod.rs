@@ -14,12 +14,11 @@
 //!
 //! [`Dropping`] does the same for the calling process itself, between its `start` and
 //! `finish` (the Python binding's `with pagewise.dropping():`).
-
 //!
 //! Here: [`run`]. The options in `options`, the reports in `report`; the machinery `run` and
 //! [`Dropping`] share (follower, footprint, drop-behind thread, final drop) in `session`;
-//! [`Dropping`] in `dropping`. Below: the [`Footprint`](footprint) of pages the events added,
-//! pages pending per file in `pending`, the drop-behind thread and its [`Dropper`] in
+//! [`Dropping`] in `dropping`. Below: the footprint (`footprint`) of pages the events added,
+//! pages pending per file in `pending`, the drop-behind thread and its `Dropper` in
 //! `drop_behind`, the thread's CPU priority in `priority`.
 
 mod drop_behind;
