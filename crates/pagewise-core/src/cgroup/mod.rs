@@ -11,20 +11,24 @@
 //! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
 
 pub mod container;
+mod mounts;
 mod rank;
+pub(crate) use mounts::{cgroup_inodes, mount_of};
+pub use mounts::{
+    cgroup_name, group_dir, memory_mounts, own_memory_cgroup, parse_memory_mounts,
+    parse_proc_cgroup, resolve, MemoryMount,
+};
 pub use rank::{children_file_bytes, rank, SortKey};
 
 use crate::error::{FileError, Op};
 use crate::verb::{Observer, Outcome, Tally};
 use serde::Serialize;
-use std::collections::HashMap;
-use std::io::{self, Write};
-use std::os::unix::fs::MetadataExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Which cgroup hierarchy a group belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Hierarchy {
     /// cgroup v1's memory controller (`/sys/fs/cgroup/memory/...`).
@@ -46,8 +50,8 @@ impl Hierarchy {
 
 /// A cgroup's file cache, from its `memory.stat`, in bytes (hierarchical: descendants
 /// included).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FileCache {
     /// File-backed pages charged to the group, shmem/tmpfs included (v2 `file`, v1 `cache`).
     pub file_bytes: u64,
@@ -130,191 +134,6 @@ impl FileCache {
         let text = std::fs::read_to_string(&p).map_err(|e| FileError::io(&p, Op::Read, &e))?;
         Ok(FileCache::parse(&text, Hierarchy::of(dir)))
     }
-}
-
-/// A mounted cgroup hierarchy that has the memory controller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct MemoryMount {
-    /// v1 or v2.
-    pub hierarchy: Hierarchy,
-    /// Where it is mounted (`/sys/fs/cgroup/memory`, `/sys/fs/cgroup`).
-    pub mount_point: PathBuf,
-    /// The cgroup the mount shows at its top (`/` unless mounted inside a cgroup namespace
-    /// from outside it).
-    pub mount_root: String,
-}
-
-/// The memory hierarchies in `mountinfo` text (`/proc/self/mountinfo`): v1 mounts whose
-/// options name `memory`, and v2 mounts whose root lists `memory` in `cgroup.controllers`
-/// (`controllers` reads that file; injected for tests).
-pub fn parse_memory_mounts(
-    mountinfo: &str,
-    controllers: &dyn Fn(&Path) -> Option<String>,
-) -> Vec<MemoryMount> {
-    memory_mounts_in(
-        crate::procfs::parse_mountinfo(mountinfo.as_bytes()),
-        controllers,
-    )
-}
-
-/// [`parse_memory_mounts`] of mounts already parsed.
-fn memory_mounts_in(
-    mounts: Vec<crate::procfs::Mount>,
-    controllers: &dyn Fn(&Path) -> Option<String>,
-) -> Vec<MemoryMount> {
-    let mut v = Vec::new();
-    for m in mounts {
-        let mount_point = m.mount_point;
-        let mount_root = m.root.to_string_lossy().into_owned();
-        let hierarchy = match m.fstype.as_str() {
-            "cgroup" if m.super_options.split(',').any(|o| o == "memory") => Hierarchy::V1,
-            "cgroup2"
-                if controllers(&mount_point)
-                    .is_some_and(|c| c.split_whitespace().any(|c| c == "memory")) =>
-            {
-                Hierarchy::V2
-            }
-            _ => continue,
-        };
-        v.push(MemoryMount {
-            hierarchy,
-            mount_point,
-            mount_root,
-        });
-    }
-    v
-}
-
-/// The memory hierarchies mounted here: v1's memory controller first (where memory is
-/// accounted on a hybrid layout), then v2 when its root has the memory controller.
-pub fn memory_mounts() -> Vec<MemoryMount> {
-    let mut v = memory_mounts_in(crate::procfs::mounts(), &|p| {
-        std::fs::read_to_string(p.join("cgroup.controllers")).ok()
-    });
-    v.sort_by_key(|m| m.hierarchy != Hierarchy::V1);
-    v
-}
-
-/// The memory cgroup of a process from its `/proc/PID/cgroup` text: the v1 line whose
-/// controllers include `memory`, else the v2 line (`0::/path`). Returns (hierarchy, path).
-pub fn parse_proc_cgroup(text: &str) -> Option<(Hierarchy, String)> {
-    let mut v2 = None;
-    for line in text.lines() {
-        let mut it = line.splitn(3, ':');
-        let (Some(id), Some(ctrl), Some(path)) = (it.next(), it.next(), it.next()) else {
-            continue;
-        };
-        if ctrl.split(',').any(|c| c == "memory") {
-            return Some((Hierarchy::V1, path.to_string()));
-        }
-        if id == "0" && ctrl.is_empty() {
-            v2 = Some((Hierarchy::V2, path.to_string()));
-        }
-    }
-    v2
-}
-
-/// The directory of the calling process's own memory cgroup (`/proc/self/cgroup` joined to
-/// its hierarchy's mount point).
-pub fn own_memory_cgroup() -> Result<PathBuf, crate::Error> {
-    let p = Path::new("/proc/self/cgroup");
-    let text = std::fs::read_to_string(p).map_err(|e| crate::Error::Io {
-        path: p.into(),
-        op: Op::Read,
-        source: e,
-    })?;
-    let mounts = memory_mounts();
-    let invalid = |message: String| crate::Error::Invalid {
-        what: "cgroup",
-        message,
-    };
-    let (h, path) = parse_proc_cgroup(&text)
-        .filter(|(h, _)| mounts.iter().any(|m| m.hierarchy == *h))
-        .or_else(|| {
-            // Memory on v2 only: the 0:: line, when the v2 mount has memory.
-            let v2 = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-            mounts
-                .iter()
-                .any(|m| m.hierarchy == Hierarchy::V2)
-                .then(|| (Hierarchy::V2, v2.to_string()))
-        })
-        .ok_or_else(|| invalid("no memory cgroup hierarchy is mounted (neither v1's memory controller nor v2 with memory)".into()))?;
-    let m = mounts.iter().find(|m| m.hierarchy == h).unwrap();
-    let rel = path
-        .strip_prefix(m.mount_root.trim_end_matches('/'))
-        .unwrap_or(&path);
-    Ok(group_dir(&m.mount_point, rel))
-}
-
-/// The directory of cgroup path `cgroup` (`/a/b`, relative to the hierarchy's root) under the
-/// hierarchy's mount point: the mount point itself for the root, not `mount_point/` (a process
-/// in the root cgroup, as in a VM, was shown its group as `/sys/fs/cgroup/`).
-pub fn group_dir(mount_point: &Path, cgroup: &str) -> PathBuf {
-    let rel = cgroup.trim_matches('/');
-    if rel.is_empty() {
-        mount_point.to_path_buf()
-    } else {
-        mount_point.join(rel)
-    }
-}
-
-/// Resolves what a user gave as a cgroup: a directory with `memory.stat` as is; else a cgroup
-/// path (`/system.slice/x`) under the memory hierarchy's mount point.
-pub fn resolve(given: &Path) -> Result<PathBuf, crate::Error> {
-    if given.join("memory.stat").exists() {
-        return Ok(given.to_path_buf());
-    }
-    for m in memory_mounts() {
-        let p = group_dir(&m.mount_point, &given.to_string_lossy());
-        if p.join("memory.stat").exists() {
-            return Ok(p);
-        }
-    }
-    Err(crate::Error::Io {
-        path: given.join("memory.stat"),
-        op: Op::Open,
-        source: io::Error::from_raw_os_error(libc::ENOENT),
-    })
-}
-
-/// The cgroup path of a group directory (`/process_api/x`): relative to the memory mount it
-/// is under, `/` for the mount itself.
-pub fn cgroup_name(dir: &Path, mounts: &[MemoryMount]) -> String {
-    let best = mounts
-        .iter()
-        .filter(|m| dir.starts_with(&m.mount_point))
-        .max_by_key(|m| m.mount_point.as_os_str().len());
-    match best {
-        Some(m) => {
-            let rel = dir.strip_prefix(&m.mount_point).unwrap_or(dir);
-            format!("/{}", rel.to_string_lossy())
-        }
-        None => dir.to_string_lossy().into_owned(),
-    }
-}
-
-/// Inode -> cgroup path for every directory of the mounted memory hierarchies.
-pub(crate) fn cgroup_inodes() -> HashMap<u64, String> {
-    let mounts = memory_mounts();
-    let mut map = HashMap::new();
-    for m in &mounts {
-        let mut stack = vec![m.mount_point.clone()];
-        while let Some(d) = stack.pop() {
-            if let Ok(md) = std::fs::metadata(&d) {
-                map.entry(md.ino())
-                    .or_insert_with(|| cgroup_name(&d, &mounts));
-            }
-            if let Ok(rd) = std::fs::read_dir(&d) {
-                stack.extend(
-                    rd.filter_map(|e| e.ok())
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
-        }
-    }
-    map
 }
 
 /// A group directory to write control files of, checked to be one: opened `O_DIRECTORY |
@@ -423,16 +242,6 @@ impl CgroupDir {
     }
 }
 
-/// The mount point a group directory is under (itself when none is known).
-pub(crate) fn mount_of(dir: &Path) -> PathBuf {
-    memory_mounts()
-        .into_iter()
-        .map(|m| m.mount_point)
-        .filter(|m| dir.starts_with(m))
-        .max_by_key(|m| m.as_os_str().len())
-        .unwrap_or_else(|| dir.to_path_buf())
-}
-
 /// Options of `cgroups`.
 #[derive(Debug, Clone, Default)]
 pub struct CgroupsOptions {
@@ -466,8 +275,8 @@ impl CgroupsOptions {
 }
 
 /// One cgroup's line of a `cgroups` report.
-#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize)]
 pub struct CgroupStat {
     #[serde(flatten, serialize_with = "crate::json::path")]
     #[cfg_attr(feature = "schema", schemars(with = "crate::json::PathKeys"))]
@@ -483,8 +292,8 @@ pub struct CgroupStat {
 }
 
 /// What `cgroups` found.
-#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Serialize)]
 pub struct CgroupsReport {
     /// The hierarchy listed.
     pub hierarchy: Hierarchy,

@@ -1,9 +1,11 @@
 //! Where a file is written before it has its final name, and how it gets it: an unnamed
 //! O_TMPFILE linked into place (linkat), or a hidden temporary name renamed over the final
 //! one. Until the commit nothing stands under the final name, so an error or a stop leaves no
-//! half file.
+//! half file. [`Temps`] owns what that needs across files: the sequence of temporary names,
+//! the umask, and the fallback to named temporaries where O_TMPFILE is refused.
 
-use super::Ctx;
+use super::resume::RESUME_MARK;
+use super::state::Ctx;
 use crate::error::{FileError, Op};
 use crate::sys;
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -11,7 +13,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Where a file is written before it gets its final name.
@@ -72,7 +74,25 @@ pub(super) const TEMP_MARK: &CStr = c"user.pagewise.temporary";
 /// The mark's value.
 pub(super) const TEMP_MARK_VALUE: &[u8] = b"1";
 
-impl Ctx<'_> {
+/// The temporaries of one copy: what is shared by every file written.
+pub(super) struct Temps {
+    /// Numbers temporary names.
+    seq: AtomicU64,
+    /// This process's umask (what open(O_CREAT) takes from a new file's mode).
+    umask: u32,
+    /// A destination refused O_TMPFILE: use named temporary files from then on.
+    no_tmpfile: AtomicBool,
+}
+
+impl Temps {
+    pub(super) fn new(umask: u32) -> Temps {
+        Temps {
+            seq: AtomicU64::new(0),
+            umask,
+            no_tmpfile: AtomicBool::new(false),
+        }
+    }
+
     /// A hidden name for a temporary beside the final name `dst`, unique to this process
     /// and call: `.NAME.pagewise-PID-N.tmp`.
     pub(super) fn temp_name(&self, dst: &Path) -> OsString {
@@ -92,12 +112,7 @@ impl Ctx<'_> {
     /// (a copy killed between a create and the mark left unmarked temporaries that no later
     /// run may remove: 2 of 245 in a test); elsewhere it is created (O_EXCL) and marked at
     /// once. Where the filesystem keeps no user xattrs it stays unmarked.
-    pub(super) fn create_marked(
-        &self,
-        dir: BorrowedFd<'_>,
-        name: &OsStr,
-        mode: u32,
-    ) -> io::Result<OwnedFd> {
+    fn create_marked(&self, dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<OwnedFd> {
         if !self.no_tmpfile.load(Ordering::Relaxed) {
             if let Ok(fd) = sys::open_tmpfile_at(dir, mode) {
                 let _ = sys::set_xattr(fd.as_fd(), TEMP_MARK, TEMP_MARK_VALUE);
@@ -112,9 +127,9 @@ impl Ctx<'_> {
 
     /// The mode a named temporary gets at its commit when the file is to have `mode` (see
     /// [`NamedTemp`]): None when `preserve` sets it, or when it is 0600 anyway.
-    pub(super) fn mode_at_commit(&self, mode: u32) -> Option<u32> {
+    pub(super) fn mode_at_commit(&self, ctx: &Ctx<'_>, mode: u32) -> Option<u32> {
         let m = mode & !self.umask;
-        (!self.opts.preserve && m != 0o600).then_some(m)
+        (!ctx.opts.preserve && m != 0o600).then_some(m)
     }
 
     /// Creates the file the data goes to, in `dir` (the directory of `dst`, reached without
@@ -124,6 +139,7 @@ impl Ctx<'_> {
     /// `mode` at the commit).
     pub(super) fn create_temp(
         &self,
+        ctx: &Ctx<'_>,
         dir: &Arc<OwnedFd>,
         dst: &Path,
         mode: u32,
@@ -132,7 +148,7 @@ impl Ctx<'_> {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let named = self.opts.named_temp || self.opts.partial;
+        let named = ctx.opts.named_temp || ctx.opts.partial;
         if !named && !self.no_tmpfile.load(Ordering::Relaxed) {
             match sys::open_tmpfile_at(dir.as_fd(), mode) {
                 Ok(fd) => return Ok((fd, Temp::Unnamed)),
@@ -143,7 +159,7 @@ impl Ctx<'_> {
                     ) =>
                 {
                     self.no_tmpfile.store(true, Ordering::Relaxed);
-                    self.tally.notice(format!(
+                    ctx.tally.notice(format!(
                         "{} has no O_TMPFILE ({e}): files are written under hidden temporary names",
                         parent().display()
                     ));
@@ -161,7 +177,7 @@ impl Ctx<'_> {
                 Temp::Named(NamedTemp {
                     dir: dir.clone(),
                     name,
-                    mode: self.mode_at_commit(mode),
+                    mode: self.mode_at_commit(ctx, mode),
                     armed: AtomicBool::new(true),
                 }),
             )),
@@ -186,7 +202,7 @@ impl Ctx<'_> {
                     sys::fchmod(fd, mode).map_err(|e| (Op::Fchmod, e))?;
                 }
                 let _ = sys::remove_xattr(fd, TEMP_MARK);
-                let _ = sys::remove_xattr(fd, super::resume::RESUME_MARK);
+                let _ = sys::remove_xattr(fd, RESUME_MARK);
                 sys::rename_at(dir, &tmp.name, name).map_err(|e| (Op::Rename, e))?;
                 tmp.keep();
                 Ok(())

@@ -7,62 +7,16 @@
 //! the first chunk into a fallback to the next strategy. The buffered strategy is
 //! copy_file_range, a different shape (no buffer of ours), and runs its own work per chunk.
 
+use super::limits::Bandwidth;
 use crate::chunks::{self, pieces, Stopped};
-use crate::dio::uncached::{read_direct, read_full, refused};
+use crate::dio::uncached::{read_direct, read_full, refused, UncachedReader};
 use crate::error::Op;
 use crate::sys::{self, Advice, AlignedBuf};
 use crate::verb::{Observer, Tally};
-use serde::Serialize;
-use std::cmp;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// How a file's data moves, and what that does to the page cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "kebab-case")]
-pub enum Strategy {
-    /// Pick the fastest cache-clean strategy the filesystems support.
-    #[default]
-    Auto,
-    /// preadv2/pwritev2 with RWF_DONTCACHE (Linux 6.14+).
-    Dontcache,
-    /// O_DIRECT with aligned buffers, several requests in flight.
-    Direct,
-    /// Buffered I/O, then write-back and DONTNEED behind the cursor.
-    DropBehind,
-    /// Plain buffered copy (copy_file_range); leaves both files cached, like cp.
-    Buffered,
-}
-
-impl Strategy {
-    /// The name used by `--cache`, in messages and as the key in
-    /// [`CopyReport::strategies`](super::CopyReport::strategies).
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::Auto => "auto",
-            Strategy::Dontcache => "dontcache",
-            Strategy::Direct => "direct",
-            Strategy::DropBehind => "drop-behind",
-            Strategy::Buffered => "buffered",
-        }
-    }
-}
-
-/// Ordered by name, so a report lists its strategies alphabetically (as it always has).
-impl Ord for Strategy {
-    fn cmp(&self, other: &Self) -> cmp::Ordering {
-        self.name().cmp(other.name())
-    }
-}
-
-impl PartialOrd for Strategy {
-    fn partial_cmp(&self, other: &Self) -> Option<cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
 
 /// Why a strategy could not be used for a file: the copy falls back to the next one.
 #[derive(Debug)]
@@ -105,9 +59,10 @@ pub(super) struct Job<'a> {
     /// Source pages cached before the copy (cachestat of the whole file; None if unknown).
     pub src_cached_before: Option<u64>,
     /// The copy's bandwidth limit, which each chunk waits for before it moves.
-    pub pace: Option<&'a super::limits::Bandwidth>,
-    /// Records how far the data is on disk, for a later run to resume (named temporaries).
-    pub checkpoint: Option<&'a super::resume::Checkpointer<'a>>,
+    pub pace: Option<&'a Bandwidth>,
+    /// Told the offset of each chunk written: records how far the data is on disk, for a
+    /// later run to resume (named temporaries; see the `resume` module).
+    pub checkpoint: Option<&'a (dyn Fn(u64) + Sync)>,
 }
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
@@ -146,6 +101,25 @@ pub(super) fn digest_of(extents: &[(u64, u64)], chunk: usize, data: &[u8]) -> u6
     h.digest()
 }
 
+/// The chunk hashes of `extents` of a file, read from disk, not from the cache (`--verify`'s
+/// re-read, and the kept prefix of a resumed copy's source).
+pub(super) fn hashes_from_disk(
+    fd: OwnedFd,
+    extents: &[(u64, u64)],
+    chunk: usize,
+) -> io::Result<ChunkHashes> {
+    let hashes = ChunkHashes::default();
+    let mut r = UncachedReader::open(fd, chunk)?;
+    for (off, len) in pieces(extents, chunk as u64) {
+        let data = r.read(off, len)?;
+        if data.is_empty() {
+            break;
+        }
+        hashes.add(off, data);
+    }
+    Ok(hashes)
+}
+
 /// Runs `work` over the job's extents with the job's depth (see [`chunks::run`]), asking the
 /// observer before each chunk whether to stop and telling it each finished chunk's bytes.
 fn parallel<F>(job: &Job<'_>, align: usize, work: F) -> Moved
@@ -159,7 +133,7 @@ where
         }
         work(buf, off, len)?;
         if let Some(c) = job.checkpoint {
-            c.finished(off);
+            c(off);
         }
         Ok(())
     };

@@ -11,12 +11,23 @@
 //! inside the copied set are recreated as hard links once their first name exists; directory
 //! modes and times are set last, after their contents.
 //!
-//! - `plan`: cp's rules, refusals (same file, directory into itself), the walk;
-//! - `worker`: per file, open the pair and move the data with the first strategy accepted;
+//! Dependencies go one way (tests/structure.rs checks there is no cycle): `options`,
+//! `tasks`, `filter`, `limits`, `dest` and `report` import nothing above them; `state` (the
+//! shared run state) builds on them; then `engine`, `resume`, `commit`, `worker`, `finish`,
+//! `plan`, and this module, which wires the workers' output into `finish`.
+//!
+//! - `options`: the options, their check, the [`Strategy`] and the copy's constants;
+//! - `tasks`: what the planner hands on (files, directories, the plan's leftovers);
+//! - `state`: `Ctx`, what every part shares for one run (counts, tally, dest);
 //! - `engine`: the strategies' read/write steps and the one chunk loop that runs them;
-//! - `commit`: O_TMPFILE + linkat or a named temporary + rename;
-//! - `finish`: metadata, write-back batches, hard links, directories, verify, residue.
-//! - `options`: the options and their check; `report`: the report and the per-entry items.
+//! - `resume`: checkpoints in named temporaries, and taking one up again;
+//! - `commit`: O_TMPFILE + linkat or a named temporary + rename (owns the O_TMPFILE fallback);
+//! - `worker`: per file, open the pair and move the data with the first strategy accepted
+//!   (owns the small-file fallback, the refused strategies, the ENOSPC retry queue);
+//! - `finish`: metadata, commit, write-back batches (owns them), hard links, directories,
+//!   verify, residue;
+//! - `plan`: cp's rules, refusals (same file, directory into itself), the walk;
+//! - `report`: the report and the per-entry items; `filter`, `limits`: rsync's rules and sizes.
 
 mod commit;
 mod dest;
@@ -28,196 +39,28 @@ mod options;
 mod plan;
 mod report;
 mod resume;
+mod state;
+mod tasks;
 mod worker;
 
-pub use engine::Strategy;
 pub use filter::{Filters, RuleKind, Side};
-pub use options::{CopyOptions, Dereference, Existing, MAX_CHUNK, MAX_DEPTH, MAX_THREADS};
-pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS};
+pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
+pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS, MAX_THREADS};
 pub use plan::plan_targets;
 pub use report::{Action, CopyItem, CopyReport, EntryKind, Residue};
 
-use crate::error::{Error, FileError};
+use crate::error::Error;
 use crate::sys;
-use crate::verb::{self, FileResult, Observer, Tally};
-use plan::FileTask;
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::verb::{self, Observer};
+use commit::Temps;
+use crossbeam_channel::Receiver;
+use finish::{Finish, Local};
+use state::Ctx;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-use worker::Local;
-
-/// Entries counted by the planner threads and the workers.
-#[derive(Default)]
-struct Counts {
-    symlinks: AtomicU64,
-    specials: AtomicU64,
-    created: AtomicU64,
-    updated: AtomicU64,
-    skipped: AtomicU64,
-    stale_temps: AtomicU64,
-    /// Bytes of kept data compared with the source (per side) before resuming.
-    resume_compared: AtomicU64,
-    /// Files whose content was left and whose metadata was brought over.
-    metadata: AtomicU64,
-    deleted: AtomicU64,
-    /// A dry run's files and bytes that a copy would write (the workers count a real run's).
-    dry_files: AtomicU64,
-    dry_bytes: AtomicU64,
-}
-
-/// What the workers and the planner share for one run.
-struct Ctx<'a> {
-    counts: Counts,
-    /// What the written files leave in the page cache.
-    dest_residue: finish::DestResidue,
-    opts: &'a CopyOptions,
-    observer: &'a dyn Observer,
-    /// Errors, notices, the clock and a stop once asked for.
-    tally: Tally,
-    /// Numbers temporary names.
-    seq: AtomicU64,
-    is_root: bool,
-    /// This process's umask (what open(O_CREAT) takes from a new file's mode).
-    umask: u32,
-    /// A destination refused O_TMPFILE: use named temporary files from then on.
-    no_tmpfile: AtomicBool,
-    /// io_uring or RWF_DONTCACHE reads are refused: small files go one by one.
-    no_small_path: AtomicBool,
-    batch_settle: finish::BatchSettle,
-    /// Open files each holder may keep.
-    fds: finish::FdBudget,
-    /// Filesystems (st_dev of the destination dir) where a strategy was refused.
-    refused: Mutex<HashSet<(u64, Strategy)>>,
-    /// Files whose destination ran out of space while others were written beside them: they
-    /// are tried again one at a time when the parallel pass is over (files that fit one
-    /// after the other, as cp copies them, must not fail for being copied together).
-    no_space: Mutex<Vec<FileTask>>,
-    /// The one-at-a-time pass: ENOSPC is final now.
-    final_pass: AtomicBool,
-    /// Destination names, resolved without following symlinks.
-    dest: dest::Dest,
-    /// `--bwlimit`: every chunk and small-file batch waits for its turn.
-    bandwidth: Option<limits::Bandwidth>,
-}
-
-impl<'a> Ctx<'a> {
-    fn new(opts: &'a CopyOptions, observer: &'a dyn Observer, dest: dest::Dest) -> Self {
-        let fds = finish::FdBudget::new(sys::fd_budget(), opts.threads);
-        Ctx {
-            counts: Counts::default(),
-            dest_residue: finish::DestResidue::new(fds.recheck),
-            opts,
-            observer,
-            tally: Tally::new(),
-            seq: AtomicU64::new(0),
-            is_root: sys::euid() == 0,
-            umask: finish::umask(),
-            no_tmpfile: AtomicBool::new(false),
-            no_small_path: AtomicBool::new(
-                opts.strategy != Strategy::Auto || !sys::probe_io_uring(),
-            ),
-            batch_settle: finish::BatchSettle::new(fds.shared_settle),
-            fds,
-            refused: Mutex::new(HashSet::new()),
-            no_space: Mutex::new(Vec::new()),
-            final_pass: AtomicBool::new(false),
-            dest,
-            bandwidth: opts.bwlimit.map(limits::Bandwidth::new),
-        }
-    }
-
-    /// Waits for `bytes` under the bandwidth limit; false when the copy stops meanwhile.
-    fn pace(&self, bytes: u64) -> bool {
-        match &self.bandwidth {
-            Some(b) => b.take(bytes, || self.stopped()),
-            None => true,
-        }
-    }
-
-    /// Whether to stop (the observer asked, now or before).
-    fn stopped(&self) -> bool {
-        self.tally.stop_requested(self.observer)
-    }
-
-    /// One entry's outcome to the observer, when per-entry results were asked for.
-    fn item(&self, path: &Path, kind: EntryKind, action: Action, bytes: u64) {
-        if self.opts.items {
-            self.observer.file(FileResult::Copy(CopyItem {
-                path: path.to_path_buf(),
-                kind: Some(kind),
-                action,
-                bytes,
-                error: None,
-            }));
-        }
-    }
-
-    /// An entry made (`existed`: replacing what was there), counted and reported.
-    fn done(&self, path: &Path, kind: EntryKind, existed: bool, bytes: u64) {
-        let (count, action) = if existed {
-            (&self.counts.updated, Action::Updated)
-        } else {
-            (&self.counts.created, Action::Created)
-        };
-        count.fetch_add(1, Ordering::Relaxed);
-        self.item(path, kind, action, bytes);
-    }
-
-    /// An entry left as it was, counted and reported.
-    fn skipped(&self, path: &Path, kind: EntryKind) {
-        self.counts.skipped.fetch_add(1, Ordering::Relaxed);
-        self.item(path, kind, Action::Skipped, 0);
-    }
-
-    /// A per-file failure: counted in the outcome and reported as a `failed` entry.
-    fn fail(&self, e: FileError) {
-        if self.opts.items {
-            self.observer.file(FileResult::Copy(CopyItem {
-                path: e.path.clone(),
-                kind: None,
-                action: Action::Failed,
-                bytes: 0,
-                error: Some(format!("{} failed: {}", e.op, e.message)),
-            }));
-        }
-        self.tally.error(e);
-    }
-
-    /// The parallel pass: the planner on this thread, `threads` workers beside it. Returns
-    /// what the planner leaves for the end and the workers' figures.
-    fn run_parallel(&self, targets: &[(PathBuf, PathBuf)]) -> (plan::Planned, Local) {
-        let (tx, rx) = crossbeam_channel::bounded::<Vec<FileTask>>(1024);
-        let merged = Mutex::new(Local::default());
-        let planned = std::thread::scope(|s| {
-            for _ in 0..self.fds.workers {
-                let rx = rx.clone();
-                let merged = &merged;
-                s.spawn(move || worker::work(self, rx, merged));
-            }
-            drop(rx);
-            let planned = plan::plan(self, targets, tx);
-            self.observer.planned_all();
-            planned
-        });
-        (planned, merged.into_inner().unwrap())
-    }
-
-    /// Files that met ENOSPC beside others: once more, one at a time.
-    fn retry_no_space(&self, m: &mut Local) {
-        let retry = std::mem::take(&mut *self.no_space.lock().unwrap());
-        if retry.is_empty() {
-            return;
-        }
-        self.final_pass.store(true, Ordering::Relaxed);
-        let mut local = Local::default();
-        for t in retry {
-            self.copy_file(&mut local, t);
-        }
-        finish::settle(&mut local.settle, &self.dest_residue);
-        worker::merge(m, local);
-    }
-}
+use tasks::{FileTask, Planned};
+use worker::Workers;
 
 /// The calling thread's I/O priority while a copy runs: set, then restored on drop.
 struct IoPriorityGuard(sys::IoPriority);
@@ -275,6 +118,9 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         None => None,
     };
     let ctx = Ctx::new(options, observer, dest::Dest::new(&targets, follow_roots));
+    let temps = Temps::new(umask);
+    let workers = Workers::new(&ctx, &temps);
+    let fin = Finish::new(&ctx, &temps);
     if !options.no_target_directory {
         for (src, dst) in &targets {
             if let Some(n) = plan::nesting_notice(src, dst, &options.dest) {
@@ -282,12 +128,12 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
             }
         }
     }
-    let (planned, mut m) = ctx.run_parallel(&targets);
-    ctx.retry_no_space(&mut m);
-    ctx.batch_settle.flush(&ctx.dest_residue);
-    let hardlinks = ctx.link_hard(&planned.deferred_links);
+    let (planned, mut m) = run_parallel(&ctx, &temps, &workers, &fin, &targets);
+    retry_no_space(&workers, &fin, &mut m);
+    fin.flush();
+    let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
     if !options.dry_run {
-        ctx.finish_dirs(&planned.dirs, umask);
+        finish::finish_dirs(&ctx, &planned.dirs, umask);
     }
     if options.fsync && !options.dry_run {
         finish::fsync_parents(&targets);
@@ -296,14 +142,14 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     // The copy's own time: verification and the residue measure are not in it (nor in the rate).
     let elapsed = ctx.tally.elapsed_s();
     let (verified_files, verify_mismatches) = if options.verify && !interrupted {
-        ctx.verify(&m.digests)
+        finish::verify(&ctx, &m.digests)
     } else {
         (0, 0)
     };
     // Measured per written file after its write-back and drop (see finish::settle): what
     // this copy wrote, not files of the destination it left alone.
     m.residue.dest_cached_bytes =
-        (ctx.dest_residue.pages() * sys::page_size()).min(m.residue.dest_bytes);
+        (fin.residue_pages() * sys::page_size()).min(m.residue.dest_bytes);
     let extra = interrupted
         .then(|| {
             match options.partial {
@@ -342,4 +188,58 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         dry_run: options.dry_run,
         outcome,
     })
+}
+
+/// The parallel pass: the planner on this thread, the workers beside it. Returns what the
+/// planner leaves for the end and the workers' figures.
+fn run_parallel(
+    ctx: &Ctx<'_>,
+    temps: &Temps,
+    workers: &Workers<'_>,
+    fin: &Finish<'_>,
+    targets: &[(PathBuf, PathBuf)],
+) -> (Planned, Local) {
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<FileTask>>(1024);
+    let merged = Mutex::new(Local::default());
+    let planned = std::thread::scope(|s| {
+        for _ in 0..ctx.fds.workers {
+            let rx = rx.clone();
+            let merged = &merged;
+            s.spawn(move || work(ctx, workers, fin, rx, merged));
+        }
+        drop(rx);
+        let planned = plan::plan(ctx, temps, targets, tx);
+        ctx.observer.planned_all();
+        planned
+    });
+    (planned, merged.into_inner().unwrap())
+}
+
+/// One worker thread: copies the units it receives until the planner is done (each written
+/// file is finished at once), then settles its files and adds its figures to `merged`.
+fn work(
+    ctx: &Ctx<'_>,
+    workers: &Workers<'_>,
+    fin: &Finish<'_>,
+    rx: Receiver<Vec<FileTask>>,
+    merged: &Mutex<Local>,
+) {
+    let mut local = Local::default();
+    let mut thread = worker::Thread::default();
+    for mut unit in rx.iter() {
+        // --checksum: files whose destination has the same content are left as they are.
+        unit.retain(|t| !(t.compare && finish::unchanged(ctx, t)));
+        workers.copy_unit(&mut thread, unit, &mut |w| fin.file(&mut local, w));
+    }
+    fin.settle(&mut local);
+    finish::merge(&mut merged.lock().unwrap(), local);
+}
+
+/// Files that met ENOSPC beside others: once more, one at a time (see
+/// [`Workers::retry_no_space`]).
+fn retry_no_space(workers: &Workers<'_>, fin: &Finish<'_>, m: &mut Local) {
+    let mut local = Local::default();
+    workers.retry_no_space(&mut |w| fin.file(&mut local, w));
+    fin.settle(&mut local);
+    finish::merge(m, local);
 }

@@ -1,9 +1,12 @@
 //! What a copy is asked to do: [`CopyOptions`] with its defaults and its one check
-//! ([`CopyOptions::validate`]), and the flag-to-mode rules shared by the CLI and the bindings
-//! ([`Existing::from_flags`], [`Dereference::from_flags`]).
+//! ([`CopyOptions::validate`]), the flag-to-mode rules shared by the CLI and the bindings
+//! ([`Existing::from_flags`], [`Dereference::from_flags`]), the [`Strategy`] a file's data
+//! moves with, and the copy's constants (limits, defaults, batch sizes).
 
-use super::{Filters, Strategy};
+use super::filter::Filters;
 use crate::error::Error;
+use serde::Serialize;
+use std::cmp;
 use std::path::PathBuf;
 
 /// What `copy` copies where, and how.
@@ -78,6 +81,51 @@ pub struct CopyOptions {
     /// The I/O priority of the copy's threads (ionice): `Idle` yields the disk to every
     /// other process. Default: None (inherited). The calling thread's own is restored after.
     pub io_priority: Option<crate::sys::IoPriority>,
+}
+
+/// How a file's data moves, and what that does to the page cache.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// Pick the fastest cache-clean strategy the filesystems support.
+    #[default]
+    Auto,
+    /// preadv2/pwritev2 with RWF_DONTCACHE (Linux 6.14+).
+    Dontcache,
+    /// O_DIRECT with aligned buffers, several requests in flight.
+    Direct,
+    /// Buffered I/O, then write-back and DONTNEED behind the cursor.
+    DropBehind,
+    /// Plain buffered copy (copy_file_range); leaves both files cached, like cp.
+    Buffered,
+}
+
+impl Strategy {
+    /// The name used by `--cache`, in messages and as the key in
+    /// [`CopyReport::strategies`](super::CopyReport::strategies).
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Auto => "auto",
+            Strategy::Dontcache => "dontcache",
+            Strategy::Direct => "direct",
+            Strategy::DropBehind => "drop-behind",
+            Strategy::Buffered => "buffered",
+        }
+    }
+}
+
+/// Ordered by name, so a report lists its strategies alphabetically (as it always has).
+impl Ord for Strategy {
+    fn cmp(&self, other: &Self) -> cmp::Ordering {
+        self.name().cmp(other.name())
+    }
+}
+
+impl PartialOrd for Strategy {
+    fn partial_cmp(&self, other: &Self) -> Option<cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 /// What `copy` does with a destination file, symlink or special file that exists already.
@@ -224,6 +272,20 @@ impl Default for CopyOptions {
         }
     }
 }
+
+/// Files up to this size are copied in batches (see the worker's small-file path).
+pub(super) const SMALL_FILE: u64 = 256 << 10;
+/// Files and bytes per small-file batch of one worker.
+pub(super) const SMALL_BATCH: usize = 64;
+pub(super) const SMALL_BATCH_BYTES: u64 = 2 << 20;
+/// Files a worker gathers before it waits for their write-back and drops them (at most).
+pub(super) const SETTLE_BATCH: usize = 256;
+/// Files and dirty bytes that trigger a write-back of the batch the workers share.
+pub(super) const SETTLE_FILES: usize = 2048;
+pub(super) const SETTLE_BYTES: u64 = 64 << 20;
+/// Files held open for the destination residue's measure at the end; beyond, the first
+/// measure counts.
+pub(super) const RESIDUE_RECHECK: usize = 4096;
 
 /// The unit `chunk` must be a multiple of.
 const CHUNK_ALIGN: usize = 4096;

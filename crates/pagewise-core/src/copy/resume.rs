@@ -20,12 +20,12 @@
 //!   does. That is the guarantee's cost: a resume of `kept` bytes reads `kept` bytes of each
 //!   file again and writes only the rest;
 //! - before the commit the temporary is no longer than the source (nothing appended to it
-//!   while the rest was written): see `finish::make_final`.
+//!   while the rest was written): see `Finish::make_final` (finish/mod.rs).
 //!
 //! The checkpoint is text (`pagewise-resume 1 DEV INO SIZE MTIME_S MTIME_NS KEPT`), parsed
 //! with bounds; anything else is no checkpoint and the temporary is removed as before.
 
-use super::Ctx;
+use super::state::Ctx;
 use crate::chunks::pieces;
 use crate::dio::uncached::UncachedReader;
 use crate::sys;
@@ -333,58 +333,56 @@ pub(super) fn foreign(fd: BorrowedFd<'_>) -> Result<Option<String>, String> {
     Ok(None)
 }
 
-impl Ctx<'_> {
-    /// Takes up the temporary `name` (in `dir`) an earlier run left for the source `sf`/`st`:
-    /// its descriptor and the bytes kept, or None when it is not provably ours alone (left
-    /// where it is when it is someone else's; see [`foreign`]), its checkpoint is not for
-    /// this source, or its kept prefix differs from the source (removed, with a notice).
-    pub(super) fn take_partial(
-        &self,
-        dir: BorrowedFd<'_>,
-        name: &OsStr,
-        sf: &OwnedFd,
-        st: &sys::Stat,
-    ) -> Option<(OwnedFd, u64)> {
-        let shown = || crate::names::escape(name.as_encoded_bytes());
-        let fd = sys::open_rw_at(dir, name).ok()?;
-        let why = match foreign(fd.as_fd()) {
-            Err(whose) => {
-                self.tally.notice(format!(
-                    "a file named like a partial copy of ours was left alone and not resumed: {} ({whose})",
+/// Takes up the temporary `name` (in `dir`) an earlier run left for the source `sf`/`st`:
+/// its descriptor and the bytes kept, or None when it is not provably ours alone (left
+/// where it is when it is someone else's; see [`foreign`]), its checkpoint is not for
+/// this source, or its kept prefix differs from the source (removed, with a notice).
+pub(super) fn take_partial(
+    ctx: &Ctx<'_>,
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    sf: &OwnedFd,
+    st: &sys::Stat,
+) -> Option<(OwnedFd, u64)> {
+    let shown = || crate::names::escape(name.as_encoded_bytes());
+    let fd = sys::open_rw_at(dir, name).ok()?;
+    let why = match foreign(fd.as_fd()) {
+        Err(whose) => {
+            ctx.tally.notice(format!(
+                "a file named like a partial copy of ours was left alone and not resumed: {} ({whose})",
+                shown()
+            ));
+            return None;
+        }
+        Ok(why) => why,
+    };
+    let kept = Checkpoint::read(fd.as_fd())
+        .filter(|c| why.is_none() && c.matches(st))
+        .map(|c| c.kept)
+        .filter(|k| *k > 0);
+    let equal = kept.filter(|&k| {
+        let r = prefix_equal(sf, &fd, k);
+        if let Ok((_, n)) = r {
+            ctx.counts.resume_compared.fetch_add(n, Ordering::Relaxed);
+        }
+        r.is_ok_and(|(same, _)| same)
+    });
+    match equal {
+        Some(k) => Some((fd, k)),
+        None => {
+            let _ = sys::unlink_at(dir, name, false);
+            ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
+            if let Some(why) = why {
+                ctx.tally.notice(format!(
+                    "a partial copy was discarded, not resumed: {} ({why})",
                     shown()
                 ));
-                return None;
+            } else if kept.is_some() {
+                ctx.tally.notice(
+                    "a partial copy whose kept data did not match its source was discarded",
+                );
             }
-            Ok(why) => why,
-        };
-        let kept = Checkpoint::read(fd.as_fd())
-            .filter(|c| why.is_none() && c.matches(st))
-            .map(|c| c.kept)
-            .filter(|k| *k > 0);
-        let equal = kept.filter(|&k| {
-            let r = prefix_equal(sf, &fd, k);
-            if let Ok((_, n)) = r {
-                self.counts.resume_compared.fetch_add(n, Ordering::Relaxed);
-            }
-            r.is_ok_and(|(same, _)| same)
-        });
-        match equal {
-            Some(k) => Some((fd, k)),
-            None => {
-                let _ = sys::unlink_at(dir, name, false);
-                self.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
-                if let Some(why) = why {
-                    self.tally.notice(format!(
-                        "a partial copy was discarded, not resumed: {} ({why})",
-                        shown()
-                    ));
-                } else if kept.is_some() {
-                    self.tally.notice(
-                        "a partial copy whose kept data did not match its source was discarded",
-                    );
-                }
-                None
-            }
+            None
         }
     }
 }

@@ -4,31 +4,11 @@
 //! and drop-behind as `run`, and dropped again at the end (or whenever more than `max_cache`
 //! of them are outstanding). What the Python binding's `with pagewise.dropping():` is.
 
-use super::{DropFigures, Session, Whom};
-use crate::residency::Method;
-use crate::trace::FollowOptions;
+use super::options::DroppingOptions;
+use super::report::DropFigures;
+use super::session::{Session, Whom};
 use crate::verb::{Observer, Outcome};
 use serde::Serialize;
-
-/// Options of [`Dropping::start`], and the drop-behind part of [`super::RunOptions`] (its
-/// `dropping`): how pages are followed, measured and dropped.
-#[derive(Debug, Clone, Default)]
-pub struct DroppingOptions {
-    /// Drop the pages whenever more than this many bytes of them are outstanding (None: no
-    /// limit, only at the end). Default: None (`run`'s default:
-    /// `Some(`[`super::DEFAULT_MAX_CACHE`]`)`).
-    pub max_cache: Option<u64>,
-    /// Leave the pages of files written meanwhile alone. Default: false.
-    pub keep_written: bool,
-    /// The ring buffer per CPU and how the events are followed.
-    /// Default: [`FollowOptions::default`].
-    pub follow: FollowOptions,
-    /// How the pages are measured before and after each drop: [`Method::Auto`] uses
-    /// cachestat(2) where the kernel has it (probed at run time) and mmap+mincore(2) where it
-    /// does not (Linux < 6.5); [`Method::Mincore`] forces the latter. Default:
-    /// [`Method::Auto`].
-    pub method: Method,
-}
 
 /// What a [`Dropping`] did to the page cache, in bytes (the [`DropFigures`] of `RunReport`).
 #[derive(Debug, Clone, Default, Serialize)]

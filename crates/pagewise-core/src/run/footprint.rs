@@ -1,6 +1,7 @@
 //! The command's footprint: the pages its events say it brought into the cache (and, with
 //! `--assist`, the windows prefetched for it), pending until they are dropped.
 
+use super::pending::{Mappers, Pending};
 use crate::assist::{Assistant, Prefetch};
 use crate::residency::PageRange;
 use crate::sys::FileId;
@@ -9,12 +10,6 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Page ranges per file.
-pub(super) type PageMap = HashMap<FileId, Vec<PageRange>>;
-/// The command's threads seen adding or faulting on each file's pages: the processes that
-/// may map it.
-pub(super) type Mappers = HashMap<FileId, Vec<u32>>;
 
 /// A prefetched window `(file, pages)` and when it was issued.
 type Prefetched = (Instant, FileId, PageRange);
@@ -38,90 +33,6 @@ fn user(users: &mut Vec<u32>, tid: u32) {
     }
 }
 
-/// Outstanding pages, per file.
-#[derive(Debug, Default)]
-pub(super) struct Pending {
-    pub files: PageMap,
-    pub pages: u64,
-}
-
-impl Pending {
-    /// Adds a range of pages of a file.
-    pub fn add(&mut self, key: FileId, r: PageRange) {
-        self.files.entry(key).or_default().push(r);
-        self.pages += r.count;
-    }
-
-    /// Takes out the front of each streaming file: per file (at most `files` of them, those
-    /// with the most pages pending), its last `front` pages by index — in a sequential read,
-    /// the read-ahead the command has not read yet. Dropping those would make the kernel read
-    /// them again when the command gets there (measured: `run -- cat` of 2.15 GB read 2.44
-    /// GB from disk). Returns what was taken out, to stay pending for a later pass.
-    pub fn split_front(&mut self, front: u64, files: usize) -> Pending {
-        let mut held = Pending::default();
-        if front == 0 || files == 0 {
-            return held;
-        }
-        let mut by_size: Vec<(u64, FileId)> = self
-            .files
-            .iter()
-            .map(|(k, v)| (v.iter().map(|r| r.count).sum(), *k))
-            .collect();
-        by_size.sort_unstable_by(|a, b| b.cmp(a));
-        for (_, key) in by_size.into_iter().take(files) {
-            let Some(ranges) = self.files.get_mut(&key) else {
-                continue;
-            };
-            let end = ranges.iter().map(PageRange::end).max().unwrap_or(0);
-            let cut = end.saturating_sub(front);
-            let mut keep = Vec::with_capacity(ranges.len());
-            for &r in ranges.iter() {
-                if r.end() <= cut {
-                    keep.push(r);
-                } else if r.first >= cut {
-                    held.add(key, r);
-                } else {
-                    keep.push(PageRange::new(r.first, cut - r.first));
-                    held.add(key, PageRange::new(cut, r.end() - cut));
-                }
-            }
-            *ranges = keep;
-        }
-        self.files.retain(|_, v| !v.is_empty());
-        self.pages -= held.pages.min(self.pages);
-        held
-    }
-
-    /// Adds all of `other`.
-    pub fn extend(&mut self, other: Pending) {
-        self.pages += other.pages;
-        for (k, v) in other.files {
-            self.files.entry(k).or_default().extend(v);
-        }
-    }
-}
-
-/// The follower's sink: events into the footprint, and the assistant's deferred pieces when
-/// no event waits.
-/// It raises the drop-behind thread's priority the moment the command's pending pages pass
-/// `--max-cache` (see `Priority`).
-pub(super) struct Sink {
-    pub footprint: std::sync::Arc<Footprint>,
-    pub priority: std::sync::Arc<super::priority::Priority>,
-    pub dropper: std::sync::Arc<super::drop_behind::Dropper>,
-}
-
-impl crate::trace::EventSink for Sink {
-    fn event(&mut self, e: RawEvent) {
-        if let Some(pending) = self.footprint.on_event(e) {
-            self.priority.behind(pending, &self.dropper.tally);
-        }
-    }
-    fn idle(&mut self) -> bool {
-        self.footprint.issue_deferred()
-    }
-}
-
 /// What the follower's callback fills and the drop-behind empties.
 pub(super) struct Footprint {
     /// pagewise's own process when it follows a command (its events are not the command's);
@@ -134,7 +45,7 @@ pub(super) struct Footprint {
     delayed_pages: AtomicU64,
     /// Files the command (or `--assist`) added pages to, and the command's threads seen
     /// adding or faulting on their pages (at most [`USERS_PER_FILE`]): the processes that
-    /// may map them (see `Dropper::page_out`).
+    /// may map them (see `PageOut::page_out` in drop_behind/page_out.rs).
     pub files: Mutex<HashMap<FileId, Vec<u32>>>,
     /// Pages the command added.
     pub added: AtomicU64,

@@ -1,63 +1,137 @@
-//! After the data. Per file: the check that the source did not change, metadata, the commit
-//! to the final name, the account of the cache it left, and write-back in batches (never an
-//! fdatasync per file). Per run: hard links, directory modes and times (deepest first),
-//! fsync of directories, verification from disk and the measure of the destination's cache.
+//! After the data. Per file ([`Finish::file`]): the check that the source did not change,
+//! metadata, the commit to the final name, the account of the cache it left, and write-back
+//! in batches (never an fdatasync per file). Per run: hard links ([`link_hard`]), directory
+//! modes and times, deepest first ([`finish_dirs`]), fsync of directories, verification from
+//! disk and the measure of the destination's cache.
 //!
-//! Here: a file's finish and the run's end; the write-back batches and the destination's
-//! residue in `settle`, reading back from disk (`--verify`, `--checksum`, kept files'
+//! Here: a file's finish (with the write-back state it owns, [`Finish`]) and the run's end;
+//! the write-back batches and the destination's residue in `settle`, metadata under
+//! `--preserve` in `meta`, reading back from disk (`--verify`, `--checksum`, kept files'
 //! metadata) in `compare`.
 
 mod compare;
+mod meta;
 mod settle;
 
-pub(super) use compare::hashes_from_disk;
-pub(super) use settle::{settle, BatchSettle, DestResidue, FdBudget, Settle};
+pub(super) use compare::{keep_file, same_content, unchanged, verify, Digest};
 
-use super::plan::DirTask;
-use super::worker::{Local, Open};
-use super::{Ctx, EntryKind, Strategy};
+use super::commit::{Temp, Temps};
+use super::options::Strategy;
+use super::report::{EntryKind, Residue};
+use super::resume::data_below;
+use super::state::Ctx;
+use super::tasks::DirTask;
+use super::worker::{Open, Written};
 use crate::error::{FileError, Op};
 use crate::residency::cached_pages;
-use crate::sys::{self};
+use crate::sys;
+use meta::{apply_meta, dir_xattrs, epoch_time};
+use settle::{settle, BatchSettle, DestResidue, Settle};
+use std::collections::BTreeMap;
 use std::fs;
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
 
-impl Ctx<'_> {
+/// What one worker adds up; merged into the report at the end.
+#[derive(Default)]
+pub(super) struct Local {
+    /// Files written without the batched write-back, waiting for their wait and drop.
+    pub settle: Vec<Settle>,
+    pub files: u64,
+    pub bytes: u64,
+    pub data_bytes: u64,
+    /// Files resumed from an earlier run's partial temporary, and the data bytes kept.
+    pub resumed_files: u64,
+    pub resumed_bytes: u64,
+    pub strategies: BTreeMap<Strategy, u64>,
+    pub residue: Residue,
+    pub digests: Vec<Digest>,
+}
+
+/// Adds a worker's figures to the run's.
+pub(super) fn merge(m: &mut Local, l: Local) {
+    m.files += l.files;
+    m.bytes += l.bytes;
+    m.data_bytes += l.data_bytes;
+    m.resumed_files += l.resumed_files;
+    m.resumed_bytes += l.resumed_bytes;
+    for (k, v) in l.strategies {
+        *m.strategies.entry(k).or_default() += v;
+    }
+    m.residue.source_added_bytes += l.residue.source_added_bytes;
+    m.residue.source_precached_bytes += l.residue.source_precached_bytes;
+    m.residue.source_bytes += l.residue.source_bytes;
+    m.residue.dest_bytes += l.residue.dest_bytes;
+    m.residue.source_unknown_files += l.residue.source_unknown_files;
+    m.digests.extend(l.digests);
+}
+
+/// The finishing of written files: the run's shared state it reads, and the write-back state
+/// it owns (the batch the workers share, the measure of what the destination keeps cached).
+pub(super) struct Finish<'a> {
+    ctx: &'a Ctx<'a>,
+    temps: &'a Temps,
+    /// What the written files leave in the page cache.
+    residue: DestResidue,
+    batch: BatchSettle,
+}
+
+impl<'a> Finish<'a> {
+    pub(super) fn new(ctx: &'a Ctx<'a>, temps: &'a Temps) -> Self {
+        Finish {
+            ctx,
+            temps,
+            residue: DestResidue::new(ctx.fds.recheck),
+            batch: BatchSettle::new(ctx.fds.shared_settle),
+        }
+    }
+
+    /// A worker's settle list, written back and dropped (when its thread is done).
+    pub(super) fn settle(&self, local: &mut Local) {
+        settle(&mut local.settle, &self.residue);
+    }
+
+    /// Writes back and drops what the shared batch still holds (at the end of the run).
+    pub(super) fn flush(&self) {
+        self.batch.flush(&self.residue);
+    }
+
+    /// Pages of the written files cached now.
+    pub(super) fn residue_pages(&self) -> u64 {
+        self.residue.pages()
+    }
+
     /// Makes the copied file final and counts it, then hands it to write-back: `batched` files
     /// were written without RWF_DONTCACHE and go to the shared [`BatchSettle`]; the others to
     /// this worker's settle list.
-    pub(super) fn finish(
-        &self,
-        local: &mut Local,
-        mut o: Open,
-        strat: Strategy,
-        digest: Option<u64>,
-        batched: bool,
-    ) {
+    pub(super) fn file(&self, local: &mut Local, w: Written) {
+        let Written {
+            open: mut o,
+            strategy: strat,
+            digest,
+            batched,
+        } = w;
         match self.make_final(&mut o, strat) {
             Ok(true) => {}
             Ok(false) => return,
-            Err(e) => return self.fail(e),
+            Err(e) => return self.ctx.fail(e),
         }
-        let data = self.account(local, &o, strat);
-        self.observer.progress(1, 0);
-        self.done(&o.dst, EntryKind::File, o.existed, o.st.size);
+        let data = Self::account(local, &o, strat);
+        self.ctx.observer.progress(1, 0);
+        self.ctx.done(&o.dst, EntryKind::File, o.existed, o.st.size);
         if let Some(d) = digest {
             let id = sys::fstat(o.df.as_fd()).map_or((0, 0), |s| (s.dev, s.ino));
             local.digests.push((o.dst, o.extents, d, id));
         }
         let fd = o.df;
-        let cached = &self.dest_residue;
+        let cached = &self.residue;
         if batched {
-            self.batch_settle.add(fd, data, cached);
+            self.batch.add(fd, data, cached);
         } else if strat != Strategy::Buffered {
             local.settle.push(Settle { fd: fd.into() });
-            if local.settle.len() >= self.fds.settle {
+            if local.settle.len() >= self.ctx.fds.settle {
                 settle(&mut local.settle, cached);
             }
         } else {
@@ -84,7 +158,7 @@ impl Ctx<'_> {
         // A named temporary (a resumed one above all) that is longer than its source had
         // something else write to it: the result would not be the source, so it is not
         // published. (Nobody else can open one — 0600, ours — but a process of this user can.)
-        if let super::commit::Temp::Named(t) = &o.temp {
+        if let Temp::Named(t) = &o.temp {
             let grown = sys::fstat(o.df.as_fd()).map(|t| t.size > size);
             if grown.map_err(|e| FileError::io(&o.dst, Op::Fstat, &e))? {
                 let why = format!(
@@ -99,23 +173,24 @@ impl Ctx<'_> {
             o.df.set_len(size)
                 .map_err(|e| FileError::io(&o.dst, Op::Ftruncate, &e))?;
         }
-        self.apply_meta(&o.sf, &o.df, &o.st)
+        apply_meta(self.ctx, &o.sf, &o.df, &o.st)
             .map_err(|(op, e)| FileError::io(&o.dst, op, &e))?;
-        if self.opts.fsync {
+        if self.ctx.opts.fsync {
             o.df.sync_all()
                 .map_err(|e| FileError::io(&o.dst, Op::Fsync, &e))?;
         }
-        if self.stopped() {
+        if self.ctx.stopped() {
             return Ok(false);
         }
-        self.commit(o.df.as_fd(), &mut o.temp, o.dir.as_fd(), &o.dst)
+        self.temps
+            .commit(o.df.as_fd(), &mut o.temp, o.dir.as_fd(), &o.dst)
             .map_err(|(op, e)| FileError::io(&o.dst, op, &e))?;
         Ok(true)
     }
 
     /// Adds a committed file to the worker's figures (the source's cache residue included);
     /// returns its data bytes.
-    fn account(&self, local: &mut Local, o: &Open, strat: Strategy) -> u64 {
+    fn account(local: &mut Local, o: &Open, strat: Strategy) -> u64 {
         let size = o.st.size;
         let page = sys::page_size();
         let src_after = cached_pages(o.sf.as_fd(), 0, 0);
@@ -131,7 +206,7 @@ impl Ctx<'_> {
             _ => local.residue.source_unknown_files += 1,
         }
         // Data an earlier run kept (resumed) was neither read nor written by this one.
-        let kept = crate::copy::resume::data_below(&o.extents, o.kept);
+        let kept = data_below(&o.extents, o.kept);
         let data: u64 = o.extents.iter().map(|e| e.1).sum::<u64>() - kept;
         local.residue.source_bytes += data;
         local.residue.dest_bytes += data;
@@ -145,157 +220,76 @@ impl Ctx<'_> {
         *local.strategies.entry(strat).or_default() += 1;
         data
     }
+}
 
-    /// With --preserve: owner (when root), xattrs, mode and times. Times go last: nothing after
-    /// them changes mtime.
-    pub(super) fn apply_meta(
-        &self,
-        sf: &OwnedFd,
-        df: &fs::File,
-        st: &sys::Stat,
-    ) -> Result<(), (Op, io::Error)> {
-        if !self.opts.preserve {
-            // Created with the right mode (see Ctx::open_pair).
-            return Ok(());
-        }
-        if self.is_root {
-            std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid))
-                .map_err(|e| (Op::Fchown, e))?;
-        }
-        let list = sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
-        self.put_xattrs(df, &list)?;
-        df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
-            .map_err(|e| (Op::Fchmod, e))?;
-        let times = fs::FileTimes::new()
-            .set_accessed(epoch_time(st.atime))
-            .set_modified(epoch_time(st.mtime));
-        df.set_times(times).map_err(|e| (Op::Futimens, e))?;
-        Ok(())
-    }
-
-    /// Makes the hard links the planner deferred, now that their first name exists; the
-    /// number made.
-    pub(super) fn link_hard(&self, deferred: &[(PathBuf, PathBuf)]) -> u64 {
-        let mut made = 0;
-        for (first, other) in deferred {
-            let (Ok((fdir, fname)), Ok((odir, oname))) =
-                (self.dest.parent(first), self.dest.parent(other))
-            else {
-                continue; // the first copy's directory failed and was reported
-            };
-            let Ok(c) = std::ffi::CString::new(fname.as_bytes()) else {
-                continue;
-            };
-            if sys::fstatat(Some(fdir.as_fd()), &c, false).is_err() {
-                continue; // the first copy failed and was reported
-            }
-            let oc = std::ffi::CString::new(oname.as_bytes()).unwrap_or_default();
-            let existed = sys::fstatat(Some(odir.as_fd()), &oc, false).is_ok_and(|m| !m.is_dir())
-                && sys::unlink_at(odir.as_fd(), oname, false).is_ok();
-            match sys::link_at(fdir.as_fd(), fname, odir.as_fd(), oname) {
-                Ok(()) => {
-                    made += 1;
-                    self.done(other, EntryKind::Hardlink, existed, 0);
-                }
-                Err(e) => self.fail(FileError::io(other, Op::Link, &e)),
-            }
-        }
-        made
-    }
-
-    /// Sets the directories' modes (and with --preserve owner and times), deepest first, and
-    /// fsyncs them if asked. Without --preserve the mode is the source's less `umask`.
-    pub(super) fn finish_dirs(&self, dirs: &[DirTask], umask: u32) {
-        let opts = self.opts;
-        for d in dirs {
-            let mode = if opts.preserve {
-                d.meta.mode & 0o7777
-            } else {
-                d.meta.mode & 0o777 & !umask
-            };
-            // Reached without following symlinks: a directory swapped for a link since it
-            // was made is refused, not chmod'ed through.
-            let f = match self.dest.dir(&d.dst) {
-                Ok(fd) => fs::File::from(fd),
-                Err(e) => {
-                    self.fail(FileError::io(&d.dst, Op::OpenDirectory, &e));
-                    continue;
-                }
-            };
-            if opts.preserve && self.is_root {
-                let _ = std::os::unix::fs::fchown(&f, Some(d.meta.uid), Some(d.meta.gid));
-            }
-            if let Err(e) = f.set_permissions(fs::Permissions::from_mode(mode)) {
-                self.fail(FileError::io(&d.dst, Op::Chmod, &e));
-            }
-            if !(opts.preserve || opts.fsync) {
-                continue;
-            }
-            if opts.preserve {
-                self.dir_xattrs(&d.src, &f);
-                let times = fs::FileTimes::new()
-                    .set_accessed(epoch_time(d.meta.atime))
-                    .set_modified(epoch_time(d.meta.mtime));
-                let _ = f.set_times(times);
-            }
-            if opts.fsync {
-                let _ = f.sync_all();
-            }
-        }
-    }
-
-    /// With `preserve`: a directory's extended attributes (its ACLs, default ACLs included).
-    fn dir_xattrs(&self, src: &Path, dst: &fs::File) {
-        let Ok(s) = fs::File::open(src) else {
-            return; // it was read a moment ago; gone now: nothing to keep
+/// Makes the hard links the planner deferred, now that their first name exists; the
+/// number made.
+pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[(PathBuf, PathBuf)]) -> u64 {
+    let mut made = 0;
+    for (first, other) in deferred {
+        let (Ok((fdir, fname)), Ok((odir, oname))) =
+            (ctx.dest.parent(first), ctx.dest.parent(other))
+        else {
+            continue; // the first copy's directory failed and was reported
         };
-        let r = sys::xattrs(s.as_fd())
-            .map_err(|e| (Op::Flistxattr, e))
-            .and_then(|list| self.put_xattrs(dst, &list));
-        if let Err((op, e)) = r {
-            self.fail(FileError::io(src, op, &e));
+        let Ok(c) = std::ffi::CString::new(fname.as_bytes()) else {
+            continue;
+        };
+        if sys::fstatat(Some(fdir.as_fd()), &c, false).is_err() {
+            continue; // the first copy failed and was reported
+        }
+        let oc = std::ffi::CString::new(oname.as_bytes()).unwrap_or_default();
+        let existed = sys::fstatat(Some(odir.as_fd()), &oc, false).is_ok_and(|m| !m.is_dir())
+            && sys::unlink_at(odir.as_fd(), oname, false).is_ok();
+        match sys::link_at(fdir.as_fd(), fname, odir.as_fd(), oname) {
+            Ok(()) => {
+                made += 1;
+                ctx.done(other, EntryKind::Hardlink, existed, 0);
+            }
+            Err(e) => ctx.fail(FileError::io(other, Op::Link, &e)),
         }
     }
+    made
+}
 
-    /// Makes `dst`'s extended attributes exactly `list` (the source's): sets each, then
-    /// removes what `dst` has beyond them — an ACL inherited from a default ACL of the
-    /// destination directory, a stale attribute of the file replaced — as `rsync -AX` does.
-    /// `security.*` (SELinux and IMA labels the system gives) is left as the system set it.
-    /// A namespace the destination does not take is a notice.
-    fn put_xattrs(
-        &self,
-        dst: &fs::File,
-        list: &[(std::ffi::CString, Vec<u8>)],
-    ) -> Result<(), (Op, io::Error)> {
-        let not_taken = |e: &io::Error| {
-            matches!(
-                e.raw_os_error(),
-                Some(libc::ENOTSUP) | Some(libc::EPERM) | Some(libc::EACCES)
-            )
+/// Sets the directories' modes (and with --preserve owner and times), deepest first, and
+/// fsyncs them if asked. Without --preserve the mode is the source's less `umask`.
+pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
+    let opts = ctx.opts;
+    for d in dirs {
+        let mode = if opts.preserve {
+            d.meta.mode & 0o7777
+        } else {
+            d.meta.mode & 0o777 & !umask
         };
-        for (name, value) in list {
-            match sys::set_xattr(dst.as_fd(), name, value) {
-                Ok(()) => {}
-                // Not every destination takes every namespace (e.g. security.* on tmpfs).
-                Err(e) if not_taken(&e) => {
-                    self.tally
-                        .notice(format!("some extended attributes could not be kept: {e}"));
-                }
-                Err(e) => return Err((Op::Fsetxattr, e)),
-            }
-        }
-        let have = sys::xattrs(dst.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
-        for (name, _) in have {
-            if name.to_bytes().starts_with(b"security.") || list.iter().any(|(n, _)| *n == name) {
+        // Reached without following symlinks: a directory swapped for a link since it
+        // was made is refused, not chmod'ed through.
+        let f = match ctx.dest.dir(&d.dst) {
+            Ok(fd) => fs::File::from(fd),
+            Err(e) => {
+                ctx.fail(FileError::io(&d.dst, Op::OpenDirectory, &e));
                 continue;
             }
-            match sys::remove_xattr(dst.as_fd(), &name) {
-                Ok(()) => {}
-                Err(e) if not_taken(&e) || e.raw_os_error() == Some(libc::ENODATA) => {}
-                Err(e) => return Err((Op::Fremovexattr, e)),
-            }
+        };
+        if opts.preserve && ctx.is_root {
+            let _ = std::os::unix::fs::fchown(&f, Some(d.meta.uid), Some(d.meta.gid));
         }
-        Ok(())
+        if let Err(e) = f.set_permissions(fs::Permissions::from_mode(mode)) {
+            ctx.fail(FileError::io(&d.dst, Op::Chmod, &e));
+        }
+        if !(opts.preserve || opts.fsync) {
+            continue;
+        }
+        if opts.preserve {
+            dir_xattrs(ctx, &d.src, &f);
+            let times = fs::FileTimes::new()
+                .set_accessed(epoch_time(d.meta.atime))
+                .set_modified(epoch_time(d.meta.mtime));
+            let _ = f.set_times(times);
+        }
+        if opts.fsync {
+            let _ = f.sync_all();
+        }
     }
 }
 
@@ -313,15 +307,4 @@ pub(super) fn fsync_parents(targets: &[(PathBuf, PathBuf)]) {
 /// The process's umask, read from /proc (no syscall that changes it); 022 if unknown.
 pub(super) fn umask() -> u32 {
     crate::procfs::own_umask().unwrap_or(0o022)
-}
-
-/// A (seconds, nanoseconds) time stamp since the epoch as a SystemTime (before it if negative).
-fn epoch_time((sec, nsec): (i64, i64)) -> SystemTime {
-    let whole = std::time::Duration::from_secs(sec.unsigned_abs());
-    let base = if sec >= 0 {
-        UNIX_EPOCH + whole
-    } else {
-        UNIX_EPOCH - whole
-    };
-    base + std::time::Duration::from_nanos(nsec as u64)
 }

@@ -3,10 +3,14 @@
 //! both sides read once, the destination tidied (stale temporaries, `--delete`), its entries
 //! planned and its subdirectories queued as jobs.
 
-use super::super::commit::{TEMP_MARK, TEMP_MARK_VALUE};
-use super::super::{Action, Dereference, EntryKind};
-use super::jobs::{Chain, DirJob};
-use super::{DirTask, Entry, Planner, Side, INTERLEAVE_DIRS, INTERLEAVE_FILES};
+use super::entries::entry;
+use super::jobs::{Chain, DirJob, Entry};
+use super::partial::{stale_temporary, temp_owner};
+use super::planner::Planner;
+use crate::copy::filter::Side;
+use crate::copy::options::Dereference;
+use crate::copy::report::{Action, EntryKind};
+use crate::copy::tasks::DirTask;
 use crate::error::{FileError, Op};
 use crate::sys;
 use std::collections::HashSet;
@@ -30,349 +34,320 @@ struct Sides<'a> {
     follow: bool,
 }
 
-impl Planner<'_> {
-    /// Plans a directory: makes its destination (private until its mode is set at the end),
-    /// reads both sides once, tidies the destination, then plans the entries sorted by name;
-    /// subdirectories are queued for any planner thread.
-    pub(super) fn dir(&mut self, job: DirJob) {
-        let DirJob { entry: e, up } = job;
-        let follow = self.ctx.opts.dereference == Dereference::Always;
-        let nofollow =
-            !(follow || (e.depth == 0 && self.ctx.opts.dereference != Dereference::Never));
-        let Some((src_fd, st)) = self.open_source(&e, &up, nofollow) else {
-            return;
+/// Plans a directory: makes its destination (private until its mode is set at the end),
+/// reads both sides once, tidies the destination, then plans the entries sorted by name;
+/// subdirectories are queued for any planner thread.
+pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
+    let DirJob { entry: e, up } = job;
+    let follow = p.ctx.opts.dereference == Dereference::Always;
+    let nofollow = !(follow || (e.depth == 0 && p.ctx.opts.dereference != Dereference::Never));
+    let Some((src_fd, st)) = open_source(p, &e, &up, nofollow) else {
+        return;
+    };
+    let Some((dst_fd, existed)) = make_dir(p, &e) else {
+        return;
+    };
+    if let Some(fd) = &dst_fd {
+        if let Ok(d) = sys::fstat(fd.as_fd()) {
+            p.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
+        }
+    }
+    // A mount point under -x is made but not entered, on either side.
+    let names = match e.contents {
+        true => read_names(p, src_fd.as_fd(), &e, follow),
+        false => Vec::new(),
+    };
+    let there = match (&dst_fd, existed && e.contents) {
+        (Some(fd), true) => read_existing(p, fd.as_fd(), &e, &names),
+        _ => HashSet::new(),
+    };
+    let up = Some(Arc::new(Chain {
+        id: (st.dev, st.ino),
+        up,
+    }));
+    let sides = Sides {
+        src: src_fd.as_fd(),
+        dst: dst_fd.as_ref().map(|fd| fd.as_fd()),
+        there: &there,
+        follow,
+    };
+    let mut subdirs = plan_entries(p, &e, sides, names, &up);
+    if let Some(fd) = &dst_fd {
+        p.partials.drop_all(p.ctx, fd.as_fd());
+    }
+    subdirs.reverse();
+    p.shared.jobs.push_all(subdirs);
+    p.flush_if_full();
+    p.dirs.push(DirTask {
+        src: e.src,
+        dst: e.dst,
+        meta: st,
+        depth: e.depth,
+    });
+}
+
+/// Opens the source directory of `e` and its metadata (the directory opened, which is the
+/// one planned unless it was replaced meanwhile). None (reported) when it cannot be opened
+/// or copying it would never end: a directory this copy made, or one above it (`-L`).
+fn open_source(
+    p: &mut Planner<'_>,
+    e: &Entry,
+    up: &Option<Arc<Chain>>,
+    nofollow: bool,
+) -> Option<(OwnedFd, sys::Stat)> {
+    let dir_flags = sys::OpenFlags {
+        directory: true,
+        nofollow,
+        ..Default::default()
+    };
+    let src_fd = match sys::open_path(&e.src, dir_flags) {
+        Ok(fd) => fd,
+        Err(err) => {
+            p.ctx.fail(FileError::io(&e.src, Op::Opendir, &err));
+            return None;
+        }
+    };
+    let st = sys::fstat(src_fd.as_fd()).unwrap_or(e.st);
+    let id = (st.dev, st.ino);
+    if p.shared.dest_dirs.lock().unwrap().contains(&id) {
+        // A directory this copy made, met again as a source (a bind mount of the
+        // destination inside the source): copying it would never end.
+        p.ctx.fail(FileError::other(
+            &e.src,
+            Op::Copy,
+            "cannot copy a directory into itself (it is a destination of this copy)",
+        ));
+        return None;
+    }
+    if Chain::contains(up, id) {
+        p.ctx.fail(FileError::other(
+            &e.src,
+            Op::Copy,
+            "symlink loop: this directory contains itself (-L)",
+        ));
+        return None;
+    }
+    Some((src_fd, st))
+}
+
+/// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
+/// sorted; a failed read is reported.
+fn read_names(p: &mut Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, follow: bool) -> Vec<CString> {
+    let mut names: Vec<CString> = Vec::new();
+    for ent in sys::DirReader::new(fd) {
+        match ent {
+            Ok(d) if excluded(p, fd, e, &d, follow) => {}
+            Ok(d) => names.push(d.name),
+            Err(err) => p.ctx.fail(FileError::io(&e.src, Op::Readdir, &err)),
+        }
+    }
+    names.sort();
+    names
+}
+
+/// Whether the filter rules exclude the entry `d` of the source directory `fd` (of `e`)
+/// from the copy. Its type comes from the directory entry, or fstatat when the file
+/// system does not say (or, with -L, for a symlink: a link to a directory is one).
+fn excluded(p: &Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, follow: bool) -> bool {
+    let filters = &p.ctx.opts.filters;
+    if filters.is_empty() {
+        return false;
+    }
+    let is_dir = match d.kind {
+        sys::DirentType::Dir => true,
+        sys::DirentType::Unknown => {
+            sys::fstatat(Some(fd), &d.name, follow).is_ok_and(|m| m.is_dir())
+        }
+        sys::DirentType::Symlink if follow => {
+            sys::fstatat(Some(fd), &d.name, true).is_ok_and(|m| m.is_dir())
+        }
+        _ => false,
+    };
+    filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
+}
+
+/// Reads a destination directory that existed (`fd`, of `e`) once, tidies it against
+/// the source's `names` (see [`tidy_existing`]), and returns the names it holds.
+fn read_existing(
+    p: &mut Planner<'_>,
+    fd: BorrowedFd<'_>,
+    e: &Entry,
+    names: &[CString],
+) -> HashSet<CString> {
+    let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
+        .filter_map(Result::ok)
+        .map(|d| d.name)
+        .collect();
+    dst_names.sort();
+    let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
+    tidy_existing(p, fd, e, &dst_names, &keep);
+    dst_names.into_iter().collect()
+}
+
+/// Plans the entries `names` of the directory `e` (stat'ed relative to its descriptor;
+/// their destinations only when the destination directory holds the name): the
+/// subdirectories come back as jobs, in name order.
+fn plan_entries(
+    p: &mut Planner<'_>,
+    e: &Entry,
+    sides: Sides<'_>,
+    names: Vec<CString>,
+    up: &Option<Arc<Chain>>,
+) -> Vec<DirJob> {
+    let follow = sides.follow;
+    let mut subdirs = Vec::new();
+    for n in names {
+        let src = e.src.join(sys::name_os(&n));
+        let st = match sys::fstatat(Some(sides.src), &n, follow) {
+            Ok(s) => s,
+            Err(err) if err.kind() == io::ErrorKind::NotFound && !follow => continue,
+            Err(err) => {
+                let op = if follow { Op::Stat } else { Op::Lstat };
+                p.ctx.fail(FileError::io(&src, op, &err));
+                continue;
+            }
         };
-        let Some((dst_fd, existed)) = self.make_dir(&e) else {
-            return;
+        // Inside the destination nothing is followed: a symlink where the source has a
+        // directory is refused as cp refuses it, never entered (it could lead anywhere).
+        let dst_st = match sides.dst {
+            Some(fd) if sides.there.contains(&n) => sys::fstatat(Some(fd), &n, false).ok(),
+            _ => None,
         };
-        if let Some(fd) = &dst_fd {
-            if let Ok(d) = sys::fstat(fd.as_fd()) {
-                self.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
+        let opts = p.ctx.opts;
+        let child = Entry {
+            dst: e.dst.join(sys::name_os(&n)),
+            src,
+            dst_st,
+            depth: e.depth + 1,
+            rel: match opts.filters.is_empty() {
+                true => Vec::new(),
+                false => child_rel(&e.rel, &n),
+            },
+            fs: e.fs,
+            contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs),
+            st,
+        };
+        subdirs.extend(entry(p, child, up.clone()));
+    }
+    subdirs
+}
+
+/// A destination directory that existed before this run (`names`: what it holds): the
+/// hidden temporaries that copies killed before they could clean up (SIGKILL, power cut)
+/// left in it are removed — only those whose process is gone, so a copy running now into
+/// the same directory keeps its own —, and with `--delete` what the source directory
+/// (`keep`) no longer has, as rsync --delete does — except what the filter rules protect
+/// (an excluded name, unless `--delete-excluded`).
+fn tidy_existing(
+    p: &mut Planner<'_>,
+    dir: BorrowedFd<'_>,
+    e: &Entry,
+    names: &[CString],
+    keep: &HashSet<&CStr>,
+) {
+    let (dry, dst) = (p.ctx.opts.dry_run, &e.dst);
+    let filters = &p.ctx.opts.filters;
+    for name in names {
+        let path = dst.join(sys::name_os(name));
+        if let Some(pid) = temp_owner(name.to_bytes()) {
+            // A partial copy with a checkpoint is kept for its entry (see plan/partial.rs).
+            let kept = |q: &mut Planner<'_>| {
+                !dry && q.partials.keep(q.ctx, dir, dst, name, |t| wanted(keep, t))
+            };
+            if stale_temporary(p.ctx, dir, name, pid)
+                && !kept(p)
+                && (dry || sys::unlink_at(dir, sys::name_os(name), false).is_ok())
+            {
+                p.ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
         }
-        // A mount point under -x is made but not entered, on either side.
-        let names = match e.contents {
-            true => self.read_names(src_fd.as_fd(), &e, follow),
-            false => Vec::new(),
-        };
-        let there = match (&dst_fd, existed && e.contents) {
-            (Some(fd), true) => self.read_existing(fd.as_fd(), &e, &names),
-            _ => HashSet::new(),
-        };
-        let up = Some(Arc::new(Chain {
-            id: (st.dev, st.ino),
-            up,
-        }));
-        let sides = Sides {
-            src: src_fd.as_fd(),
-            dst: dst_fd.as_ref().map(|fd| fd.as_fd()),
-            there: &there,
-            follow,
-        };
-        let mut subdirs = self.plan_entries(&e, sides, names, &up);
-        if let Some(fd) = &dst_fd {
-            self.drop_partials(fd.as_fd());
+        if !p.ctx.opts.delete || keep.contains(name.as_c_str()) {
+            continue;
         }
-        subdirs.reverse();
-        self.shared.jobs.push_all(subdirs);
-        if self.pending.len() >= INTERLEAVE_DIRS || self.pending_files >= INTERLEAVE_FILES {
-            self.flush();
+        // What it is labels its `deleted` item (None: gone already; the unlink says so).
+        let kind = sys::fstatat(Some(dir), name, false)
+            .ok()
+            .map(|m| EntryKind::of(&m));
+        let is_dir = kind == Some(EntryKind::Dir);
+        if !filters.is_empty() && filters.excluded(&child_rel(&e.rel, name), is_dir, Side::Receiver)
+        {
+            continue;
         }
-        self.dirs.push(DirTask {
-            src: e.src,
-            dst: e.dst,
-            meta: st,
-            depth: e.depth,
-        });
+        let (r, op) = match (dry, is_dir) {
+            (true, _) => (Ok(true), Op::Unlink),
+            (false, true) => (remove_dir(p, dir, e, name), Op::Rmdir),
+            (false, false) => (
+                sys::unlink_at(dir, sys::name_os(name), false).map(|_| true),
+                Op::Unlink,
+            ),
+        };
+        match r {
+            // A directory holding what the rules protect stays, with that inside (rsync:
+            // "cannot delete non-empty directory").
+            Ok(false) => {}
+            Ok(true) => {
+                p.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                let kind = kind.unwrap_or(EntryKind::File);
+                p.ctx.item(&path, kind, Action::Deleted, 0);
+            }
+            Err(err) => p.ctx.fail(FileError::io(&path, op, &err)),
+        }
     }
+}
 
-    /// Opens the source directory of `e` and its metadata (the directory opened, which is the
-    /// one planned unless it was replaced meanwhile). None (reported) when it cannot be opened
-    /// or copying it would never end: a directory this copy made, or one above it (`-L`).
-    fn open_source(
-        &mut self,
-        e: &Entry,
-        up: &Option<Arc<Chain>>,
-        nofollow: bool,
-    ) -> Option<(OwnedFd, sys::Stat)> {
-        let dir_flags = sys::OpenFlags {
-            directory: true,
-            nofollow,
-            ..Default::default()
-        };
-        let src_fd = match sys::open_path(&e.src, dir_flags) {
-            Ok(fd) => fd,
+/// Removes the destination directory `name` in `dir` (of `e`) with all below it but what
+/// the filter rules protect: Ok(true) when all of it went.
+fn remove_dir(p: &Planner<'_>, dir: BorrowedFd<'_>, e: &Entry, name: &CStr) -> io::Result<bool> {
+    let filters = &p.ctx.opts.filters;
+    let rel = child_rel(&e.rel, name);
+    let keep = |path: &[u8], is_dir: bool| {
+        path != rel.as_slice() && filters.excluded(path, is_dir, Side::Receiver)
+    };
+    sys::remove_tree_keeping(dir, sys::name_os(name), &rel, MAX_REMOVE_DEPTH, &keep)
+}
+
+/// Makes (or enters) the destination directory: its descriptor (None in a dry run where
+/// it does not exist yet) and whether it existed. None: failed (reported).
+fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
+    let dest = &p.ctx.dest;
+    let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
+    if e.dst_st.is_some() && !existed {
+        // A file or symlink where the directory goes: cp refuses to replace a
+        // non-directory by a directory, and so does this copy (nothing is removed, and
+        // a symlink is never entered: it could lead out of the destination).
+        let err = io::Error::other(format!(
+            "cannot overwrite non-directory with directory (it is a {})",
+            e.dst_st.as_ref().map_or("file", |d| d.kind())
+        ));
+        p.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+        return None;
+    }
+    if p.ctx.opts.dry_run {
+        if !existed {
+            p.ctx.done(&e.dst, EntryKind::Dir, false, 0);
+        }
+        return Some((existed.then(|| dest.dir(&e.dst).ok()).flatten(), existed));
+    }
+    if !existed {
+        let made = dest
+            .parent(&e.dst)
+            .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, 0o700));
+        match made {
+            Ok(()) => p.ctx.done(&e.dst, EntryKind::Dir, false, 0),
+            // Made meanwhile by another copy: entered below if it is a directory.
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
             Err(err) => {
-                self.ctx.fail(FileError::io(&e.src, Op::Opendir, &err));
+                p.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
                 return None;
             }
-        };
-        let st = sys::fstat(src_fd.as_fd()).unwrap_or(e.st);
-        let id = (st.dev, st.ino);
-        if self.shared.dest_dirs.lock().unwrap().contains(&id) {
-            // A directory this copy made, met again as a source (a bind mount of the
-            // destination inside the source): copying it would never end.
-            self.ctx.fail(FileError::other(
-                &e.src,
-                Op::Copy,
-                "cannot copy a directory into itself (it is a destination of this copy)",
-            ));
-            return None;
-        }
-        if Chain::contains(up, id) {
-            self.ctx.fail(FileError::other(
-                &e.src,
-                Op::Copy,
-                "symlink loop: this directory contains itself (-L)",
-            ));
-            return None;
-        }
-        Some((src_fd, st))
-    }
-
-    /// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
-    /// sorted; a failed read is reported.
-    fn read_names(&mut self, fd: BorrowedFd<'_>, e: &Entry, follow: bool) -> Vec<CString> {
-        let mut names: Vec<CString> = Vec::new();
-        for ent in sys::DirReader::new(fd) {
-            match ent {
-                Ok(d) if self.excluded(fd, e, &d, follow) => {}
-                Ok(d) => names.push(d.name),
-                Err(err) => self.ctx.fail(FileError::io(&e.src, Op::Readdir, &err)),
-            }
-        }
-        names.sort();
-        names
-    }
-
-    /// Whether the filter rules exclude the entry `d` of the source directory `fd` (of `e`)
-    /// from the copy. Its type comes from the directory entry, or fstatat when the file
-    /// system does not say (or, with -L, for a symlink: a link to a directory is one).
-    fn excluded(&self, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, follow: bool) -> bool {
-        let filters = &self.ctx.opts.filters;
-        if filters.is_empty() {
-            return false;
-        }
-        let is_dir = match d.kind {
-            sys::DirentType::Dir => true,
-            sys::DirentType::Unknown => {
-                sys::fstatat(Some(fd), &d.name, follow).is_ok_and(|m| m.is_dir())
-            }
-            sys::DirentType::Symlink if follow => {
-                sys::fstatat(Some(fd), &d.name, true).is_ok_and(|m| m.is_dir())
-            }
-            _ => false,
-        };
-        filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
-    }
-
-    /// Reads a destination directory that existed (`fd`, of `e`) once, tidies it against
-    /// the source's `names` (see [`Planner::tidy_existing`]), and returns the names it holds.
-    fn read_existing(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        e: &Entry,
-        names: &[CString],
-    ) -> HashSet<CString> {
-        let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
-            .filter_map(Result::ok)
-            .map(|d| d.name)
-            .collect();
-        dst_names.sort();
-        let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
-        self.tidy_existing(fd, e, &dst_names, &keep);
-        dst_names.into_iter().collect()
-    }
-
-    /// Plans the entries `names` of the directory `e` (stat'ed relative to its descriptor;
-    /// their destinations only when the destination directory holds the name): the
-    /// subdirectories come back as jobs, in name order.
-    fn plan_entries(
-        &mut self,
-        e: &Entry,
-        sides: Sides<'_>,
-        names: Vec<CString>,
-        up: &Option<Arc<Chain>>,
-    ) -> Vec<DirJob> {
-        let follow = sides.follow;
-        let mut subdirs = Vec::new();
-        for n in names {
-            let src = e.src.join(sys::name_os(&n));
-            let st = match sys::fstatat(Some(sides.src), &n, follow) {
-                Ok(s) => s,
-                Err(err) if err.kind() == io::ErrorKind::NotFound && !follow => continue,
-                Err(err) => {
-                    let op = if follow { Op::Stat } else { Op::Lstat };
-                    self.ctx.fail(FileError::io(&src, op, &err));
-                    continue;
-                }
-            };
-            // Inside the destination nothing is followed: a symlink where the source has a
-            // directory is refused as cp refuses it, never entered (it could lead anywhere).
-            let dst_st = match sides.dst {
-                Some(fd) if sides.there.contains(&n) => sys::fstatat(Some(fd), &n, false).ok(),
-                _ => None,
-            };
-            let opts = self.ctx.opts;
-            let child = Entry {
-                dst: e.dst.join(sys::name_os(&n)),
-                src,
-                dst_st,
-                depth: e.depth + 1,
-                rel: match opts.filters.is_empty() {
-                    true => Vec::new(),
-                    false => child_rel(&e.rel, &n),
-                },
-                fs: e.fs,
-                contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs),
-                st,
-            };
-            subdirs.extend(self.entry(child, up.clone()));
-        }
-        subdirs
-    }
-
-    /// A destination directory that existed before this run (`names`: what it holds): the
-    /// hidden temporaries that copies killed before they could clean up (SIGKILL, power cut)
-    /// left in it are removed — only those whose process is gone, so a copy running now into
-    /// the same directory keeps its own —, and with `--delete` what the source directory
-    /// (`keep`) no longer has, as rsync --delete does — except what the filter rules protect
-    /// (an excluded name, unless `--delete-excluded`).
-    fn tidy_existing(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        e: &Entry,
-        names: &[CString],
-        keep: &HashSet<&CStr>,
-    ) {
-        let (dry, dst) = (self.ctx.opts.dry_run, &e.dst);
-        let filters = &self.ctx.opts.filters;
-        for name in names {
-            let path = dst.join(sys::name_os(name));
-            if let Some(pid) = temp_owner(name.to_bytes()) {
-                // A partial copy with a checkpoint is kept for its entry (see plan/partial.rs).
-                let kept =
-                    |p: &mut Self| !dry && p.keep_partial(dir, dst, name, |t| wanted(keep, t));
-                if self.stale_temporary(dir, name, pid)
-                    && !kept(self)
-                    && (dry || sys::unlink_at(dir, sys::name_os(name), false).is_ok())
-                {
-                    self.ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            }
-            if !self.ctx.opts.delete || keep.contains(name.as_c_str()) {
-                continue;
-            }
-            // What it is labels its `deleted` item (None: gone already; the unlink says so).
-            let kind = sys::fstatat(Some(dir), name, false)
-                .ok()
-                .map(|m| EntryKind::of(&m));
-            let is_dir = kind == Some(EntryKind::Dir);
-            if !filters.is_empty()
-                && filters.excluded(&child_rel(&e.rel, name), is_dir, Side::Receiver)
-            {
-                continue;
-            }
-            let (r, op) = match (dry, is_dir) {
-                (true, _) => (Ok(true), Op::Unlink),
-                (false, true) => (self.remove_dir(dir, e, name), Op::Rmdir),
-                (false, false) => (
-                    sys::unlink_at(dir, sys::name_os(name), false).map(|_| true),
-                    Op::Unlink,
-                ),
-            };
-            match r {
-                // A directory holding what the rules protect stays, with that inside (rsync:
-                // "cannot delete non-empty directory").
-                Ok(false) => {}
-                Ok(true) => {
-                    self.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
-                    let kind = kind.unwrap_or(EntryKind::File);
-                    self.ctx.item(&path, kind, Action::Deleted, 0);
-                }
-                Err(err) => self.ctx.fail(FileError::io(&path, op, &err)),
-            }
         }
     }
-
-    /// Removes the destination directory `name` in `dir` (of `e`) with all below it but what
-    /// the filter rules protect: Ok(true) when all of it went.
-    fn remove_dir(&self, dir: BorrowedFd<'_>, e: &Entry, name: &CStr) -> io::Result<bool> {
-        let filters = &self.ctx.opts.filters;
-        let rel = child_rel(&e.rel, name);
-        let keep = |path: &[u8], is_dir: bool| {
-            path != rel.as_slice() && filters.excluded(path, is_dir, Side::Receiver)
-        };
-        sys::remove_tree_keeping(dir, sys::name_os(name), &rel, MAX_REMOVE_DEPTH, &keep)
-    }
-
-    /// Whether `name` in `dir` is a temporary a pagewise copy of this user made and left
-    /// behind: a regular file with one name, owned by the effective user, carrying the mark
-    /// copies put on their temporaries ([`TEMP_MARK`]), whose process (`pid`, from its name)
-    /// is gone. A file that merely has such a name — or that someone else made, mark and all
-    /// (a planted file in a directory others can write) — is not ours and stays.
-    pub(super) fn stale_temporary(&self, dir: BorrowedFd<'_>, name: &CStr, pid: u32) -> bool {
-        let st = sys::fstatat(Some(dir), name, false);
-        if st.as_ref().is_ok_and(|m| m.uid != sys::euid()) {
-            self.ctx.tally.notice(
-                "files named like pagewise temporaries but not this user's were left alone \
-                 (neither resumed nor removed)",
-            );
-        }
-        let is_plain = st.is_ok_and(|m| m.is_file() && m.nlink == 1 && m.uid == sys::euid());
-        let gone = || sys::kill(pid, 0).is_err_and(|e| e.raw_os_error() == Some(libc::ESRCH));
-        let marked = || {
-            sys::open_read_at(dir, sys::name_os(name))
-                .and_then(|fd| sys::get_small_xattr(fd.as_fd(), TEMP_MARK))
-                .is_ok_and(|v| v.as_deref() == Some(TEMP_MARK_VALUE))
-        };
-        is_plain && gone() && marked()
-    }
-
-    /// Makes (or enters) the destination directory: its descriptor (None in a dry run where
-    /// it does not exist yet) and whether it existed. None: failed (reported).
-    fn make_dir(&mut self, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
-        let dest = &self.ctx.dest;
-        let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
-        if e.dst_st.is_some() && !existed {
-            // A file or symlink where the directory goes: cp refuses to replace a
-            // non-directory by a directory, and so does this copy (nothing is removed, and
-            // a symlink is never entered: it could lead out of the destination).
-            let err = io::Error::other(format!(
-                "cannot overwrite non-directory with directory (it is a {})",
-                e.dst_st.as_ref().map_or("file", |d| d.kind())
-            ));
-            self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
-            return None;
-        }
-        if self.ctx.opts.dry_run {
-            if !existed {
-                self.ctx.done(&e.dst, EntryKind::Dir, false, 0);
-            }
-            return Some((existed.then(|| dest.dir(&e.dst).ok()).flatten(), existed));
-        }
-        if !existed {
-            let made = dest
-                .parent(&e.dst)
-                .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, 0o700));
-            match made {
-                Ok(()) => self.ctx.done(&e.dst, EntryKind::Dir, false, 0),
-                // Made meanwhile by another copy: entered below if it is a directory.
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(err) => {
-                    self.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
-                    return None;
-                }
-            }
-        }
-        match dest.dir(&e.dst) {
-            Ok(fd) => Some((Some(fd), existed)),
-            Err(err) => {
-                self.ctx
-                    .fail(FileError::io(&e.dst, Op::OpenDirectory, &err));
-                None
-            }
+    match dest.dir(&e.dst) {
+        Ok(fd) => Some((Some(fd), existed)),
+        Err(err) => {
+            p.ctx.fail(FileError::io(&e.dst, Op::OpenDirectory, &err));
+            None
         }
     }
 }
@@ -392,28 +367,4 @@ fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
     }
     out.extend_from_slice(name);
     out
-}
-
-/// The PID in a temporary's name `.NAME.pagewise-PID-N.tmp`, None for any other name.
-pub(super) fn temp_owner(name: &[u8]) -> Option<u32> {
-    let rest = name.strip_prefix(b".")?.strip_suffix(b".tmp")?;
-    let at = rest.windows(10).rposition(|w| w == b".pagewise-")?;
-    let tail = std::str::from_utf8(&rest[at + 10..]).ok()?;
-    let (pid, seq) = tail.split_once('-')?;
-    seq.parse::<u64>().ok()?;
-    pid.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn temporaries_are_recognised_by_name_only() {
-        assert_eq!(temp_owner(b".data.db.pagewise-4242-7.tmp"), Some(4242));
-        assert_eq!(temp_owner(b".a.pagewise-b.pagewise-17-0.tmp"), Some(17));
-        assert_eq!(temp_owner(b"data.pagewise-17-0.tmp"), None);
-        assert_eq!(temp_owner(b".data.pagewise-17.tmp"), None);
-        assert_eq!(temp_owner(b".data.pagewise-x-1.tmp"), None);
-    }
 }

@@ -1,14 +1,31 @@
-//! What the planner threads share: the [`JobStack`] of directories waiting to be planned, the
-//! hard links seen, the destination directories made; the loop of a planner thread that takes
-//! directories until none is left (a [`Taker`] that stops with the copy and sends what it
-//! gathered rather than wait); and the chain of source directories above a job (`-L`'s loop
-//! check).
+//! The units of planning and what the planner threads share: one source [`Entry`], a
+//! directory waiting to be planned ([`DirJob`]) with the chain of source directories above it
+//! (`-L`'s loop check), and [`Shared`]: the [`JobStack`] of those jobs, the hard links seen,
+//! the destination directories made.
 
-use super::{Entry, Planner};
-use crate::walk::{JobStack, Taker};
+use crate::sys;
+use crate::walk::JobStack;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+/// One source entry to plan, with what its destination is now.
+pub(super) struct Entry {
+    pub(super) src: PathBuf,
+    pub(super) dst: PathBuf,
+    pub(super) st: sys::Stat,
+    /// The destination's metadata (not followed), None when it does not exist.
+    pub(super) dst_st: Option<sys::Stat>,
+    /// 0 for a source named by the caller, 1 for its entries, ...
+    pub(super) depth: usize,
+    /// The name rsync's filter rules see: the path below the transfer root (empty for the
+    /// root itself, and when there are no rules).
+    pub(super) rel: Vec<u8>,
+    /// The device of the source named by the caller (`-x` stays on it).
+    pub(super) fs: u64,
+    /// A directory's entries are copied (false: a mount point under `-x`, copied empty).
+    pub(super) contents: bool,
+}
 
 /// A directory waiting to be planned.
 pub(super) struct DirJob {
@@ -48,30 +65,4 @@ pub(super) struct Shared {
     pub(super) links: Mutex<HashMap<(u64, u64), (PathBuf, Option<(u64, u64)>)>>,
     /// (device, inode) of every destination directory made or entered.
     pub(super) dest_dirs: Mutex<HashSet<(u64, u64)>>,
-}
-
-impl Taker for Planner<'_> {
-    fn stopped(&self) -> bool {
-        self.ctx.stopped()
-    }
-    /// Nothing to plan for now: the workers get what is gathered first.
-    fn has_idle_work(&self) -> bool {
-        self.pending_files > 0
-    }
-    fn idle(&mut self) {
-        self.flush();
-    }
-}
-
-impl Planner<'_> {
-    /// Plans directories from the shared stack until none is left and none is being planned
-    /// (another thread's directory may still add some), or the copy is stopped.
-    pub(super) fn run_jobs(&mut self) {
-        let shared = self.shared;
-        // Done however the job ends (see `Taken`): a panic in it unwinds through the guard,
-        // the other planners finish, and `plan` hands the panic on.
-        while let Some((job, _taken)) = shared.jobs.take(self) {
-            self.dir(job);
-        }
-    }
 }

@@ -1,19 +1,18 @@
 //! The [`Dropper`]: the command's files opened by handle (a bounded set kept open), each
 //! range measured before and after its drop (cachestat(2), or mmap+mincore(2): the [`Meter`]
 //! every verb measures with), and what the drops did ([`Counts`]), measured once more after
-//! the final drop. Dropping itself is in `ranges`, paging out of mapped pages in `page_out`.
+//! the final drop. The drops themselves are functions over it: of ranges in `ranges`, the
+//! last one and its measure in `left`; paging out of mapped pages is its [`PageOut`].
 
-use super::super::footprint::PageMap;
 use super::measured::Measured;
-use super::page_out::ReadMaps;
-use super::ranges::drop_seen;
-use crate::residency::{MeasuredBy, Meter, Method, PageRange};
+use super::page_out::PageOut;
+use crate::residency::{MeasuredBy, Meter, Method};
 use crate::sys;
 use crate::sys::FileId as FileKey;
 use crate::trace::{Mounts, Witnessed};
 use crate::verb::Tally;
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -95,12 +94,8 @@ pub(in crate::run) struct Dropper {
     pub ended: AtomicBool,
     /// Files with dirty pages seen: written by the command.
     pub(super) written: Mutex<HashSet<FileKey>>,
-    /// `process_madvise` was refused: mapped pages are not paged out.
-    pub(super) no_page_out: AtomicBool,
-    /// The process of each thread seen mapping a file.
-    pub(super) tgids: Mutex<HashMap<u32, Option<u32>>>,
-    /// The file mappings of those processes, read at most every [`MAPS_TTL`].
-    pub(super) maps: Mutex<HashMap<u32, ReadMaps>>,
+    /// Paging out of mapped pages, and what it remembers (see `page_out`).
+    pub(super) page_out: PageOut,
     pub counts: Mutex<Counts>,
     /// Errors and notices of the whole run.
     pub tally: Tally,
@@ -134,9 +129,7 @@ impl Dropper {
             seen,
             ended: AtomicBool::new(false),
             written: Mutex::default(),
-            no_page_out: AtomicBool::new(false),
-            tgids: Mutex::default(),
-            maps: Mutex::default(),
+            page_out: PageOut::default(),
             counts: Mutex::default(),
             tally: Tally::new(),
         }
@@ -324,7 +317,7 @@ impl Dropper {
     }
 
     /// Notices of the measurements: the fallback taken, files that could not be measured.
-    pub fn finish_notices(&self) {
+    pub(super) fn finish_notices(&self) {
         for n in self.meter.take_notices() {
             self.tally.notice(n);
         }
@@ -341,63 +334,6 @@ impl Dropper {
 
     pub(super) fn kept(&self, key: &FileKey) -> bool {
         self.keep_written && self.written.lock().unwrap().contains(key)
-    }
-
-    /// After the final drop: what of the command's pages in `ranges` (those that stayed) is
-    /// still cached, and why (a range still cached is dropped once more first).
-    /// With mincore, dirty pages cannot be told from clean ones: `left_dirty_bytes` and
-    /// `left_mapped_or_busy_bytes` are unknown (None) once anything is left.
-    pub fn measure_left(&self, ranges: &PageMap) {
-        let page = sys::page_size();
-        let (mut left, mut dirty) = (0, Some(0u64));
-        for (key, ranges) in ranges {
-            if self.kept(key) {
-                continue;
-            }
-            let Some(fd) = self.fd(*key, &[]) else {
-                continue;
-            };
-            for r in ranges {
-                let (off, len) = r.bytes(page);
-                if let Some(m) = self.last_try(*key, fd.as_fd(), off, len) {
-                    left += m.cached;
-                    if m.cached > 0 {
-                        dirty = dirty.zip(m.dirty).map(|(a, b)| a + b);
-                    }
-                }
-            }
-        }
-        self.finish_notices();
-        let mut c = self.counts.lock().unwrap();
-        c.left_bytes = left * page;
-        c.left_dirty_bytes = dirty.map(|d| d * page);
-        c.left_mapped_or_busy_bytes = dirty.map(|d| left.saturating_sub(d) * page);
-        c.method = if self.used_mincore.load(Ordering::Relaxed) {
-            MeasuredBy::Mincore
-        } else {
-            MeasuredBy::Cachestat
-        };
-    }
-
-    /// A range missed by the passes so far (e.g. a lost retry) is dropped now; returns what
-    /// stays of it (None: it cannot be measured).
-    pub(super) fn last_try(
-        &self,
-        key: FileKey,
-        fd: BorrowedFd,
-        off: u64,
-        len: u64,
-    ) -> Option<Measured> {
-        let m = self.measure(key, fd, off, len)?;
-        if m.cached == 0 {
-            return Some(m);
-        }
-        let _ = sys::sync_file_range(fd, off, len, WRITE_AND_WAIT);
-        let page = sys::page_size();
-        let _ = drop_seen(fd, PageRange::new(off / page, len / page), Some(&m));
-        let after = self.measure(key, fd, off, len)?;
-        self.counts.lock().unwrap().dropped_bytes += m.dropped(&after) * sys::page_size();
-        Some(after)
     }
 }
 

@@ -3,19 +3,25 @@
 //! cachestat: the [`Meter`] every verb measures with), and the [`DropBehind`] thread that calls
 //! it whenever the command's outstanding footprint passes `max_cache`.
 //!
-//! Here: the thread and its passes (when to drop, what front of a stream to hold back); the
-//! [`Dropper`] in `dropper`, its drops of ranges in `ranges` and `page_out`, a range's
-//! measurement in `measured`, the retry schedule of ranges that stayed in `retries`.
+//! Here: the thread and its passes (when to drop, what front of a stream to hold back). The
+//! [`Dropper`] (open files, measurements, counts) in `dropper`; functions over it: the drops
+//! of ranges in `ranges`, the final measure in `left`; paging out of mapped pages (its own
+//! state) in `page_out`; a range's measurement in `measured`; the retry schedule of ranges
+//! that stayed in `retries`.
 
 mod dropper;
+mod left;
 mod measured;
 mod page_out;
 mod ranges;
 mod retries;
 
 pub(super) use dropper::{Counts, Dropper};
+pub(super) use left::measure_left;
+pub(super) use ranges::drop_pending;
 
-use super::footprint::{Footprint, Pending};
+use super::footprint::Footprint;
+use super::pending::Pending;
 use super::priority::Priority;
 use crate::sys;
 use retries::Retries;
@@ -65,10 +71,10 @@ impl DropBehind {
 }
 
 /// Drops `p` while the command runs: the ranges of files its threads were seen using are
-/// paged out of their processes first (see [`Dropper::drop_pending`]).
+/// paged out of their processes first (see [`drop_pending`]).
 fn drop_running(dropper: &Dropper, footprint: &Footprint, p: Pending) -> Pending {
     let mappers = footprint.users(p.files.keys().copied());
-    dropper.drop_pending(p, &mappers)
+    drop_pending(dropper, p, &mappers)
 }
 
 /// One look at the footprint, and a drop when it is over the limit; returns how long to wait

@@ -2,14 +2,15 @@
 //! which DONTNEED cannot drop while they stay mapped; the processes' file mappings are read
 //! from /proc at most every [`MAPS_TTL`].
 
-use super::super::footprint::Mappers;
-use super::dropper::Dropper;
+use super::super::pending::Mappers;
 use crate::residency::PageRange;
 use crate::sys;
 use crate::sys::FileId as FileKey;
+use crate::verb::Tally;
 use std::collections::HashMap;
 use std::os::fd::AsFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// How long a process's file mappings read from /proc/PID/maps are used before they are read
@@ -18,13 +19,25 @@ use std::time::{Duration, Instant};
 /// pages at those addresses paged out (clean pages, faulted in again when read).
 const MAPS_TTL: Duration = Duration::from_millis(100);
 
-/// Ranges paged out per `process_madvise` call (see `Dropper::page_out`).
+/// Ranges paged out per `process_madvise` call (see [`PageOut::page_out`]).
 const PAGE_OUT_RANGES: usize = 64;
 
 /// A process's file mappings (None: unreadable) and when they were read.
-pub(super) type ReadMaps = (Instant, Option<Vec<crate::procfs::FileMapping>>);
+type ReadMaps = (Instant, Option<Vec<crate::procfs::FileMapping>>);
 
-impl Dropper {
+/// What paging out remembers between drops: whether the kernel refused, and the processes'
+/// file mappings. Owned by the [`Dropper`](super::Dropper); changed only here.
+#[derive(Default)]
+pub(super) struct PageOut {
+    /// `process_madvise` was refused: mapped pages are not paged out.
+    refused: AtomicBool,
+    /// The process of each thread seen mapping a file.
+    tgids: Mutex<HashMap<u32, Option<u32>>>,
+    /// The file mappings of those processes, read at most every [`MAPS_TTL`].
+    maps: Mutex<HashMap<u32, ReadMaps>>,
+}
+
+impl PageOut {
     /// Pages the command maps cannot be dropped with DONTNEED while they stay mapped (an
     /// mmap it keeps: fio's whole file, a database's). So the ranges of files its threads were
     /// seen using are first paged out of their processes where those map them
@@ -36,8 +49,13 @@ impl Dropper {
     /// stays (pages several processes map) is retried and parked by the caller. Where the
     /// kernel refuses (no CAP_SYS_NICE, or before Linux 5.10) a notice says so once and mapped
     /// pages stay until the command unmaps them.
-    pub(super) fn page_out(&self, ranges: &[&(FileKey, Vec<PageRange>)], mappers: &Mappers) {
-        if self.no_page_out.load(Ordering::Relaxed) {
+    pub(super) fn page_out(
+        &self,
+        ranges: &[&(FileKey, Vec<PageRange>)],
+        mappers: &Mappers,
+        tally: &Tally,
+    ) {
+        if self.refused.load(Ordering::Relaxed) {
             return;
         }
         let page = sys::page_size();
@@ -85,8 +103,8 @@ impl Dropper {
                 // The process exited meanwhile: its mappings are gone.
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                 Err(e) => {
-                    if !self.no_page_out.swap(true, Ordering::Relaxed) {
-                        self.tally.notice(format!(
+                    if !self.refused.swap(true, Ordering::Relaxed) {
+                        tally.notice(format!(
                             "pages the command maps stay cached until it unmaps them \
                              (process_madvise(MADV_PAGEOUT): {e})"
                         ));

@@ -2,7 +2,7 @@
 //! 1, 2, 4, 8 and 16 ms (read I/O still in flight), then parked (pages the command maps) and
 //! tried after 1, 2, 4 s, then every 8 s. The clock and the drop are passed in.
 
-use super::super::footprint::Pending;
+use super::super::pending::Pending;
 #[cfg(test)]
 use crate::sys::FileId as FileKey;
 use std::time::{Duration, Instant};

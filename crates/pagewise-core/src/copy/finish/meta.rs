@@ -1,0 +1,103 @@
+//! Metadata under `--preserve`: a file's owner, extended attributes, mode and times
+//! ([`apply_meta`]), a directory's extended attributes, and the time stamps they take.
+
+use crate::copy::state::Ctx;
+use crate::error::{FileError, Op};
+use crate::sys;
+use std::fs;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// With --preserve: owner (when root), xattrs, mode and times. Times go last: nothing after
+/// them changes mtime.
+pub(super) fn apply_meta(
+    ctx: &Ctx<'_>,
+    sf: &OwnedFd,
+    df: &fs::File,
+    st: &sys::Stat,
+) -> Result<(), (Op, io::Error)> {
+    if !ctx.opts.preserve {
+        // Created with the right mode (see worker/open.rs).
+        return Ok(());
+    }
+    if ctx.is_root {
+        std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid)).map_err(|e| (Op::Fchown, e))?;
+    }
+    let list = sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
+    put_xattrs(ctx, df, &list)?;
+    df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
+        .map_err(|e| (Op::Fchmod, e))?;
+    let times = fs::FileTimes::new()
+        .set_accessed(epoch_time(st.atime))
+        .set_modified(epoch_time(st.mtime));
+    df.set_times(times).map_err(|e| (Op::Futimens, e))?;
+    Ok(())
+}
+
+/// With `preserve`: a directory's extended attributes (its ACLs, default ACLs included).
+pub(super) fn dir_xattrs(ctx: &Ctx<'_>, src: &Path, dst: &fs::File) {
+    let Ok(s) = fs::File::open(src) else {
+        return; // it was read a moment ago; gone now: nothing to keep
+    };
+    let r = sys::xattrs(s.as_fd())
+        .map_err(|e| (Op::Flistxattr, e))
+        .and_then(|list| put_xattrs(ctx, dst, &list));
+    if let Err((op, e)) = r {
+        ctx.fail(FileError::io(src, op, &e));
+    }
+}
+
+/// Makes `dst`'s extended attributes exactly `list` (the source's): sets each, then
+/// removes what `dst` has beyond them — an ACL inherited from a default ACL of the
+/// destination directory, a stale attribute of the file replaced — as `rsync -AX` does.
+/// `security.*` (SELinux and IMA labels the system gives) is left as the system set it.
+/// A namespace the destination does not take is a notice.
+fn put_xattrs(
+    ctx: &Ctx<'_>,
+    dst: &fs::File,
+    list: &[(std::ffi::CString, Vec<u8>)],
+) -> Result<(), (Op, io::Error)> {
+    let not_taken = |e: &io::Error| {
+        matches!(
+            e.raw_os_error(),
+            Some(libc::ENOTSUP) | Some(libc::EPERM) | Some(libc::EACCES)
+        )
+    };
+    for (name, value) in list {
+        match sys::set_xattr(dst.as_fd(), name, value) {
+            Ok(()) => {}
+            // Not every destination takes every namespace (e.g. security.* on tmpfs).
+            Err(e) if not_taken(&e) => {
+                ctx.tally
+                    .notice(format!("some extended attributes could not be kept: {e}"));
+            }
+            Err(e) => return Err((Op::Fsetxattr, e)),
+        }
+    }
+    let have = sys::xattrs(dst.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
+    for (name, _) in have {
+        if name.to_bytes().starts_with(b"security.") || list.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        match sys::remove_xattr(dst.as_fd(), &name) {
+            Ok(()) => {}
+            Err(e) if not_taken(&e) || e.raw_os_error() == Some(libc::ENODATA) => {}
+            Err(e) => return Err((Op::Fremovexattr, e)),
+        }
+    }
+    Ok(())
+}
+
+/// A (seconds, nanoseconds) time stamp since the epoch as a SystemTime (before it if negative).
+pub(super) fn epoch_time((sec, nsec): (i64, i64)) -> SystemTime {
+    let whole = std::time::Duration::from_secs(sec.unsigned_abs());
+    let base = if sec >= 0 {
+        UNIX_EPOCH + whole
+    } else {
+        UNIX_EPOCH - whole
+    };
+    base + std::time::Duration::from_nanos(nsec as u64)
+}

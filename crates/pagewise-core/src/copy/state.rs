@@ -1,0 +1,189 @@
+//! The shared state of one copy, small and in one place: [`Ctx`] (options, observer, tally,
+//! entry counts, the destination's anchors, the bandwidth limit) with the per-entry reports
+//! every part makes ([`Ctx::done`], [`Ctx::skipped`], [`Ctx::fail`]), and the descriptor
+//! budget the batches are sized by ([`FdBudget`]).
+
+use super::dest::Dest;
+use super::limits::Bandwidth;
+use super::options::{CopyOptions, RESIDUE_RECHECK, SETTLE_BATCH, SETTLE_FILES, SMALL_BATCH};
+use super::report::{Action, CopyItem, EntryKind};
+use crate::error::FileError;
+use crate::sys;
+use crate::verb::{FileResult, Observer, Tally};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Entries counted by the planner threads and the workers.
+#[derive(Default)]
+pub(super) struct Counts {
+    pub symlinks: AtomicU64,
+    pub specials: AtomicU64,
+    pub created: AtomicU64,
+    pub updated: AtomicU64,
+    pub skipped: AtomicU64,
+    pub stale_temps: AtomicU64,
+    /// Bytes of kept data compared with the source (per side) before resuming.
+    pub resume_compared: AtomicU64,
+    /// Files whose content was left and whose metadata was brought over.
+    pub metadata: AtomicU64,
+    pub deleted: AtomicU64,
+    /// A dry run's files and bytes that a copy would write (the workers count a real run's).
+    pub dry_files: AtomicU64,
+    pub dry_bytes: AtomicU64,
+}
+
+/// What the workers, the planner and the end of the run share: the options and the observer,
+/// the figures and the tally, and what is fixed for the run. What changes as the copy goes
+/// (fallbacks, write-back batches, the no-space retry) is owned by the module that changes it.
+pub(super) struct Ctx<'a> {
+    pub counts: Counts,
+    pub opts: &'a CopyOptions,
+    pub observer: &'a dyn Observer,
+    /// Errors, notices, the clock and a stop once asked for.
+    pub tally: Tally,
+    pub is_root: bool,
+    /// Destination names, resolved without following symlinks.
+    pub dest: Dest,
+    /// `--bwlimit`: every chunk and small-file batch waits for its turn.
+    pub bandwidth: Option<Bandwidth>,
+    /// Open files each holder may keep.
+    pub fds: FdBudget,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(opts: &'a CopyOptions, observer: &'a dyn Observer, dest: Dest) -> Self {
+        Ctx {
+            counts: Counts::default(),
+            opts,
+            observer,
+            tally: Tally::new(),
+            is_root: sys::euid() == 0,
+            dest,
+            bandwidth: opts.bwlimit.map(Bandwidth::new),
+            fds: FdBudget::new(sys::fd_budget(), opts.threads),
+        }
+    }
+
+    /// Waits for `bytes` under the bandwidth limit; false when the copy stops meanwhile.
+    pub fn pace(&self, bytes: u64) -> bool {
+        match &self.bandwidth {
+            Some(b) => b.take(bytes, || self.stopped()),
+            None => true,
+        }
+    }
+
+    /// Whether to stop (the observer asked, now or before).
+    pub fn stopped(&self) -> bool {
+        self.tally.stop_requested(self.observer)
+    }
+
+    /// One entry's outcome to the observer, when per-entry results were asked for.
+    pub fn item(&self, path: &Path, kind: EntryKind, action: Action, bytes: u64) {
+        if self.opts.items {
+            self.observer.file(FileResult::Copy(CopyItem {
+                path: path.to_path_buf(),
+                kind: Some(kind),
+                action,
+                bytes,
+                error: None,
+            }));
+        }
+    }
+
+    /// An entry made (`existed`: replacing what was there), counted and reported.
+    pub fn done(&self, path: &Path, kind: EntryKind, existed: bool, bytes: u64) {
+        let (count, action) = if existed {
+            (&self.counts.updated, Action::Updated)
+        } else {
+            (&self.counts.created, Action::Created)
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        self.item(path, kind, action, bytes);
+    }
+
+    /// An entry left as it was, counted and reported.
+    pub fn skipped(&self, path: &Path, kind: EntryKind) {
+        self.counts.skipped.fetch_add(1, Ordering::Relaxed);
+        self.item(path, kind, Action::Skipped, 0);
+    }
+
+    /// A per-file failure: counted in the outcome and reported as a `failed` entry.
+    pub fn fail(&self, e: FileError) {
+        if self.opts.items {
+            self.observer.file(FileResult::Copy(CopyItem {
+                path: e.path.clone(),
+                kind: None,
+                action: Action::Failed,
+                bytes: 0,
+                error: Some(format!("{} failed: {}", e.op, e.message)),
+            }));
+        }
+        self.tally.error(e);
+    }
+
+    /// Reports `e` for the file at hand and gives it up.
+    pub fn fail_none<T>(&self, e: FileError) -> Option<T> {
+        self.fail(e);
+        None
+    }
+}
+
+/// How many files each holder of open descriptors may keep, from the run's descriptor
+/// budget ([`sys::fd_budget`]) less four per worker (its io_uring, the directories it
+/// works in): half for the workers' small-file batches (source and destination) and settle
+/// lists, an eighth for the shared batched write-back (up to three batches open: see
+/// `BatchSettle::add` in finish/settle.rs) and another for the files kept for the residue's second measure;
+/// the rest is slack for the planners' directories. With the usual
+/// limits these are the constants; under a limit of 1024 and 16 workers they shrink instead
+/// of failing with EMFILE.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FdBudget {
+    /// Workers: the copy's threads, fewer when the budget cannot keep each a few files.
+    pub workers: usize,
+    pub small_batch: usize,
+    pub settle: usize,
+    pub shared_settle: usize,
+    pub recheck: usize,
+}
+
+impl FdBudget {
+    pub fn new(budget: usize, workers: usize) -> FdBudget {
+        let workers = workers.min(budget / 16).max(1);
+        let usable = budget.saturating_sub(4 * workers).max(16);
+        let per_worker = usable / 2 / workers;
+        FdBudget {
+            workers,
+            small_batch: (per_worker / 4).clamp(1, SMALL_BATCH),
+            settle: (per_worker / 4).clamp(1, SETTLE_BATCH),
+            shared_settle: (usable / 24).clamp(1, SETTLE_FILES),
+            recheck: (usable / 8).min(RESIDUE_RECHECK),
+        }
+    }
+
+    /// Descriptors held at most by all of them.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.workers * (4 + 2 * self.small_batch + self.settle)
+            + 3 * self.shared_settle
+            + self.recheck
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_fits_the_limit_and_keeps_the_constants_when_there_is_room() {
+        for (limit, workers) in [(128, 16), (1024, 16), (1024, 1), (4096, 64), (256, 2)] {
+            let b = FdBudget::new(limit - 64, workers);
+            assert!(b.held() <= limit - 64, "{limit} {workers}: {b:?}");
+        }
+        let roomy = FdBudget::new(1 << 20, 16);
+        assert_eq!(roomy.workers, 16);
+        assert_eq!(roomy.small_batch, SMALL_BATCH);
+        assert_eq!(roomy.settle, SETTLE_BATCH);
+        assert_eq!(roomy.shared_settle, SETTLE_FILES);
+        assert_eq!(roomy.recheck, RESIDUE_RECHECK);
+    }
+}
