@@ -10,6 +10,7 @@ mod errors;
 mod file;
 mod read;
 mod trace;
+mod trace_verbs;
 mod verbs;
 mod wait;
 
@@ -57,10 +58,10 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verbs::copy, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::cgroups, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::stat_by_cgroup, m)?)?;
-    m.add_function(wrap_pyfunction!(verbs::replay, m)?)?;
-    m.add_function(wrap_pyfunction!(verbs::evict_trace, m)?)?;
-    m.add_function(wrap_pyfunction!(verbs::load_trace, m)?)?;
-    m.add_function(wrap_pyfunction!(verbs::record, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_verbs::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_verbs::evict_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_verbs::load_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_verbs::record, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::defaults, m)?)?;
     m.add_class::<verbs::Locks>()?;
     m.add_class::<trace::Trace>()?;
