@@ -475,12 +475,11 @@ pub fn comm_of(pid: u32) -> Option<Vec<u8>> {
 }
 
 /// Process `pid`'s /proc/PID/cgroup (None: this process's), as text.
-pub fn cgroup_text(pid: Option<u32>) -> Option<String> {
+pub fn cgroup_text(pid: Option<u32>) -> io::Result<String> {
     std::fs::read_to_string(match pid {
         Some(p) => format!("/proc/{p}/cgroup"),
         None => "/proc/self/cgroup".to_string(),
     })
-    .ok()
 }
 
 /// This process's /proc/self/stat, as text (the exporter's process_* figures).

@@ -479,6 +479,15 @@ workingset_refault_file 12\nworkingset_activate_file 2\n";
             assert_eq!(group_dir(m, root).as_os_str(), "/sys/fs/cgroup", "{root:?}");
         }
         assert_eq!(group_dir(m, "/a/b"), Path::new("/sys/fs/cgroup/a/b"));
+        // /proc/PID/cgroup names groups from the namespace's root, the mount's root.
+        let mount = MemoryMount {
+            hierarchy: Hierarchy::V2,
+            mount_point: m.into(),
+            mount_root: "/ns".into(),
+        };
+        assert_eq!(mount.dir_of("/ns/a"), Path::new("/sys/fs/cgroup/a"));
+        assert_eq!(mount.dir_of("/ns").as_os_str(), "/sys/fs/cgroup");
+        assert_eq!(mount.dir_of("/other"), Path::new("/sys/fs/cgroup/other"));
         assert_eq!(group_dir(m, "a/b/").as_os_str(), "/sys/fs/cgroup/a/b");
     }
 

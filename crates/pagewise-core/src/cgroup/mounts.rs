@@ -37,6 +37,18 @@ pub fn parse_memory_mounts(
     )
 }
 
+impl MemoryMount {
+    /// The directory of the group `path` names as /proc/PID/cgroup does (from the cgroup
+    /// namespace's root, which is this mount's [`MemoryMount::mount_root`]): the one way from
+    /// a process's cgroup to its directory.
+    pub fn dir_of(&self, path: &str) -> PathBuf {
+        let rel = path
+            .strip_prefix(self.mount_root.trim_end_matches('/'))
+            .unwrap_or(path);
+        group_dir(&self.mount_point, rel)
+    }
+}
+
 /// [`parse_memory_mounts`] of mounts already parsed.
 fn memory_mounts_in(
     mounts: Vec<crate::procfs::Mount>,
@@ -97,9 +109,8 @@ pub fn parse_proc_cgroup(text: &str) -> Option<(Hierarchy, String)> {
 /// The directory of the calling process's own memory cgroup (`/proc/self/cgroup` joined to
 /// its hierarchy's mount point).
 pub fn own_memory_cgroup() -> Result<PathBuf, crate::Error> {
-    let p = Path::new("/proc/self/cgroup");
-    let text = std::fs::read_to_string(p).map_err(|e| crate::Error::Io {
-        path: p.into(),
+    let text = crate::procfs::cgroup_text(None).map_err(|e| crate::Error::Io {
+        path: "/proc/self/cgroup".into(),
         op: Op::Read,
         source: e,
     })?;
@@ -120,10 +131,7 @@ pub fn own_memory_cgroup() -> Result<PathBuf, crate::Error> {
         })
         .ok_or_else(|| invalid("no memory cgroup hierarchy is mounted (neither v1's memory controller nor v2 with memory)".into()))?;
     let m = mounts.iter().find(|m| m.hierarchy == h).unwrap();
-    let rel = path
-        .strip_prefix(m.mount_root.trim_end_matches('/'))
-        .unwrap_or(&path);
-    Ok(group_dir(&m.mount_point, rel))
+    Ok(m.dir_of(&path))
 }
 
 /// The directory of cgroup path `cgroup` (`/a/b`, relative to the hierarchy's root) under the

@@ -133,7 +133,7 @@ impl Procs {
 
     fn read_process(&mut self, pid: u32) -> ProcInfo {
         let comm = crate::procfs::comm_of(pid);
-        let text = crate::procfs::cgroup_text(Some(pid));
+        let text = crate::procfs::cgroup_text(Some(pid)).ok();
         let cgroup = match text.as_deref().and_then(cgroup::parse_proc_cgroup) {
             Some((h, path)) => self.intern_path(h, &path),
             None => 0,
@@ -148,10 +148,7 @@ impl Procs {
                 "{path}: its hierarchy ({h:?}) has no memory controller mounted"
             ));
         };
-        let rel = path
-            .strip_prefix(m.mount_root.trim_end_matches('/'))
-            .unwrap_or(path);
-        let dir = cgroup::group_dir(&m.mount_point, rel);
+        let dir = m.dir_of(path);
         let shown = cgroup::cgroup_name(&dir, &self.mounts);
         self.intern(shown, Some(dir))
     }
