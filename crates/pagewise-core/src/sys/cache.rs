@@ -325,18 +325,9 @@ pub fn populate_read(fd: BorrowedFd<'_>, off: u64, len: u64, huge: bool) -> io::
         // contents. A failure (THP not built in) only loses the speed-up, so it is ignored.
         let _ = unsafe { madvise(map.addr, map.len, Advice::LinuxHugepage) };
     }
-    // Without MADV_POPULATE_READ the pages are faulted in one by one, each fault's readahead
-    // waited for before the next: the whole range's reads are started first (fadvise
-    // WILLNEED submits them without waiting), so the touches find them in flight. 5.10 guest,
-    // cold 256 MiB: 2.46 s touching alone, vmtouch -t 1.14 s.
-    if NO_POPULATE_READ.load(std::sync::atomic::Ordering::Relaxed) {
-        let _ = fadvise(fd, off, len, self::Advice::WillNeed);
-    }
+    // 5.10 failed `load` here before the fallback of populate_mapped.
     populate_mapped(map.addr as *const u8, map.len)
 }
-
-/// Set once madvise(MADV_POPULATE_READ) was refused with EINVAL (before 5.14).
-static NO_POPULATE_READ: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// `madvise(addr, len, MADV_POPULATE_READ)` over `[addr, addr+len)` of a live shared
 /// mapping of a file: its pages read in (where not cached) and mapped, nothing copied. Before
@@ -353,7 +344,6 @@ pub(super) fn populate_mapped(addr: *const u8, len: usize) -> io::Result<()> {
         )
     });
     if r == Err(rustix::io::Errno::INVAL) {
-        NO_POPULATE_READ.store(true, std::sync::atomic::Ordering::Relaxed);
         let page = super::page_size() as usize;
         touch_pages(addr, len.div_ceil(page), page);
         return Ok(());
