@@ -206,9 +206,6 @@ impl Dropper {
             }
             None => None,
         };
-        if let Some(fd) = own_mapping(key) {
-            return Ok(Arc::new(fd));
-        }
         let later = witnessed.is_none() && self.seen.as_ref().is_some_and(|s| s.is_active());
         match crate::trace::open_inode(key, &self.mounts) {
             Ok(fd) => Ok(Arc::new(fd)),
@@ -344,35 +341,4 @@ impl Dropper {
 /// opened by handle; its path may be gone).
 pub(super) fn file_name(key: FileKey) -> String {
     format!("<{}:{} inode {}>", key.0, key.1, key.2)
-}
-
-/// A file pagewise itself maps (its executable, libc), opened through the path its own
-/// /proc/self/maps gives and checked to be that file. The command's first process runs that
-/// code between fork and exec: from a cold executable on a file system without file handles
-/// (a 9p or virtiofs share, FUSE) the pages it faulted in were counted as the command's and
-/// could not be reached (seen in Debian 6.12's guest). They are the run's to drop.
-fn own_mapping(key: FileKey) -> Option<OwnedFd> {
-    use std::os::unix::ffi::OsStrExt;
-    let (_, path) = crate::procfs::mapped_paths(std::process::id())
-        .into_iter()
-        .find(|(k, _)| *k == key)?;
-    let f = std::fs::File::open(std::ffi::OsStr::from_bytes(&path)).ok()?;
-    let st = sys::fstat(std::os::fd::AsFd::as_fd(&f)).ok()?;
-    (FileKey::from_dev(st.dev, st.ino) == key).then(|| f.into())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn own_executable_is_reachable_through_own_mappings() {
-        let exe = std::fs::File::open("/proc/self/exe").unwrap();
-        let st = sys::fstat(std::os::fd::AsFd::as_fd(&exe)).unwrap();
-        let key = FileKey::from_dev(st.dev, st.ino);
-        let fd = own_mapping(key).expect("the test binary is mapped");
-        let got = sys::fstat(std::os::fd::AsFd::as_fd(&fd)).unwrap();
-        assert_eq!((got.dev, got.ino), (st.dev, st.ino));
-        assert!(own_mapping(FileKey(0, 0, 1)).is_none(), "nothing of ours");
-    }
 }
