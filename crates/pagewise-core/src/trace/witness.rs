@@ -105,6 +105,12 @@ struct Seen {
 #[derive(Debug, Default)]
 pub struct Witnessed {
     files: Mutex<HashMap<FileId, Seen>>,
+    /// Files kept from overlayfs, by inode number: the key each was kept under, None when
+    /// several had the number. Since 6.8 /proc/PID/maps names an overlay mapping by the
+    /// overlay's inode (file_user_inode), so [`trace_key`] may give the overlay's device where
+    /// the tracepoints give the layer's; overlayfs (without xino) shows the layer's inode
+    /// number, which finds it ([`Witnessed::alias`]).
+    overlay: Mutex<HashMap<u64, Option<FileId>>>,
     /// stat(2) identities already looked at (device, inode): a file closed again costs one
     /// stat only.
     looked: Mutex<HashSet<(u64, u64)>>,
@@ -244,6 +250,18 @@ impl Witnessed {
                 }
                 p => (p, false),
             };
+            if sys::fs_kind(own.as_fd()) == FsKind::Overlay {
+                self.overlay
+                    .lock()
+                    .unwrap()
+                    .entry(st.ino)
+                    .and_modify(|k| {
+                        if *k != Some(key) {
+                            *k = None
+                        }
+                    })
+                    .or_insert(Some(key));
+            }
             let mut files = self.files.lock().unwrap();
             let seen = files.entry(key).or_default();
             if seen.path.is_some() && seen.st_dev != st.dev {
@@ -342,6 +360,7 @@ impl Witnessed {
     /// The file the tracepoints call `key`: the descriptor kept for it, else its path opened
     /// again and checked to be the same file (same key).
     pub fn open(&self, key: FileId) -> Result<Arc<OwnedFd>, NotWitnessed> {
+        let key = self.alias(key);
         let path = {
             let files = self.files.lock().unwrap();
             let Some(seen) = files.get(&key) else {
@@ -366,8 +385,21 @@ impl Witnessed {
             .map_err(NotWitnessed::Gone)
     }
 
+    /// `key`, or the key an overlay file with its inode number was kept under when nothing
+    /// was kept under `key` itself (see [`Witnessed::overlay`]).
+    fn alias(&self, key: FileId) -> FileId {
+        if self.files.lock().unwrap().contains_key(&key) {
+            return key;
+        }
+        match self.overlay.lock().unwrap().get(&key.2) {
+            Some(Some(k)) => *k,
+            _ => key,
+        }
+    }
+
     /// The path the file of `key` had when last seen, and whether it was deleted then.
     pub fn path(&self, key: FileId) -> Option<(Vec<u8>, bool)> {
+        let key = self.alias(key);
         let files = self.files.lock().unwrap();
         let seen = files.get(&key).filter(|s| !s.ambiguous)?;
         Some((seen.path.clone()?, seen.deleted))
@@ -375,6 +407,7 @@ impl Witnessed {
 
     /// The file system's handle of the file of `key`, taken when it was seen.
     pub fn handle(&self, key: FileId) -> Option<Vec<u8>> {
+        let key = self.alias(key);
         let files = self.files.lock().unwrap();
         files.get(&key).filter(|s| !s.ambiguous)?.handle.clone()
     }
