@@ -38,9 +38,6 @@ pub(super) struct Footprint {
     /// pagewise's own process when it follows a command (its events are not the command's);
     /// None when the process follows itself (`Dropping`).
     skip_pid: Option<u32>,
-    /// The command's files as the witness sees them (a program's executable looked at when
-    /// its first pages come in: [`Witnessed::look_at_exe`](crate::trace::Witnessed::look_at_exe)).
-    seen: Arc<crate::trace::Witnessed>,
     page: u64,
     pending: Mutex<Pending>,
     /// Prefetched windows in their grace period, oldest first, and their pages.
@@ -75,8 +72,7 @@ impl Footprint {
             delayed_pages: AtomicU64::new(0),
             files: Mutex::default(),
             added: AtomicU64::new(0),
-            assistant: assist.map(|a| Mutex::new(Assistant::with_witness(a, seen.clone()))),
-            seen,
+            assistant: assist.map(|a| Mutex::new(Assistant::with_witness(a, seen))),
         }
     }
 
@@ -122,16 +118,7 @@ impl Footprint {
             p.add(key, r);
             p.pages
         };
-        let new = {
-            let mut files = self.files.lock().unwrap();
-            let new = !files.contains_key(&key);
-            user(files.entry(key).or_default(), e.pid);
-            new
-        };
-        if new && self.seen.is_active() {
-            // A program's own pages come in at its exec, before any descriptor names it.
-            self.seen.look_at_exe(e.pid);
-        }
+        user(self.files.lock().unwrap().entry(key).or_default(), e.pid);
         Some(pending)
     }
 

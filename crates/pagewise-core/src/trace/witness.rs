@@ -288,17 +288,6 @@ impl Witnessed {
         }
     }
 
-    /// Looks at the program thread `tid` runs (/proc/TID/exe). execve opens it inside the
-    /// kernel, so no descriptor of the command's names it, and a short-lived program (`wc` at
-    /// the end of a pipeline) has exited before anything else looks: on a file system without
-    /// file handles (9p, as virtme's root) its pages could then not be reached again (Debian
-    /// 6.12's guest: `/usr/bin/wc` and `/usr/bin/nice`, 32-40 KiB). One stat(2) when the
-    /// program was looked at already.
-    pub fn look_at_exe(&self, tid: u32) {
-        let caught: Vec<Caught> = self.catch(&procfs::exe_link(tid)).into_iter().collect();
-        self.keep(caught);
-    }
-
     /// Looks at the files process `pid` maps (by the path /proc/PID/maps gives, opened and
     /// checked to be the mapped file): a file mapped and then closed before it was watched.
     pub fn look_at_maps(&self, pid: u32) {
