@@ -41,8 +41,13 @@ fn max_kept() -> usize {
 /// lower inode holds the pages) and btrfs (stat gives the subvolume's device): there it is read
 /// from this process's /proc/self/maps line for a one-page mapping of the file.
 pub fn trace_key(fd: BorrowedFd<'_>, st: &sys::Stat) -> FileId {
+    trace_key_on(fd, st, sys::fs_kind(fd))
+}
+
+/// [`trace_key`] where the file system's kind is known already.
+fn trace_key_on(fd: BorrowedFd<'_>, st: &sys::Stat, kind: FsKind) -> FileId {
     let own = FileId::from_dev(st.dev, st.ino);
-    match sys::fs_kind(fd) {
+    match kind {
         FsKind::Overlay => mapped_key(fd).unwrap_or(own),
         FsKind::Btrfs => {
             // One mapping per subvolume: the superblock's device is the same for its files.
@@ -238,7 +243,8 @@ impl Witnessed {
     /// under the tracepoints' key.
     pub fn keep(&self, caught: Vec<Caught>) {
         for Caught { fd: own, st } in caught {
-            let key = trace_key(own.as_fd(), &st);
+            let kind = sys::fs_kind(own.as_fd());
+            let key = trace_key_on(own.as_fd(), &st, kind);
             let path = std::fs::read_link(sys::fd_path(own.as_fd())).ok().map(|p| {
                 use std::os::unix::ffi::OsStrExt;
                 p.as_os_str().as_bytes().to_vec()
@@ -250,7 +256,7 @@ impl Witnessed {
                 }
                 p => (p, false),
             };
-            if sys::fs_kind(own.as_fd()) == FsKind::Overlay {
+            if kind == FsKind::Overlay {
                 self.overlay
                     .lock()
                     .unwrap()
