@@ -30,6 +30,25 @@ def start(code: str) -> subprocess.Popen:
     return p
 
 
+def wait_for_child(pid: int, comm: bytes, seconds: float = 10.0) -> bool:
+    """Whether process `pid` has a child named `comm` within `seconds`."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+            except OSError:
+                continue
+            for c in children:
+                try:
+                    if Path(f"/proc/{c}/comm").read_bytes().strip() == comm:
+                        return True
+                except OSError:
+                    pass
+        time.sleep(0.02)
+    return False
+
+
 def slow_copy_source(scratch: Path, seconds: float) -> Path:
     """A file the slow copy takes about `seconds` over (measured here, at most 1 GiB)."""
     probe = write_file(scratch / "probe", 8 * MIB)
@@ -48,16 +67,25 @@ def slow_copy_source(scratch: Path, seconds: float) -> Path:
 def test_sigint_cancels_a_copy_within_a_second_and_leaves_no_half_file(scratch: Path) -> None:
     src = slow_copy_source(scratch, 4.0)
     dst = scratch / "dst"
+    # The signal goes once the copy has reported progress (not after a fixed delay: under
+    # load the copy's rate here differs from the probe's, and a copy that ended before the
+    # signal proved nothing).
     p = start(
         "import pagewise, time\n"
         "print('started', flush=True)\n"
+        "def progress(files, done):\n"
+        "    if done and not progress.said:\n"
+        "        progress.said = True\n"
+        "        print('copying', flush=True)\n"
+        "progress.said = False\n"
         "try:\n"
-        f"    pagewise.copy({str(src)!r}, {str(dst)!r}, {SLOW_COPY})\n"
+        f"    pagewise.copy({str(src)!r}, {str(dst)!r}, {SLOW_COPY}, progress=progress)\n"
         "    print('finished')\n"
         "except KeyboardInterrupt:\n"
         "    print('interrupted', time.monotonic())\n"
     )
-    time.sleep(0.5)
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "copying"
     sent = time.monotonic()
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=30)
@@ -78,17 +106,21 @@ def test_sigint_during_record_reaches_the_command_then_raises(scratch: Path) -> 
         "    print('interrupted', flush=True)\n"
         "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
         "try:\n"
+        "    print('ready', flush=True)\n"
         "    time.sleep(30)\n"
         "except KeyboardInterrupt:\n"
         "    print('python handler back', flush=True)\n"
     )
-    time.sleep(0.5)
+    # The signal goes once record has started the command (it forwards from then on), not
+    # after a fixed delay that load can outlast.
+    assert wait_for_child(p.pid, b"sleep"), "record did not start the command within 10 s"
+    time.sleep(0.2)
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)  # to python alone: forwarded to sleep
     assert p.stdout is not None
     assert p.stdout.readline().strip() == "interrupted"
     assert time.monotonic() - t0 < 2.0
-    time.sleep(0.2)
+    assert p.stdout.readline().strip() == "ready"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=10)
     assert out.strip() == "python handler back", out + err

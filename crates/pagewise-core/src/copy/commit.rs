@@ -201,8 +201,10 @@ impl Temps {
                 if let Some(mode) = tmp.mode {
                     sys::fchmod(fd, mode).map_err(|e| (Op::Fchmod, e))?;
                 }
-                let _ = sys::remove_xattr(fd, TEMP_MARK);
+                // The temporary's own mark goes last, right before its rename: a copy
+                // killed between the two leaves an unmarked temporary (one syscall's window).
                 let _ = sys::remove_xattr(fd, RESUME_MARK);
+                let _ = sys::remove_xattr(fd, TEMP_MARK);
                 sys::rename_at(dir, &tmp.name, name).map_err(|e| (Op::Rename, e))?;
                 tmp.keep();
                 Ok(())

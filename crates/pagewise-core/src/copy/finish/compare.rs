@@ -127,7 +127,7 @@ fn refresh_meta(ctx: &Ctx<'_>, src: &Path, dst: &Path) -> Result<bool, FileError
         || st.mtime != dt.mtime
         || comparable_xattrs(sf.as_fd()).ok() != comparable_xattrs(df.as_fd()).ok();
     if differs && !ctx.opts.dry_run {
-        apply_meta(ctx, &sf, &fs::File::from(df), &st)
+        apply_meta(ctx, &sf, &fs::File::from(df), &st, false)
             .map_err(|(op, e)| FileError::io(dst, op, &e))?;
     }
     Ok(differs)

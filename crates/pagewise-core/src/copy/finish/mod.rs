@@ -173,7 +173,7 @@ impl<'a> Finish<'a> {
             o.df.set_len(size)
                 .map_err(|e| FileError::io(&o.dst, Op::Ftruncate, &e))?;
         }
-        apply_meta(self.ctx, &o.sf, &o.df, &o.st)
+        apply_meta(self.ctx, &o.sf, &o.df, &o.st, true)
             .map_err(|(op, e)| FileError::io(&o.dst, op, &e))?;
         if self.ctx.opts.fsync {
             o.df.sync_all()
