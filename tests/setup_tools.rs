@@ -6,7 +6,7 @@
 //! fails instead, naming the tool and the file that calls it.
 //!
 //! Tools are found as literals: `Command::new("TOOL")`, `on_path("TOOL")` and `require`d
-//! names in tests/ (this file excepted) and the crates' tests.
+//! names in tests/ and its folders (this file excepted) and the crates' tests.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -93,14 +93,22 @@ fn literals_after<'t>(text: &'t str, prefix: &str) -> Vec<&'t str> {
 /// Tool name -> the first test file calling it.
 fn tools_called(repo: &Path) -> BTreeMap<String, String> {
     let mut files = Vec::new();
-    for dir in ["tests", "tests/common", "crates/pagewise-capi/tests"] {
-        for e in fs::read_dir(repo.join(dir)).unwrap().flatten() {
+    let mut dirs = vec![repo.join("tests"), repo.join("crates/pagewise-capi/tests")];
+    while let Some(dir) = dirs.pop() {
+        for e in fs::read_dir(&dir).unwrap().flatten() {
             let p = e.path();
-            if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("setup_tools.rs") {
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") && !p.ends_with("setup_tools.rs") {
                 files.push(p);
             }
         }
     }
+    files.sort();
+    assert!(
+        files.iter().any(|p| p.ends_with("tests/e2e/main.rs")),
+        "the end-to-end tests were not found: {files:?}"
+    );
     let mut out = BTreeMap::new();
     for p in files {
         let text = fs::read_to_string(&p).unwrap();

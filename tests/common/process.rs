@@ -260,11 +260,92 @@ pub fn with_nofile(limit: u32, args: &[&OsStr]) -> Output {
     run(&mut cmd)
 }
 
-/// Runs with a deadline of `secs` and its address space limited to `max_as` bytes (so a
-/// runaway allocation fails in the child instead of pressing on the machine); returns the
-/// output and the child's own peak resident set in bytes (wait4's ru_maxrss, of this child
-/// alone). Killed, and the test failed, past the deadline.
+/// A tiny program that runs its arguments as a child and writes the child's peak resident set
+/// (wait4's ru_maxrss, KiB) to the file it is given first: `maxrss OUT PROG ARGS...`. A child
+/// of this test process records the test process's own resident set as its peak (exec keeps
+/// the high-water mark of the memory it replaces, here the forked copy of this process: 78 MiB
+/// once every end-to-end test ran in one binary); a grandchild forked from this small program
+/// does not. The child dies with it (PR_SET_PDEATHSIG). None without a C compiler.
+fn maxrss_helper() -> Option<&'static Path> {
+    static HELPER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    HELPER
+        .get_or_init(|| {
+            let dir = tmp_root().join(format!("maxrss-{}", std::process::id()));
+            fs::create_dir_all(&dir).ok()?;
+            compile_c(
+                &dir,
+                "maxrss",
+                r#"#include <signal.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc < 3) return 125;
+    pid_t pid = fork();
+    if (pid < 0) return 125;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        execvp(argv[2], argv + 2);
+        _exit(127);
+    }
+    int status; struct rusage ru;
+    if (wait4(pid, &status, 0, &ru) != pid) return 125;
+    FILE *f = fopen(argv[1], "w");
+    if (!f) return 125;
+    fprintf(f, "%ld\n", ru.ru_maxrss);
+    fclose(f);
+    if (WIFSIGNALED(status)) { signal(WTERMSIG(status), SIG_DFL); raise(WTERMSIG(status)); }
+    return WEXITSTATUS(status);
+}
+"#,
+                false,
+            )
+        })
+        .as_deref()
+}
+
+/// `pagewise` run through [`maxrss_helper`], for [`run_measured`]: its peak resident set
+/// is then its own.
+pub fn measured_bin() -> Command {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Some(helper) = maxrss_helper() else {
+        panic!("run_measured needs a C compiler (cc) for its helper: install-deps installs one");
+    };
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = helper.with_file_name(format!("out-{n}"));
+    let mut c = Command::new(helper);
+    c.arg(out).arg(bin().get_program());
+    c
+}
+
+/// Runs `cmd` (made by [`measured_bin`]) with a deadline of `secs` and its address space
+/// limited to `max_as` bytes (so a runaway allocation fails in the child instead of pressing
+/// on the machine); returns the output and pagewise's own peak resident set in bytes (wait4's
+/// ru_maxrss, as [`maxrss_helper`] took it). Killed, and the test failed, past the deadline.
 pub fn run_measured(cmd: &mut Command, secs: f64, max_as: u64) -> (Output, u64) {
+    assert_eq!(
+        Some(cmd.get_program()),
+        maxrss_helper().map(Path::as_os_str),
+        "run_measured takes a command made by measured_bin()"
+    );
+    let out_file = std::path::PathBuf::from(cmd.get_args().next().unwrap());
+    let _ = fs::remove_file(&out_file);
+    let (out, _) = run_limited(cmd, secs, max_as);
+    let kib: u64 = fs::read_to_string(&out_file)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{cmd:?}: the maxrss helper wrote no figure"));
+    assert!(
+        kib > 0,
+        "{cmd:?}: a peak resident set of 0 KiB is no measurement"
+    );
+    (out, kib * 1024)
+}
+
+/// [`run_measured`]'s deadline and address-space limit, the rusage of `cmd` itself.
+fn run_limited(cmd: &mut Command, secs: f64, max_as: u64) -> (Output, u64) {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     // SAFETY: setrlimit(2) only, between fork and exec; it allocates nothing.
     unsafe {

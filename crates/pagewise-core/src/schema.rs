@@ -203,7 +203,7 @@ impl Builder {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": "pagewise.schema.json",
             "title": "pagewise --json output",
-            "description": "Every document pagewise writes with --json, --json-lines, show --format json and run --report; see docs/json.md. Generated from the report types (crates/pagewise-core/src/schema.rs): regenerate with PAGEWISE_BLESS=1 cargo test --test json_schema. Validate a document against #/$defs/<name>.",
+            "description": "Every document pagewise writes with --json, --json-lines, show --format json and run --report; see docs/json.md. Generated from the report types (crates/pagewise-core/src/schema.rs): regenerate with PAGEWISE_BLESS=1 cargo test --profile ci --test e2e json_schema::. Validate a document against #/$defs/<name>.",
             "$defs": defs,
         })
     }

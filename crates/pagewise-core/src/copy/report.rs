@@ -1,7 +1,7 @@
 //! What a copy reports: the [`CopyReport`] with the cache it left ([`Residue`]), and the
 //! per-entry items (`--items`: [`CopyItem`], its [`EntryKind`] and [`Action`]).
 
-use super::Strategy;
+use super::options::Strategy;
 use crate::sys;
 use crate::verb::Outcome;
 use serde::Serialize;

@@ -20,7 +20,7 @@
 //! - A handler that panics is answered `500`; the server goes on.
 //!
 //! A thread per connection holds at the scale an exporter sees: measured with 2,000 idle
-//! connections and 200 concurrent scrapes (tests/exporter_ops.rs, 2 loaded CPUs), the cap
+//! connections and 200 concurrent scrapes (tests/e2e/exporter/ops.rs, 2 loaded CPUs), the cap
 //! (512) keeps ~520 descriptors and threads (256 KiB stacks, mostly untouched), every scrape
 //! is answered within 0.5 s and the descriptors return to their baseline within 0.2 s of the
 //! idle connections closing; so idle connections are not parked in an epoll set.

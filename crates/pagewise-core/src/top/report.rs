@@ -1,11 +1,29 @@
 //! One interval of `top`, named: rows by process, cgroup and file, largest first.
 
-use super::aggregate::{Bounded, Counts, FileKey};
+use super::aggregate::{Bounded, Counts, FileKey, IntMap};
 use super::names::{self, FileName, FileNames};
-use super::sampler::Raw;
 use crate::cgroup::container::{self, Owner};
 use serde::Serialize;
 use std::collections::HashMap;
+
+/// What one interval counted, before naming: handed from the sampler's reader to
+/// `Sampler::drain`, which names it with [`interval`].
+pub(super) struct Raw {
+    pub processes: Bounded<u32>,
+    pub cgroups: Bounded<u32>,
+    pub files: Bounded<FileKey>,
+    /// A process seen using each file (the first of the interval), to name the file through
+    /// its /proc/PID/fd and maps where the inode number alone cannot (XFS, btrfs, no
+    /// CAP_DAC_READ_SEARCH). At most as many as `files` has keys.
+    pub file_pids: IntMap<FileKey, u32>,
+    pub totals: Counts,
+    pub pids: Vec<(u32, names::ProcInfo)>,
+    pub cgroup_table: Vec<names::CgroupEntry>,
+    pub bdis: Vec<(String, String)>,
+    pub lost: u64,
+    /// The interval's number (from 1).
+    pub seq: u64,
+}
 
 /// A process's row.
 #[derive(Debug, Clone, Serialize)]

@@ -5,7 +5,8 @@
 
 use super::aggregate::{Bounded, Counts, DevKey, FileKey, Folios};
 use super::events::{self, Dev, Kind, Layout};
-use super::names::{Bdis, CgroupEntry, FileNames, ProcInfo, Procs};
+use super::names::{Bdis, FileNames, Procs};
+use super::report::Raw;
 use super::{Interval, SamplerOptions};
 use crate::sys::{self, PerfRing};
 use crate::trace::tracefs::tracefs_root;
@@ -28,24 +29,6 @@ const PERF_RECORD_COMM: u32 = 3;
 /// Commands of exec'd processes kept for an interval at most (a process that exits before
 /// its /proc entry is read is named from its exec).
 const MAX_EXECS: usize = 65_536;
-
-/// What one interval counted, before naming: handed from the reader to [`Sampler::drain`].
-pub(super) struct Raw {
-    pub processes: Bounded<u32>,
-    pub cgroups: Bounded<u32>,
-    pub files: Bounded<FileKey>,
-    /// A process seen using each file (the first of the interval), to name the file through
-    /// its /proc/PID/fd and maps where the inode number alone cannot (XFS, btrfs, no
-    /// CAP_DAC_READ_SEARCH). At most as many as `files` has keys.
-    pub file_pids: super::aggregate::IntMap<FileKey, u32>,
-    pub totals: Counts,
-    pub pids: Vec<(u32, ProcInfo)>,
-    pub cgroup_table: Vec<CgroupEntry>,
-    pub bdis: Vec<(String, String)>,
-    pub lost: u64,
-    /// The interval's number (from 1).
-    pub seq: u64,
-}
 
 /// The reader thread's state.
 struct Reader {

@@ -157,7 +157,7 @@ fn claims_refuse_live_pagewise_and_non_pidfiles() {
     // A directory.
     let e = Pidfile::claim(dir.path()).unwrap_err().to_string();
     assert!(e.contains("not a regular file"), "{e}");
-    // This process's own PID is stale, not a rival (tests/units.rs starts a real rival).
+    // This process's own PID is stale, not a rival (tests/e2e/units.rs starts a real rival).
     std::fs::write(&p, format!("{}\n", std::process::id())).unwrap();
     assert!(
         Pidfile::claim(&p).is_ok(),

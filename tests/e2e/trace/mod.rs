@@ -3,8 +3,9 @@
 //! trace still written), `evict --trace --dry-run`, and show's and assist's usage errors.
 //! Crafted, corrupt and empty traces are tests/trace_hostile.rs.
 
-mod common;
-use common::*;
+mod hostile;
+
+use crate::common::*;
 use pagewise_core::trace::Trace;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -6,8 +6,7 @@
 //! itself (also through a bind mount), and a FIFO source is refused without blocking.
 //! Every assertion reads the files back from the kernel (content, stat, xattrs, getfacl).
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

@@ -3,8 +3,7 @@
 //! under a final name; SIGINT and SIGKILL mid-copy (finished by `-u`); destination errors in
 //! plain words; a small open-file limit.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::Write;

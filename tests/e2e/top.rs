@@ -7,8 +7,7 @@
 //! Safety: groups are made only beneath this process's own memory cgroup and removed by a Drop
 //! guard, also when a test fails; only processes the test starts are moved into them.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::fs;
 use std::io::Write;

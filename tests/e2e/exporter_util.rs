@@ -1,7 +1,6 @@
-//! Helpers of the exporter's end-to-end tests (tests/exporter.rs, tests/exporter_ops.rs):
+//! Helpers of the exporter's end-to-end tests (`exporter`, `exporter::ops`, `hostile`):
 //! servers killed by PID on drop, free loopback ports, HTTP GETs, Prometheus's HTTP API,
 //! `promtool check metrics`, an exporter started and waited for.
-#![allow(dead_code)]
 
 use crate::common::*;
 use serde_json::Value;

@@ -4,8 +4,7 @@
 //! which a shell holds for the children it waited for) — and leaves a byte-identical copy;
 //! a source that changed, or a kept prefix that differs from it, is copied from the start.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};

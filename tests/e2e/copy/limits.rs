@@ -2,8 +2,7 @@
 //! process wrote (`wchar` of /proc/PID/io) over time, and the I/O priority of each of its
 //! threads (ioprio_get).
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 /// `wchar` of /proc/PID/io: bytes the process passed to write calls.

@@ -8,8 +8,7 @@
 //! Where systemd is not PID 1 (as on this project's build machine) the units cannot be started;
 //! docs/units.md says what was checked instead (the syscalls of each verb against its filter).
 
-mod common;
-use common::*;
+use crate::common::*;
 use pagewise_core::sys;
 use std::fs::{self, File};
 use std::os::fd::AsFd;

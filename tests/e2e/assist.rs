@@ -3,8 +3,7 @@
 //! chunk when assisted instead of one per page — counted by the kernel (getrusage ru_majflt) —
 //! and the simulator says the same from a recorded trace.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
 

@@ -1,8 +1,7 @@
 //! What `copy` prints and logs: `-q` nothing on success, `--log-file` lines that parse
 //! (`TIME [PID] CODE PATH`), timestamps on every `--json-lines` line.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::fs;
 
 fn tree(root: &std::path::Path) {

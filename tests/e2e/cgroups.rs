@@ -6,8 +6,7 @@
 //! Safety: groups are made only beneath this process's own memory cgroup and removed by a Drop
 //! guard, also when a test fails; only processes the test starts are moved into them.
 
-mod common;
-use common::*;
+use crate::common::*;
 use pagewise_core::cgroup::{self, Hierarchy};
 use std::fs;
 use std::path::Path;

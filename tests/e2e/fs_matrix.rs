@@ -10,8 +10,7 @@
 //! table. A cell is `ok`, or `ok (unknown)` where pagewise says it cannot know (FUSE) — never
 //! a figure the kernel does not give.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,14 +3,18 @@
 //! control bytes escaped, wide names aligned), --map's optional width, vmtouch's -I/-i (and
 //! record/run without `--`), and block devices sized by their capacity.
 
-mod common;
-use common::*;
+use crate::cache_verbs::{mincore_pages, tree};
+use crate::common::*;
+use pagewise_core::sys;
 use std::ffi::OsStr;
 use std::fs::{self, File};
+use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 #[test]
 fn stat_range_shows_the_bytes_in_range() {
@@ -333,12 +337,12 @@ fn from_refuses_an_endless_line_quickly_and_in_bounded_memory() {
         assert!(rss < 64 * MIB, "{what}: peak RSS {} MiB", rss / MIB);
     };
     check(
-        bin().args(["stat", "--from", "/dev/zero"]),
+        measured_bin().args(["stat", "--from", "/dev/zero"]),
         "/dev/zero",
         &["--from /dev/zero", "line 1"],
     );
     check(
-        bin().args(["stat", "-0", "--from", "/dev/zero"]),
+        measured_bin().args(["stat", "-0", "--from", "/dev/zero"]),
         "/dev/zero -0",
         &["--from /dev/zero", "entry 1", "empty"],
     );
@@ -350,7 +354,7 @@ fn from_refuses_an_endless_line_quickly_and_in_bounded_memory() {
         .unwrap();
     let pipe = yes.stdout.take().unwrap();
     check(
-        bin().args(["stat", "--from", "-"]).stdin(pipe),
+        measured_bin().args(["stat", "--from", "-"]).stdin(pipe),
         "stdin",
         &["--from -", "line 1", "longer than"],
     );
@@ -368,7 +372,7 @@ fn from_refuses_an_endless_line_quickly_and_in_bounded_memory() {
     fs::write(&list, &text).unwrap();
     let listed = list.display().to_string();
     check(
-        bin().args(["stat", "--from"]).arg(&list),
+        measured_bin().args(["stat", "--from"]).arg(&list),
         "long third line",
         &[&format!("--from {listed}"), "line 4"],
     );
@@ -377,4 +381,132 @@ fn from_refuses_an_endless_line_quickly_and_in_bounded_memory() {
     let out = run(bin().args(["stat", "--json", "--from"]).arg(&list));
     assert_eq!(out.status.code(), Some(2), "the long path is looked up");
     assert!(!stderr(&out).contains("longer than"), "{}", stderr(&out));
+}
+
+#[test]
+fn stat_matches_cachestat_and_mincore() {
+    let t = tmp();
+    let p = t.path().join("f");
+    write_file(&p, 1 << 20);
+    sync_and_evict(&p);
+    // Read the first 256 KiB only.
+    let f = File::open(&p).unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    sys::fadvise(f.as_fd(), 0, 0, sys::Advice::Random).unwrap();
+    sys::pread(f.as_fd(), &mut buf, 0).unwrap();
+    let kernel = cached(&p);
+    assert!(kernel >= 64, "read pages are cached: {kernel}");
+    assert_eq!(kernel, mincore_pages(&p));
+    let out = run(bin().args(["stat", "--json", "-l"]).arg(&p));
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert_eq!(v["total"]["bytes"], 256 * PAGE);
+    // The mincore method gives the same count.
+    let out = run(bin()
+        .args(["stat", "--json", "-l", "--method", "mincore"])
+        .arg(&p));
+    let v = json(&out);
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert_eq!(v["files"][0]["method"], "mincore");
+}
+
+#[test]
+fn stat_tree_counts_hardlinks_once_and_streams_json_lines() {
+    let t = tmp();
+    tree(t.path(), 3, 10, 5000);
+    fs::hard_link(t.path().join("d000/f0000"), t.path().join("d001/link")).unwrap();
+    let out = run(bin().args(["stat", "--json"]).arg(t.path()));
+    let v = json(&out);
+    assert_eq!(v["total"]["files"], 30);
+    assert_eq!(v["walk"]["hardlinks_skipped"], 1);
+    let out = run(bin().args(["stat", "--json-lines"]).arg(t.path()));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.iter().filter(|l| l["type"] == "file").count(), 30);
+    assert_eq!(lines.last().unwrap()["type"], "summary");
+    // --top keeps the N most cached, sorted.
+    let out = run(bin().args(["stat", "--json", "--top", "3"]).arg(t.path()));
+    assert_eq!(json(&out)["files"].as_array().unwrap().len(), 3);
+}
+
+/// The largest sparse file this filesystem allows, up to 100 TiB (ext4 with 4 KiB blocks stops
+/// at 16 TiB - 4 KiB): `set_len` is tried from 100 TiB down, halving the step on EFBIG.
+fn huge_sparse_file(p: &Path) -> (File, u64) {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(p)
+        .unwrap();
+    let (mut lo, mut hi) = (0u64, 100u64 << 40);
+    if f.set_len(hi).is_ok() {
+        return (f, hi);
+    }
+    // Largest page multiple that fits: lo fits, hi does not.
+    while hi - lo > PAGE {
+        let mid = (lo + (hi - lo) / 2) / PAGE * PAGE;
+        if f.set_len(mid).is_ok() {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    f.set_len(lo).unwrap();
+    eprintln!("sparse file of {lo} bytes (100 TiB is too large here)");
+    (f, lo)
+}
+
+#[test]
+fn stat_mincore_of_a_huge_sparse_file_is_fast_and_exact() {
+    let t = tmp();
+    let p = t.path().join("sparse");
+    let (f, size) = huge_sparse_file(&p);
+    assert!(size >= 1 << 40, "a sparse file of at least 1 TiB: {size}");
+    use std::os::unix::fs::FileExt;
+    // 512 KiB of data far in, and 512 KiB read from a hole further on: a hole's pages are
+    // cached (zeros) once read, and count as cached.
+    f.write_all_at(&vec![7u8; 512 << 10], size / 3 / PAGE * PAGE)
+        .unwrap();
+    f.sync_all().unwrap();
+    let mut buf = vec![0u8; 512 << 10];
+    f.read_exact_at(&mut buf, size / 3 * 2 / PAGE * PAGE)
+        .unwrap();
+    let kernel = resident_pages(&f, 0, 0);
+    assert_eq!(kernel, 256, "1 MiB cached, half of it a hole's zeros");
+    let start = Instant::now();
+    let (out, _) = run_deadline(
+        bin()
+            .args(["stat", "--method", "mincore", "--json", "-l"])
+            .arg(&p),
+        10,
+    );
+    assert!(out.status.success());
+    let v = json(&out);
+    assert_eq!(v["files"][0]["method"], "mincore");
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert_eq!(v["total"]["cached_bytes"], kernel * PAGE);
+    // The map line too: bounded memory, one cell per part, the two cached parts shown.
+    let (out, _) = run_deadline(
+        bin()
+            .args(["stat", "--method", "mincore", "--map=30", "--json", "-l"])
+            .arg(&p),
+        10,
+    );
+    assert!(out.status.success());
+    let v = json(&out);
+    let map = v["files"][0]["map"].as_array().unwrap();
+    assert_eq!(map.len(), 30);
+    assert_eq!(map.iter().filter(|c| c.as_u64() > Some(0)).count(), 2);
+    assert_eq!(v["files"][0]["cached_bytes"], kernel * PAGE);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    run(bin().arg("evict").arg(&p));
 }

@@ -1,8 +1,7 @@
 //! End-to-end tests of the command line as a whole: every verb's options and arguments are
 //! described in both help layouts, and fatal errors under --json are JSON documents.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// The brief's check on the one-line layout (`-h`): a line that is only a flag (with its value
 /// name) or only a positional, with nothing after it.

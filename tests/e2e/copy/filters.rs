@@ -3,8 +3,7 @@
 //! `--delete` with excluded files and `--delete-excluded`, `-x`, `--max-size`/`--min-size`.
 //! The trees rsync and pagewise leave are listed (name, type, size) and must be equal.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;

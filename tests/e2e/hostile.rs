@@ -8,9 +8,7 @@
 //! The "other user" is nobody (uid 65534, through setpriv). Every assertion reads the kernel's
 //! view: file bytes, owners and existence, exit codes, live processes, cachestat.
 
-mod common;
-mod exporter_util;
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -289,7 +287,7 @@ fn the_served_exposition_leaves_out_what_could_not_be_measured_and_says_why_once
         "--regid=65534",
         "--clear-groups",
     ];
-    let (_server, port) = exporter_util::exporter_on(
+    let (_server, port) = crate::exporter_util::exporter_on(
         t.path(),
         &nobody,
         &[
@@ -305,12 +303,13 @@ fn the_served_exposition_leaves_out_what_could_not_be_measured_and_says_why_once
             .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .unwrap_or(0)
     };
-    let text = exporter_util::wait_for(30, "three refreshes", || {
-        let (_, body) = exporter_util::get(port, "/metrics", "text/plain")?;
+    let text = crate::exporter_util::wait_for(30, "three refreshes", || {
+        let (_, body) = crate::exporter_util::get(port, "/metrics", "text/plain")?;
         (refreshes(&body) >= 3).then_some(body)
     });
     assert_unknown_is_no_sample(&text);
-    let (_, om) = exporter_util::get(port, "/metrics", "application/openmetrics-text").unwrap();
+    let (_, om) =
+        crate::exporter_util::get(port, "/metrics", "application/openmetrics-text").unwrap();
     assert_unknown_is_no_sample(&om);
     assert_says_why(&fs::read_to_string(t.path().join("exporter.log")).unwrap());
 }

@@ -6,10 +6,10 @@
 //! Servers listen on 127.0.0.1 only, on ports free at test time; they are killed by PID (a Drop
 //! guard) also when a test fails; Prometheus keeps its data in a temp dir.
 
-mod common;
-mod exporter_util;
-use common::*;
-use exporter_util::*;
+mod ops;
+
+use crate::common::*;
+use crate::exporter_util::*;
 use pagewise_core::fuzzing::fuzz;
 use pagewise_core::sys;
 use std::fs::{self, File};

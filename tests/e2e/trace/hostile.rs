@@ -2,8 +2,7 @@
 //! bounded, nothing outside the named pages touched), oversized traces and page counts, traces
 //! with nothing to do (exit 3), and traced files replaced by FIFOs (refused, never blocked on).
 
-mod common;
-use common::*;
+use crate::common::*;
 use pagewise_core::trace::Trace;
 use std::fs::{self, File};
 use std::io::Write;

@@ -2,8 +2,7 @@
 //! destination lands (-t, -T, `.`), modes without -p, -a of every file type (rsync finds no
 //! difference), dereference flags, --checksum, --dry-run, --json-lines, --delete and -n.
 
-mod common;
-use common::*;
+use crate::common::*;
 use pagewise_core::sys;
 use std::fs::{self, File};
 use std::os::unix::ffi::OsStrExt;

@@ -7,14 +7,13 @@
 //! test below fails when the file is not what the types give now, and rewrites it when run
 //! with PAGEWISE_BLESS=1:
 //!
-//!     PAGEWISE_BLESS=1 cargo test --test json_schema checked_in_schema_is_current
+//!     PAGEWISE_BLESS=1 cargo test --profile ci --test e2e json_schema::checked_in_schema_is_current
 //!
 //! The validator below covers the subset of JSON Schema the file uses ($ref to #/$defs, type,
 //! const, enum, properties, required, additionalProperties, items, minimum, maximum); a
 //! keyword it does not know fails the test, so the schema cannot drift into what is not checked.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -176,7 +175,7 @@ fn checked_in_schema_is_current() {
             .unwrap_or(checked_in.lines().count().min(generated.lines().count()));
         panic!(
             "{} is stale (first difference at line {}): regenerate it with\n  \
-             PAGEWISE_BLESS=1 cargo test --test json_schema checked_in_schema_is_current",
+             PAGEWISE_BLESS=1 cargo test --profile ci --test e2e json_schema::checked_in_schema_is_current",
             path.display(),
             line + 1
         );

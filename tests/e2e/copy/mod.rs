@@ -4,8 +4,15 @@
 //! tests/copy_options.rs; ENOSPC, signals and limits tests/copy_faults.rs; hostile
 //! destinations tests/copy_hostile.rs.
 
-mod common;
-use common::*;
+mod faults;
+mod filters;
+mod hostile;
+mod limits;
+mod options;
+mod output;
+mod resume;
+
+use crate::common::*;
 use pagewise_core::sys;
 use std::fs::{self, File};
 use std::os::fd::AsFd;

@@ -7,10 +7,8 @@
 //! Servers listen on 127.0.0.1 only and are killed by PID on drop; cgroups are made only
 //! beneath this process's own memory cgroup and removed on drop.
 
-mod common;
-mod exporter_util;
-use common::*;
-use exporter_util::*;
+use crate::common::*;
+use crate::exporter_util::*;
 use pagewise_core::cgroup;
 use pagewise_core::sys;
 use std::fs;

@@ -3,8 +3,7 @@
 //! to pagewise reach the command (exit 128+N, the command gone), --report is in bytes and is
 //! created before the command runs, and a command that daemonises returns at once.
 
-mod common;
-use common::*;
+use crate::common::*;
 use pagewise_core::sys;
 use std::fs::{self, File};
 use std::process::{Command, Stdio};
