@@ -67,6 +67,7 @@ fn main() {
         Command::Record(a) => cli::record::run(a),
         Command::Show(a) => cli::show::run(a),
         Command::Replay(a) => cli::replay::run(a),
+        Command::Bench(a) => cli::bench::run(a),
         Command::Run(a) => cli::run::run(a),
         Command::Assist(a) => cli::assist::run(a),
         Command::Cgroups(a) => cli::cgroups::run(a),

@@ -157,6 +157,7 @@ pub fn record<'py>(
             backend: convert::backend(backend)?,
             ..FollowOptions::default()
         },
+        quiet: false,
     };
     opts.validate().map_err(|e| errors::to_py(py, e))?;
     let saved = sys::SignalActions::save(&sys::FORWARDED_SIGNALS);

@@ -12,6 +12,8 @@
 
 pub mod args;
 pub mod assist;
+pub mod bench;
+pub mod bench_plot;
 pub mod cgroups;
 pub mod copy;
 pub mod evict;
@@ -88,6 +90,10 @@ pub enum Command {
     /// readahead), or simulate the predictor on a recorded trace
     #[command(after_help = assist::EXAMPLES)]
     Assist(assist::AssistArgs),
+    /// Time commands hot, selectively cold (exactly their read set evicted) and preloaded,
+    /// interleaved, each state checked before its run: mean ± 95% CI, a table and a picture
+    #[command(after_help = bench::EXAMPLES)]
+    Bench(bench::BenchArgs),
     /// Show the cgroup tree with each group's file cache (memory.stat; cgroup v1 and v2)
     #[command(after_help = cgroups::EXAMPLES)]
     Cgroups(cgroups::CgroupsArgs),

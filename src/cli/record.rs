@@ -16,13 +16,14 @@ pub const EXAMPLES: &str = "\
 Examples:
   pagewise record -o py.trace -- python3 -c 'import asyncio, json'
   pagewise record --format grouped -o - -- ./app --init     grouped text on stdout
+  pagewise record --cold -o app.trace -- ./app              a cold start (its files dropped first)
   pagewise show --format text py.trace                      one line per page
 
 Needs root (perf events or tracefs). SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to pagewise are
 forwarded to the command; the trace is written when it ends. Processes the command leaves
 running (daemons) are not recorded after it exits (a note says how many).
 Only pages read from disk are recorded: of a command whose files are all cached, the trace is
-empty (a note says so; evict its files first to record a cold start).
+empty (a note says so; --cold records a cold start: its files dropped first, put back after).
 Exit code: the command's own (128+N when it died of signal N); 127 command not found, 126 not
 executable; 1 when tracing could not start or the output cannot be created (checked before the
 command runs).";
@@ -47,8 +48,13 @@ pub struct RecordArgs {
     pub backend: BackendArg,
     /// Do not watch the command's closes to learn its files (no seccomp filter): its files are
     /// then opened again by handle only (ext2/3/4, squashfs; needs CAP_DAC_READ_SEARCH)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cold")]
     pub no_witness: bool,
+    /// Record a cold start: a first run (output hidden) finds every file the command opens,
+    /// those are dropped from the cache, the command is recorded again, and the files are put
+    /// back as they were
+    #[arg(long)]
+    pub cold: bool,
     /// The command and its arguments ('--' before it is optional; needed when the command's
     /// own options could be taken for pagewise's)
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
@@ -67,8 +73,14 @@ pub fn run(a: RecordArgs) -> Result<ExitCode, CliError> {
             witness: !a.no_witness,
         },
         faults: a.faults,
+        quiet: false,
     };
-    let mut rec = match trace::record(&opts, &Signals) {
+    let recorded = if a.cold {
+        pagewise_core::bench::record_cold(&opts, &Signals)
+    } else {
+        trace::record(&opts, &Signals)
+    };
+    let mut rec = match recorded {
         Ok(r) => r,
         Err(e) => return Ok(command_error("record", e)),
     };

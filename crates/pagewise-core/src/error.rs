@@ -463,6 +463,10 @@ pub enum Error {
     /// A trace file could not be read.
     #[error("{0}")]
     Trace(#[from] crate::trace::TraceError),
+    /// `bench` could not go on: a state that would not hold, a command that failed, a read
+    /// set that is empty or whose residency cannot be known.
+    #[error("{0}")]
+    Bench(#[from] crate::bench::BenchError),
 }
 
 impl Error {

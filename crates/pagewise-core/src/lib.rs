@@ -8,6 +8,7 @@
 #![deny(unsafe_code)]
 
 pub mod assist;
+pub mod bench;
 pub mod cgroup;
 pub mod chunks;
 pub mod copy;

@@ -15,7 +15,7 @@
 mod cgroup;
 mod trace;
 pub use cgroup::{evict_cgroup, CgroupEvictOptions, CgroupEvictReport, ReclaimMethod};
-pub(crate) use trace::drop_traced;
+pub(crate) use trace::{drop_ranges, drop_traced};
 pub use trace::{evict_trace, TraceEvictOptions};
 
 use crate::error::{FileError, Op};

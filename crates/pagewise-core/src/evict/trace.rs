@@ -31,7 +31,7 @@ impl TraceEvictOptions {
 
 /// Writes back and drops the traced ranges of `files` (errors to `tally`, when given); the
 /// observer is asked between ranges whether to stop.
-fn drop_ranges(
+pub(crate) fn drop_ranges(
     trace: &Trace,
     files: &OpenFiles,
     ranges: &[(u32, u64, u64)],

@@ -66,7 +66,7 @@ pub fn run(opts: &RunOptions, observer: &dyn Observer) -> Result<RunReport, crat
     opts.validate()?;
     let seen = Arc::new(trace::Witnessed::default());
     let witness = opts.dropping.follow.witness.then(|| seen.clone());
-    let launcher = command::Launcher::new(&opts.command, witness);
+    let launcher = command::Launcher::new(&opts.command, witness, false);
     let whom = Whom::Command(launcher.tid());
     let session = Session::start(
         &opts.dropping,

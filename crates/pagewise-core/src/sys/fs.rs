@@ -222,6 +222,12 @@ pub fn copy_file_range(
     )?)
 }
 
+/// `void sync(void)` — <https://man7.org/linux/man-pages/man2/sync.2.html>, through rustix.
+/// Writes back every file system.
+pub fn sync_all() {
+    rustix::fs::sync();
+}
+
 /// `int syncfs(int fd)` — <https://man7.org/linux/man-pages/man2/syncfs.2.html> (Linux
 /// 2.6.39), through rustix. Writes back the whole filesystem `fd` is on.
 pub fn syncfs(fd: BorrowedFd<'_>) -> io::Result<()> {

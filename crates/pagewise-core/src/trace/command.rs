@@ -45,7 +45,8 @@ impl Launcher {
     /// ends without starting anything.
     /// With `seen`, the command's processes are watched by a [`Witness`] into it (which files
     /// they hold, before they close them).
-    pub fn new(cmd: &[OsString], seen: Option<Arc<Witnessed>>) -> Launcher {
+    /// `quiet`: stdin and the output of the command are /dev/null.
+    pub fn new(cmd: &[OsString], seen: Option<Arc<Witnessed>>, quiet: bool) -> Launcher {
         let cmd = cmd.to_vec();
         let (tid_tx, tid_rx) = mpsc::channel();
         let (go, go_rx) = mpsc::channel::<()>();
@@ -55,7 +56,7 @@ impl Launcher {
                 let _ = tid_tx.send(sys::gettid() as i32);
                 go_rx.recv().map_err(|_| no_command())?;
                 let start_mono_ns = sys::monotonic_ns();
-                let status = spawn_watched(&cmd, seen).and_then(|mut c| wait(&mut c))?;
+                let status = spawn_watched(&cmd, seen, quiet).and_then(|mut c| wait(&mut c))?;
                 Ok(Ran {
                     status,
                     start_mono_ns,
@@ -87,6 +88,7 @@ impl Launcher {
 pub(crate) fn spawn_watched(
     cmd: &[OsString],
     seen: Option<Arc<Witnessed>>,
+    quiet: bool,
 ) -> Result<Child, crate::Error> {
     const CAP_SYS_ADMIN: u32 = 21;
     let Some((prog, args)) = cmd.split_first() else {
@@ -94,6 +96,13 @@ pub(crate) fn spawn_watched(
     };
     let mut command = std::process::Command::new(prog);
     command.args(args);
+    if quiet {
+        use std::process::Stdio;
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    }
     let spawned = match seen {
         Some(seen) => {
             let nnp = !sys::has_capability(CAP_SYS_ADMIN);

@@ -32,6 +32,7 @@ pub use files::{
 pub use follower::{Follow, Follower, Source, StartError};
 pub use format::{Event, Fault, Trace, TraceError, TraceFile, UNNAMED_LEGEND};
 pub use pages::{file_ranges, TraceCacheReport};
+pub(crate) use record::record_seen;
 pub use record::{record, RecordOptions, RecordReport};
 pub use text::{grouped, write_text, Run};
 pub use tracefs::TraceUnavailable;

@@ -134,16 +134,16 @@ pub struct TraceCacheReport {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Cached {
     /// Bytes within the files' sizes.
-    bytes: u64,
+    pub bytes: u64,
     /// Cached bytes of the files whose residency is known.
-    cached: u64,
+    pub cached: u64,
     /// Files whose residency is not.
-    unknown: u64,
+    pub unknown: u64,
 }
 
 /// Measures the traced ranges (mincore's word only where it tells this process the truth: for a
 /// file cachestat refused it would say "all cached").
-fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
+pub(crate) fn traced_cached(files: &OpenFiles, ranges: &[(u32, u64, u64)]) -> Cached {
     let meter = Meter::new(Method::Auto);
     let mut c = Cached::default();
     let mut unknown = HashSet::new();

@@ -22,6 +22,9 @@ pub struct RecordOptions {
     /// Also record page faults on file mappings (mm_filemap_fault), for `assist --simulate`.
     /// Default: false.
     pub faults: bool,
+    /// The command reads nothing from stdin and its output is thrown away (`bench` records
+    /// this way, as it runs the command). Default: false (it inherits pagewise's).
+    pub quiet: bool,
 }
 
 impl RecordOptions {
@@ -74,6 +77,15 @@ pub struct RecordReport {
 /// assert!(report.trace.bytes() >= 1 << 20);
 /// ```
 pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordReport, crate::Error> {
+    record_seen(opts, observer).map(|(r, _)| r)
+}
+
+/// [`record`], and the files the command was seen holding (every file it opened: those whose
+/// pages were all cached too, which the tracepoints do not name).
+pub(crate) fn record_seen(
+    opts: &RecordOptions,
+    observer: &dyn Observer,
+) -> Result<(RecordReport, Arc<super::Witnessed>), crate::Error> {
     opts.validate()?;
     let tally = Tally::new();
     let events: &[&str] = if opts.faults {
@@ -89,7 +101,11 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
     let sink: Arc<Mutex<Vec<tracefs::RawEvent>>> = Arc::default();
     let s2 = sink.clone();
     let seen = Arc::new(super::Witnessed::default());
-    let launcher = command::Launcher::new(&opts.command, opts.follow.witness.then(|| seen.clone()));
+    let launcher = command::Launcher::new(
+        &opts.command,
+        opts.follow.witness.then(|| seen.clone()),
+        opts.quiet,
+    );
     let follower = Follower::start(
         events,
         opts.follow,
@@ -140,12 +156,13 @@ pub fn record(opts: &RecordOptions, observer: &dyn Observer) -> Result<RecordRep
         tally.notice(n);
     }
     tally.stop_requested(observer);
-    Ok(RecordReport {
+    let report = RecordReport {
         trace,
         exit_code: exit_code(status),
         source,
         outcome: tally.finish(Vec::new()),
-    })
+    };
+    Ok((report, seen))
 }
 
 /// Whether event `e` is the command's: not one of pagewise's own threads' (`own`: perf events

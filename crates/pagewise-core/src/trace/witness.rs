@@ -416,6 +416,17 @@ impl Witnessed {
             .is_some_and(|s| s.ambiguous)
     }
 
+    /// Every file seen that one path names (not deleted, no two files under one key): its key
+    /// and path, in no order.
+    pub fn files(&self) -> Vec<(FileId, Vec<u8>)> {
+        let files = self.files.lock().unwrap();
+        files
+            .iter()
+            .filter(|(_, s)| !s.ambiguous && !s.deleted)
+            .filter_map(|(k, s)| Some((*k, s.path.clone()?)))
+            .collect()
+    }
+
     /// Files seen.
     pub fn len(&self) -> usize {
         self.files.lock().unwrap().len()

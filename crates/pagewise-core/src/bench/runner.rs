@@ -1,0 +1,403 @@
+//! The runs of `bench`: each command's set opened, the rounds (every command in every state,
+//! in a shuffled order), each state set up and checked before its run, the run timed, the
+//! figures made, the cache put back.
+
+use super::learn::{self, Learning, Restored, Snapshot};
+use super::set::without;
+use super::state::{Seen, SetFiles};
+use super::stats::{difference, outliers, stats, Difference, Stats};
+use super::{BenchError, BenchOptions, BenchReport, State, MAX_RUNS, MAX_SETUPS};
+use crate::verb::{Observer, Tally};
+use serde::Serialize;
+use std::ffi::OsString;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// A command's read set as benched.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SetReport {
+    /// Files of the set opened.
+    pub files: u64,
+    /// Files of the set gone or unreachable since it was recorded (left out).
+    pub files_missing: u64,
+    /// Bytes of the set (what `cold` evicts and `hot` loads).
+    pub bytes: u64,
+    /// Bytes left out of it by `keep`.
+    pub kept_out_bytes: u64,
+    /// How it was had.
+    pub learning: Learning,
+}
+
+/// One counted run.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Run {
+    /// Its round (from 1; warm-up rounds are not counted).
+    pub round: u64,
+    /// Wall time from the start of the program to its exit, s.
+    pub time_s: f64,
+    /// The preload before it (`preloaded`), s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preload_s: Option<f64>,
+    /// Bytes of the set cached right before the run (what the kernel showed).
+    pub cached_bytes_before: u64,
+    /// Bytes of the set then.
+    pub set_bytes: u64,
+    /// Its exit code (128 + signal).
+    pub exit_code: i32,
+    /// Set-ups the state took (1 when it held at once).
+    pub setups: u32,
+    /// Its modified Z-score is above 3.5.
+    pub outlier: bool,
+}
+
+/// One state of a command.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct StateReport {
+    /// The state.
+    pub state: State,
+    /// The runs' times; null when none was counted (interrupted).
+    pub stats: Option<Stats>,
+    /// The preloads' times (`preloaded`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preload: Option<Stats>,
+    /// Preload plus run (`preloaded`): what a start that preloads first costs in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub with_preload: Option<Stats>,
+    /// Set-ups repeated because the kernel did not show the state (reclaim, another reader):
+    /// those runs were not started until it held.
+    pub repeated_setups: u64,
+    /// Every counted run, in the order run.
+    pub runs: Vec<Run>,
+}
+
+/// A state's mean less another's.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct StateDifference {
+    /// The state.
+    pub state: State,
+    /// Less this one (`hot`).
+    pub minus: State,
+    /// The difference, Welch's interval.
+    #[serde(flatten)]
+    pub difference: Difference,
+}
+
+/// One command's results.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CommandReport {
+    /// The command as given.
+    pub name: String,
+    /// Its read set.
+    pub set: SetReport,
+    /// Its states, in the order asked.
+    pub states: Vec<StateReport>,
+    /// Each other state's mean less `hot`'s (when `hot` was run).
+    pub differences: Vec<StateDifference>,
+    /// The files its learning and its runs touched, put back as they were.
+    pub restored: Restored,
+}
+
+/// A command ready to run: its set opened, what to put back.
+struct Ready {
+    set: SetFiles,
+    set_report: SetReport,
+    before: Snapshot,
+    runs: Vec<Vec<Run>>,
+    repeated: Vec<u64>,
+}
+
+/// [`super::bench`] after validation.
+pub(super) fn run(
+    opts: &BenchOptions,
+    observer: &dyn Observer,
+) -> Result<BenchReport, crate::Error> {
+    let tally = Tally::new();
+    let overhead = spawn_overhead();
+    let mut ready: Vec<Ready> = Vec::new();
+    let prepared = prepare_all(opts, observer, &mut ready);
+    let measured = prepared.and_then(|()| rounds(opts, observer, &tally, &mut ready));
+    // Put back in reverse: a later command's snapshot was taken after the earlier ones'
+    // learning, so the earlier snapshot has the last word on files they share.
+    let restored: Vec<Restored> = ready.iter().rev().map(|r| r.before.restore()).collect();
+    let setup_s = measured?;
+    let counted: usize = ready.iter().flat_map(|r| r.runs.iter().map(Vec::len)).sum();
+    let commands = ready
+        .into_iter()
+        .zip(restored.into_iter().rev())
+        .zip(&opts.commands)
+        .map(|((r, restored), c)| command_report(&c.name, &opts.states, r, restored))
+        .collect();
+    Ok(BenchReport {
+        commands,
+        states: opts.states.clone(),
+        runs: opts.runs as u64,
+        warmup: opts.warmup as u64,
+        seed: opts.seed,
+        spawn_overhead_s: overhead,
+        setup_s_per_run: setup_s / counted.max(1) as f64,
+        outcome: tally.finish(Vec::new()),
+    })
+}
+
+/// Learns (or takes) and opens every command's set; what was prepared is in `ready` even when
+/// a later command fails, so that its cache is put back.
+fn prepare_all(
+    opts: &BenchOptions,
+    observer: &dyn Observer,
+    ready: &mut Vec<Ready>,
+) -> Result<(), crate::Error> {
+    for c in &opts.commands {
+        let (trace, learning, before) = match &c.trace {
+            Some(t) => (
+                t.clone(),
+                Learning {
+                    recordings: 0,
+                    stable: true,
+                    files_seen: 0,
+                },
+                learn::snapshot_of(t),
+            ),
+            None => {
+                let l = learn::learn(
+                    &c.name,
+                    &c.argv,
+                    opts.recordings,
+                    opts.show_output,
+                    opts.ignore_failure,
+                    observer,
+                )?;
+                (l.trace, l.learning, l.before)
+            }
+        };
+        let (trace, kept_out_bytes) = without(&trace, &opts.keep);
+        let opened = SetFiles::open(&c.name, trace);
+        let set = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                before.restore();
+                return Err(e);
+            }
+        };
+        let (files, files_missing) = set.files();
+        let empty = set.bytes == 0;
+        ready.push(Ready {
+            set_report: SetReport {
+                files,
+                files_missing,
+                bytes: set.bytes,
+                kept_out_bytes,
+                learning,
+            },
+            set,
+            before,
+            runs: vec![Vec::new(); opts.states.len()],
+            repeated: vec![0; opts.states.len()],
+        });
+        if empty {
+            return Err(BenchError::EmptySet(c.name.clone()).into());
+        }
+    }
+    Ok(())
+}
+
+/// A small xorshift: the order of a round's runs, reproducible from the seed.
+fn shuffle<T>(v: &mut [T], seed: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        v.swap(i, (*seed % (i as u64 + 1)) as usize);
+    }
+}
+
+/// The rounds: warm-up, `runs`, then more while a command and state has run less than
+/// `min_time_s` in all. Returns the seconds spent setting up states.
+fn rounds(
+    opts: &BenchOptions,
+    observer: &dyn Observer,
+    tally: &Tally,
+    ready: &mut [Ready],
+) -> Result<f64, crate::Error> {
+    let pairs: Vec<(usize, usize)> = (0..ready.len())
+        .flat_map(|c| (0..opts.states.len()).map(move |s| (c, s)))
+        .collect();
+    observer.planned(((opts.runs + opts.warmup) * pairs.len()) as u64, 0);
+    let mut seed = opts.seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut setup_s = 0.0;
+    let mut round = 0usize;
+    loop {
+        let counted = round.saturating_sub(opts.warmup);
+        let short = |r: &[Ready]| {
+            pairs.iter().any(|&(c, s)| {
+                let runs = &r[c].runs[s];
+                runs.iter().map(|x| x.time_s).sum::<f64>() < opts.min_time_s
+                    && runs.len() < MAX_RUNS
+            })
+        };
+        if counted >= opts.runs && !short(ready) {
+            break;
+        }
+        let mut order = pairs.clone();
+        shuffle(&mut order, &mut seed);
+        for (c, s) in order {
+            if tally.stop_requested(observer) {
+                return Ok(setup_s);
+            }
+            let state = opts.states[s];
+            let r = &mut ready[c];
+            let name = &opts.commands[c].name;
+            hook("prepare", opts.prepare.as_deref())?;
+            let t = Instant::now();
+            let (preload, seen, setups) = set_up(name, &r.set, state, observer)?;
+            setup_s += t.elapsed().as_secs_f64();
+            let (time_s, exit_code) = timed(&opts.commands[c].argv, opts.show_output)?;
+            if exit_code != 0 && !opts.ignore_failure {
+                return Err(BenchError::CommandFailed {
+                    command: name.clone(),
+                    exit_code,
+                    during: "a timed run",
+                }
+                .into());
+            }
+            hook("conclude", opts.conclude.as_deref())?;
+            r.repeated[s] += u64::from(setups - 1);
+            observer.progress(1, 0);
+            if round >= opts.warmup {
+                r.runs[s].push(Run {
+                    round: (counted + 1) as u64,
+                    time_s,
+                    preload_s: preload,
+                    cached_bytes_before: seen.cached,
+                    set_bytes: seen.bytes,
+                    exit_code,
+                    setups,
+                    outlier: false,
+                });
+            }
+        }
+        round += 1;
+    }
+    Ok(setup_s)
+}
+
+/// Sets `state` up until the kernel shows it (at most [`MAX_SETUPS`] times).
+fn set_up(
+    name: &str,
+    set: &SetFiles,
+    state: State,
+    observer: &dyn Observer,
+) -> Result<(Option<f64>, Seen, u32), crate::Error> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let preload = set.establish(state, observer)?;
+        let seen = set.seen();
+        if SetFiles::holds(state, seen) {
+            return Ok((preload, seen, tries));
+        }
+        if tries >= MAX_SETUPS {
+            return Err(BenchError::StateNotReached {
+                command: name.to_string(),
+                state: state.name(),
+                tries,
+                cached: seen.cached,
+                bytes: seen.bytes,
+            }
+            .into());
+        }
+    }
+}
+
+/// Runs `argv` once: its wall time from the spawn to the reaped exit, and its exit code.
+fn timed(argv: &[OsString], show: bool) -> Result<(f64, i32), crate::Error> {
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).stdin(Stdio::null());
+    if !show {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    }
+    let t = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| crate::Error::Spawn {
+        program: argv[0].clone().into(),
+        source: e,
+    })?;
+    let status = child.wait().map_err(crate::Error::Wait)?;
+    Ok((t.elapsed().as_secs_f64(), crate::trace::exit_code(status)))
+}
+
+/// Runs a `--prepare` / `--conclude` shell command; it must succeed.
+fn hook(which: &'static str, command: Option<&str>) -> Result<(), crate::Error> {
+    let Some(command) = command else {
+        return Ok(());
+    };
+    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), command.into()];
+    let (_, exit_code) = timed(&argv, true)?;
+    if exit_code != 0 {
+        return Err(BenchError::HookFailed {
+            which,
+            command: command.to_string(),
+            exit_code,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// What starting and reaping a program costs here: the median of 10 runs of `true`; 0 when
+/// `true` cannot be run.
+fn spawn_overhead() -> f64 {
+    let mut t: Vec<f64> = (0..10)
+        .filter_map(|_| timed(&["true".into()], false).ok().map(|r| r.0))
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t.get(t.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The report of one command: statistics per state, outliers flagged, differences to `hot`.
+fn command_report(name: &str, states: &[State], r: Ready, restored: Restored) -> CommandReport {
+    let mut out: Vec<StateReport> = Vec::new();
+    for (i, (mut runs, repeated)) in r.runs.into_iter().zip(r.repeated).enumerate() {
+        let times: Vec<f64> = runs.iter().map(|x| x.time_s).collect();
+        for (run, o) in runs.iter_mut().zip(outliers(&times)) {
+            run.outlier = o;
+        }
+        let pre: Vec<f64> = runs.iter().filter_map(|x| x.preload_s).collect();
+        let with: Vec<f64> = runs
+            .iter()
+            .filter_map(|x| x.preload_s.map(|p| p + x.time_s))
+            .collect();
+        out.push(StateReport {
+            state: states[i],
+            stats: stats(&times),
+            preload: stats(&pre),
+            with_preload: stats(&with),
+            repeated_setups: repeated,
+            runs,
+        });
+    }
+    let times = |s: &StateReport| s.runs.iter().map(|x| x.time_s).collect::<Vec<f64>>();
+    let hot = out.iter().find(|s| s.state == State::Hot).map(times);
+    let differences = out
+        .iter()
+        .filter(|s| s.state != State::Hot)
+        .filter_map(|s| {
+            let d = difference(&times(s), hot.as_deref()?)?;
+            Some(StateDifference {
+                state: s.state,
+                minus: State::Hot,
+                difference: d,
+            })
+        })
+        .collect();
+    CommandReport {
+        name: name.to_string(),
+        set: r.set_report,
+        states: out,
+        differences,
+        restored,
+    }
+}

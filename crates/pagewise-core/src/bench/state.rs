@@ -1,0 +1,135 @@
+//! Putting a command's read set in the state a run needs, and checking it against the kernel:
+//! `hot` (every page of the set cached), `cold` (none), `preloaded` (cold, then the set read in
+//! disk order by the preloader `load --trace` is, timed apart), `cold-all` (the whole page
+//! cache dropped: drop_caches, root, only on request).
+
+use super::{BenchError, State};
+use crate::replay::{replay_with, Order, Settings};
+use crate::trace::pages::{ends, file_ranges, traced_cached, Ranges};
+use crate::trace::{OpenFiles, Trace};
+use crate::verb::{Observer, Tally};
+
+/// Reads in flight of the preload (`load --trace`'s default depth).
+const PRELOAD_DEPTH: usize = crate::load::DEFAULT_TRACE_DEPTH;
+/// Longest request of the preload (`load --trace`'s).
+const PRELOAD_REQUEST: u64 = 1 << 20;
+
+/// A read set, opened: its files (each checked to be the recorded file), its byte ranges.
+pub(crate) struct SetFiles {
+    pub trace: Trace,
+    files: OpenFiles,
+    ranges: Ranges,
+    /// Bytes of the ranges within the files' sizes now.
+    pub bytes: u64,
+}
+
+/// What the kernel showed of a set right before a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    pub cached: u64,
+    pub bytes: u64,
+}
+
+impl SetFiles {
+    /// Opens the set's files. Refused (before anything is done) when the residency of one of
+    /// them cannot be known: a state could not be checked there, and "cold" would be a guess.
+    pub fn open(command: &str, trace: Trace) -> Result<SetFiles, crate::Error> {
+        let files = OpenFiles::open(&trace, false);
+        let ranges = file_ranges(&trace, 0, &ends(&trace, &files)?)?;
+        let set = SetFiles {
+            trace,
+            files,
+            ranges,
+            bytes: 0,
+        };
+        let c = traced_cached(&set.files, &set.ranges);
+        if c.unknown > 0 {
+            return Err(BenchError::UnknownResidency {
+                command: command.to_string(),
+                files: c.unknown,
+            }
+            .into());
+        }
+        Ok(SetFiles {
+            bytes: c.bytes,
+            ..set
+        })
+    }
+
+    /// Files of the set opened, and skipped (gone since the recording, or unreachable).
+    pub fn files(&self) -> (u64, u64) {
+        (self.files.opened(), self.files.missing)
+    }
+
+    /// What of the set is cached now.
+    pub fn seen(&self) -> Seen {
+        let c = traced_cached(&self.files, &self.ranges);
+        Seen {
+            cached: c.cached,
+            bytes: c.bytes,
+        }
+    }
+
+    /// Drops the set's pages (dirty ones written back first).
+    pub fn make_cold(&self) {
+        crate::evict::drop_ranges(&self.trace, &self.files, &self.ranges, &Tally::new(), &());
+    }
+
+    /// Reads the set in disk order, exactly its pages (the preloader); returns how long it took,
+    /// seconds.
+    pub fn preload(&self, observer: &dyn Observer) -> Result<f64, crate::Error> {
+        let settings = Settings {
+            order: Order::Disk,
+            direct: false,
+            merge_gap: 0,
+            depth: Some(PRELOAD_DEPTH),
+            max_request: PRELOAD_REQUEST,
+        };
+        let r = replay_with(&self.trace, &self.files, &settings, observer)?;
+        Ok(r.outcome.elapsed_s)
+    }
+
+    /// Whether `seen` is what `state` promises: every page cached (hot, preloaded), none
+    /// (cold, cold-all).
+    pub fn holds(state: State, seen: Seen) -> bool {
+        match state {
+            State::Hot | State::Preloaded => seen.cached >= seen.bytes,
+            State::Cold | State::ColdAll => seen.cached == 0,
+        }
+    }
+
+    /// Puts the set in `state` (the preload's time when there is one). `cold-all` writes
+    /// drop_caches after a sync: the whole machine's clean page cache goes, not only the set's.
+    pub fn establish(
+        &self,
+        state: State,
+        observer: &dyn Observer,
+    ) -> Result<Option<f64>, crate::Error> {
+        match state {
+            State::Hot => self.preload(observer).map(|_| None),
+            State::Cold => {
+                self.make_cold();
+                Ok(None)
+            }
+            State::Preloaded => {
+                self.make_cold();
+                self.preload(observer).map(Some)
+            }
+            State::ColdAll => {
+                drop_all_caches()?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// `sync; echo 1 > /proc/sys/vm/drop_caches`: every clean page of the page cache, of every
+/// file, dropped (root). Only `bench --states cold-all` asks for it.
+fn drop_all_caches() -> Result<(), crate::Error> {
+    crate::sys::sync_all();
+    std::fs::write("/proc/sys/vm/drop_caches", b"1").map_err(|e| crate::Error::Io {
+        path: "/proc/sys/vm/drop_caches".into(),
+        op: crate::error::Op::Write,
+        source: e,
+    })
+}
