@@ -1,6 +1,6 @@
 //! The shape of the source (issue 41): a lint, not a parser.
 //!
-//! - `copy/` and `run/` of pagewise-core import one way: the modules of each folder and the
+//! - `copy/`, `run/` and `bench/` of pagewise-core import one way: the modules of each folder and the
 //!   imports between them (`use super::...`, `use crate::copy::...`, `crate::run::...` and
 //!   `super::x::` paths in code, a child module's name used as a path) form a graph without a
 //!   cycle. `cargo test --test structure -- --nocapture` prints the graph.
@@ -572,6 +572,11 @@ fn copy_imports_one_way() {
 #[test]
 fn run_imports_one_way() {
     check_folder("run");
+}
+
+#[test]
+fn bench_imports_one_way() {
+    check_folder("bench");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `ValueError`, unreadable traces `pagewise.TraceError`.
 
 use pagewise_core::Error;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use std::os::unix::ffi::OsStrExt;
@@ -68,6 +68,9 @@ pub fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::TracePipe(source) => io(py, source, None, "trace_pipe"),
         Error::Wait(source) => io(py, source, None, "waitpid"),
         Error::Trace(_) => trace_error(py, &e.to_string()),
+        // A state that would not hold, a command that failed, a set that is empty or whose
+        // residency cannot be known: the experiment could not be run as asked.
+        Error::Bench(_) => PyRuntimeError::new_err(e.to_string()),
     }
 }
 

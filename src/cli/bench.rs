@@ -320,6 +320,16 @@ fn write_command(w: &mut dyn Write, n: usize, c: &CommandReport) -> std::io::Res
             String::new()
         }
     )?;
+    if let (Some(p), Some(n)) = (&s.mapped_out_example, s.mapped_out_example_processes) {
+        writeln!(
+            w,
+            "  left out: {} files ({}) other processes map, cached in every state (e.g. {}, \
+             mapped by {n} processes)",
+            s.mapped_out_files,
+            bytes(s.mapped_out_bytes),
+            render::escape_bytes(p.as_bytes())
+        )?;
+    }
     let mut rows = vec![[
         "  STATE",
         "MEAN ± 95% CI",

@@ -127,7 +127,7 @@ fn check(root: &Value, s: &Value, v: &Value, at: &str, errs: &mut Vec<String>) {
 }
 
 /// Asserts `v` is a valid `def` document.
-fn valid(def: &str, v: &Value) {
+pub(crate) fn valid(def: &str, v: &Value) {
     let root = schema();
     assert!(root["$defs"].get(def).is_some(), "no schema for {def}");
     let mut errs = Vec::new();

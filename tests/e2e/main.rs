@@ -13,6 +13,7 @@
 mod common;
 
 mod assist;
+mod bench;
 mod cache_verbs;
 mod cgroups;
 mod cli;

@@ -466,7 +466,7 @@ pub enum Error {
     /// `bench` could not go on: a state that would not hold, a command that failed, a read
     /// set that is empty or whose residency cannot be known.
     #[error("{0}")]
-    Bench(#[from] crate::bench::BenchError),
+    Bench(#[from] crate::bench::options::BenchError),
 }
 
 impl Error {

@@ -54,6 +54,11 @@ pub fn document() -> Value {
     b.add::<crate::assist::AssistReport>("assist");
     b.add::<crate::assist::sim::SimReport>("assist_simulation_row");
     b.add::<crate::run::RunReport>("run");
+    b.add::<crate::bench::Stats>("bench_stats");
+    b.add::<crate::bench::Run>("bench_run");
+    b.add::<crate::bench::StateReport>("bench_state");
+    b.add::<crate::bench::CommandReport>("bench_command");
+    b.add::<crate::bench::BenchReport>("bench");
     b.add::<crate::error::FatalDocument>("fatal_error");
     b.add::<crate::cgroup::FileCache>("cgroup_file_cache");
     b.add::<crate::cgroup::CgroupStat>("cgroup");

@@ -10,11 +10,11 @@
 //! state minus the pages it added, which were not cached before it) and put back at the end
 //! ([`Snapshot::restore`]): exactly those pages cached again, the others dropped.
 
+use super::options::BenchError;
 use super::set::{merge, PageSet};
 use super::state::SetFiles;
-use super::BenchError;
 use crate::error::FileError;
-use crate::residency::{cached_pages, cached_spans};
+use crate::residency::{cached_pages, cached_spans, resident_pages};
 use crate::sys::{self, Advice, FileId};
 use crate::trace::witness::open_checked;
 use crate::trace::{record_seen, RecordOptions, Trace};
@@ -83,15 +83,10 @@ impl Snapshot {
             let Ok(st) = sys::fstat(fd.as_fd()) else {
                 continue;
             };
-            let mut spans = Vec::new();
-            let mut each = |off: u64, len: u64| -> Result<(), FileError> {
-                spans.push((off, len));
-                Ok(())
-            };
             let p = Path::new(std::ffi::OsStr::from_bytes(path));
-            if !matches!(cached_spans(p, fd.as_fd(), 0, st.size, &mut each), Ok(true)) {
+            let Some(spans) = exact_spans(p, &fd, &st) else {
                 continue; // residency unknown here: nothing to put back
-            }
+            };
             let k = (key.0, key.1, key.2);
             let spans = added.subtract(k, &spans, page);
             out.files.push(Held {
@@ -144,6 +139,38 @@ impl Snapshot {
         }
         r
     }
+}
+
+/// The cached pages of a file as exact `(offset, length)` runs: cachestat finds the parts
+/// that hold some (a superset: parts are merged across small gaps), mincore through a mapping
+/// says which pages of those are cached. None when either cannot tell (mincore would lie about
+/// a file that is not the caller's).
+fn exact_spans(p: &Path, fd: &OwnedFd, st: &sys::Stat) -> Option<Vec<(u64, u64)>> {
+    let page = sys::page_size();
+    let mut parts = Vec::new();
+    let mut each = |off: u64, len: u64| -> Result<(), FileError> {
+        parts.push((off, len));
+        Ok(())
+    };
+    if !matches!(cached_spans(p, fd.as_fd(), 0, st.size, &mut each), Ok(true)) {
+        return None;
+    }
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (off, len) in parts {
+        let truthful = || sys::mincore_is_truthful_fd(fd.as_fd(), st);
+        let bits = resident_pages(p, fd.as_fd(), off, len, truthful).ok()??;
+        for (i, cached) in bits.into_iter().enumerate() {
+            if !cached {
+                continue;
+            }
+            let at = off + i as u64 * page;
+            match out.last_mut() {
+                Some(last) if last.0 + last.1 == at => last.1 += page,
+                _ => out.push((at, page)),
+            }
+        }
+    }
+    Some(out)
 }
 
 /// Writes back and drops every page of `fd`'s file.

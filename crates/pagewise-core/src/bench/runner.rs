@@ -3,104 +3,15 @@
 //! figures made, the cache put back.
 
 use super::learn::{self, Learning, Restored, Snapshot};
+use super::options::{BenchError, BenchOptions, State, MAX_RUNS, MAX_SETUPS};
+use super::report::{BenchReport, CommandReport, Run, SetReport, StateDifference, StateReport};
 use super::set::without;
 use super::state::{Seen, SetFiles};
-use super::stats::{difference, outliers, stats, Difference, Stats};
-use super::{BenchError, BenchOptions, BenchReport, State, MAX_RUNS, MAX_SETUPS};
+use super::stats::{difference, outliers, stats};
 use crate::verb::{Observer, Tally};
-use serde::Serialize;
 use std::ffi::OsString;
 use std::process::{Command, Stdio};
 use std::time::Instant;
-
-/// A command's read set as benched.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct SetReport {
-    /// Files of the set opened.
-    pub files: u64,
-    /// Files of the set gone or unreachable since it was recorded (left out).
-    pub files_missing: u64,
-    /// Bytes of the set (what `cold` evicts and `hot` loads).
-    pub bytes: u64,
-    /// Bytes left out of it by `keep`.
-    pub kept_out_bytes: u64,
-    /// How it was had.
-    pub learning: Learning,
-}
-
-/// One counted run.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct Run {
-    /// Its round (from 1; warm-up rounds are not counted).
-    pub round: u64,
-    /// Wall time from the start of the program to its exit, s.
-    pub time_s: f64,
-    /// The preload before it (`preloaded`), s.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preload_s: Option<f64>,
-    /// Bytes of the set cached right before the run (what the kernel showed).
-    pub cached_bytes_before: u64,
-    /// Bytes of the set then.
-    pub set_bytes: u64,
-    /// Its exit code (128 + signal).
-    pub exit_code: i32,
-    /// Set-ups the state took (1 when it held at once).
-    pub setups: u32,
-    /// Its modified Z-score is above 3.5.
-    pub outlier: bool,
-}
-
-/// One state of a command.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct StateReport {
-    /// The state.
-    pub state: State,
-    /// The runs' times; null when none was counted (interrupted).
-    pub stats: Option<Stats>,
-    /// The preloads' times (`preloaded`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preload: Option<Stats>,
-    /// Preload plus run (`preloaded`): what a start that preloads first costs in all.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub with_preload: Option<Stats>,
-    /// Set-ups repeated because the kernel did not show the state (reclaim, another reader):
-    /// those runs were not started until it held.
-    pub repeated_setups: u64,
-    /// Every counted run, in the order run.
-    pub runs: Vec<Run>,
-}
-
-/// A state's mean less another's.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct StateDifference {
-    /// The state.
-    pub state: State,
-    /// Less this one (`hot`).
-    pub minus: State,
-    /// The difference, Welch's interval.
-    #[serde(flatten)]
-    pub difference: Difference,
-}
-
-/// One command's results.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct CommandReport {
-    /// The command as given.
-    pub name: String,
-    /// Its read set.
-    pub set: SetReport,
-    /// Its states, in the order asked.
-    pub states: Vec<StateReport>,
-    /// Each other state's mean less `hot`'s (when `hot` was run).
-    pub differences: Vec<StateDifference>,
-    /// The files its learning and its runs touched, put back as they were.
-    pub restored: Restored,
-}
 
 /// A command ready to run: its set opened, what to put back.
 struct Ready {
@@ -191,6 +102,10 @@ fn prepare_all(
                 files_missing,
                 bytes: set.bytes,
                 kept_out_bytes,
+                mapped_out_files: set.held.files,
+                mapped_out_bytes: set.held.bytes,
+                mapped_out_example: set.held.first.as_ref().map(|f| f.0.clone()),
+                mapped_out_example_processes: set.held.first.as_ref().map(|f| f.1),
                 learning,
             },
             set,
@@ -285,10 +200,30 @@ fn rounds(
     Ok(setup_s)
 }
 
+/// What [`set_up`] needs of a read set: to be put in a state, and what the kernel shows of it.
+trait Settable {
+    fn establish(&self, state: State, observer: &dyn Observer)
+        -> Result<Option<f64>, crate::Error>;
+    fn seen(&self) -> Seen;
+}
+
+impl Settable for SetFiles {
+    fn establish(
+        &self,
+        state: State,
+        observer: &dyn Observer,
+    ) -> Result<Option<f64>, crate::Error> {
+        SetFiles::establish(self, state, observer)
+    }
+    fn seen(&self) -> Seen {
+        SetFiles::seen(self)
+    }
+}
+
 /// Sets `state` up until the kernel shows it (at most [`MAX_SETUPS`] times).
 fn set_up(
     name: &str,
-    set: &SetFiles,
+    set: &dyn Settable,
     state: State,
     observer: &dyn Observer,
 ) -> Result<(Option<f64>, Seen, u32), crate::Error> {
@@ -399,5 +334,75 @@ fn command_report(name: &str, states: &[State], r: Ready, restored: Restored) ->
         states: out,
         differences,
         restored,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A set of 100 bytes whose cached bytes, check after check, are `seen` (the last one
+    /// repeated).
+    struct Fake {
+        seen: Vec<u64>,
+        calls: AtomicU32,
+    }
+
+    impl Settable for Fake {
+        fn establish(&self, _: State, _: &dyn Observer) -> Result<Option<f64>, crate::Error> {
+            Ok(None)
+        }
+        fn seen(&self) -> Seen {
+            let i = self.calls.fetch_add(1, Ordering::Relaxed) as usize;
+            Seen {
+                cached: self.seen[i.min(self.seen.len() - 1)],
+                bytes: 100,
+            }
+        }
+    }
+
+    fn fake(seen: &[u64]) -> Fake {
+        Fake {
+            seen: seen.to_vec(),
+            calls: AtomicU32::new(0),
+        }
+    }
+
+    #[test]
+    fn a_state_is_set_up_again_until_the_kernel_shows_it() {
+        let (_, seen, setups) = set_up("x", &fake(&[7, 3, 0]), State::Cold, &()).unwrap();
+        assert_eq!((seen.cached, setups), (0, 3));
+        let (_, _, setups) = set_up("x", &fake(&[100]), State::Hot, &()).unwrap();
+        assert_eq!(setups, 1);
+    }
+
+    #[test]
+    fn a_state_that_never_holds_is_an_error_naming_it() {
+        let e = set_up("app", &fake(&[40]), State::Cold, &()).unwrap_err();
+        let m = e.to_string();
+        assert!(
+            m.contains("app: the cold state did not hold after 5 set-ups (40 of 100 bytes"),
+            "{m}"
+        );
+        let e = set_up("app", &fake(&[99]), State::Preloaded, &()).unwrap_err();
+        assert!(
+            e.to_string().contains("preloaded state did not hold"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rounds_are_shuffled_reproducibly() {
+        let mut a: Vec<u32> = (0..12).collect();
+        let mut b = a.clone();
+        let (mut s1, mut s2) = (42u64, 42u64);
+        shuffle(&mut a, &mut s1);
+        shuffle(&mut b, &mut s2);
+        assert_eq!(a, b, "the same seed, the same order");
+        assert_ne!(a, (0..12).collect::<Vec<_>>(), "shuffled");
+        let mut sorted = a.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..12).collect::<Vec<_>>(), "a permutation");
     }
 }

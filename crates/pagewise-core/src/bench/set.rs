@@ -143,28 +143,32 @@ pub(crate) fn merge(into: &mut Trace, other: &Trace) {
 /// `trace` without the files under any of `keep` (a file named by a path, or everything under
 /// a directory), and the bytes of the pages left out.
 pub(crate) fn without(trace: &Trace, keep: &[impl AsRef<Path>]) -> (Trace, u64) {
-    if keep.is_empty() {
-        return (trace.clone(), 0);
-    }
-    let kept = |f: &TraceFile| {
+    use std::os::unix::ffi::OsStrExt;
+    without_where(trace, |_, f| {
         f.path_bytes.as_deref().is_some_and(|p| {
             let p = Path::new(std::ffi::OsStr::from_bytes(p));
             keep.iter().any(|k| p.starts_with(k.as_ref()))
         })
-    };
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = Trace {
+    })
+}
+
+/// `trace` without the files `out(index, file)` picks, and the bytes of their pages.
+pub(crate) fn without_where(
+    trace: &Trace,
+    out: impl Fn(usize, &TraceFile) -> bool,
+) -> (Trace, u64) {
+    let mut kept = Trace {
         files: Vec::new(),
         events: Vec::new(),
         ..trace.clone()
     };
     let mut map = Vec::with_capacity(trace.files.len());
-    for f in &trace.files {
-        if kept(f) {
+    for (i, f) in trace.files.iter().enumerate() {
+        if out(i, f) {
             map.push(None);
         } else {
-            out.files.push(f.clone());
-            map.push(Some((out.files.len() - 1) as u32));
+            kept.files.push(f.clone());
+            map.push(Some((kept.files.len() - 1) as u32));
         }
     }
     let page = u64::from(trace.page_size.max(1));
@@ -174,12 +178,12 @@ pub(crate) fn without(trace: &Trace, keep: &[impl AsRef<Path>]) -> (Trace, u64) 
             Some(f) => {
                 let mut e = *e;
                 e.file = f;
-                out.events.push(e);
+                kept.events.push(e);
             }
             None => left_out += u64::from(e.pages.max(1)) * page,
         }
     }
-    (out, left_out)
+    (kept, left_out)
 }
 
 #[cfg(test)]

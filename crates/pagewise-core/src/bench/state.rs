@@ -3,11 +3,13 @@
 //! disk order by the preloader `load --trace` is, timed apart), `cold-all` (the whole page
 //! cache dropped: drop_caches, root, only on request).
 
-use super::{BenchError, State};
+use super::options::{BenchError, State};
+use super::set::without_where;
 use crate::replay::{replay_with, Order, Settings};
 use crate::trace::pages::{ends, file_ranges, traced_cached, Ranges};
 use crate::trace::{OpenFiles, Trace};
 use crate::verb::{Observer, Tally};
+use std::os::fd::AsFd;
 
 /// Reads in flight of the preload (`load --trace`'s default depth).
 const PRELOAD_DEPTH: usize = crate::load::DEFAULT_TRACE_DEPTH;
@@ -21,6 +23,26 @@ pub(crate) struct SetFiles {
     ranges: Ranges,
     /// Bytes of the ranges within the files' sizes now.
     pub bytes: u64,
+    /// What was left out for being mapped by other processes.
+    pub held: Held,
+}
+
+/// Files of a set that other processes map: their pages cannot be dropped while mapped, so
+/// they are left out of the set (cached in every state, as in any real start of the command).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Held {
+    pub files: u64,
+    pub bytes: u64,
+    /// The first of them, and how many processes map it.
+    pub first: Option<(String, u64)>,
+}
+
+/// [`SetFiles::mapped_elsewhere`]'s answer: by file index, and what to report.
+#[derive(Debug, Default)]
+struct Mapped {
+    which: Vec<bool>,
+    files: u64,
+    held: Held,
 }
 
 /// What the kernel showed of a set right before a run.
@@ -41,6 +63,7 @@ impl SetFiles {
             files,
             ranges,
             bytes: 0,
+            held: Held::default(),
         };
         let c = traced_cached(&set.files, &set.ranges);
         if c.unknown > 0 {
@@ -50,10 +73,52 @@ impl SetFiles {
             }
             .into());
         }
+        let held = set.mapped_elsewhere();
+        if held.files > 0 {
+            let mapped: Vec<bool> = held.which;
+            let (trace, bytes) = without_where(&set.trace, |i, _| mapped[i]);
+            let mut set = SetFiles::open(command, trace)?;
+            set.held = Held { bytes, ..held.held };
+            return Ok(set);
+        }
         Ok(SetFiles {
             bytes: c.bytes,
             ..set
         })
+    }
+
+    /// Which files of the set a process maps now (/proc/*/maps; pagewise maps none of them).
+    fn mapped_elsewhere(&self) -> Mapped {
+        let n = self.trace.files.len();
+        let mut ids = Vec::new();
+        for f in 0..n as u32 {
+            if let Some(fd) = self.files.get(f, false) {
+                if let Ok(st) = crate::sys::fstat(fd.as_fd()) {
+                    ids.push((f as usize, crate::sys::FileId::from_dev(st.dev, st.ino)));
+                }
+            }
+        }
+        let keys: Vec<_> = ids.iter().map(|(_, k)| *k).collect();
+        let mappers = crate::evict::find_mappers(&keys);
+        let mut m = Mapped {
+            which: vec![false; n],
+            ..Mapped::default()
+        };
+        for (i, k) in ids {
+            let Some(procs) = mappers.get(&k).filter(|p| !p.is_empty()) else {
+                continue;
+            };
+            m.which[i] = true;
+            m.files += 1;
+            if m.held.first.is_none() {
+                m.held.first = Some((
+                    self.trace.files[i].name().display().to_string(),
+                    procs.len() as u64,
+                ));
+            }
+        }
+        m.held.files = m.files;
+        m
     }
 
     /// Files of the set opened, and skipped (gone since the recording, or unreachable).
