@@ -73,6 +73,18 @@ from ._reports import (
     TraceCacheReport,
     WalkSummary,
 )
+from ._bench import (
+    BenchCommand,
+    BenchDifference,
+    BenchLearning,
+    BenchReport,
+    BenchRestored,
+    BenchRun,
+    BenchSet,
+    BenchState,
+    BenchStats,
+    bench,
+)
 from ._cache import LoadHandle, evict, load, stat
 from ._cgroups import cgroups
 from ._common import PathArg, Paths, ProgressCallback, RangeArg, SizeArg
@@ -103,6 +115,7 @@ __all__ = [
     "replay",
     "record",
     "dropping",
+    "bench",
     "Trace",
     "TraceFile",
     "TraceEvent",
@@ -144,6 +157,15 @@ __all__ = [
     "SkippedFile",
     "FileError",
     "WalkSummary",
+    "BenchReport",
+    "BenchCommand",
+    "BenchSet",
+    "BenchLearning",
+    "BenchState",
+    "BenchStats",
+    "BenchRun",
+    "BenchDifference",
+    "BenchRestored",
 ]
 
 #: Public names that are not in ``__all__`` (they would shadow builtins on a star import), and

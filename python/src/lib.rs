@@ -3,6 +3,7 @@
 //! returns its report as the CLI's JSON document; the `pagewise` package wraps those in typed
 //! report classes.
 
+mod bench;
 mod buffer;
 mod convert;
 mod dropping;
@@ -62,6 +63,7 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_verbs::evict_trace, m)?)?;
     m.add_function(wrap_pyfunction!(trace_verbs::load_trace, m)?)?;
     m.add_function(wrap_pyfunction!(trace_verbs::record, m)?)?;
+    m.add_function(wrap_pyfunction!(bench::bench, m)?)?;
     m.add_function(wrap_pyfunction!(verbs::defaults, m)?)?;
     m.add_class::<verbs::Locks>()?;
     m.add_class::<trace::Trace>()?;

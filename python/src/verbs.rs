@@ -485,6 +485,10 @@ pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
             "runs": CompareOptions::default().runs,
         },
         "record": { "buffer_kb": pagewise_core::trace::DEFAULT_BUFFER_KB },
+        "bench": {
+            "runs": pagewise_core::bench::DEFAULT_RUNS,
+            "recordings": pagewise_core::bench::DEFAULT_RECORDINGS,
+        },
     });
     convert::to_py(py, &v)
 }

@@ -51,6 +51,15 @@ CLASSES: List[Tuple[type, Tuple[str, ...]]] = [
     (pagewise.ChargeTotals, ("charge_totals",)),
     (pagewise.FileCharge, ("charge_file",)),
     (pagewise.CgroupChargeReport, ("stat_by_cgroup",)),
+    (pagewise.BenchReport, ("bench",)),
+    (pagewise.BenchCommand, ("bench_command",)),
+    (pagewise.BenchSet, ("bench_set",)),
+    (pagewise.BenchLearning, ("bench_learning",)),
+    (pagewise.BenchState, ("bench_state",)),
+    (pagewise.BenchStats, ("bench_stats",)),
+    (pagewise.BenchRun, ("bench_run",)),
+    (pagewise.BenchDifference, ("bench_difference",)),
+    (pagewise.BenchRestored, ("bench_restored",)),
 ]
 
 #: Keys of a document read by an attribute of another name: key -> attribute.
@@ -149,5 +158,8 @@ def test_defaults_are_the_clis() -> None:
     assert d["copy"]["threads"] == copy["threads"]
     assert d["copy"]["depth"] == copy["depth"]
     assert d["copy"]["chunk"] == copy["chunk"]
-    assert set(d) == {"load", "copy", "replay", "record"}
+    bench = _help_defaults("bench")
+    assert d["bench"]["runs"] == bench["runs"]
+    assert d["bench"]["recordings"] == bench["recordings"]
+    assert set(d) == {"load", "copy", "replay", "record", "bench"}
     assert all(isinstance(v, int) and v >= 0 for t in d.values() for v in t.values())

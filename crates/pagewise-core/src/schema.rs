@@ -57,6 +57,10 @@ pub fn document() -> Value {
     b.add::<crate::bench::Stats>("bench_stats");
     b.add::<crate::bench::Run>("bench_run");
     b.add::<crate::bench::StateReport>("bench_state");
+    b.add::<crate::bench::Learning>("bench_learning");
+    b.add::<crate::bench::SetReport>("bench_set");
+    b.add::<crate::bench::StateDifference>("bench_difference");
+    b.add::<crate::bench::Restored>("bench_restored");
     b.add::<crate::bench::CommandReport>("bench_command");
     b.add::<crate::bench::BenchReport>("bench");
     b.add::<crate::error::FatalDocument>("fatal_error");
