@@ -282,7 +282,10 @@ int main(int argc, char **argv) {
         .args([
             "bench", "--runs", "2", "--states", "cold,hot", "--json", "--trace",
         ])
+        // The system's files the recording may have read (cksum, libc: cold when another
+        // test's learning dropped them) are not what this test is about.
         .arg(&trace)
+        .args(["--keep", "/usr", "--keep", "/lib", "--keep", "/etc"])
         .arg("--keep")
         .arg(t.path().join("cksum.out"))
         .arg("--")
@@ -292,6 +295,7 @@ int main(int argc, char **argv) {
     let text = run(bin()
         .args(["bench", "--runs", "1", "--states", "cold", "--trace"])
         .arg(&trace)
+        .args(["--keep", "/usr", "--keep", "/lib", "--keep", "/etc"])
         .arg("--keep")
         .arg(t.path().join("cksum.out"))
         .arg("--")
@@ -349,4 +353,85 @@ fn bad_arguments_are_refused_before_anything_runs() {
             stderr(&out)
         );
     }
+}
+
+/// As an ordinary user (nobody), with the set given as a trace: bench works on files that user
+/// owns; a file of the set whose residency the user cannot know (root's, not writable) is
+/// refused before anything runs, with the count and the remedy — never a false "cold".
+#[test]
+fn an_ordinary_user_benches_their_own_files_and_is_refused_others() {
+    if !can_trace() {
+        return; // the traces are recorded as root
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let t = tmp();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    open_up_ancestors(t.path());
+    let (mine, roots) = (t.path().join("mine"), t.path().join("roots"));
+    cold_file(&mine, 2 << 20);
+    cold_file(&roots, 1 << 20);
+    std::os::unix::fs::chown(&mine, Some(65534), Some(65534)).unwrap();
+    fs::set_permissions(&roots, fs::Permissions::from_mode(0o644)).unwrap();
+    let record = |trace: &Path, files: &[&Path]| {
+        let sink = fs::File::create(t.path().join("cksum.out")).unwrap();
+        let out = output_logged(
+            bin()
+                .arg("record")
+                .arg("-o")
+                .arg(trace)
+                .args(["--", "cksum"])
+                .args(files)
+                .stdout(sink),
+        );
+        assert!(out.status.success(), "record");
+        fs::set_permissions(trace, fs::Permissions::from_mode(0o644)).unwrap();
+    };
+    let (only_mine, both) = (t.path().join("mine.trace"), t.path().join("both.trace"));
+    record(&only_mine, &[&mine]);
+    sync_and_evict(&mine);
+    record(&both, &[&mine, &roots]);
+    // System files the recording may have read (cksum, libc) are root's: left out with --keep.
+    let keep = [
+        "--keep", "/usr", "--keep", "/lib", "--keep", "/etc", "--keep",
+    ];
+    let out = run(as_nobody()
+        .args([
+            "bench", "--runs", "2", "--states", "hot,cold", "--json", "--trace",
+        ])
+        .arg(&only_mine)
+        .args(keep)
+        .arg(t.path().join("cksum.out"))
+        .arg("--")
+        .arg("cksum")
+        .arg(&mine));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(
+        v["commands"][0]["set"]["bytes"],
+        2 << 20,
+        "{}",
+        v["commands"][0]["set"]
+    );
+    for r in runs_of(&v, "cold") {
+        assert_eq!(r["cached_bytes_before"], 0, "{r}");
+    }
+    for r in runs_of(&v, "hot") {
+        assert_eq!(r["cached_bytes_before"], 2 << 20, "{r}");
+    }
+    let out = run(as_nobody()
+        .args(["bench", "--runs", "1", "--trace"])
+        .arg(&both)
+        .args(keep)
+        .arg(t.path().join("cksum.out"))
+        .arg("--")
+        .arg("cksum")
+        .arg(&mine)
+        .arg(&roots));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("what is cached of 1 file(s) of its read set cannot be known")
+            && err.contains("--keep"),
+        "{err}"
+    );
 }

@@ -73,18 +73,31 @@ impl SetFiles {
             }
             .into());
         }
-        let held = set.mapped_elsewhere();
-        if held.files > 0 {
-            let mapped: Vec<bool> = held.which;
-            let (trace, bytes) = without_where(&set.trace, |i, _| mapped[i]);
-            let mut set = SetFiles::open(command, trace)?;
-            set.held = Held { bytes, ..held.held };
-            return Ok(set);
-        }
-        Ok(SetFiles {
+        let set = SetFiles {
             bytes: c.bytes,
             ..set
+        };
+        Ok(match set.without_mapped(command)? {
+            Some(less) => less,
+            None => set,
         })
+    }
+
+    /// This set less the files other processes map now (None when none is), what was left out
+    /// before added to what is left out now.
+    pub fn without_mapped(&self, command: &str) -> Result<Option<SetFiles>, crate::Error> {
+        let m = self.mapped_elsewhere();
+        if m.files == 0 {
+            return Ok(None);
+        }
+        let (trace, bytes) = without_where(&self.trace, |i, _| m.which[i]);
+        let mut set = SetFiles::open(command, trace)?;
+        set.held = Held {
+            files: self.held.files + m.files + set.held.files,
+            bytes: self.held.bytes + bytes + set.held.bytes,
+            first: self.held.first.clone().or(m.held.first),
+        };
+        Ok(Some(set))
     }
 
     /// Which files of the set a process maps now (/proc/*/maps; pagewise maps none of them).
