@@ -56,6 +56,14 @@ fn draw(r: &BenchReport, path: &Path) -> Result<(), Box<dyn std::error::Error>> 
         [one] => format!("pagewise bench: {}", one.name),
         _ => "pagewise bench".to_string(),
     };
+    // What fits the width at the caption's size (a long command line was cut at both ends).
+    let fits = (width as usize / 10).max(16);
+    let title = if title.chars().count() > fits {
+        let kept: String = title.chars().take(fits - 1).collect();
+        format!("{kept}…")
+    } else {
+        title
+    };
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 18))
         .margin(12)
