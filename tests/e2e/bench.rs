@@ -109,9 +109,12 @@ fn cold_is_slower_than_hot_each_state_checked_and_the_cache_left_as_it_was() {
     );
     let cmd = reader(t.path(), &data, pages);
     let svg = t.path().join("runs.svg");
+    // The system's files (ld.so.cache, libc) are kept out: other tests' programs, starting
+    // all the time beside this one, read them back between a cold set-up and its check.
     let out = run(bin()
         .args(["bench", "--runs", "6", "--json", "--plot"])
         .arg(&svg)
+        .args(keep_args(t.path()))
         .arg("--")
         .args(&cmd));
     assert!(out.status.success(), "{}", stderr(&out));
@@ -215,6 +218,7 @@ fn a_slow_run_is_an_outlier_and_the_exports_name_every_state() {
         ])
         .arg("--trace")
         .arg(&trace)
+        .args(keep_args(t.path()))
         .arg("--export-markdown")
         .arg(&md)
         .arg("--export-csv")
@@ -241,6 +245,7 @@ fn a_slow_run_is_an_outlier_and_the_exports_name_every_state() {
     let text = run(bin()
         .args(["bench", "--runs", "2", "--trace"])
         .arg(&trace)
+        .args(keep_args(t.path()))
         .arg(&script));
     let s = stdout(&text);
     for w in [
@@ -428,4 +433,46 @@ fn an_ordinary_user_benches_their_own_files_and_is_refused_others() {
             && err.contains("--keep"),
         "{err}"
     );
+}
+
+/// SIGINT (as from Ctrl-C, here sent to pagewise alone) ends the runs after the current one:
+/// exit 130, the figures of the runs made so far, and the cache put back (the data file, cold
+/// before, is cold after).
+#[test]
+fn sigint_stops_after_the_current_run_and_puts_the_cache_back() {
+    if !can_trace() {
+        return;
+    }
+    let t = tmp();
+    let data = t.path().join("data");
+    cold_file(&data, 8 << 20);
+    let trace = t.path().join("set.trace");
+    record_cksum(t.path(), &trace, &[&data]);
+    sync_and_evict(&data);
+    let script = format!("cksum {} >/dev/null; sleep 0.1", data.display());
+    let child = bin()
+        .args(["bench", "--runs", "1000", "--states", "hot,cold", "--trace"])
+        .arg(&trace)
+        .args(keep_args(t.path()))
+        .arg(&script)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // kill(1) of the child this test started, by its PID.
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("Interrupted: the figures are of the runs made so far."),
+        "{text}"
+    );
+    assert!(text.contains("MEAN ± 95% CI"), "{text}");
+    assert_eq!(cached(&data), 0, "cold before, cold after");
 }

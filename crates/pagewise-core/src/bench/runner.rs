@@ -180,6 +180,11 @@ fn rounds(
             };
             setup_s += t.elapsed().as_secs_f64();
             let (time_s, exit_code) = timed(&opts.commands[c].argv, opts.show_output)?;
+            // Ctrl-C reaches the command too (the terminal's process group): a run it ended
+            // is not counted, and the figures so far are the report.
+            if tally.stop_requested(observer) {
+                return Ok(setup_s);
+            }
             if exit_code != 0 && !opts.ignore_failure {
                 return Err(BenchError::CommandFailed {
                     command: name.clone(),
