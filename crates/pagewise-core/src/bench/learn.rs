@@ -302,7 +302,8 @@ pub fn record_cold(
     if !opts.follow.witness {
         return Err(crate::Error::Invalid {
             what: "cold",
-            message: "a cold recording learns the command's files from the witness: drop                       --no-witness"
+            message: "a cold recording learns the command's files from the witness: drop \
+                      --no-witness"
                 .into(),
         });
     }
@@ -316,7 +317,9 @@ pub fn record_cold(
     let restored = before.restore();
     let (mut r, _) = cold?;
     r.outcome.notices.push(format!(
-        "recorded cold: a first run (its output not shown) found the {} files the command          opens; they were dropped from the cache before this recording, and put back as they          were afterwards ({} of {} bytes cached again)",
+        "recorded cold: a first run (its output not shown) found the {} files the command \
+         opens; they were dropped from the cache before this recording, and put back as they \
+         were afterwards ({} of {} bytes cached again)",
         files.len(),
         restored.cached_bytes_after,
         restored.cached_bytes_before

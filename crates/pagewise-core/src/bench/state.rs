@@ -56,6 +56,15 @@ impl SetFiles {
     /// Opens the set's files. Refused (before anything is done) when the residency of one of
     /// them cannot be known: a state could not be checked there, and "cold" would be a guess.
     pub fn open(command: &str, trace: Trace) -> Result<SetFiles, crate::Error> {
+        let set = Self::open_all(command, trace)?;
+        Ok(match set.without_mapped(command)? {
+            Some(less) => less,
+            None => set,
+        })
+    }
+
+    /// [`SetFiles::open`] keeping the files other processes map.
+    fn open_all(command: &str, trace: Trace) -> Result<SetFiles, crate::Error> {
         let files = OpenFiles::open(&trace, false);
         let ranges = file_ranges(&trace, 0, &ends(&trace, &files)?)?;
         let set = SetFiles {
@@ -73,28 +82,24 @@ impl SetFiles {
             }
             .into());
         }
-        let set = SetFiles {
+        Ok(SetFiles {
             bytes: c.bytes,
             ..set
-        };
-        Ok(match set.without_mapped(command)? {
-            Some(less) => less,
-            None => set,
         })
     }
 
     /// This set less the files other processes map now (None when none is), what was left out
-    /// before added to what is left out now.
+    /// before added to what is left out now. /proc is read once: the rest is reopened as it is.
     pub fn without_mapped(&self, command: &str) -> Result<Option<SetFiles>, crate::Error> {
         let m = self.mapped_elsewhere();
         if m.files == 0 {
             return Ok(None);
         }
         let (trace, bytes) = without_where(&self.trace, |i, _| m.which[i]);
-        let mut set = SetFiles::open(command, trace)?;
+        let mut set = SetFiles::open_all(command, trace)?;
         set.held = Held {
-            files: self.held.files + m.files + set.held.files,
-            bytes: self.held.bytes + bytes + set.held.bytes,
+            files: self.held.files + m.files,
+            bytes: self.held.bytes + bytes,
             first: self.held.first.clone().or(m.held.first),
         };
         Ok(Some(set))
