@@ -83,7 +83,8 @@ pub struct BenchArgs {
     /// in their order; the set is then not learnt
     #[arg(long, value_name = "FILE")]
     pub trace: Vec<PathBuf>,
-    /// Leave files under PATH out of the read set (the command's own output, say)
+    /// Leave files under PATH out of the read set, and alone while it is learnt (the
+    /// command's own output, the system's libraries)
     #[arg(long, value_name = "PATH")]
     pub keep: Vec<PathBuf>,
     /// Run CMD (sh -c) before each timed run, before its state is set up

@@ -11,7 +11,7 @@
 //! ([`Snapshot::restore`]): exactly those pages cached again, the others dropped.
 
 use super::options::BenchError;
-use super::set::{merge, PageSet};
+use super::set::{merge, without, PageSet};
 use super::state::SetFiles;
 use crate::error::FileError;
 use crate::residency::{cached_pages, cached_spans, resident_pages};
@@ -23,7 +23,7 @@ use serde::Serialize;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A recording that finds at most this share of new pages (per mille) ends the learning.
 const STABLE_PER_MILLE: u64 = 10;
@@ -227,18 +227,19 @@ pub(crate) struct Learned {
 pub(crate) fn learn(
     name: &str,
     command: &[OsString],
+    keep: &[PathBuf],
     max_recordings: u32,
     show: bool,
     ignore_failure: bool,
     observer: &dyn Observer,
 ) -> Result<Learned, crate::Error> {
     let (first, seen) = record_once(name, command, show, ignore_failure, observer)?;
-    let (files, before) = snapshot_and_drop(&first, &seen);
+    let (files, before) = snapshot_and_drop(&first, &seen, keep);
     let (mut set, _) = record_once(name, command, show, ignore_failure, observer)?;
     let mut recordings = 2;
     let mut stable = false;
     while recordings < max_recordings.max(2) && !observer.cancelled() {
-        SetFiles::open(name, set.clone())?.make_cold();
+        SetFiles::open(name, without(&set, keep).0)?.make_cold();
         let (next, _) = record_once(name, command, show, ignore_failure, observer)?;
         recordings += 1;
         let known = PageSet::of(&set);
@@ -261,11 +262,13 @@ pub(crate) fn learn(
     })
 }
 
-/// Every file a recording saw (the witness's, and the trace's own with a path); what they held
-/// before it (a [`Snapshot`]); then each of them dropped whole.
+/// Every file a recording saw (the witness's, and the trace's own with a path) but those under
+/// `keep` (`--keep`: neither dropped nor put back); what they held before it (a [`Snapshot`]);
+/// then each of them dropped whole.
 fn snapshot_and_drop(
     first: &Trace,
     seen: &crate::trace::Witnessed,
+    keep: &[PathBuf],
 ) -> (Vec<(FileId, Vec<u8>)>, Snapshot) {
     let mut files = seen.files();
     for f in &first.files {
@@ -274,6 +277,11 @@ fn snapshot_and_drop(
             files.push((key, p.clone()));
         }
     }
+    files.retain(|(_, p)| {
+        !keep
+            .iter()
+            .any(|k| Path::new(std::ffi::OsStr::from_bytes(p)).starts_with(k))
+    });
     let before = Snapshot::take(&files, &PageSet::of(first));
     for (key, path) in &files {
         if let Ok(fd) = open_checked(path, *key, None) {
@@ -312,7 +320,7 @@ pub fn record_cold(
         ..opts.clone()
     };
     let (first, seen) = record_seen(&quiet, observer)?;
-    let (files, before) = snapshot_and_drop(&first.trace, &seen);
+    let (files, before) = snapshot_and_drop(&first.trace, &seen, &[]);
     let cold = record_seen(opts, observer);
     let restored = before.restore();
     let (mut r, _) = cold?;

@@ -71,8 +71,9 @@ pub struct BenchOptions {
     /// More rounds until every command and state has run at least this long in all, seconds
     /// (at most [`MAX_RUNS`] runs). Default: 0.
     pub min_time_s: f64,
-    /// Paths left out of the read set (neither evicted, loaded nor checked): a file, or every
-    /// file under a directory (the command's own output, say). Default: none.
+    /// Paths left out of the read set (neither evicted, loaded nor checked, nor dropped while
+    /// the set is learnt): a file, or every file under a directory (the command's own output,
+    /// the system's libraries). Default: none.
     pub keep: Vec<PathBuf>,
     /// A shell command run before each run (before its state is set up). Default: none.
     pub prepare: Option<String>,

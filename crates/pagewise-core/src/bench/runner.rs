@@ -78,6 +78,7 @@ fn prepare_all(
                 let l = learn::learn(
                     &c.name,
                     &c.argv,
+                    &opts.keep,
                     opts.recordings,
                     opts.show_output,
                     opts.ignore_failure,
