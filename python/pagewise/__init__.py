@@ -32,7 +32,17 @@ from __future__ import annotations
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from . import _pagewise
-from ._io import Alignment, DirectIO, aligned_buffer, empty, open, read, read_into
+from ._io import (
+    Alignment,
+    DirectIO,
+    aligned_buffer,
+    empty,
+    open,
+    prefetch,
+    read,
+    read_into,
+    read_ranges_into,
+)
 from ._errors import (
     Error,
     ExistsError,
@@ -102,7 +112,9 @@ DEFAULTS: Dict[str, Dict[str, int]] = _pagewise.defaults()
 # must not shadow the builtins of those names (they are `pagewise.open`, ...).
 __all__ = [
     "read_into",
+    "read_ranges_into",
     "read",
+    "prefetch",
     "empty",
     "aligned_buffer",
     "DirectIO",

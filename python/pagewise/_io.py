@@ -17,11 +17,21 @@ import operator
 import os
 import sys
 import warnings
-from typing import Any, Dict, NamedTuple, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _pagewise
 
-__all__ = ["DirectIO", "open", "aligned_buffer", "Alignment", "read_into", "read", "empty"]
+__all__ = [
+    "DirectIO",
+    "open",
+    "aligned_buffer",
+    "Alignment",
+    "read_into",
+    "read_ranges_into",
+    "read",
+    "empty",
+    "prefetch",
+]
 
 PathArg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
@@ -194,6 +204,84 @@ def read(
     if notice is not None:
         warnings.warn(f"pagewise.read: {notice}", RuntimeWarning, stacklevel=2)
     return data
+
+
+def read_ranges_into(
+    path: PathArg,
+    ranges: Sequence[Tuple[int, Any]],
+    *,
+    depth: Optional[int] = None,
+    cache: str = "direct",
+    progress: Optional[Any] = None,
+) -> List[int]:
+    """Reads many ranges of one file, each into its own buffer (a scatter read): ``ranges``
+    is ``[(offset, buffer), ...]``, ``depth`` requests in flight over all of them (default
+    32), leaving the page cache as it was. Returns the bytes read into each buffer (fewer only
+    at the end of the file).
+
+    With O_DIRECT in force, ranges whose offset and length are multiples of 4096 and whose
+    buffers start on a page (:func:`empty`) are cut into 1 MiB requests read in parallel
+    straight into the buffers — the way to read many tensors, records or blocks of a file
+    each into memory of its own at the speed of one large read::
+
+        bufs = [pagewise.empty(n) for n in lengths]          # page-rounded lengths
+        got = pagewise.read_ranges_into(path, list(zip(offsets, bufs)))
+
+    Other ranges are read one after the other as :func:`read_into` reads them.
+
+    :raises ValueError: two buffers share memory, a negative offset, a bad ``depth``.
+    """
+    _check_read_args(0, depth)
+    triples, keep = [], []
+    for offset, buf in ranges:
+        if offset < 0:
+            raise ValueError(f"offset: {offset} is negative")
+        addr, n, k = _writable(buf)
+        triples.append((min(offset, _U64_MAX), addr, n))
+        keep.append(k)
+    got, notice = _pagewise.read_ranges_into(os.fsencode(path), cache, triples, depth, progress)
+    del keep
+    if notice is not None:
+        warnings.warn(f"pagewise.read_ranges_into: {notice}", RuntimeWarning, stacklevel=2)
+    return list(got)
+
+
+def prefetch(
+    paths: Iterable[PathArg],
+    *,
+    ahead: int = 256,
+    depth: int = 32,
+    cache: str = "direct",
+) -> Iterator[Tuple[Any, bytes]]:
+    """``(path, bytes)`` for every file of ``paths``, in their order, read ahead of you: up to
+    ``ahead`` files past the one you take next are read by ``depth`` threads at once, each
+    batch in the order of the files' data on the disk (FIEMAP), and nothing is left in the page
+    cache (O_DIRECT; where a file system refuses it, buffered reads that drop what they
+    brought in) — one epoch of a data set at the device's speed, the cache left to the model::
+
+        for path, data in pagewise.prefetch(shuffled_paths, ahead=256):
+            batch.append(decode(data))
+
+    Memory is bounded by the ``ahead`` files read and not yet taken. A file that cannot be read
+    raises its :class:`pagewise.Error` when its turn comes (the ones before it are yielded
+    first). Leaving the loop early stops the threads (after the reads in flight).
+
+    :raises ValueError: ``ahead`` not 1 to 4096, ``depth`` not 1 to 256, an unknown ``cache``.
+    """
+    items = list(paths)
+    it = _pagewise.Prefetch([os.fsencode(p) for p in items], cache, ahead, depth)
+    return _prefetching(items, it)
+
+
+def _prefetching(items: List[Any], it: Any) -> Iterator[Tuple[Any, bytes]]:
+    try:
+        for p in items:
+            data = it.next()
+            if data is None:
+                return
+            yield p, data
+    finally:
+        it.close()
 
 
 def _writable(b: Any) -> Tuple[int, int, Any]:

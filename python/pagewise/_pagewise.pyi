@@ -30,6 +30,8 @@ __all__ = [
     "DirectFile",
     "read_file_into",
     "read_file",
+    "read_ranges_into",
+    "Prefetch",
 ]
 
 _Progress = Optional[Callable[[int, int], Any]]
@@ -154,3 +156,19 @@ def read_file(
     depth: Optional[int] = None,
     progress: Optional[Callable[[int, int], Any]] = None,
 ) -> Tuple[bytes, Optional[str]]: ...
+
+
+def read_ranges_into(
+    path: bytes,
+    cache: str,
+    ranges: List[Tuple[int, int, int]],
+    depth: Optional[int] = None,
+    progress: _Progress = None,
+) -> Tuple[List[int], Optional[str]]: ...
+
+class Prefetch:
+    """Files read ahead (``pagewise.prefetch``)."""
+
+    def __new__(cls, paths: List[bytes], cache: str, ahead: int, depth: int) -> Prefetch: ...
+    def next(self) -> Optional[bytes]: ...
+    def close(self) -> None: ...

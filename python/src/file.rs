@@ -115,9 +115,12 @@ pub fn read_file_into(
     let buf = unsafe { caller_memory_mut(address, len) };
     let f = &mut file;
     let p = &path;
-    let out = wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
-        read::read_into(f, p, buf, offset, depth, true, c)
-    })?
+    let verb = move |c: &wait::Control| read::read_into(f, p, buf, offset, depth, true, c);
+    let out = if progress.is_none() && len <= read::PARALLEL_MIN {
+        wait::run_inline(py, verb)
+    } else {
+        wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, verb)?
+    }
     .map_err(|e| io_err(py, e))?;
     let notice = file.notice().map(str::to_string);
     py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
@@ -153,9 +156,13 @@ pub fn read_file<'py>(
     let data = bytes_filled(py, size, |b| {
         let f = &mut file;
         let p = &path;
-        wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
-            read::read_into(f, p, b, 0, depth, true, c)
-        })?
+        let inline = progress.is_none() && b.len() <= read::PARALLEL_MIN;
+        let verb = move |c: &wait::Control| read::read_into(f, p, b, 0, depth, true, c);
+        if inline {
+            wait::run_inline(py, verb)
+        } else {
+            wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, verb)?
+        }
         .map(|o| o.n)
         .map_err(|e| io_err(py, e))
     })?;
@@ -164,8 +171,54 @@ pub fn read_file<'py>(
     Ok((data, notice))
 }
 
+/// Reads ranges of the file at `path` (bytes) into memory: `ranges` is `(offset, address,
+/// len)` each, the memory at `address` writable for `len` bytes and not overlapping another
+/// range's; `depth` requests in flight over all of them. Returns (bytes read into each, the
+/// fallback notice).
+#[pyfunction]
+#[pyo3(signature = (path, cache, ranges, depth=None, progress=None))]
+pub fn read_ranges_into(
+    py: Python<'_>,
+    path: Vec<u8>,
+    cache: &str,
+    ranges: Vec<(u64, usize, usize)>,
+    depth: Option<usize>,
+    progress: Option<Bound<'_, PyAny>>,
+) -> PyResult<(Vec<usize>, Option<String>)> {
+    let depth = depth_of(depth)?;
+    let mut spans: Vec<(usize, usize)> = ranges.iter().map(|&(_, a, l)| (a, l)).collect();
+    spans.sort_unstable();
+    let overlap = spans
+        .windows(2)
+        .any(|w| w[0].1 > 0 && w[1].1 > 0 && w[0].0 + w[0].1 > w[1].0);
+    if overlap || spans.iter().any(|&(a, l)| a.checked_add(l).is_none()) {
+        return Err(PyValueError::new_err(
+            "read_ranges_into: two buffers overlap (each range needs memory of its own)",
+        ));
+    }
+    let (path, mut file) = open_for_reading(py, path, cache)?;
+    let bufs: Vec<(u64, &mut [u8])> = ranges
+        .iter()
+        // SAFETY: the Python layer holds an export of each buffer for the whole call; they do
+        // not overlap (checked above).
+        .map(|&(o, a, l)| (o, unsafe { caller_memory_mut(a, l) }))
+        .collect();
+    let total: usize = ranges.iter().map(|r| r.2).sum();
+    let (f, p) = (&mut file, &path);
+    let verb = move |c: &wait::Control| read::read_ranges(f, p, bufs, depth, c);
+    let got = if progress.is_none() && total <= read::PARALLEL_MIN {
+        wait::run_inline(py, verb)
+    } else {
+        wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, verb)?
+    }
+    .map_err(|e| io_err(py, e))?;
+    let notice = file.notice().map(str::to_string);
+    py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
+    Ok((got, notice))
+}
+
 /// An I/O error of a `DirectFile` as the `pagewise.Error` naming its path and call.
-fn io_err(py: Python<'_>, e: std::io::Error) -> PyErr {
+pub fn io_err(py: Python<'_>, e: std::io::Error) -> PyErr {
     match dio::failure(&e) {
         Some(f) => errors::os_error(
             py,

@@ -9,6 +9,7 @@ mod convert;
 mod dropping;
 mod errors;
 mod file;
+mod prefetch;
 mod read;
 mod trace;
 mod trace_verbs;
@@ -72,5 +73,7 @@ fn _pagewise(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<file::DirectFile>()?;
     m.add_function(wrap_pyfunction!(file::read_file_into, m)?)?;
     m.add_function(wrap_pyfunction!(file::read_file, m)?)?;
+    m.add_function(wrap_pyfunction!(file::read_ranges_into, m)?)?;
+    m.add_class::<prefetch::Prefetch>()?;
     Ok(())
 }

@@ -241,34 +241,56 @@ fn middle(
     align: usize,
     ctl: &Control,
 ) -> io::Result<usize> {
-    let total = mid.len();
-    let pieces = total.div_ceil(PIECE);
+    let pieces = mid
+        .chunks_mut(PIECE)
+        .enumerate()
+        .map(|(i, p)| (off + (i * PIECE) as u64, p))
+        .collect();
+    let got = pieces_parallel(fd, path, pieces, depth, aligned, align, ctl)?;
+    // Up to the first piece that came short (the end of the file).
+    let mut total = 0;
+    for (got, len) in got {
+        total += got;
+        if got < len {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// Reads every `(position, memory)` piece (aligned for O_DIRECT, each at most [`PIECE`]),
+/// `depth` in flight, in the order given; returns (bytes read, bytes asked) per piece — fewer
+/// read only at the end of the file. `aligned`: straight into the memory, else through one
+/// bounce buffer per thread.
+#[allow(clippy::too_many_arguments)]
+fn pieces_parallel(
+    fd: BorrowedFd<'_>,
+    path: &Path,
+    pieces: Vec<(u64, &mut [u8])>,
+    depth: usize,
+    aligned: bool,
+    align: usize,
+    ctl: &Control,
+) -> io::Result<Vec<(usize, usize)>> {
+    let count = pieces.len();
     let cap = if aligned {
         MAX_DEPTH
     } else {
         MAX_BOUNCE_THREADS
     };
-    let threads = depth.min(pieces).min(cap).max(1);
-    let queue = Mutex::new(mid.chunks_mut(PIECE).enumerate());
+    let threads = depth.min(count).min(cap).max(1);
+    let got: Vec<Mutex<(usize, usize)>> = pieces
+        .iter()
+        .map(|(_, p)| Mutex::new((0, p.len())))
+        .collect();
+    let queue = Mutex::new(pieces.into_iter().enumerate());
     let stop = AtomicBool::new(false);
     let first_error: Mutex<Option<io::Error>> = Mutex::new(None);
-    // The first piece that came short (the end of the file): (index, bytes).
-    let short: Mutex<Option<(usize, usize)>> = Mutex::new(None);
     let record_error = |e: io::Error| {
         stop.store(true, Ordering::Relaxed);
         let mut g = first_error.lock().unwrap_or_else(|p| p.into_inner());
         if g.is_none() {
             *g = Some(e);
-        }
-    };
-    // A piece read: counted, and noted when it came short (the lowest index wins).
-    let on_read = |i: usize, got: usize, len: usize| {
-        ctl.progress.bytes.fetch_add(got as u64, Ordering::Relaxed);
-        if got < len {
-            let mut s = short.lock().unwrap_or_else(|p| p.into_inner());
-            if s.is_none_or(|(j, _)| i < j) {
-                *s = Some((i, got));
-            }
         }
     };
     let worker = || {
@@ -278,11 +300,15 @@ fn middle(
                 return;
             }
             let next = queue.lock().unwrap_or_else(|p| p.into_inner()).next();
-            let Some((i, piece)) = next else { return };
-            let pos = off + (i * PIECE) as u64;
+            let Some((i, (pos, piece))) = next else {
+                return;
+            };
             let bounce = if aligned { None } else { Some(&mut bounce) };
             match read_piece(fd, path, piece, pos, align, bounce) {
-                Ok(got) => on_read(i, got, piece.len()),
+                Ok(n) => {
+                    ctl.progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    got[i].lock().unwrap_or_else(|p| p.into_inner()).0 = n;
+                }
                 Err(e) => return record_error(e),
             }
         }
@@ -310,10 +336,81 @@ fn middle(
     if ctl.cancel.load(Ordering::Relaxed) {
         return Err(interrupted());
     }
-    Ok(
-        match short.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some((i, got)) => i * PIECE + got,
-            None => total,
-        },
-    )
+    Ok(got
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect())
+}
+
+/// Reads each `(offset, memory)` range of the file (a scatter read: many ranges, `depth`
+/// requests in flight over all of them, in the order given); returns the bytes read into each
+/// (fewer only at the end of the file). With O_DIRECT in force and every range aligned for it
+/// (offset and length multiples of the file's offset alignment, memory aligned for the device)
+/// the ranges are cut into [`PIECE`]s read in parallel straight into the memory; otherwise
+/// each is read as [`read_into`] reads.
+pub fn read_ranges(
+    file: &mut dio::DirectFile,
+    path: &Path,
+    mut ranges: Vec<(u64, &mut [u8])>,
+    depth: usize,
+    ctl: &Control,
+) -> io::Result<Vec<usize>> {
+    let size = file.len()?;
+    let total: u64 = ranges
+        .iter()
+        .map(|(o, b)| (b.len() as u64).min(size.saturating_sub(*o)))
+        .sum();
+    ctl.progress.total_bytes.store(total, Ordering::Relaxed);
+    let mut out = vec![0; ranges.len()];
+    // The first range's first block proves the policy (O_DIRECT refused falls back there);
+    // `skip`: what is left to read of it starts there (all of it was read when it came short).
+    let mut skip = 0;
+    if let Some((off, buf)) = ranges.first_mut() {
+        let asked = file.alignment().offset.min(buf.len());
+        let got = serial(file, &mut buf[..asked], *off, ctl)?;
+        out[0] = got;
+        skip = if got < asked { buf.len() } else { got };
+    }
+    let a = file.alignment();
+    let fits = |off: u64, b: &[u8]| {
+        off.is_multiple_of(a.offset as u64)
+            && b.len().is_multiple_of(a.offset)
+            && (b.as_ptr() as usize).is_multiple_of(a.memory)
+    };
+    let direct = file.policy() == CachePolicy::Direct
+        && a.offset <= PIECE
+        && a.offset.is_multiple_of(a.memory)
+        && ranges.iter().all(|(o, b)| fits(*o, b));
+    let mut pieces = Vec::new();
+    let mut owner = Vec::new();
+    for (i, (off, buf)) in ranges.into_iter().enumerate() {
+        let from = if i == 0 { skip.min(buf.len()) } else { 0 };
+        let (off, rest) = (off + from as u64, &mut buf[from..]);
+        if rest.is_empty() || off >= size {
+            continue;
+        }
+        if !direct {
+            out[i] += read_into(file, path, rest, off, depth, true, ctl)?.n;
+            continue;
+        }
+        let end = (size - off).next_multiple_of(a.offset as u64);
+        let want = rest.len().min(usize::try_from(end).unwrap_or(usize::MAX));
+        for (k, p) in rest[..want].chunks_mut(PIECE).enumerate() {
+            pieces.push((off + (k * PIECE) as u64, p));
+            owner.push(i);
+        }
+    }
+    if pieces.is_empty() {
+        return Ok(out);
+    }
+    let got = pieces_parallel(file.as_fd(), path, pieces, depth, true, a.offset, ctl)?;
+    // A range's count: its pieces up to the first short one.
+    let mut short = vec![false; out.len()];
+    for (&i, (n, len)) in owner.iter().zip(got) {
+        if !short[i] {
+            out[i] += n;
+            short[i] = n < len;
+        }
+    }
+    Ok(out)
 }

@@ -62,6 +62,21 @@ where
     run_reporting(py, progress, files_and_bytes, verb)
 }
 
+/// Runs short work on the calling thread with the GIL released: no worker thread to start
+/// (starting one, 30-60 µs, is more than reading a small file takes) and no look at signals
+/// while it runs (a Ctrl-C is seen when it returns, in Python's next check).
+pub fn run_inline<T, F>(py: Python<'_>, verb: F) -> T
+where
+    F: FnOnce(&Control) -> T + Send,
+    T: Send,
+{
+    let control = Control {
+        cancel: AtomicBool::new(false),
+        progress: Progress::default(),
+    };
+    py.detach(|| verb(&control))
+}
+
 /// `progress(files, bytes)`: what the verbs report.
 fn files_and_bytes(p: &Progress) -> (u64, u64) {
     (

@@ -110,8 +110,11 @@ impl DirectFile {
         let len = (align_up(len as u64, a) as usize)
             .min(CHUNK)
             .min(align_down(MAX_OFFSET - start, a) as usize);
-        if w.buf.is_none() {
-            w.buf = Some(self.io.bounce_buffer()?);
+        // The window grows with what is asked of it, up to CHUNK: a small file's read zeroes
+        // (and faults in) 128 KiB, not 4 MiB (that cost more than reading the file).
+        if w.buf.as_ref().is_none_or(|b| b.len() < len) {
+            w.buf = None;
+            w.buf = Some(self.io.bounce_buffer(len.next_power_of_two().min(CHUNK))?);
         }
         let w = &mut self.window;
         let buf = w.buf.as_mut().expect("allocated above");

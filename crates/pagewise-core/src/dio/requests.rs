@@ -35,10 +35,11 @@ impl Io {
         DioError::wrap(self.path.clone(), op, source)
     }
 
-    /// A bounce buffer ([`CHUNK`] bytes at the memory alignment); `ENOMEM` rather than an
-    /// abort when it cannot be had.
-    pub(super) fn bounce_buffer(&self) -> io::Result<AlignedBuf> {
-        AlignedBuf::try_alloc(CHUNK, self.align.memory).map_err(|e| self.fail(Op::PosixMemalign, e))
+    /// A bounce buffer of `len` bytes (at most [`CHUNK`]) at the memory alignment; `ENOMEM`
+    /// rather than an abort when it cannot be had.
+    pub(super) fn bounce_buffer(&self, len: usize) -> io::Result<AlignedBuf> {
+        AlignedBuf::try_alloc(len.min(CHUNK), self.align.memory)
+            .map_err(|e| self.fail(Op::PosixMemalign, e))
     }
 
     /// Records a fallback in the notice and switches the descriptor to `to`.

@@ -131,7 +131,7 @@ impl DirectFile {
     /// from the file (zeros past its end).
     fn start_stage(&mut self, pos: u64) -> io::Result<()> {
         if self.stage.buf.is_none() {
-            self.stage.buf = Some(self.io.bounce_buffer()?);
+            self.stage.buf = Some(self.io.bounce_buffer(CHUNK)?);
         }
         let s = &mut self.stage;
         let buf = s.buf.as_mut().expect("allocated above");
