@@ -4,7 +4,8 @@
 //! whose `--json` documents the reports' `to_dict()` must equal).
 //!
 //! Needs root, `python3` (>= 3.9, with venv; `PAGEWISE_PYTHON` names another) and PyPI for
-//! maturin, pytest, numpy (`readinto` a numpy array), safetensors (the loader example) and mypy
+//! maturin, pytest, numpy (`readinto` a numpy array), safetensors and ml-dtypes (the safetensors loader, BF16/F8)
+//! and mypy
 //! (its stubtest checks the extension's .pyi against the module built: python/tests/
 //! test_stubs.py). The wheel's Rust build goes to `<target>/python` and is reused by later runs.
 //! A skipped pytest test fails this test: nothing is skipped silently.
@@ -68,7 +69,7 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
     );
     let py = venv.join("bin/python");
     step(
-        "pip install maturin pytest numpy safetensors mypy",
+        "pip install maturin pytest numpy safetensors ml-dtypes mypy",
         Command::new(&py)
             .args(["-m", "pip", "install", "-q"])
             .args([
@@ -76,6 +77,7 @@ fn python_package_passes_its_suite_installed_from_a_wheel() {
                 "pytest",
                 "numpy",
                 "safetensors",
+                "ml-dtypes",
                 "mypy>=2.4,<3",
             ])
             .env("PIP_DISABLE_PIP_VERSION_CHECK", "1"),

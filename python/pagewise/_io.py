@@ -232,6 +232,16 @@ def read_ranges_into(
     :raises ValueError: two buffers share memory, a negative offset, a bad ``depth``.
     """
     _check_read_args(0, depth)
+    triples, keep = _range_memory(ranges)
+    got, notice = _pagewise.read_ranges_into(os.fsencode(path), cache, triples, depth, progress)
+    del keep
+    if notice is not None:
+        warnings.warn(f"pagewise.read_ranges_into: {notice}", RuntimeWarning, stacklevel=2)
+    return list(got)
+
+
+def _range_memory(ranges: Sequence[Tuple[int, Any]]) -> Tuple[List[Tuple[int, int, int]], List[Any]]:
+    """(offset, address, length) of each range's buffer, and what keeps them alive."""
     triples, keep = [], []
     for offset, buf in ranges:
         if offset < 0:
@@ -239,11 +249,7 @@ def read_ranges_into(
         addr, n, k = _writable(buf)
         triples.append((min(offset, _U64_MAX), addr, n))
         keep.append(k)
-    got, notice = _pagewise.read_ranges_into(os.fsencode(path), cache, triples, depth, progress)
-    del keep
-    if notice is not None:
-        warnings.warn(f"pagewise.read_ranges_into: {notice}", RuntimeWarning, stacklevel=2)
-    return list(got)
+    return triples, keep
 
 
 def prefetch(
@@ -447,6 +453,26 @@ class DirectIO(io.RawIOBase):
             raise io.UnsupportedOperation("not readable")
         _check_read_args(offset, depth)
         return self._read_at(buffer, offset, depth, progress)
+
+    def read_ranges_into(
+        self,
+        ranges: Sequence[Tuple[int, Any]],
+        *,
+        depth: Optional[int] = None,
+        progress: Optional[Any] = None,
+    ) -> List[int]:
+        """Reads each ``(offset, buffer)`` range as :func:`pagewise.read_ranges_into` does, on
+        this open file; the position does not move. Returns the bytes read into each."""
+        self._check_closed()
+        if not self._readable:
+            raise io.UnsupportedOperation("not readable")
+        _check_read_args(0, depth)
+        triples, keep = _range_memory(ranges)
+        got = self._f.read_ranges_into(triples, depth, progress)
+        del keep
+        if not self._checked:
+            self._check_notice(stacklevel=3)
+        return list(got)
 
     def readinto_at(self, buffer: Any, offset: int) -> int:
         """Positional ``readinto``: up to ``len(buffer)`` bytes at ``offset`` (as pread(2));

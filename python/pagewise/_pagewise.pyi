@@ -124,6 +124,12 @@ class DirectFile:
         depth: Optional[int] = None,
         progress: Optional[Callable[[int, int], Any]] = None,
     ) -> Tuple[int, bool]: ...
+    def read_ranges_into(
+        self,
+        ranges: List[Tuple[int, int, int]],
+        depth: Optional[int] = None,
+        progress: Optional[Callable[[int, int], Any]] = None,
+    ) -> List[int]: ...
     def read_bytes(self, offset: int, limit: Optional[int] = None, depth: Optional[int] = None) -> bytes: ...
     def write_from(self, address: int, len: int, offset: int) -> int: ...
     def write_bytes(self, data: bytes, offset: int) -> int: ...
@@ -156,8 +162,6 @@ def read_file(
     depth: Optional[int] = None,
     progress: Optional[Callable[[int, int], Any]] = None,
 ) -> Tuple[bytes, Optional[str]]: ...
-
-
 def read_ranges_into(
     path: bytes,
     cache: str,
@@ -166,6 +170,7 @@ def read_ranges_into(
     progress: _Progress = None,
 ) -> Tuple[List[int], Optional[str]]: ...
 
+@final
 class Prefetch:
     """Files read ahead (``pagewise.prefetch``)."""
 

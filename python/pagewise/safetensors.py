@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -170,19 +172,32 @@ def _read_header(path: PathArg) -> Tuple[Dict[str, TensorInfo], Dict[str, str], 
     return tensors, metadata, start, size
 
 
-def _own_array(f: Any, begin: int, end: int, depth: Optional[int]) -> np.ndarray:
-    """Bytes ``[begin, end)`` of the open file ``f`` (:func:`pagewise.open`) in an array of
-    their own, starting at the same offset within a page as ``begin`` (so O_DIRECT goes
-    straight into it)."""
+def _read_spans(fh: Any, spans: List[Tuple[int, int]], depth: Optional[int]) -> List[np.ndarray]:
+    """Bytes ``[begin, end)`` of the open file ``fh`` (:func:`pagewise.open`) for each span,
+    each in an array of its own, with one scatter read for all of them
+    (:meth:`pagewise.DirectIO.read_ranges_into`): each array covers the whole pages its span
+    touches (so every request is aligned and goes from the device straight into it, many in
+    flight), and the array returned is the span's part of it."""
     page = _pagewise.page_size()
-    lead = begin % page
-    raw = _io.empty(lead + (end - begin))
-    body = raw[lead:]
-    if end > begin:
-        got = f.read_into(body, begin, depth=depth)
-        if got != end - begin:
-            raise OSError(f"read {got} of {end - begin} bytes at {begin} (the file changed?)")
-    return body
+    ranges: List[Tuple[int, np.ndarray]] = []
+    needs: List[int] = []
+    out: List[np.ndarray] = []
+    for begin, end in spans:
+        if end <= begin:
+            out.append(np.empty(0, dtype=np.uint8))
+            continue
+        lo = begin - begin % page
+        hi = -(-end // page) * page
+        raw = _io.empty(hi - lo)
+        ranges.append((lo, raw))
+        needs.append(end - lo)
+        out.append(raw[begin - lo : end - lo])
+    if ranges:
+        got = fh.read_ranges_into(ranges, depth=depth)
+        for (lo, _), g, need in zip(ranges, got, needs):
+            if g < need:
+                raise OSError(f"{fh.name!r}: read {g} of {need} bytes at {lo} (the file changed?)")
+    return out
 
 
 def _as(framework: str, arr: np.ndarray, dtype: str, shape: Tuple[int, ...]) -> Any:
@@ -233,7 +248,7 @@ class SafeSlice:
             hi = max(hi, lo)
             row_bytes = (info.end - info.begin) // rows if rows else 0
             begin = self._f._start + info.begin + lo * row_bytes
-            arr = _own_array(self._f._fh, begin, begin + (hi - lo) * row_bytes, self._f._depth)
+            (arr,) = _read_spans(self._f._fh, [(begin, begin + (hi - lo) * row_bytes)], self._f._depth)
             part = _as("numpy", arr, info.dtype, (hi - lo,) + info.shape[1:])
             rest = (slice(None),) + tuple(key[1:])
             out = part[rest]
@@ -282,9 +297,16 @@ class safe_open:  # noqa: N801 - the safetensors package's name
 
     def get_tensor(self, name: str, *, framework: Optional[str] = None) -> Any:
         """Tensor ``name`` in an array of its own (KeyError for a name the file has not)."""
-        t = self._tensors[name]
-        arr = _own_array(self._fh, self._start + t.begin, self._start + t.end, self._depth)
-        return _as(framework or self._framework, arr, t.dtype, t.shape)
+        return self.get_tensors([name], framework=framework)[name]
+
+    def get_tensors(self, names: List[str], *, framework: Optional[str] = None) -> Dict[str, Any]:
+        """Tensors ``names``, each in an array of its own, read together: one scatter read with
+        many requests in flight (as fast as reading the file whole)."""
+        infos = [self._tensors[n] for n in names]
+        spans = [(self._start + t.begin, self._start + t.end) for t in infos]
+        arrays = _read_spans(self._fh, spans, self._depth)
+        fw = framework or self._framework
+        return {t.name: _as(fw, a, t.dtype, t.shape) for t, a in zip(infos, arrays)}
 
     def get_slice(self, name: str) -> SafeSlice:
         """Tensor ``name``, read when indexed (``f.get_slice(n)[a:b]``)."""
@@ -322,10 +344,11 @@ def load_file(filename: PathArg, framework: str = "numpy", device: str = "cpu", 
             out.update(_load_whole(shard, framework, depth))
             continue
         with safe_open(shard, framework, device, depth=depth) as f:
-            for name in f.keys():
+            names = f.keys()
+            for name in names:
                 if name in out:
                     raise HeaderError(f"{shard}: tensor {name!r} is in two shards")
-                out[name] = f.get_tensor(name)
+            out.update(f.get_tensors(names))
     return out
 
 
@@ -342,15 +365,60 @@ def _load_whole(path: str, framework: str, depth: Optional[int]) -> Dict[str, An
     return {n: _as(fw, buf[start + t.begin : start + t.end], t.dtype, t.shape) for n, t in tensors.items()}
 
 
-def stream(paths: Union[PathArg, List[PathArg]], *, max_in_flight: int = 4, framework: str = "numpy") -> Iterator[Tuple[str, Any]]:
-    """(name, tensor) for every tensor of the checkpoints, in file order, one tensor read at a
-    time into its own array: memory bounded by the tensors the caller keeps (``max_in_flight``
-    is reserved for reads ahead; today each is read when asked)."""
+def stream(
+    paths: Union[PathArg, List[PathArg]],
+    *,
+    max_in_flight: int = 4,
+    framework: str = "numpy",
+    depth: Optional[int] = None,
+) -> Iterator[Tuple[str, Any]]:
+    """(name, tensor) for every tensor of the checkpoints (files, or ``.index.json`` of sharded
+    ones), in file order, each in an array of its own, read by a thread ahead of you: at most
+    ``max_in_flight`` tensors wait to be taken (and one is being read), so memory is bounded by
+    those and the ones you keep — load a checkpoint larger than RAM onto a device tensor by tensor::
+
+        for name, t in stream("model.safetensors.index.json", max_in_flight=8):
+            gpu[name] = torch.from_numpy(t).to("cuda")   # and t goes
+
+    Leaving the loop early stops the reads (after the one in flight). An error reading a tensor
+    is raised when its turn comes."""
     if max_in_flight < 1:
         raise ValueError("max_in_flight: at least 1")
     items = [paths] if isinstance(paths, (str, bytes, os.PathLike)) else list(paths)
-    for p in items:
-        for shard in _shards(p):
-            with safe_open(shard, framework) as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name)
+    shards = [shard for p in items for shard in _shards(p)]
+    ready: "queue.Queue[Tuple[int, Any]]" = queue.Queue(maxsize=max_in_flight)
+    stop = threading.Event()
+
+    def put(kind: int, item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put((kind, item), timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for shard in shards:
+                with safe_open(shard, framework, depth=depth) as f:
+                    for name in f.keys():
+                        if stop.is_set() or not put(0, (name, f.get_tensor(name))):
+                            return
+            put(1, None)
+        except BaseException as e:  # handed to the consumer, raised there
+            put(2, e)
+
+    worker = threading.Thread(target=produce, name="pagewise-stream", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == 1:
+                return
+            if kind == 2:
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()

@@ -115,12 +115,9 @@ pub fn read_file_into(
     let buf = unsafe { caller_memory_mut(address, len) };
     let f = &mut file;
     let p = &path;
-    let verb = move |c: &wait::Control| read::read_into(f, p, buf, offset, depth, true, c);
-    let out = if progress.is_none() && len <= read::PARALLEL_MIN {
-        wait::run_inline(py, verb)
-    } else {
-        wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, verb)?
-    }
+    let out = run_sized(py, len, progress.as_ref(), move |c| {
+        read::read_into(f, p, buf, offset, depth, true, c)
+    })?
     .map_err(|e| io_err(py, e))?;
     let notice = file.notice().map(str::to_string);
     py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
@@ -156,13 +153,9 @@ pub fn read_file<'py>(
     let data = bytes_filled(py, size, |b| {
         let f = &mut file;
         let p = &path;
-        let inline = progress.is_none() && b.len() <= read::PARALLEL_MIN;
-        let verb = move |c: &wait::Control| read::read_into(f, p, b, 0, depth, true, c);
-        if inline {
-            wait::run_inline(py, verb)
-        } else {
-            wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, verb)?
-        }
+        run_sized(py, b.len(), progress.as_ref(), move |c| {
+            read::read_into(f, p, b, 0, depth, true, c)
+        })?
         .map(|o| o.n)
         .map_err(|e| io_err(py, e))
     })?;
@@ -186,35 +179,59 @@ pub fn read_ranges_into(
     progress: Option<Bound<'_, PyAny>>,
 ) -> PyResult<(Vec<usize>, Option<String>)> {
     let depth = depth_of(depth)?;
-    let mut spans: Vec<(usize, usize)> = ranges.iter().map(|&(_, a, l)| (a, l)).collect();
-    spans.sort_unstable();
-    let overlap = spans
-        .windows(2)
-        .any(|w| w[0].1 > 0 && w[1].1 > 0 && w[0].0 + w[0].1 > w[1].0);
-    if overlap || spans.iter().any(|&(a, l)| a.checked_add(l).is_none()) {
-        return Err(PyValueError::new_err(
-            "read_ranges_into: two buffers overlap (each range needs memory of its own)",
-        ));
-    }
+    // SAFETY: the Python layer holds an export of each buffer for the whole call.
+    let bufs = unsafe { ranges_memory(&ranges) }?;
     let (path, mut file) = open_for_reading(py, path, cache)?;
-    let bufs: Vec<(u64, &mut [u8])> = ranges
-        .iter()
-        // SAFETY: the Python layer holds an export of each buffer for the whole call; they do
-        // not overlap (checked above).
-        .map(|&(o, a, l)| (o, unsafe { caller_memory_mut(a, l) }))
-        .collect();
-    let total: usize = ranges.iter().map(|r| r.2).sum();
+    let total = bufs.iter().map(|b| b.1.len()).sum();
     let (f, p) = (&mut file, &path);
-    let verb = move |c: &wait::Control| read::read_ranges(f, p, bufs, depth, c);
-    let got = if progress.is_none() && total <= read::PARALLEL_MIN {
-        wait::run_inline(py, verb)
-    } else {
-        wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, verb)?
-    }
+    let got = run_sized(py, total, progress.as_ref(), move |c| {
+        read::read_ranges(f, p, bufs, depth, true, c)
+    })?
     .map_err(|e| io_err(py, e))?;
     let notice = file.notice().map(str::to_string);
     py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
     Ok((got, notice))
+}
+
+/// The memory of `(offset, address, len)` ranges, refused when two share memory.
+///
+/// # Safety
+/// Each `address..address + len` must be writable memory that nothing else touches while the
+/// returned slices live.
+unsafe fn ranges_memory<'a>(ranges: &[(u64, usize, usize)]) -> PyResult<Vec<(u64, &'a mut [u8])>> {
+    let mut spans: Vec<(usize, usize)> = ranges.iter().map(|&(_, a, l)| (a, l)).collect();
+    spans.retain(|s| s.1 > 0);
+    spans.sort_unstable();
+    let wraps = spans.iter().any(|&(a, l)| a.checked_add(l).is_none());
+    if wraps || spans.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
+        return Err(PyValueError::new_err(
+            "read_ranges_into: two buffers share memory (each range needs memory of its own)",
+        ));
+    }
+    // SAFETY: the caller's contract; no two slices overlap (checked above).
+    Ok(ranges
+        .iter()
+        .map(|&(o, a, l)| (o, unsafe { caller_memory_mut(a, l) }))
+        .collect())
+}
+
+/// Runs a read of `total` bytes without the GIL: on this thread when it is small and nobody
+/// asked for progress, else on a worker with Ctrl-C and `progress` served.
+fn run_sized<T, F>(
+    py: Python<'_>,
+    total: usize,
+    progress: Option<&Bound<'_, PyAny>>,
+    verb: F,
+) -> PyResult<T>
+where
+    F: FnOnce(&wait::Control) -> T + Send,
+    T: Send,
+{
+    if progress.is_none() && total <= read::PARALLEL_MIN {
+        Ok(wait::run_inline(py, verb))
+    } else {
+        wait::run_reporting(py, progress, wait::bytes_of_total, verb)
+    }
 }
 
 /// An I/O error of a `DirectFile` as the `pagewise.Error` naming its path and call.
@@ -325,6 +342,30 @@ impl DirectFile {
         })?;
         let out = r.ok_or_else(closed)?.map_err(|e| io_err(py, e))?;
         Ok((out.n, out.misaligned))
+    }
+
+    /// Reads each `(offset, address, len)` range into its memory, `depth` requests in flight
+    /// over all of them; returns the bytes read into each.
+    #[pyo3(signature = (ranges, depth=None, progress=None))]
+    fn read_ranges_into(
+        &self,
+        py: Python<'_>,
+        ranges: Vec<(u64, usize, usize)>,
+        depth: Option<usize>,
+        progress: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<usize>> {
+        let depth = depth_of(depth)?;
+        // SAFETY: the Python layer holds an export of each buffer for the whole call.
+        let bufs = unsafe { ranges_memory(&ranges) }?;
+        let (parallel, path) = (!self.writable, &self.path);
+        let total = bufs.iter().map(|b| b.1.len()).sum();
+        let r = run_sized(py, total, progress.as_ref(), move |c| {
+            // Locked without the GIL (as `with` does).
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            g.as_mut()
+                .map(|f| read::read_ranges(f, path, bufs, depth, parallel, c))
+        })?;
+        r.ok_or_else(closed)?.map_err(|e| io_err(py, e))
     }
 
     /// The bytes at `offset` up to the end of the file (at most `limit` of them), read into

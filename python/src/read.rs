@@ -347,12 +347,14 @@ fn pieces_parallel(
 /// (fewer only at the end of the file). With O_DIRECT in force and every range aligned for it
 /// (offset and length multiples of the file's offset alignment, memory aligned for the device)
 /// the ranges are cut into [`PIECE`]s read in parallel straight into the memory; otherwise
-/// each is read as [`read_into`] reads.
+/// each is read as [`read_into`] reads. `parallel`: as for [`read_into`] (false for a file
+/// with writes that may be staged).
 pub fn read_ranges(
     file: &mut dio::DirectFile,
     path: &Path,
     mut ranges: Vec<(u64, &mut [u8])>,
     depth: usize,
+    parallel: bool,
     ctl: &Control,
 ) -> io::Result<Vec<usize>> {
     let size = file.len()?;
@@ -377,7 +379,8 @@ pub fn read_ranges(
             && b.len().is_multiple_of(a.offset)
             && (b.as_ptr() as usize).is_multiple_of(a.memory)
     };
-    let direct = file.policy() == CachePolicy::Direct
+    let direct = parallel
+        && file.policy() == CachePolicy::Direct
         && a.offset <= PIECE
         && a.offset.is_multiple_of(a.memory)
         && ranges.iter().all(|(o, b)| fits(*o, b));
@@ -390,7 +393,7 @@ pub fn read_ranges(
             continue;
         }
         if !direct {
-            out[i] += read_into(file, path, rest, off, depth, true, ctl)?.n;
+            out[i] += read_into(file, path, rest, off, depth, parallel, ctl)?.n;
             continue;
         }
         let end = (size - off).next_multiple_of(a.offset as u64);

@@ -8,6 +8,9 @@ import json
 import os
 import random
 import struct
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +20,8 @@ import pagewise
 from conftest import cached, cold
 from pagewise.safetensors import HeaderError, load_file, parse_header, safe_open, stream
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+# Installed by the suite (tests/python.rs): a missing package fails, never skips.
+import safetensors.numpy as safetensors_numpy
 
 
 def tensors() -> dict:
@@ -63,12 +67,13 @@ def test_every_numpy_dtype_equals_the_safetensors_package_and_nothing_stays_cach
     assert cached(p) == 0, "read without the page cache"
     if not zero_copy:
         # Each tensor's memory is its own: the allocation under it is the tensor and at most
-        # two pages (its offset within a page, and the alignment slack), not the file.
+        # three pages (the pages its first and last bytes share with its neighbours, and the
+        # alignment slack), not the file.
         for k, v in got.items():
             root = v
             while getattr(root, "base", None) is not None:
                 root = root.base
-            assert root.nbytes <= v.nbytes + 2 * pagewise.page_size(), k
+            assert root.nbytes <= v.nbytes + 3 * pagewise.page_size(), k
 
 
 def test_safe_open_keys_metadata_slices(scratch: Path) -> None:
@@ -112,18 +117,56 @@ def raw_file(path: Path, header: dict, data: bytes) -> Path:
     return path
 
 
-def test_bf16_through_ml_dtypes_or_a_clear_error(scratch: Path) -> None:
-    vals = np.array([1.0, -2.5, 3.0e38, 0.0], dtype=np.float32)
+def test_bf16_and_f8_through_ml_dtypes_or_a_clear_error(scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ml_dtypes  # installed by the suite
+
+    vals = np.array([1.0, -2.5, 2.0**127, 0.0], dtype=np.float32)
     bf16 = (vals.view(np.uint32) >> 16).astype("<u2").tobytes()  # truncation is exact here
-    p = raw_file(scratch / "b.safetensors", {"w": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}, bf16)
-    try:
-        import ml_dtypes  # noqa: F401
-    except ImportError:
-        with pytest.raises(TypeError, match="BF16.*ml_dtypes"):
-            load_file(p)
-        return
-    got = load_file(p)["w"]
-    assert np.array_equal(got.astype(np.float32), vals)
+    small = np.array([1.0, -2.0, 0.5, 4.0], dtype=np.float32)
+    e4 = small.astype(ml_dtypes.float8_e4m3fn)
+    e5 = small.astype(ml_dtypes.float8_e5m2)
+    header = {
+        "w": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
+        "a": {"dtype": "F8_E4M3", "shape": [2, 2], "data_offsets": [8, 12]},
+        "b": {"dtype": "F8_E5M2", "shape": [4], "data_offsets": [12, 16]},
+    }
+    p = raw_file(scratch / "b.safetensors", header, bf16 + e4.tobytes() + e5.tobytes())
+    got = load_file(p)
+    assert got["w"].dtype == ml_dtypes.bfloat16 and np.array_equal(got["w"].astype(np.float32), vals)
+    assert got["a"].dtype == ml_dtypes.float8_e4m3fn and np.array_equal(got["a"].astype(np.float32), small.reshape(2, 2))
+    assert got["b"].dtype == ml_dtypes.float8_e5m2 and np.array_equal(got["b"].astype(np.float32), small)
+    # Without ml_dtypes: a TypeError naming the dtype, never the bytes as something else.
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)
+    with pytest.raises(TypeError, match="BF16.*ml_dtypes"):
+        load_file(p)
+    with safe_open(p) as f:
+        with pytest.raises(TypeError, match="F8_E5M2"):
+            f.get_tensor("b")
+
+
+def test_stream_reads_ahead_at_most_max_in_flight_and_stops_when_left(
+    scratch: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = {f"t{i:03d}": np.full(1000 + i, i, dtype=np.int32) for i in range(40)}
+    p = write(scratch / "many.safetensors", t)
+    reads = []
+    real = safe_open.get_tensor
+
+    def counting(self: safe_open, name: str, **kw: object) -> object:
+        reads.append(name)
+        return real(self, name, **kw)
+
+    monkeypatch.setattr(safe_open, "get_tensor", counting)
+    it = stream(p, max_in_flight=2)
+    name, first = next(it)
+    assert name == "t000" and np.array_equal(first, t["t000"])
+    time.sleep(0.3)
+    # Taken 1; waiting at most 2; one more read and blocked on the full queue.
+    assert len(reads) <= 4, reads
+    it.close()
+    assert not [th for th in threading.enumerate() if th.name == "pagewise-stream"]
+    got = dict(stream(p, max_in_flight=3))
+    same(got, t)
 
 
 def test_torch_is_optional_and_named_when_missing(scratch: Path) -> None:
