@@ -150,6 +150,18 @@ pub fn read_file<'py>(
         py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
         return Ok((PyBytes::new(py, &data), notice));
     }
+    if size <= read::PARALLEL_MIN as u64 && progress.is_none() {
+        // Small: one request into page-aligned memory, then into the bytes object.
+        let (f, p) = (&mut file, &path);
+        let mut scratch = None;
+        let n = py
+            .detach(|| read::read_small(f, p, size, &mut scratch).map(<[u8]>::len))
+            .map_err(|e| io_err(py, e))?;
+        let data = PyBytes::new(py, scratch.as_ref().map_or(&[][..], |b| &b[..n]));
+        let notice = file.notice().map(str::to_string);
+        py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
+        return Ok((data, notice));
+    }
     let data = bytes_filled(py, size, |b| {
         let f = &mut file;
         let p = &path;

@@ -166,27 +166,20 @@ fn read_sized(
     scratch: &mut Option<AlignedBuf>,
     ctl: &wait::Control,
 ) -> io::Result<Vec<u8>> {
-    let page = sys::page_size();
-    let nomem = || dio::DioError::wrap(path.to_path_buf(), Op::PosixMemalign, io::Error::from_raw_os_error(libc::ENOMEM));
-    let len = usize::try_from(size.next_multiple_of(page)).map_err(|_| nomem())?;
-    if scratch.as_ref().is_none_or(|b| b.len() < len) {
-        *scratch = None;
-        let b = AlignedBuf::try_alloc(len.next_power_of_two().max(len), page as usize)
-            .map_err(|e| dio::DioError::wrap(path.to_path_buf(), Op::PosixMemalign, e))?;
-        *scratch = Some(b);
-    }
-    let buf = &mut scratch.as_mut().expect("allocated above")[..len];
-    // One request for a file read::read_into would not read in parallel (it reads a first
-    // block on its own, to prove the policy, then the rest: two requests).
-    let n = if len <= read::PARALLEL_MIN {
-        f.read_at(buf, 0)?
-    } else {
-        read::read_into(f, path, buf, 0, read::DEFAULT_DEPTH, true, ctl)?.n
-    };
-    let n = n.min(usize::try_from(size).unwrap_or(usize::MAX));
+    let nomem = |e: io::Error| dio::DioError::wrap(path.to_path_buf(), Op::PosixMemalign, e);
+    let enomem = || nomem(io::Error::from_raw_os_error(libc::ENOMEM));
     let mut out = Vec::new();
-    out.try_reserve_exact(n).map_err(|_| nomem())?;
-    out.extend_from_slice(&buf[..n]);
+    if size <= read::PARALLEL_MIN as u64 {
+        let data = read::read_small(f, path, size, scratch)?;
+        out.try_reserve_exact(data.len()).map_err(|_| enomem())?;
+        out.extend_from_slice(data);
+        return Ok(out);
+    }
+    let len = usize::try_from(size).map_err(|_| enomem())?;
+    out.try_reserve_exact(len).map_err(|_| enomem())?;
+    out.resize(len, 0);
+    let n = read::read_into(f, path, &mut out, 0, read::DEFAULT_DEPTH, true, ctl)?.n;
+    out.truncate(n);
     Ok(out)
 }
 

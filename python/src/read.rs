@@ -163,6 +163,30 @@ pub fn read_to_end(
     Ok(data)
 }
 
+/// A file of `size` bytes, at most [`PARALLEL_MIN`], read whole with one request (straight
+/// from the device with O_DIRECT) into `scratch`, page-aligned memory grown as needed and
+/// kept for the next file (allocating and zeroing memory per file cost more than reading it;
+/// [`read_into`] would read a first block on its own, then the rest: two requests). Returns
+/// the bytes read: `size`, fewer only when the file shrank.
+pub fn read_small<'a>(
+    file: &mut dio::DirectFile,
+    path: &Path,
+    size: u64,
+    scratch: &'a mut Option<AlignedBuf>,
+) -> io::Result<&'a [u8]> {
+    let page = sys::page_size();
+    let len = size.min(PARALLEL_MIN as u64).next_multiple_of(page) as usize;
+    if scratch.as_ref().is_none_or(|b| b.len() < len) {
+        *scratch = None;
+        let b = AlignedBuf::try_alloc(len, page as usize)
+            .map_err(|e| fail(path, Op::PosixMemalign, e))?;
+        *scratch = Some(b);
+    }
+    let buf = &mut scratch.as_mut().expect("allocated above")[..len];
+    let n = file.read_at(buf, 0)?.min(size as usize);
+    Ok(&buf[..n])
+}
+
 /// Reads through `DirectFile` in steps, counting progress; fewer bytes only at the end.
 fn serial(
     file: &mut dio::DirectFile,
