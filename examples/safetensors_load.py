@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Load a safetensors file's tensors into numpy arrays with pagewise.read_into: O_DIRECT, many
-requests in flight, nothing of the file left in the page cache.
+"""Load a safetensors file's tensors into numpy arrays with pagewise.safetensors: O_DIRECT,
+many requests in flight, nothing of the file left in the page cache.
 
     pip install pagewise numpy safetensors
     python examples/safetensors_load.py                  # a 48 MiB sample in a temporary dir
@@ -13,70 +13,44 @@ temporary directory, removed at the end, or at ``--make PATH``, which must not e
 is created with O_EXCL, never over another) and is kept. Then, with the file evicted and
 checked cold (``pagewise.evict`` + ``pagewise.stat``) before each run, it times:
 
-- ``whole``: one ``pagewise.read_into`` of the whole file into one page-aligned buffer
-  (``pagewise.empty``); the header is parsed from its first bytes and every tensor is a
-  numpy view of the buffer at its offset (no copy);
-- ``per-tensor``: the header read first (two small reads), then one ``read_into`` per tensor
-  into its own array, at the tensor's offset in the file;
+- ``per-tensor``: ``pagewise.safetensors.load_file(path)``, every tensor in an array of its
+  own (freeing one frees its memory), all read with one scatter read;
+- ``zero-copy``: ``load_file(path, zero_copy=True)``, the file read whole into one buffer and
+  every tensor a view of it;
 - ``load_file``: ``safetensors.numpy.load_file`` (mmap through the page cache).
 
 It checks every tensor of both pagewise loads equals ``load_file``'s (dtype, shape, bytes;
-and, for a sample, what was written),
-prints the median cold load times, evicts the file and checks nothing of it is cached. Exit
-status 0 when all of that holds.
+and, for a sample, what was written), prints the median cold load times, evicts the file and
+checks nothing of it is cached. Exit status 0 when all of that holds.
 
-Why ``whole`` is the default: O_DIRECT needs the buffer address and the file offset to agree
-modulo the device's alignment. Tensor offsets in a safetensors file are multiples of 8 (the
-header is padded to 8 bytes), not of 4096, so a tensor read into a fresh page-aligned array
-would go through bounce buffers (a copy, and a ``UserWarning``). ``per-tensor`` avoids that
-by starting each tensor's array at the same offset within a page as the tensor has in the
-file (an array cut from a page-aligned allocation ``offset % 4096`` bytes in), so its middle
-goes straight to memory too; it still pays one call, two unaligned edges (one block each,
-bounced) and a drained queue per tensor. ``whole`` is one stream of aligned 1 MiB requests
-with ``depth`` in flight from the first byte to the last: the fastest, and the arrays are
-views of one buffer (keep a tensor and you keep the whole buffer; copy it out to free the
-rest). ``per-tensor`` suits loading a subset of the tensors.
+Switching a program from safetensors is the import line::
+
+    from safetensors.numpy import load_file        # before
+    from pagewise.safetensors import load_file     # after: same call, same dict of arrays
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy as np
 
 import pagewise
+import pagewise.safetensors as pw_safetensors
 
 try:
     import safetensors.numpy
 except ImportError:  # pragma: no cover - said to the user
     sys.exit("this example needs the safetensors package: pip install safetensors")
 
-# safetensors dtype names -> numpy (little-endian, as the format stores them). BF16 and the
-# F8 types have no numpy dtype: a file with them is refused with their name.
-DTYPES = {
-    "BOOL": np.dtype("?"),
-    "U8": np.dtype("u1"),
-    "I8": np.dtype("i1"),
-    "U16": np.dtype("<u2"),
-    "I16": np.dtype("<i2"),
-    "F16": np.dtype("<f2"),
-    "U32": np.dtype("<u4"),
-    "I32": np.dtype("<i4"),
-    "F32": np.dtype("<f4"),
-    "U64": np.dtype("<u8"),
-    "I64": np.dtype("<i8"),
-    "F64": np.dtype("<f8"),
-}
 MIB = 1 << 20
-MAX_HEADER = 100 * MIB  # what the safetensors library itself accepts
 
 
 # --- the file -------------------------------------------------------------------------------
@@ -110,79 +84,14 @@ def make_file(path: str, size_mb: int) -> Dict[str, np.ndarray]:
     return tensors
 
 
-def parse_header(head: bytes, file_size: int) -> Tuple[Dict[str, Any], Dict[str, str], int]:
-    """The safetensors header: 8 bytes little-endian N, then N bytes of JSON mapping each
-    tensor's name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets relative
-    to the data, which starts at 8 + N), and an optional ``__metadata__`` of strings.
-    Returns (tensors, metadata, data_start); checks every entry against the file's size."""
-    if len(head) < 8:
-        raise ValueError("not a safetensors file: shorter than 8 bytes")
-    n = int.from_bytes(head[:8], "little")
-    if n > MAX_HEADER or 8 + n > file_size:
-        raise ValueError(f"not a safetensors file: header length {n} in a file of {file_size} bytes")
-    if len(head) < 8 + n:
-        raise ValueError("header not read in full")
-    doc = json.loads(head[8 : 8 + n])
-    metadata = doc.pop("__metadata__", None) or {}
-    start = 8 + n
-    for name, t in doc.items():
-        if t["dtype"] not in DTYPES:
-            raise ValueError(f"{name}: dtype {t['dtype']} has no numpy equivalent")
-        begin, end = t["data_offsets"]
-        count = int(np.prod(t["shape"], dtype=np.int64))
-        if not 0 <= begin <= end <= file_size - start or end - begin != count * DTYPES[t["dtype"]].itemsize:
-            raise ValueError(f"{name}: data_offsets {t['data_offsets']} do not fit {t['dtype']}{t['shape']}")
-    return doc, metadata, start
-
-
-# --- the loads ------------------------------------------------------------------------------
-
-
-def load_whole(path: str, depth: int) -> Dict[str, np.ndarray]:
-    """One read_into of the whole file into one page-aligned buffer; tensors are views."""
-    size = os.stat(path).st_size
-    buf = pagewise.empty(size)
-    got = pagewise.read_into(path, buf, 0, depth=depth)
-    if got != size:
-        raise OSError(f"{path}: read {got} of {size} bytes (the file changed?)")
-    n = int.from_bytes(buf[:8].tobytes(), "little")
-    header, _, start = parse_header(buf[: 8 + min(n, size - 8)].tobytes(), size)
-    return {
-        name: buf[start + t["data_offsets"][0] : start + t["data_offsets"][1]].view(DTYPES[t["dtype"]]).reshape(t["shape"])
-        for name, t in header.items()
-    }
-
-
-def read_header(path: str) -> Tuple[Dict[str, Any], Dict[str, str], int]:
-    """The header, read with two small read_into calls (the length, then the JSON): O_DIRECT
-    through a one-block bounce buffer, so not even the header's page stays cached."""
-    size = os.stat(path).st_size
-    n8 = pagewise.empty(8)
-    pagewise.read_into(path, n8, 0)
-    n = min(int.from_bytes(n8.tobytes(), "little"), max(size - 8, 0))
-    head = pagewise.empty(8 + n)
-    pagewise.read_into(path, head, 0)
-    return parse_header(head.tobytes(), size)
-
-
 def load_per_tensor(path: str, depth: int) -> Dict[str, np.ndarray]:
-    """The header (two small reads), then one read_into per tensor into its own array, cut
-    from a page-aligned allocation at the tensor's offset within a page (so that O_DIRECT
-    goes straight into it)."""
-    header, _, start = read_header(path)
-    page = pagewise.page_size()
-    out = {}
-    for name, t in header.items():
-        begin, end = start + t["data_offsets"][0], start + t["data_offsets"][1]
-        lead = begin % page
-        raw = pagewise.empty(lead + end - begin)
-        body = raw[lead:]
-        if end > begin:
-            got = pagewise.read_into(path, body, begin, depth=depth)
-            if got != end - begin:
-                raise OSError(f"{path}: read {got} of {end - begin} bytes of {name}")
-        out[name] = body.view(DTYPES[t["dtype"]]).reshape(t["shape"])
-    return out
+    """Every tensor in an array of its own, read with one scatter read."""
+    return pw_safetensors.load_file(path, depth=depth)
+
+
+def load_zero_copy(path: str, depth: int) -> Dict[str, np.ndarray]:
+    """The file read whole into one buffer; tensors are views of it."""
+    return pw_safetensors.load_file(path, zero_copy=True, depth=depth)
 
 
 def load_safetensors(path: str, depth: int) -> Dict[str, np.ndarray]:
@@ -254,7 +163,7 @@ def main() -> int:
     )
     ap.add_argument("--size-mb", type=int, default=48, help="about how large a sample to make (default 48)")
     ap.add_argument("--runs", type=int, default=3, help="cold runs of each load; the median is shown (default 3)")
-    ap.add_argument("--depth", type=int, default=16, help="read_into's requests in flight (default 16)")
+    ap.add_argument("--depth", type=int, default=32, help="requests in flight (default 32)")
     a = ap.parse_args()
     if a.path is not None and a.make is not None:
         ap.error("give a PATH to load or --make PATH for a sample, not both")
@@ -276,10 +185,10 @@ def main() -> int:
                 print(f"{path}: exists; --make only makes a new file (give it as PATH to load it)", file=sys.stderr)
                 return 2
         size = os.stat(path).st_size
-        header, metadata, start = read_header(path)
-        print(f"{path}: {size / MIB:.1f} MiB, {len(header)} tensors, data from byte {start}, metadata {metadata}")
+        with pw_safetensors.safe_open(path) as f:
+            print(f"{path}: {size / MIB:.1f} MiB, {len(f.keys())} tensors, metadata {f.metadata()}")
 
-        loads = [("whole", load_whole), ("per-tensor", load_per_tensor), ("load_file", load_safetensors)]
+        loads = [("per-tensor", load_per_tensor), ("zero-copy", load_zero_copy), ("load_file", load_safetensors)]
         results = {}
         for name, fn in loads:
             results[name] = timed(path, fn, a.depth, a.runs)
@@ -288,7 +197,7 @@ def main() -> int:
         if written is not None and same(reference, written):
             print(f"load_file differs from what was written: {same(reference, written)}")
             failed = True
-        for name in ("whole", "per-tensor"):
+        for name in ("per-tensor", "zero-copy"):
             bad = same(results[name][1], reference)
             if bad:
                 print(f"{name}: tensors differ from load_file's: {bad}")
@@ -300,8 +209,8 @@ def main() -> int:
         print(f"\ncold load, median of {a.runs} (file evicted and checked cold before each run):")
         print(f"{'method':<34}{'time':>10}{'MB/s':>10}{'vs load_file':>14}")
         labels = {
-            "whole": "pagewise.read_into, whole file",
-            "per-tensor": "pagewise.read_into, per tensor",
+            "per-tensor": "pagewise.safetensors, per tensor",
+            "zero-copy": "pagewise.safetensors, zero_copy",
             "load_file": "safetensors.numpy.load_file",
         }
         for name, _ in loads:

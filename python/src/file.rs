@@ -338,10 +338,7 @@ impl DirectFile {
         let path = &self.path;
         if len < read::PARALLEL_MIN && progress.is_none() {
             // Small: on this thread without the GIL (no worker to start).
-            let ctl = wait::Control {
-                cancel: Default::default(),
-                progress: Default::default(),
-            };
+            let ctl = wait::Control::default();
             let out = self.with(py, move |f| {
                 read::read_into(f, path, buf, offset, depth, parallel, &ctl)
             })?;

@@ -11,7 +11,7 @@
 use crate::{errors, file, read, wait};
 use pagewise_core::dio::{self, CachePolicy, OpenMode};
 use pagewise_core::sys::{self, AlignedBuf};
-use pagewise_core::{Op, Progress};
+use pagewise_core::Op;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -19,7 +19,6 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -139,10 +138,7 @@ impl Shared {
 /// page-aligned `scratch` (grown as needed, never given up: allocating and zeroing memory per
 /// file cost more than reading it), then copied out at its size.
 fn read_whole(mut f: dio::DirectFile, path: &Path, scratch: &mut Option<AlignedBuf>) -> Got {
-    let ctl = wait::Control {
-        cancel: AtomicBool::new(false),
-        progress: Progress::default(),
-    };
+    let ctl = wait::Control::default();
     let size = match f.len() {
         Ok(s) => s,
         Err(e) => return Got::Io(e),

@@ -23,6 +23,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// What the worker hands the verb: the cancellation flag and the progress counters an
 /// observer reports to.
+#[derive(Default)]
 pub struct Control {
     /// Set when the caller was interrupted (or its progress callback raised).
     pub cancel: AtomicBool,
@@ -70,10 +71,7 @@ where
     F: FnOnce(&Control) -> T + Send,
     T: Send,
 {
-    let control = Control {
-        cancel: AtomicBool::new(false),
-        progress: Progress::default(),
-    };
+    let control = Control::default();
     py.detach(|| verb(&control))
 }
 
@@ -104,10 +102,7 @@ where
     F: FnOnce(&Control) -> T + Send,
     T: Send,
 {
-    let control = Control {
-        cancel: AtomicBool::new(false),
-        progress: Progress::default(),
-    };
+    let control = Control::default();
     let done = Done::default();
     let mut raised: Option<PyErr> = None;
     let result = std::thread::scope(|s| {
