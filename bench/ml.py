@@ -307,7 +307,9 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--only", default="single,sharded,stream,dataset", help="tables to measure, comma-separated")
     a = ap.parse_args()
+    only = set(a.only.split(","))
     ck = gen_checkpoint(a.dir, a.st_mb, a.shards)
     lst = gen_dataset(a.dir, a.files)
     size = os.stat(ck["single"]).st_size
@@ -319,23 +321,25 @@ def main() -> None:
 
     single = ["safetensors", "fromfile", "pagewise", "pagewise-zero-copy", "pagewise-torch", "runai", "fastsafetensors"]
     single = [n for n in single if n not in missing]
-    res = measure(single, ck["single"], ck["single"], a.runs)
-    print(table(f"One {size / MIB:.0f} MiB file into memory (numpy; torch where named)", res, "safetensors", size))
-    out["single"] = res
-
-    sharded = measure(["safetensors-sharded", "pagewise"], ck["index"], os.path.dirname(ck["index"]), a.runs)
-    print(table(f"The same tensors in {a.shards} shards, through the index", sharded, "safetensors-sharded", size))
-    out["sharded"] = sharded
-
-    streamed = measure(["safetensors-safe_open", "pagewise-stream"], ck["index"], os.path.dirname(ck["index"]), a.runs)
-    print(table("Tensor by tensor, each dropped once used (memory bounded)", streamed, "safetensors-safe_open", size))
-    out["stream"] = streamed
-
-    ds_root = os.path.join(a.dir, "dataset")
-    ds_bytes = sum(e.stat().st_size for d in os.scandir(ds_root) for e in os.scandir(d.path))
-    ds = measure(["ds-plain", "ds-pool8", "ds-pagewise.read", "ds-prefetch"], lst, ds_root, a.runs)
-    print(table(f"A data-set epoch: {a.files} files of 4-64 KiB ({ds_bytes / MIB:.0f} MiB), shuffled", ds, "ds-pool8", 0))
-    out["dataset"] = ds
+    if "single" in only:
+        res = measure(single, ck["single"], ck["single"], a.runs)
+        print(table(f"One {size / MIB:.0f} MiB file into memory (numpy; torch where named)", res, "safetensors", size))
+        out["single"] = res
+    if "sharded" in only:
+        sharded = measure(["safetensors-sharded", "pagewise"], ck["index"], os.path.dirname(ck["index"]), a.runs)
+        print(table(f"The same tensors in {a.shards} shards, through the index", sharded, "safetensors-sharded", size))
+        out["sharded"] = sharded
+    if "stream" in only:
+        streamed = measure(["safetensors-safe_open", "pagewise-stream"], ck["index"], os.path.dirname(ck["index"]), a.runs)
+        print(table("Tensor by tensor, each dropped once used (memory bounded)", streamed, "safetensors-safe_open", size))
+        out["stream"] = streamed
+    if "dataset" in only:
+        ds_root = os.path.join(a.dir, "dataset")
+        ds_bytes = sum(e.stat().st_size for d in os.scandir(ds_root) for e in os.scandir(d.path))
+        ds = measure(["ds-plain", "ds-pool8", "ds-pagewise.read", "ds-prefetch"], lst, ds_root, a.runs)
+        title = f"A data-set epoch: {a.files} files of 4-64 KiB ({ds_bytes / MIB:.0f} MiB), shuffled"
+        print(table(title, ds, "ds-pool8", 0))
+        out["dataset"] = ds
     with open(a.json, "w") as f:
         json.dump(out, f, indent=1)
 

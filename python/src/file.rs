@@ -136,9 +136,30 @@ pub fn read_file<'py>(
     progress: Option<Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyBytes>, Option<String>)> {
     let depth = depth_of(depth)?;
-    let (path, mut file) = open_for_reading(py, path, cache)?;
-    let fm = &mut file; // (a `&mut`: the file is Send, not Sync)
-    let size = py.detach(move || fm.len()).map_err(|e| io_err(py, e))?;
+    let path = convert::path(path);
+    let policy: CachePolicy = cache.parse().map_err(|e| errors::to_py(py, e))?;
+    // Opened, sized and — small, nobody asking for progress — read and closed in one stretch
+    // without the GIL: one request into page-aligned memory, then into the bytes object.
+    let mut scratch = None;
+    let small_ok = progress.is_none();
+    let first = py.detach(|| -> Result<First, PyErrLater> {
+        let mut file = dio::DirectFile::open(&path, OpenMode::read(), policy)?;
+        let size = file.len()?;
+        if size == 0 || size > read::PARALLEL_MIN as u64 || !small_ok {
+            return Ok(First::Open(Box::new(file), size));
+        }
+        let n = read::read_small(&mut file, &path, size, &mut scratch)?.len();
+        let notice = file.notice().map(str::to_string);
+        file.close()?;
+        Ok(First::Read(n, notice))
+    });
+    let (mut file, size) = match first.map_err(|e| e.into_py(py))? {
+        First::Read(n, notice) => {
+            let data = PyBytes::new(py, scratch.as_ref().map_or(&[][..], |b| &b[..n]));
+            return Ok((data, notice));
+        }
+        First::Open(file, size) => (*file, size),
+    };
     if size == 0 {
         // Empty, or a file whose size says nothing (procfs, sysfs): read to its end.
         let (f, p) = (&mut file, &path);
@@ -149,18 +170,6 @@ pub fn read_file<'py>(
         let notice = file.notice().map(str::to_string);
         py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
         return Ok((PyBytes::new(py, &data), notice));
-    }
-    if size <= read::PARALLEL_MIN as u64 && progress.is_none() {
-        // Small: one request into page-aligned memory, then into the bytes object.
-        let (f, p) = (&mut file, &path);
-        let mut scratch = None;
-        let n = py
-            .detach(|| read::read_small(f, p, size, &mut scratch).map(<[u8]>::len))
-            .map_err(|e| io_err(py, e))?;
-        let data = PyBytes::new(py, scratch.as_ref().map_or(&[][..], |b| &b[..n]));
-        let notice = file.notice().map(str::to_string);
-        py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
-        return Ok((data, notice));
     }
     let data = bytes_filled(py, size, |b| {
         let f = &mut file;
@@ -174,6 +183,40 @@ pub fn read_file<'py>(
     let notice = file.notice().map(str::to_string);
     py.detach(|| file.close()).map_err(|e| io_err(py, e))?;
     Ok((data, notice))
+}
+
+/// What `read_file` did without the GIL: read a small file whole (bytes in the scratch
+/// memory, the fallback notice), or opened a file to read otherwise (and its size).
+enum First {
+    Read(usize, Option<String>),
+    Open(Box<dio::DirectFile>, u64),
+}
+
+/// An error met without the GIL, made a Python exception once it is held again.
+pub enum PyErrLater {
+    Open(pagewise_core::Error),
+    Io(std::io::Error),
+}
+
+impl From<pagewise_core::Error> for PyErrLater {
+    fn from(e: pagewise_core::Error) -> Self {
+        PyErrLater::Open(e)
+    }
+}
+
+impl From<std::io::Error> for PyErrLater {
+    fn from(e: std::io::Error) -> Self {
+        PyErrLater::Io(e)
+    }
+}
+
+impl PyErrLater {
+    pub fn into_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            PyErrLater::Open(e) => errors::to_py(py, e),
+            PyErrLater::Io(e) => io_err(py, e),
+        }
+    }
 }
 
 /// Reads ranges of the file at `path` (bytes) into memory: `ranges` is `(offset, address,

@@ -8,7 +8,8 @@
 //! `DirectFile` (O_DIRECT, else its fallbacks, which drop what they brought in) into memory of
 //! its own, kept until the caller takes it: memory is bounded by the window's files.
 
-use crate::{errors, file, read, wait};
+use crate::file::PyErrLater;
+use crate::{read, wait};
 use pagewise_core::dio::{self, CachePolicy, OpenMode};
 use pagewise_core::sys::{self, AlignedBuf};
 use pagewise_core::Op;
@@ -31,12 +32,7 @@ pub const MAX_AHEAD: usize = 4096;
 const UNSIZED_LIMIT: u64 = 64 << 20;
 
 /// A file read, or why not.
-enum Got {
-    /// The file's bytes.
-    Data(Vec<u8>),
-    Open(pagewise_core::Error),
-    Io(io::Error),
-}
+type Got = Result<Vec<u8>, PyErrLater>;
 
 #[derive(Default)]
 struct State {
@@ -97,7 +93,7 @@ impl Shared {
                 drop(st);
                 let got = match f {
                     Ok(f) => read_whole(f, &self.paths[i], &mut scratch),
-                    Err(e) => Got::Open(e),
+                    Err(e) => Err(e.into()),
                 };
                 st = self.lock();
                 st.done.insert(i, got);
@@ -139,19 +135,15 @@ impl Shared {
 /// file cost more than reading it), then copied out at its size.
 fn read_whole(mut f: dio::DirectFile, path: &Path, scratch: &mut Option<AlignedBuf>) -> Got {
     let ctl = wait::Control::default();
-    let size = match f.len() {
-        Ok(s) => s,
-        Err(e) => return Got::Io(e),
-    };
+    let size = f.len()?;
     let got = if size == 0 {
         read::read_to_end(&mut f, path, 0, UNSIZED_LIMIT, &ctl)
     } else {
         read_sized(&mut f, path, size, scratch, &ctl)
     };
-    match (got, f.close()) {
-        (Ok(g), Ok(())) => Got::Data(g),
-        (Err(e), _) | (Ok(_), Err(e)) => Got::Io(e),
-    }
+    let data = got?;
+    f.close()?;
+    Ok(data)
 }
 
 /// A file of `size` bytes (it may have shrunk or grown since: what a read gives up to `size`).
@@ -271,9 +263,8 @@ impl Prefetch {
             }
         };
         match got {
-            Got::Data(v) => Ok(Some(PyBytes::new(py, &v))),
-            Got::Open(e) => Err(errors::to_py(py, e)),
-            Got::Io(e) => Err(file::io_err(py, e)),
+            Ok(v) => Ok(Some(PyBytes::new(py, &v))),
+            Err(e) => Err(e.into_py(py)),
         }
     }
 

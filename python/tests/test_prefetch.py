@@ -46,7 +46,7 @@ def test_prefetch_gives_every_file_in_the_callers_order_and_leaves_nothing_cache
     for p, data in got:
         assert data == files[p], p
     assert cached(scratch) == 0, "an epoch through prefetch leaves nothing cached"
-    assert threads() == before, "the workers ended with the iteration"
+    assert threads() <= before, "the workers ended with the iteration"
 
 
 def test_prefetch_raises_a_missing_files_error_at_its_turn(scratch: Path) -> None:
@@ -69,7 +69,7 @@ def test_leaving_a_prefetch_early_stops_its_threads(scratch: Path) -> None:
     next(it)
     assert threads() > before
     it.close()
-    assert threads() == before
+    assert threads() <= before
 
 
 def test_prefetch_refuses_bad_arguments(scratch: Path) -> None:

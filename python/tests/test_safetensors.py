@@ -178,6 +178,32 @@ def test_torch_is_optional_and_named_when_missing(scratch: Path) -> None:
             load_file(p, framework="torch")
         return
     assert load_file(p, framework="torch")["x"].tolist() == [0, 1, 2]
+    # torch installed (by hand: never in CI): every dtype torch has, against safetensors.torch.
+    import safetensors.torch
+
+    g = torch.Generator().manual_seed(3)
+    ref = {
+        name: torch.randn(37, 5, generator=g).to(dt)
+        for name, dt in {
+            "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+            "i64": torch.int64, "i32": torch.int32, "i16": torch.int16, "i8": torch.int8,
+            "u8": torch.uint8, "b": torch.bool,
+            "e4m3": getattr(torch, "float8_e4m3fn", torch.float32),
+            "e5m2": getattr(torch, "float8_e5m2", torch.float32),
+        }.items()
+    }
+    t = scratch / "t.safetensors"
+    safetensors.torch.save_file(ref, str(t))
+    os.sync()
+    want = {k: v.clone() for k, v in safetensors.torch.load_file(str(t)).items()}  # (its mapping goes)
+    cold(t)
+    for zero_copy in (False, True):
+        got = load_file(t, framework="torch", zero_copy=zero_copy)
+        assert got.keys() == want.keys()
+        for k in want:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
+            assert torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8)), k
+    assert cached(t) == 0
 
 
 def test_bad_headers_are_refused_by_name(scratch: Path) -> None:
