@@ -32,9 +32,11 @@ Scrapes never wait for a walk: trees are measured in the background every --inte
 scrape serves the latest snapshot (pagewise_snapshot_age_seconds says how old). /metrics
 answers in OpenMetrics when the Accept header asks for it (Prometheus does), else in the
 Prometheus text format. Metrics: pagewise_path_* {path}, pagewise_file_* {path,file} (--top),
-pagewise_cgroup_* {cgroup,hierarchy,depth,leaf[,runtime,container,pod_uid,unit]},
+pagewise_cgroup_* {id,hierarchy[,namespace,pod,container,runtime,container_id,pod_uid,unit]}
+(id: the cgroup's path; namespace, pod, container: Kubernetes' names, from --kubelet-logs;
+containers' and pods' cgroups at any depth, others down to --cgroup-depth),
 pagewise_memory_* (machine; only with --memory-metrics: node exporter has them),
-pagewise_cgroup_{added,dirtied,evicted}_bytes_total {cgroup[,runtime,...]} (--cgroup-rates:
+pagewise_cgroup_{added,dirtied,evicted}_bytes_total {id[,namespace,...]} (--cgroup-rates:
 what each cgroup's processes did to the page cache, from the kernel's tracepoints; root),
 pagewise_build_info{version,commit}, process_* and the exporter's own. cgroup figures
 include their descendants': sum(pagewise_cgroup_file_self_bytes), not
@@ -67,10 +69,12 @@ Config file (--config): one setting a line, '#' comments; command-line flags add
   memory-metrics
   cgroup-rates
   web-config /etc/pagewise/web.yml
+  kubelet-logs /var/log
+  rootfs /host
 
 Exit codes: 0 success, 1 fatal error (bad configuration, address in use, textfile not written),
-2 (--once, --textfile) some files, paths or cgroups could not be measured (metrics written;
-errors on stderr).";
+2 (--once, --textfile) some files, paths or cgroups could not be measured (metrics written,
+without a figure for what could not be measured; why on stderr).";
 
 #[derive(Args, Debug, Default)]
 pub struct ExporterArgs {
@@ -125,6 +129,14 @@ pub struct ExporterArgs {
     /// Worker threads of a refresh [default: number of CPUs]
     #[arg(short = 'j', long, value_name = "N")]
     pub threads: Option<usize>,
+    /// Where the kubelet's logs are: its containers/ and pods/ name each pod's and container's
+    /// cgroup (namespace, pod, container labels) [default: /var/log]
+    #[arg(long, value_name = "DIR")]
+    pub kubelet_logs: Option<PathBuf>,
+    /// The host's root as this process sees it (a container that mounts it at /host):
+    /// --path and --kubelet-logs are read beneath it and labelled as given [default: /]
+    #[arg(long, value_name = "DIR")]
+    pub rootfs: Option<PathBuf>,
 }
 
 /// The settings of a run: the config file's, then the command line's on top.
@@ -142,6 +154,8 @@ struct Settings {
     memory_metrics: bool,
     cgroup_rates: bool,
     web_config: Option<PathBuf>,
+    kubelet_logs: Option<PathBuf>,
+    rootfs: Option<PathBuf>,
 }
 
 /// Parses a config file's text (`name` for messages).
@@ -180,6 +194,8 @@ fn parse_config(text: &str, name: &str) -> Result<Settings, CliError> {
             "memory-metrics" => s.memory_metrics = true,
             "cgroup-rates" => s.cgroup_rates = true,
             "web-config" => s.web_config = Some(PathBuf::from(need()?)),
+            "kubelet-logs" => s.kubelet_logs = Some(PathBuf::from(need()?)),
+            "rootfs" => s.rootfs = Some(PathBuf::from(need()?)),
             other => return Err(bad(format!("unknown setting {other}"))),
         }
     }
@@ -217,6 +233,12 @@ fn settings(a: &ExporterArgs) -> Result<Settings, CliError> {
     if a.web_config.is_some() {
         s.web_config.clone_from(&a.web_config);
     }
+    if a.kubelet_logs.is_some() {
+        s.kubelet_logs.clone_from(&a.kubelet_logs);
+    }
+    if a.rootfs.is_some() {
+        s.rootfs.clone_from(&a.rootfs);
+    }
     Ok(s)
 }
 
@@ -237,6 +259,8 @@ fn options(s: &Settings, threads: Option<usize>) -> ExporterOptions {
         cgroup_exclude: s.cgroup_exclude.clone(),
         memory: s.memory_metrics,
         cgroup_rates: s.cgroup_rates,
+        kubelet_logs: s.kubelet_logs.clone().or(d.kubelet_logs),
+        rootfs: s.rootfs.clone(),
         build: BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             commit: env!("PAGEWISE_COMMIT").to_string(),
@@ -381,8 +405,10 @@ fn write_once(a: &ExporterArgs, opts: &ExporterOptions) -> Result<ExitCode, CliE
     }
     drop(lock);
     log_problems(&snap);
-    log_unmeasured(&snap.unmeasured());
-    Ok(ExitCode::from_errors(snap.errors))
+    let unmeasured = snap.unmeasured();
+    log_unmeasured(&unmeasured);
+    // A figure left out is a promise not kept, as an error is.
+    Ok(ExitCode::from_errors(snap.errors + unmeasured.len() as u64))
 }
 
 /// `pagewise exporter`.
@@ -582,6 +608,8 @@ mod tests {
             Just("memory-metrics".to_string()),
             Just("cgroup-rates".to_string()),
             Just("web-config".to_string()),
+            Just("kubelet-logs".to_string()),
+            Just("rootfs".to_string()),
             "[a-z-]{0,12}",
         ];
         let value = prop_oneof![
@@ -624,6 +652,8 @@ mod tests {
             Just("--once".to_string()),
             Just("--cgroup-include".to_string()),
             Just("--cgroup-exclude".to_string()),
+            Just("--kubelet-logs".to_string()),
+            Just("--rootfs".to_string()),
             "-{0,2}[a-z-]{0,10}",
         ];
         let arg = prop_oneof![

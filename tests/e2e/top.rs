@@ -252,7 +252,7 @@ fn exporter_counts_each_cgroups_added_bytes() {
         get().unwrap_or_default()
     };
     let series = format!(
-        "pagewise_cgroup_added_bytes_total{{cgroup=\"{}\"}} ",
+        "pagewise_cgroup_added_bytes_total{{id=\"{}\"}} ",
         cg.shown()
     );
     let value = |text: &str| -> Option<u64> {

@@ -6,6 +6,7 @@
 //! Servers listen on 127.0.0.1 only, on ports free at test time; they are killed by PID (a Drop
 //! guard) also when a test fails; Prometheus keeps its data in a temp dir.
 
+mod kube;
 mod ops;
 
 use crate::common::*;

@@ -11,6 +11,7 @@
 //! Everything here reads and writes cgroupfs files with ordinary `read`/`write`: no `unsafe`.
 
 pub mod container;
+pub mod kube;
 mod mounts;
 mod rank;
 pub(crate) use mounts::{cgroup_inodes, mount_of};

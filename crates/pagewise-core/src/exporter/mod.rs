@@ -48,7 +48,9 @@ pub struct ExporterOptions {
     pub cgroups: bool,
     /// The cgroup tree's root (default: the memory hierarchy's root).
     pub cgroup_root: Option<PathBuf>,
-    /// Levels of cgroups below the root (default 2).
+    /// Levels of cgroups below the root (default 2); the cgroups of containers and Kubernetes
+    /// pods are reported at any depth (one per container or pod: bounded by what the node
+    /// runs).
     pub cgroup_depth: usize,
     /// How paths are walked (default: [`WalkOptions::default`]).
     pub walk: WalkOptions,
@@ -70,6 +72,14 @@ pub struct ExporterOptions {
     /// see [`rates`]): root, or CAP_PERFMON with tracefs. Only a running exporter
     /// ([`Exporter::new`]); default false.
     pub cgroup_rates: bool,
+    /// Where the kubelet's logs are (`/var/log`: its `containers/` and `pods/` name every
+    /// container and pod, [`crate::cgroup::kube`]): cgroups of pods and containers get
+    /// `namespace`, `pod` and `container` labels. None, or a directory without them: no names.
+    pub kubelet_logs: Option<PathBuf>,
+    /// The host's root as this process sees it (`/host` in a container that mounts it there;
+    /// default: `/`): configured paths and `kubelet_logs` are read beneath it and labelled as
+    /// given.
+    pub rootfs: Option<PathBuf>,
 }
 
 /// The version and commit `pagewise_build_info` carries.
@@ -120,11 +130,21 @@ impl Default for ExporterOptions {
             memory: false,
             build: BuildInfo::default(),
             cgroup_rates: false,
+            kubelet_logs: Some(PathBuf::from("/var/log")),
+            rootfs: None,
         }
     }
 }
 
 impl ExporterOptions {
+    /// `p` (absolute, as configured) beneath [`ExporterOptions::rootfs`].
+    pub fn on_host(&self, p: &std::path::Path) -> PathBuf {
+        match &self.rootfs {
+            Some(r) => r.join(p.strip_prefix("/").unwrap_or(p)),
+            None => p.to_path_buf(),
+        }
+    }
+
     /// Checks the options: a valid walk over the paths, an interval of at least 100 ms, regexes
     /// that compile (within 1 MiB).
     pub fn validate(&self) -> Result<(), crate::Error> {
@@ -210,6 +230,7 @@ impl Exporter {
             errors: 0,
             problems: Vec::new(),
             rates: None,
+            kube: Default::default(),
         };
         let rates = match options.cgroup_rates {
             true => Some(

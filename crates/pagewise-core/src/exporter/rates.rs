@@ -6,7 +6,7 @@
 //!
 //! The sampler runs for the exporter's life and is drained at each refresh. At most
 //! [`MAX_GROUPS`] cgroups are kept; the traffic of others (and of events the sampler could
-//! not put in a group) is counted under `cgroup="other"`. Counts are cumulative since the
+//! not put in a group) is counted under `id="other"`. Counts are cumulative since the
 //! exporter started; a restart is a counter reset, as Prometheus expects.
 
 use super::CgroupFilter;
@@ -18,7 +18,7 @@ use std::sync::Mutex;
 /// Cgroups kept with their own series.
 pub const MAX_GROUPS: usize = 4096;
 
-/// The `cgroup` label of traffic not put in a group of its own.
+/// The `id` label of traffic not put in a group of its own.
 pub const OTHER: &str = "other";
 
 /// One cgroup's traffic since the exporter started.

@@ -11,6 +11,8 @@
 use super::metrics::{Format, Kind, Writer};
 use super::process::ProcessSnapshot;
 use super::{BuildInfo, CgroupEntry, Health, PathSnapshot, Snapshot};
+use crate::cgroup::container::Owner;
+use crate::cgroup::kube::KubeNames;
 use crate::cgroup::{CgroupStat, Hierarchy};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
@@ -99,8 +101,8 @@ fn render_paths(w: &mut Writer, snap: &Snapshot) {
         ),
         (
             "pagewise_path_cached_bytes",
-            "Bytes of the path's files in the page cache (cachestat), of the files whose residency could be measured; no sample when none could be (see pagewise_path_unknown_files).",
-            |p| p.totals.percent().map(|_| p.totals.cached_bytes),
+            "Bytes of the path's files in the page cache (cachestat); no sample when the residency of any of its files could not be measured (pagewise_path_unknown_files > 0: never a figure that leaves them out).",
+            |p| (p.totals.unknown_files == 0).then_some(p.totals.cached_bytes),
         ),
         (
             "pagewise_path_dirty_bytes",
@@ -190,22 +192,34 @@ fn render_top_files(w: &mut Writer, snap: &Snapshot) {
     }
 }
 
-/// A cgroup's labels: its path, hierarchy, depth, leaf, and its owner's where known.
-fn cgroup_labels(e: &CgroupEntry, h: &'static str) -> Vec<(&'static str, String)> {
-    let mut l = vec![
-        ("cgroup", cgroup_text(&e.stat)),
-        ("hierarchy", h.to_string()),
-        ("depth", e.stat.depth.to_string()),
-        ("leaf", e.leaf.to_string()),
-    ];
-    let o = &e.owner;
+/// A cgroup's labels, as cAdvisor names them where it has the same: `id` (the cgroup's path),
+/// `namespace`, `pod`, `container` (the Kubernetes names, from the kubelet's logs), and
+/// `runtime`, `container_id`, `pod_uid`, `unit` from the path. None changes when the tree
+/// around the cgroup changes shape.
+fn owner_labels(id: &str, o: &Owner, kube: &KubeNames) -> Vec<(&'static str, String)> {
+    let k = kube.labels(o);
     let known = [
+        ("namespace", k.namespace.map(str::to_string)),
+        ("pod", k.pod.map(str::to_string)),
+        ("container", k.container.map(str::to_string)),
         ("runtime", o.runtime.map(str::to_string)),
-        ("container", o.container.clone()),
+        ("container_id", o.container.clone()),
         ("pod_uid", o.pod_uid.clone()),
         ("unit", o.unit.clone()),
     ];
+    let mut l = vec![("id", id.to_string())];
     l.extend(known.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    l
+}
+
+/// A listed cgroup's labels: [`owner_labels`] and its hierarchy.
+fn cgroup_labels(
+    e: &CgroupEntry,
+    h: &'static str,
+    kube: &KubeNames,
+) -> Vec<(&'static str, String)> {
+    let mut l = owner_labels(&cgroup_text(&e.stat), &e.owner, kube);
+    l.insert(1, ("hierarchy", h.to_string()));
     l
 }
 
@@ -219,8 +233,11 @@ fn render_cgroups(w: &mut Writer, snap: &Snapshot) {
         Some(Hierarchy::V2) => "v2",
         _ => "v1",
     };
-    let labels: Vec<Vec<(&str, String)>> =
-        snap.cgroups.iter().map(|e| cgroup_labels(e, h)).collect();
+    let labels: Vec<Vec<(&str, String)>> = snap
+        .cgroups
+        .iter()
+        .map(|e| cgroup_labels(e, h, &snap.kube))
+        .collect();
     type CgFig = fn(&CgroupEntry) -> Option<u64>;
     let per_cg: [(&str, Kind, &str, CgFig); 9] = [
         ("pagewise_cgroup_file_bytes", Kind::Gauge, "File cache charged to the cgroup, descendants included (memory.stat file / total_cache); sum() double-counts: sum pagewise_cgroup_file_self_bytes instead.", |e| Some(e.stat.cache.file_bytes)),
@@ -262,18 +279,8 @@ fn render_rates(w: &mut Writer, snap: &Snapshot) {
         }
         w.family(name, Kind::Counter, help);
         for (cgroup, t) in &r.groups {
-            let o = &t.owner;
-            let mut l: Vec<(&str, &str)> = vec![("cgroup", cgroup.as_str())];
-            for (k, v) in [
-                ("runtime", o.runtime),
-                ("container", o.container.as_deref()),
-                ("pod_uid", o.pod_uid.as_deref()),
-                ("unit", o.unit.as_deref()),
-            ] {
-                if let Some(v) = v {
-                    l.push((k, v));
-                }
-            }
+            let l = owner_labels(cgroup, &t.owner, &snap.kube);
+            let l: Vec<(&str, &str)> = l.iter().map(|(k, v)| (*k, v.as_str())).collect();
             w.sample(name, &l, f(t) as f64);
         }
     }
@@ -465,6 +472,7 @@ mod tests {
                 dirtied_counted: true,
                 lost_events: 3,
             }),
+            kube: Default::default(),
         }
     }
 
@@ -484,13 +492,13 @@ mod tests {
             "pagewise_path_size_bytes{path=\"/data\"} 8192",
             "pagewise_path_recently_evicted_bytes{path=\"/data\"} 4096",
             "pagewise_file_cached_bytes{path=\"/data\",file=\"/data/a\\\"b\"} 4096",
-            "pagewise_cgroup_file_bytes{cgroup=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",depth=\"1\",leaf=\"true\",runtime=\"docker\",container=\"3f4e5a6b7c8d\"} 1048576",
-            "pagewise_cgroup_file_self_bytes{cgroup=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",depth=\"1\",leaf=\"true\",runtime=\"docker\",container=\"3f4e5a6b7c8d\"} 1048576",
+            "pagewise_cgroup_file_bytes{id=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",runtime=\"docker\",container_id=\"3f4e5a6b7c8d\"} 1048576",
+            "pagewise_cgroup_file_self_bytes{id=\"/system.slice/docker-3f4e5a6b7c8d.scope\",hierarchy=\"v1\",runtime=\"docker\",container_id=\"3f4e5a6b7c8d\"} 1048576",
             "# TYPE pagewise_cgroup_file_refaults_total counter",
             "pagewise_build_info{version=\"1.2.3\",commit=\"0123456789ab\"} 1",
-            "pagewise_cgroup_added_bytes_total{cgroup=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 1048576",
-            "pagewise_cgroup_dirtied_bytes_total{cgroup=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 4096",
-            "pagewise_cgroup_evicted_bytes_total{cgroup=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 8192",
+            "pagewise_cgroup_added_bytes_total{id=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 1048576",
+            "pagewise_cgroup_dirtied_bytes_total{id=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 4096",
+            "pagewise_cgroup_evicted_bytes_total{id=\"/system.slice/nginx.service\",unit=\"nginx.service\"} 8192",
             "pagewise_cgroup_rates_lost_events_total 3",
             "pagewise_memory_cached_bytes 102400",
             "pagewise_memory_file_refaults_total 42",
@@ -539,7 +547,7 @@ mod tests {
         totals.add(8192, &unknown);
         totals.add(8192, &unknown);
         snap.paths[0].totals = totals;
-        snap.paths[0].top[0].residency = unknown;
+        snap.paths[0].top[0].residency = unknown.clone();
         let text = render(
             &snap,
             &Health::default(),
@@ -556,11 +564,38 @@ mod tests {
         }
         assert!(text.contains("\npagewise_path_unknown_files{path=\"/data\"} 2\n"));
         assert!(text.contains("\npagewise_file_size_bytes{"), "{text}");
+        // One file measured (an empty one: 0 cached) beside an unknown one: still no sample —
+        // a 0 that leaves a file out would read as "nothing cached" on a dashboard.
+        let mut partial = Totals::default();
+        partial.add(
+            0,
+            &Residency {
+                bytes: 0,
+                cached: Some(0),
+                ..unknown.clone()
+            },
+        );
+        partial.add(8192, &unknown);
+        let mut snap2 = snap.clone();
+        snap2.paths[0].totals = partial;
+        let text2 = render(
+            &snap2,
+            &Health::default(),
+            &BuildInfo::default(),
+            Mode::Written,
+            Format::Prometheus,
+        );
+        assert!(!text2.contains("\npagewise_path_cached_bytes{"), "{text2}");
+        assert!(
+            text2.contains("\npagewise_path_unknown_files{path=\"/data\"} 1\n"),
+            "{text2}"
+        );
         let notes = snap.unmeasured();
         assert_eq!(notes.len(), 1);
         assert!(
-            notes[0].starts_with("/data: 2 of 2 files: residency unknown (no ")
-                && notes[0].ends_with(crate::residency::UNKNOWN_NOT_WRITABLE),
+            notes[0].starts_with("/data: 2 of 2 files: residency unknown, so no ")
+                && notes[0].contains(crate::residency::UNKNOWN_NOT_WRITABLE)
+                && notes[0].contains("CAP_DAC_OVERRIDE"),
             "{notes:?}"
         );
     }

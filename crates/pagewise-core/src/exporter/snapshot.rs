@@ -8,6 +8,7 @@
 //! groups keep their descendants'), which is what a PromQL `sum()` needs.
 
 use crate::cgroup::container::{self, Owner};
+use crate::cgroup::kube::KubeNames;
 use crate::cgroup::{self, CgroupStat, CgroupsOptions, Hierarchy};
 use crate::stat::{self, FileStat, StatOptions, Totals};
 use crate::verb::FileResult;
@@ -102,6 +103,8 @@ pub struct Snapshot {
     pub problems: Vec<String>,
     /// Each cgroup's page-cache traffic since the exporter started (`cgroup_rates`).
     pub rates: Option<super::rates::RatesSnapshot>,
+    /// The Kubernetes names of this node's pods and containers (empty without Kubernetes).
+    pub kube: std::sync::Arc<KubeNames>,
 }
 
 impl Snapshot {
@@ -115,12 +118,10 @@ impl Snapshot {
             .filter(|p| !p.failed && p.totals.unknown_files > 0)
             .map(|p| {
                 let t = &p.totals;
-                let what = match t.percent() {
-                    None => "no pagewise_path_cached_bytes sample",
-                    Some(_) => "left out of pagewise_path_cached_bytes",
-                };
                 format!(
-                    "{}: {} of {} files: residency unknown ({what}): {}",
+                    "{}: {} of {} files: residency unknown, so no pagewise_path_cached_bytes \
+                     sample for it: {} (run as root, or grant CAP_DAC_OVERRIDE: the kernel \
+                     answers only for files the caller owns or may write)",
                     p.path.display(),
                     t.unknown_files,
                     t.files,
@@ -163,6 +164,10 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
     } else {
         (None, Vec::new())
     };
+    let kube = match &options.kubelet_logs {
+        Some(dir) if options.cgroups => KubeNames::read(&options.on_host(dir)),
+        _ => KubeNames::default(),
+    };
     Snapshot {
         taken_at: Instant::now(),
         taken_at_wall: SystemTime::now(),
@@ -174,6 +179,7 @@ pub fn collect(options: &ExporterOptions) -> Snapshot {
         errors,
         problems,
         rates: None,
+        kube: std::sync::Arc::new(kube),
     }
 }
 
@@ -206,7 +212,7 @@ fn collect_path(
         cancel: None,
     };
     let opts = StatOptions {
-        roots: vec![p.to_path_buf()],
+        roots: vec![options.on_host(p)],
         walk: options.walk.clone(),
         files: top_n > 0,
         ..StatOptions::default()
@@ -222,6 +228,14 @@ fn collect_path(
             let mut top = keep.into_inner().unwrap();
             top.sort_by(cmp_cached);
             top.truncate(top_n);
+            // Files labelled as the configured path names them (not beneath the rootfs).
+            if let Some(root) = &options.rootfs {
+                for f in &mut top {
+                    if let Ok(rel) = f.path.strip_prefix(root) {
+                        f.path = Path::new("/").join(rel);
+                    }
+                }
+            }
             PathSnapshot {
                 path: p.to_path_buf(),
                 totals: r.total,
@@ -240,6 +254,33 @@ fn collect_path(
             }
         }
     }
+}
+
+/// The groups reported: those down to `depth`, and deeper the ones a container or pod owns
+/// (with their ancestors, so the tree stays whole and self figures add up).
+fn listed(groups: Vec<CgroupStat>, depth: usize) -> Vec<CgroupStat> {
+    let owned = |g: &CgroupStat| {
+        let o = container::owner(&g.cgroup);
+        o.container.is_some() || o.pod_uid.is_some()
+    };
+    let deep: Vec<&str> = groups
+        .iter()
+        .filter(|g| g.depth > depth && owned(g))
+        .map(|g| g.cgroup.as_str())
+        .collect();
+    let ancestor_of_deep = |g: &CgroupStat| {
+        let prefix = format!("{}/", g.cgroup.trim_end_matches('/'));
+        deep.iter().any(|d| d.starts_with(&prefix))
+    };
+    let keep: Vec<bool> = groups
+        .iter()
+        .map(|g| g.depth <= depth || owned(g) || ancestor_of_deep(g))
+        .collect();
+    groups
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(g, k)| k.then_some(g))
+        .collect()
 }
 
 /// The listed groups (parents before children) with their place in the tree and self figure,
@@ -266,9 +307,11 @@ fn collect_cgroups(
     errors: &mut u64,
     problems: &mut Vec<String>,
 ) -> (Option<Hierarchy>, Vec<CgroupEntry>) {
+    // The whole tree is walked: containers' and pods' groups are listed at any depth (a
+    // Kubernetes container sits 3 or 4 levels down), others to the configured depth.
     let o = CgroupsOptions {
         root: options.cgroup_root.clone(),
-        max_depth: Some(options.cgroup_depth),
+        max_depth: None,
     };
     match cgroup::cgroups(&o, &()) {
         Ok(r) => {
@@ -278,7 +321,8 @@ fn collect_cgroups(
             }
             // validate() compiled them already.
             let filter = options.cgroup_filter().unwrap_or_default();
-            (Some(r.hierarchy), entries(r.groups, &filter))
+            let groups = listed(r.groups, options.cgroup_depth);
+            (Some(r.hierarchy), entries(groups, &filter))
         }
         Err(e) => {
             // No memory hierarchy mounted is not an error when none was asked for.
