@@ -18,6 +18,7 @@ mod cache_verbs;
 mod cgroups;
 mod cli;
 mod copy;
+mod deploy;
 mod evict;
 mod exporter;
 mod exporter_util;
