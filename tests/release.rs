@@ -438,3 +438,278 @@ fn make_install_puts_the_binary_man_pages_and_completions_where_man_and_shells_l
         fs::read_to_string(dest.join("usr/share/bash-completion/completions/pagewise")).unwrap();
     assert!(bash.contains("complete -F _pagewise"), "{bash}");
 }
+
+/// Directories `runc` will make for `cgroup` (a path below the hierarchies' roots) that do not
+/// exist yet, in every hierarchy mounted under /sys/fs/cgroup (v1 makes the path in each),
+/// deepest last: what to remove afterwards.
+fn cgroup_dirs_to_make(cgroup: &str) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    // The hierarchies: /sys/fs/cgroup itself (v2), or the mounts beneath it (v1, hybrid).
+    let top = Path::new("/sys/fs/cgroup");
+    let dev = fs::metadata(top).map(|m| m.dev()).unwrap_or(0);
+    let mut roots: Vec<PathBuf> = fs::read_dir(top)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| fs::metadata(p).is_ok_and(|m| m.is_dir() && m.dev() != dev))
+                .collect()
+        })
+        .unwrap_or_default();
+    roots.push(top.to_path_buf());
+    let mut out = Vec::new();
+    for r in roots {
+        if !r.join("cgroup.procs").exists() {
+            continue;
+        }
+        let mut p = r.clone();
+        for c in cgroup.trim_start_matches('/').split('/') {
+            p.push(c);
+            if !p.exists() {
+                out.push(p.clone());
+            }
+        }
+    }
+    out
+}
+
+/// A container run by runc, killed and deleted on drop, with the cgroup directories runc made
+/// removed (children first).
+struct Runc {
+    id: String,
+    made: Vec<PathBuf>,
+}
+
+impl Drop for Runc {
+    fn drop(&mut self) {
+        let _ = Command::new("runc")
+            .args(["kill", &self.id, "KILL"])
+            .output();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let _ = Command::new("runc")
+            .args(["delete", "-f", &self.id])
+            .output();
+        for d in self.made.iter().rev() {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
+/// Prometheus's answer to an instant query (curl against its HTTP API on loopback).
+fn prom_query(port: u16, q: &str) -> Vec<serde_json::Value> {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", "--data-urlencode"])
+        .arg(format!("query={q}"))
+        .arg(format!("http://127.0.0.1:{port}/api/v1/query"))
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    doc["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The OCI image: its configuration (user 65534, entrypoint pagewise, labels naming this
+/// version and commit); then run by runc as the DaemonSet runs it — root with CAP_DAC_OVERRIDE
+/// alone, read-only root, the host's root at /host, the host's cgroup tree, the host's PID and
+/// network namespaces — it serves metrics that a real Prometheus scrapes, naming a
+/// kubelet-style container made beneath our own cgroup with the figure of its memory.stat.
+#[test]
+fn the_oci_image_runs_under_runc_as_the_daemonset_runs_it_and_prometheus_scrapes_it() {
+    if skipped() || !common::require_root("runc (containers, cgroups)") {
+        return;
+    }
+    for tool in ["runc", "umoci", "prometheus", "curl"] {
+        if !common::require(common::on_path(tool), &format!("{tool} (./install-deps)")) {
+            return;
+        }
+    }
+    let tar = dist().join(format!("pagewise-{VERSION}-oci.tar"));
+    eprintln!("image: {} KiB", fs::metadata(&tar).unwrap().len() / 1024);
+    let t = tempfile::tempdir().unwrap();
+    let oci = t.path().join("oci");
+    fs::create_dir(&oci).unwrap();
+    sh(Command::new("tar").arg("-C").arg(&oci).arg("-xf").arg(&tar));
+    // The image's configuration, through the layout: index -> manifest -> config.
+    let blob = |digest: &str| -> serde_json::Value {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        serde_json::from_slice(&fs::read(oci.join("blobs/sha256").join(hex)).unwrap()).unwrap()
+    };
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(oci.join("index.json")).unwrap()).unwrap();
+    let manifest = blob(index["manifests"][0]["digest"].as_str().unwrap());
+    let config = blob(manifest["config"]["digest"].as_str().unwrap());
+    let c = &config["config"];
+    assert_eq!(c["User"], "65534:65534", "{config}");
+    assert_eq!(c["Entrypoint"][0], "/usr/bin/pagewise", "{config}");
+    assert_eq!(c["Labels"]["org.opencontainers.image.version"], VERSION);
+    assert_eq!(
+        c["Labels"]["org.opencontainers.image.revision"],
+        head12().as_str()
+    );
+
+    // A kubelet-style container beneath our own memory cgroup that has read 4 MiB.
+    let Some(root) = common::ChildCgroup::new() else {
+        return;
+    };
+    let uid = "0c1d2e3f-4a5b-6c7d-8e9f-0a1b2c3d4e5f";
+    let id = "3f4e5a6b7c8d9e0f3f4e5a6b7c8d9e0f3f4e5a6b7c8d9e0f3f4e5a6b7c8d9e0f";
+    let pods = common::ChildCgroup::under(&root.dir, "kubepods.slice");
+    let pod = common::ChildCgroup::under(
+        &pods.dir,
+        &format!("kubepods-pod{}.slice", uid.replace('-', "_")),
+    );
+    let ctr = common::ChildCgroup::under(&pod.dir, &format!("cri-containerd-{id}.scope"));
+    let logs = t.path().join("log");
+    fs::create_dir_all(logs.join("containers")).unwrap();
+    fs::create_dir_all(logs.join(format!("pods/shop_web-0_{uid}"))).unwrap();
+    fs::write(
+        logs.join(format!("containers/web-0_shop_nginx-{id}.log")),
+        "",
+    )
+    .unwrap();
+    let data = t.path().join("data");
+    common::cold_file(&data, 4 << 20);
+    ctr.read_in(&data);
+
+    let bundle = t.path().join("bundle");
+    let image = format!("{}:{VERSION}", oci.display());
+    sh(Command::new("umoci")
+        .args(["unpack", "--image", &image])
+        .arg(&bundle));
+    let cgroup = format!("{}/pagewise-oci-{}", root.shown(), std::process::id());
+    let made = cgroup_dirs_to_make(&cgroup);
+    let port = free_port();
+    let spec_path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&fs::read(&spec_path).unwrap()).unwrap();
+    let host = |p: &Path| p.display().to_string();
+    spec["process"]["terminal"] = false.into();
+    spec["process"]["user"] = serde_json::json!({"uid": 0, "gid": 0});
+    spec["process"]["args"] = serde_json::json!([
+        "/usr/bin/pagewise",
+        "exporter",
+        "--listen",
+        format!("127.0.0.1:{port}"),
+        "--interval",
+        "1s",
+        "--rootfs",
+        "/host",
+        "--kubelet-logs",
+        host(&logs),
+        "--path",
+        host(&data),
+        "--cgroup",
+        host(&root.dir),
+    ]);
+    let caps = serde_json::json!(["CAP_DAC_OVERRIDE"]);
+    spec["process"]["capabilities"] =
+        serde_json::json!({"bounding": caps, "effective": caps, "permitted": caps});
+    spec["process"]["noNewPrivileges"] = true.into();
+    spec["root"]["readonly"] = true.into();
+    let mounts = spec["mounts"].as_array_mut().unwrap();
+    mounts.retain(|m| m["destination"] != "/sys/fs/cgroup");
+    mounts.push(
+        serde_json::json!({"destination": "/host", "type": "bind", "source": "/",
+        "options": ["rbind", "ro", "rslave"]}),
+    );
+    mounts.push(
+        serde_json::json!({"destination": "/sys/fs/cgroup", "type": "bind",
+        "source": "/sys/fs/cgroup", "options": ["rbind", "ro"]}),
+    );
+    spec["linux"]["namespaces"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|n| n["type"] != "network" && n["type"] != "pid");
+    spec["linux"]["cgroupsPath"] = cgroup.clone().into();
+    fs::write(&spec_path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+
+    let name = format!("pagewise-test-{}", std::process::id());
+    let log = fs::File::create(t.path().join("runc.log")).unwrap();
+    let started = Command::new("runc")
+        .args(["run", "-d", "--bundle"])
+        .arg(&bundle)
+        .arg(&name)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .unwrap();
+    let _container = Runc {
+        id: name.clone(),
+        made,
+    };
+    assert!(
+        started.success(),
+        "runc run: {}",
+        fs::read_to_string(t.path().join("runc.log")).unwrap()
+    );
+    let state: serde_json::Value =
+        serde_json::from_str(&sh(Command::new("runc").args(["state", &name]))).unwrap();
+    let pid = state["pid"].as_u64().unwrap();
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert!(field("Uid:").starts_with("0\t"), "{status}");
+    assert_eq!(
+        field("CapEff:"),
+        "0000000000000002",
+        "CAP_DAC_OVERRIDE alone"
+    );
+
+    let conf = t.path().join("prometheus.yml");
+    fs::write(&conf, format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pagewise\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")).unwrap();
+    let pp = free_port();
+    let mut prom = Command::new("prometheus")
+        .arg(format!("--config.file={}", conf.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            t.path().join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{pp}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(t.path().join("prometheus.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let q = "pagewise_cgroup_file_bytes{namespace=\"shop\",pod=\"web-0\",container=\"nginx\"}";
+    let start = std::time::Instant::now();
+    let mut got = Vec::new();
+    while got.is_empty() && start.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        got = prom_query(pp, q);
+    }
+    let _ = prom.kill();
+    let _ = prom.wait();
+    assert_eq!(
+        got.len(),
+        1,
+        "{q}: {got:?}\n{}",
+        fs::read_to_string(t.path().join("prometheus.log")).unwrap_or_default()
+    );
+    let v: f64 = got[0]["value"][1].as_str().unwrap().parse().unwrap();
+    let kernel = ctr.file_bytes() as f64;
+    assert!(
+        (v - kernel).abs() <= kernel * 0.05 && v >= (4 << 20) as f64 * 0.9,
+        "{v} vs {kernel}"
+    );
+    assert_eq!(got[0]["metric"]["id"], ctr.shown().as_str(), "{got:?}");
+    drop(_container);
+    drop(ctr);
+    drop(pod);
+    drop(pods);
+    drop(root);
+}
