@@ -72,7 +72,12 @@ fn installed_by_setup(repo: &Path) -> Vec<String> {
     fs::read_to_string(repo.join("install-deps"))
         .unwrap()
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("need "))
+        // `need TOOL PACKAGE`, or `# installs TOOL` above a block that installs it otherwise.
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix("need ")
+                .or_else(|| l.strip_prefix("# installs "))
+        })
         .filter_map(|rest| rest.split_whitespace().next())
         .map(str::to_string)
         .collect()
