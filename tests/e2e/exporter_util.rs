@@ -162,3 +162,14 @@ pub fn prometheus(conf: &Path, port: u16, logs: &Path) -> Server {
             .unwrap(),
     )
 }
+
+/// (labels, value) of each sample of `name`.
+pub fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, v) = rest.rsplit_once("} ")?;
+            Some((labels, v.parse().ok()?))
+        })
+        .collect()
+}

@@ -71,17 +71,6 @@ fn kube_tree(dir: &Path) -> Option<(Vec<ChildCgroup>, Vec<Pod>, PathBuf)> {
     Some((vec![a2, a1, a, b2, b1, b, root], out, logs))
 }
 
-/// (labels, value) of each sample of `name`.
-fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
-            let (labels, v) = rest.rsplit_once("} ")?;
-            Some((labels, v.parse().ok()?))
-        })
-        .collect()
-}
-
 #[test]
 fn kubelet_trees_of_both_drivers_get_pod_and_container_names_and_the_kernels_figure() {
     let t = tmp();

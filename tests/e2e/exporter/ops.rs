@@ -127,17 +127,6 @@ fn cgroup_tree(dir: &Path) -> Option<Vec<ChildCgroup>> {
     Some(vec![app, docker, p])
 }
 
-/// (labels, value) of each sample of `name`.
-fn samples<'a>(text: &'a str, name: &str) -> Vec<(&'a str, f64)> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
-            let (labels, v) = rest.rsplit_once("} ")?;
-            Some((labels, v.parse().ok()?))
-        })
-        .collect()
-}
-
 #[test]
 fn cgroup_self_figures_sum_to_the_root_without_double_counting() {
     let t = tmp();
