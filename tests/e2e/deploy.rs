@@ -130,7 +130,7 @@ fn the_chart_lints_and_renders_manifests_the_kubernetes_types_accept() {
         "kind: ServiceMonitor",
         "kind: PrometheusRule",
         "--cgroup-rates",
-        "add: [DAC_OVERRIDE, PERFMON, SYS_ADMIN]",
+        "add: [DAC_OVERRIDE, PERFMON]",
         "--path=/srv/models",
         "--web-config=/etc/pagewise/web/web.yml",
         "secretName: pagewise-web",

@@ -247,8 +247,8 @@ fn assert_says_why(err: &str) {
 }
 
 /// Issue 2: `exporter --once` and `--textfile` as a user who cannot measure the files: no
-/// `pagewise_path_cached_bytes 0` beside `pagewise_path_unknown_files 3`, and one line on
-/// stderr saying why.
+/// `pagewise_path_cached_bytes 0` beside `pagewise_path_unknown_files 3`, one line on stderr
+/// saying why, and (issue 44) exit status 2: a figure was not given.
 #[test]
 fn once_and_textfile_leave_out_what_could_not_be_measured_and_say_why() {
     let Some((t, d)) = unmeasurable_tree() else {
@@ -257,7 +257,7 @@ fn once_and_textfile_leave_out_what_could_not_be_measured_and_say_why() {
     let out = run(as_nobody()
         .args(["exporter", "--once", "--no-cgroups", "--top", "5", "--path"])
         .arg(&d));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_unknown_is_no_sample(&stdout(&out));
     assert_says_why(&stderr(&out));
 
@@ -269,7 +269,7 @@ fn once_and_textfile_leave_out_what_could_not_be_measured_and_say_why() {
         .arg(&tf)
         .arg("--path")
         .arg(&d));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert_unknown_is_no_sample(&fs::read_to_string(tf.join("pagewise.prom")).unwrap());
     assert_says_why(&stderr(&out));
 }

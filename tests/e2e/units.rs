@@ -328,3 +328,105 @@ fn lock_in_the_foreground_notifies_an_abstract_socket_without_mainpid() {
         "{err}"
     );
 }
+
+/// The exporter's opt-in drop-in for `--cgroup-rates`: the unit verifies with it (verify reads
+/// drop-ins beside the unit), and its capabilities are exactly enough: the exporter run as an
+/// unprivileged user with only the drop-in's AmbientCapabilities counts the page-cache
+/// traffic; with one of them missing it refuses at start, in one line naming what is missing.
+#[test]
+fn the_cgroup_rates_drop_in_verifies_and_its_capabilities_are_enough() {
+    if !have_systemd_analyze() || !require_root("setpriv with capabilities") {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_pagewise");
+    let dir = tmp();
+    let service = fs::read_to_string(contrib().join("pagewise-exporter.service")).unwrap();
+    let unit = dir.path().join("pagewise-exporter.service");
+    fs::write(&unit, service.replace("/usr/local/bin/pagewise", bin)).unwrap();
+    let dropin =
+        fs::read_to_string(contrib().join("pagewise-exporter.service.d/cgroup-rates.conf"))
+            .unwrap();
+    let d = dir.path().join("pagewise-exporter.service.d");
+    fs::create_dir(&d).unwrap();
+    fs::write(
+        d.join("cgroup-rates.conf"),
+        dropin.replace("/usr/local/bin/pagewise", bin),
+    )
+    .unwrap();
+    let out = run(Command::new("systemd-analyze")
+        .args(["verify", "--no-pager"])
+        .arg(&unit));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.trim().is_empty(), "{err}");
+    assert!(dropin.contains("--cgroup-rates"), "{dropin}");
+
+    let caps: Vec<String> = dropin
+        .lines()
+        .find_map(|l| l.strip_prefix("AmbientCapabilities="))
+        .unwrap()
+        .split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_lowercase())
+        .collect();
+    assert!(caps.contains(&"perfmon".to_string()), "{caps:?}");
+    let exporter = |caps: &[String]| {
+        let set = caps
+            .iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(format!("--inh-caps={set}"))
+            .arg(format!("--ambient-caps={set}"))
+            .arg(bin)
+            .args([
+                "exporter",
+                "--cgroup-rates",
+                "--no-cgroups",
+                "--interval",
+                "500ms",
+            ])
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        (Started(child.id()), child, port)
+    };
+    // With the drop-in's capabilities: the counters are served.
+    let (_guard, mut child, port) = exporter(&caps);
+    let start = std::time::Instant::now();
+    let mut served = false;
+    while !served && start.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        served = std::net::TcpStream::connect(("127.0.0.1", port))
+            .and_then(|mut s| {
+                use std::io::{Read, Write};
+                s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+                let mut text = String::new();
+                s.read_to_string(&mut text)?;
+                Ok(text.contains("pagewise_cgroup_added_bytes_total"))
+            })
+            .unwrap_or(false);
+        assert!(child.try_wait().unwrap().is_none(), "the exporter ended");
+    }
+    assert!(served, "no rates served with {caps:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+    // Without CAP_PERFMON: refused at start, one line naming it.
+    let fewer: Vec<String> = caps.iter().filter(|c| *c != "perfmon").cloned().collect();
+    let (_guard, child, _) = exporter(&fewer);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.trim().lines().count() == 1 && err.contains("CAP_PERFMON"),
+        "{err}"
+    );
+}
