@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// Ends a reader (closing its stdin) and waits for it.
@@ -371,4 +371,83 @@ fn top_names_a_process_with_an_odd_command_escaped_and_lossless() {
         .map(|b| b.as_u64().unwrap() as u8)
         .collect();
     assert_eq!(bytes, name, "{p}");
+}
+
+/// Where perf events are refused (as nobody, perf_event_paranoid >= 0, no CAP_PERFMON) but
+/// tracefs is open to the user (CAP_DAC_OVERRIDE: tracefs is mode 0700), `top` follows the same
+/// tracepoints through a tracefs instance of its own, says so, and counts a read it sees as
+/// the bytes cachestat shows it brought in (within 5%).
+#[test]
+fn top_takes_the_tracefs_route_where_perf_events_are_refused() {
+    if !require_root("switching to nobody") || !require(on_path("setpriv"), "setpriv") {
+        return;
+    }
+    let t = tmp();
+    let f = t.path().join("read-by-test");
+    cold_file(&f, 16 << 20);
+    let top = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=+dac_override", "--ambient-caps=+dac_override"])
+        .arg(env!("CARGO_BIN_EXE_pagewise"))
+        .args([
+            "top",
+            "--once",
+            "--json",
+            "--by",
+            "file",
+            "--interval",
+            "10m",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Tracing once one of pagewise's instances has the add event on.
+    let on = || {
+        fs::read_dir("/sys/kernel/tracing/instances").is_ok_and(|d| {
+            d.flatten().any(|i| {
+                fs::read_to_string(
+                    i.path()
+                        .join("events/filemap/mm_filemap_add_to_page_cache/enable"),
+                )
+                .is_ok_and(|v| v.trim() == "1")
+            })
+        })
+    };
+    let start = std::time::Instant::now();
+    while !on() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "top did not start tracing"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    fs::read(&f).unwrap();
+    let added = cached(&f) * PAGE;
+    std::thread::sleep(Duration::from_millis(500));
+    let top_pid = top.id();
+    // SAFETY: kill(2) of the process this test started, by its PID.
+    unsafe { libc::kill(top_pid as i32, libc::SIGINT) };
+    let out = top.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 130)), "{out:?}");
+    let doc = json(&out);
+    let said = format!("{err}{doc}");
+    assert!(said.contains("through tracefs instead"), "{said}");
+    // A private instance (the shared one was busy) is removed by its run; as nobody that
+    // rmdir can be refused: the test, root, removes what is left of it.
+    let _ = fs::remove_dir(format!(
+        "/sys/kernel/tracing/instances/pagewise-{}",
+        top_pid
+    ));
+    let i = &doc["intervals"][0];
+    // As nobody the file is found by its inode (naming it needs CAP_DAC_READ_SEARCH: the row
+    // says so instead of a path).
+    let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&f).unwrap());
+    let row = rows(i, "files")
+        .iter()
+        .find(|r| r["ino"] == ino)
+        .unwrap_or_else(|| panic!("no row for inode {ino}: {i}"));
+    within_5pct(&row["added_bytes"], added, "added, through tracefs");
 }

@@ -330,9 +330,10 @@ fn lock_in_the_foreground_notifies_an_abstract_socket_without_mainpid() {
 }
 
 /// The exporter's opt-in drop-in for `--cgroup-rates`: the unit verifies with it (verify reads
-/// drop-ins beside the unit), and its capabilities are exactly enough: the exporter run as an
-/// unprivileged user with only the drop-in's AmbientCapabilities counts the page-cache
-/// traffic; with one of them missing it refuses at start, in one line naming what is missing.
+/// drop-ins beside the unit), and its capabilities are enough: the exporter run as an
+/// unprivileged user with only the drop-in's AmbientCapabilities counts the page-cache traffic
+/// through perf events; without CAP_PERFMON through a tracefs instance (and says so); with no
+/// capability it refuses at start, in one line naming what is missing.
 #[test]
 fn the_cgroup_rates_drop_in_verifies_and_its_capabilities_are_enough() {
     if !have_systemd_analyze() || !require_root("setpriv with capabilities") {
@@ -369,11 +370,14 @@ fn the_cgroup_rates_drop_in_verifies_and_its_capabilities_are_enough() {
         .collect();
     assert!(caps.contains(&"perfmon".to_string()), "{caps:?}");
     let exporter = |caps: &[String]| {
-        let set = caps
-            .iter()
-            .map(|c| format!("+{c}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let set = match caps.is_empty() {
+            true => "-all".to_string(),
+            false => caps
+                .iter()
+                .map(|c| format!("+{c}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        };
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -399,34 +403,45 @@ fn the_cgroup_rates_drop_in_verifies_and_its_capabilities_are_enough() {
             .unwrap();
         (Started(child.id()), child, port)
     };
-    // With the drop-in's capabilities: the counters are served.
-    let (_guard, mut child, port) = exporter(&caps);
-    let start = std::time::Instant::now();
-    let mut served = false;
-    while !served && start.elapsed() < std::time::Duration::from_secs(20) {
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        served = std::net::TcpStream::connect(("127.0.0.1", port))
-            .and_then(|mut s| {
-                use std::io::{Read, Write};
-                s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
-                let mut text = String::new();
-                s.read_to_string(&mut text)?;
-                Ok(text.contains("pagewise_cgroup_added_bytes_total"))
-            })
-            .unwrap_or(false);
-        assert!(child.try_wait().unwrap().is_none(), "the exporter ended");
-    }
-    assert!(served, "no rates served with {caps:?}");
-    let _ = child.kill();
-    let _ = child.wait();
-    // Without CAP_PERFMON: refused at start, one line naming it.
+    let served = |caps: &[String]| -> String {
+        let (_guard, mut child, port) = exporter(caps);
+        let start = std::time::Instant::now();
+        let mut served = false;
+        while !served && start.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            served = std::net::TcpStream::connect(("127.0.0.1", port))
+                .and_then(|mut s| {
+                    use std::io::{Read, Write};
+                    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")?;
+                    let mut text = String::new();
+                    s.read_to_string(&mut text)?;
+                    Ok(text.contains("pagewise_cgroup_added_bytes_total"))
+                })
+                .unwrap_or(false);
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the exporter ended ({caps:?})"
+            );
+        }
+        assert!(served, "no rates served with {caps:?}");
+        let _ = sys::kill(child.id(), libc::SIGTERM);
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // With the drop-in's capabilities: perf events.
+    let err = served(&caps);
+    assert!(!err.contains("tracefs instead"), "{err}");
+    // Without CAP_PERFMON: perf refused, the same counters through a tracefs instance, said.
     let fewer: Vec<String> = caps.iter().filter(|c| *c != "perfmon").cloned().collect();
-    let (_guard, child, _) = exporter(&fewer);
+    let err = served(&fewer);
+    assert!(err.contains("through tracefs instead"), "{err}");
+    // With no capability at all: refused at start, one line naming what is missing.
+    let (_guard, child, _) = exporter(&[]);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.trim().lines().count() == 1 && err.contains("CAP_PERFMON"),
+        err.trim().lines().count() == 1 && err.contains("tracefs"),
         "{err}"
     );
 }

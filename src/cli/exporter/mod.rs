@@ -330,6 +330,9 @@ pub fn run(a: ExporterArgs) -> Result<ExitCode, CliError> {
         None => (None, None),
     };
     let exp = Exporter::new(opts)?;
+    for n in exp.notices() {
+        eprintln!("pagewise exporter: note: {n}");
+    }
     let listen = s.listen.as_deref().unwrap_or("127.0.0.1:9847");
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| CliError::Message(format!("exporter: listen on {listen} failed: {e}")))?;

@@ -253,6 +253,15 @@ impl Exporter {
         }))
     }
 
+    /// What the cgroup rates' sampler said at start (the route it took, tracepoints this
+    /// kernel lacks); empty without rates.
+    pub fn notices(&self) -> Vec<String> {
+        self.rates
+            .as_ref()
+            .map(|r| r.notices.clone())
+            .unwrap_or_default()
+    }
+
     /// Starts the background refresh thread: a refresh at once, then one every `interval`
     /// measured from the end of the previous one, so a slow tree never piles refreshes up.
     /// `on_refresh` sees each new snapshot (the CLI logs its problems).

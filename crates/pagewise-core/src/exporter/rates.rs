@@ -49,11 +49,13 @@ pub struct RatesSnapshot {
 pub struct CgroupRates {
     sampler: Mutex<Sampler>,
     totals: Mutex<(BTreeMap<String, Traffic>, u64, bool)>,
+    /// What the sampler said at start (the route taken, tracepoints missing).
+    pub notices: Vec<String>,
 }
 
 impl CgroupRates {
-    /// Starts following the tracepoints (root or CAP_PERFMON + tracefs): the reason when it
-    /// cannot.
+    /// Starts following the tracepoints (root, or CAP_PERFMON and tracefs readable: perf
+    /// events; else tracefs writable: a tracefs instance): the reason when it cannot.
     pub fn start() -> Result<CgroupRates, String> {
         let options = SamplerOptions {
             views: Views {
@@ -65,6 +67,7 @@ impl CgroupRates {
         };
         let sampler = Sampler::start(&options).map_err(|e| e.to_string())?;
         Ok(CgroupRates {
+            notices: sampler.notices.clone(),
             sampler: Mutex::new(sampler),
             totals: Mutex::new((BTreeMap::new(), 0, false)),
         })

@@ -1,7 +1,9 @@
 //! [`Sampler`]: the page-cache tracepoints of the whole machine, through perf events (one per
 //! CPU and tracepoint, all of a CPU writing into one ring, read with [`sys::PerfRing`] as
 //! `record` reads its rings), counted per interval by a reader thread; [`Sampler::drain`]
-//! ends an interval and names what it counted.
+//! ends an interval and names what it counted. Where perf events are refused (no CAP_PERFMON
+//! under perf_event_paranoid 2, a seccomp filter), the same tracepoints are followed through a
+//! tracefs instance of pagewise's own, as `record` does, and counted the same way.
 
 use super::aggregate::{Bounded, Counts, DevKey, FileKey, Folios};
 use super::events::{self, Dev, Kind, Layout};
@@ -201,6 +203,8 @@ impl Reader {
 /// such as the exporter does), [`Sampler::stop`] at the end.
 pub struct Sampler {
     events: Vec<OwnedFd>,
+    /// The tracefs route, where perf events were refused.
+    text: Option<TextRoute>,
     stop: Arc<AtomicBool>,
     requests: crossbeam_channel::Sender<crossbeam_channel::Sender<Raw>>,
     reader: Option<std::thread::JoinHandle<()>>,
@@ -258,9 +262,38 @@ fn open_failed(id: u16, cpu: i32, e: &std::io::Error) -> TraceUnavailable {
     ))
 }
 
+/// The tracepoints followed through a tracefs instance of pagewise's own (where perf events
+/// are refused: perf_event_paranoid without CAP_PERFMON, or a seccomp filter): its lines are
+/// parsed ([`events::parse_text`]) by the instance's reader thread and handed to the counting
+/// thread.
+struct TextRoute {
+    inst: crate::trace::tracefs::Instance,
+    stop: Arc<AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    /// Ring-buffer overruns already counted.
+    lost_seen: u64,
+}
+
+/// Events parsed and not yet counted, at most: past it they are dropped and counted as lost.
+const TEXT_QUEUE: usize = 1 << 16;
+
 impl Sampler {
-    /// Opens the tracepoints on every CPU for every process and starts the reader.
+    /// Opens the tracepoints on every CPU for every process and starts the reader: through
+    /// perf events, else (refused) through a tracefs instance, saying so in the notices.
     pub fn start(options: &SamplerOptions) -> Result<Sampler, TraceUnavailable> {
+        match Sampler::start_perf(options) {
+            Ok(s) => Ok(s),
+            // (Both routes read tracefs: the same reason from both is said once.)
+            Err(perf) => {
+                Sampler::start_text(options, &perf).map_err(|text| match text.0 == perf.0 {
+                    true => perf,
+                    false => TraceUnavailable(format!("{perf}; and through tracefs: {text}")),
+                })
+            }
+        }
+    }
+
+    fn start_perf(options: &SamplerOptions) -> Result<Sampler, TraceUnavailable> {
         let mut notices = Vec::new();
         let mut layouts = vec![
             tracepoint(events::ADD, Kind::Added)?,
@@ -327,6 +360,7 @@ impl Sampler {
             .map_err(|e| TraceUnavailable(format!("starting the reader thread failed: {e}")))?;
         Ok(Sampler {
             events: fds,
+            text: None,
             stop,
             requests: tx,
             reader: Some(handle),
@@ -341,6 +375,107 @@ impl Sampler {
         })
     }
 
+    /// The tracefs route: an instance of pagewise's own with the tracepoints enabled for every
+    /// process; its reader thread parses lines into a bounded queue the counting thread
+    /// empties.
+    fn start_text(
+        options: &SamplerOptions,
+        perf: &TraceUnavailable,
+    ) -> Result<Sampler, TraceUnavailable> {
+        use crate::trace::tracefs::{Instance, Wake};
+        let root = tracefs_root()?;
+        let mut names = vec![events::ADD, events::DELETE];
+        let dirty_event = [events::DIRTY_FOLIO, events::DIRTY_PAGE]
+            .into_iter()
+            .find(|ev| root.join("events").join(ev).is_dir());
+        names.extend(dirty_event);
+        let inst = Instance::new(&names, options.buffer_kb.max(1024))?;
+        let (tx, rx) = crossbeam_channel::bounded::<events::Event>(TEXT_QUEUE);
+        let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let dropped2 = dropped.clone();
+        let page = sys::page_size();
+        let text_stop = Arc::new(AtomicBool::new(false));
+        let reader = inst
+            .reader(
+                text_stop.clone(),
+                Wake::Every(std::time::Duration::from_millis(POLL_MS as u64)),
+                move |line| {
+                    if let Some(e) = events::parse_text(line, page) {
+                        if tx.try_send(e).is_err() {
+                            dropped2.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                },
+            )
+            .map_err(|e| TraceUnavailable(format!("reading trace_pipe failed: {e}")))?;
+        inst.enable()
+            .map_err(|e| TraceUnavailable(format!("enabling the tracepoints failed: {e}")))?;
+        let mut reader_state = Reader {
+            rings: Vec::new(),
+            layouts: Vec::new(),
+            cgroup_ids: false,
+            me: std::process::id(),
+            options: *options,
+            procs: Procs::new(),
+            folios: Folios::default(),
+            bdis: Bdis::default(),
+            cur: empty(options),
+            page,
+            execs: Default::default(),
+            batch: Vec::new(),
+            last_file: None,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let (req_tx, req_rx) = crossbeam_channel::unbounded::<crossbeam_channel::Sender<Raw>>();
+        let stop2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("pw-top".into())
+            .spawn(move || loop {
+                let last = stop2.load(Ordering::Acquire);
+                while let Ok(e) = rx.try_recv() {
+                    reader_state.event(e);
+                }
+                reader_state.cur.lost += dropped.swap(0, Ordering::Relaxed);
+                while let Ok(reply) = req_rx.try_recv() {
+                    let _ = reply.send(reader_state.take());
+                }
+                if last {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(POLL_MS as u64));
+            })
+            .map_err(|e| TraceUnavailable(format!("starting the reader thread failed: {e}")))?;
+        let mut notices = vec![format!(
+            "perf events refused ({perf}): following the tracepoints through tracefs instead \
+             (processes by thread id; cgroups from /proc/PID/cgroup)"
+        )];
+        if dirty_event.is_none() {
+            notices.push(
+                "dirtied bytes are not counted: this kernel has no dirtying tracepoint".into(),
+            );
+        }
+        Ok(Sampler {
+            events: Vec::new(),
+            text: Some(TextRoute {
+                inst,
+                stop: text_stop,
+                reader: Some(reader),
+                lost_seen: 0,
+            }),
+            stop,
+            requests: req_tx,
+            reader: Some(handle),
+            names: FileNames::default(),
+            refaults: Default::default(),
+            since: Instant::now(),
+            views: options.views,
+            max_rows: options.max_rows,
+            dirty_event,
+            cgroup_ids: false,
+            notices,
+        })
+    }
+
     /// Ends the current interval (begun at start or at the last drain) and returns what it
     /// counted, named: processes, cgroups (with their refaults over the interval) and files,
     /// as the options' views ask, largest first.
@@ -348,10 +483,15 @@ impl Sampler {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let elapsed = self.since.elapsed();
         self.since = Instant::now();
-        let raw = match self.requests.send(tx) {
+        let mut raw = match self.requests.send(tx) {
             Ok(()) => rx.recv().ok(),
             Err(_) => None,
         };
+        if let (Some(t), Some(r)) = (&mut self.text, &mut raw) {
+            let lost = t.inst.lost();
+            r.lost += lost.saturating_sub(t.lost_seen);
+            t.lost_seen = lost;
+        }
         self.names.next_interval();
         super::report::interval(
             raw,
@@ -372,6 +512,12 @@ impl Sampler {
     fn halt(&mut self) {
         for fd in &self.events {
             let _ = sys::perf_disable(fd.as_fd());
+        }
+        if let Some(t) = &mut self.text {
+            let _ = t.inst.disable();
+            if let Some(r) = t.reader.take() {
+                crate::trace::tracefs::Instance::stop_reader(&t.stop, r);
+            }
         }
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.reader.take() {
