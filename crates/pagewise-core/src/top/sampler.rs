@@ -69,6 +69,29 @@ fn empty(options: &SamplerOptions) -> Raw {
 }
 
 impl Reader {
+    fn new(
+        options: &SamplerOptions,
+        rings: Vec<(OwnedFd, PerfRing)>,
+        layouts: Vec<(u16, Layout)>,
+        cgroup_ids: bool,
+    ) -> Reader {
+        Reader {
+            rings,
+            layouts,
+            cgroup_ids,
+            me: std::process::id(),
+            options: *options,
+            procs: Procs::new(),
+            folios: Folios::default(),
+            bdis: Bdis::default(),
+            cur: empty(options),
+            page: sys::page_size(),
+            execs: Default::default(),
+            batch: Vec::new(),
+            last_file: None,
+        }
+    }
+
     #[inline]
     fn event(&mut self, e: events::Event) {
         if e.pid == self.me {
@@ -277,6 +300,41 @@ struct TextRoute {
 /// Events parsed and not yet counted, at most: past it they are dropped and counted as lost.
 const TEXT_QUEUE: usize = 1 << 16;
 
+/// What a counting thread hands back: its stop flag, where drain requests go, its handle.
+type Counting = (
+    Arc<AtomicBool>,
+    crossbeam_channel::Sender<crossbeam_channel::Sender<Raw>>,
+    std::thread::JoinHandle<()>,
+);
+
+/// Starts the thread that owns `reader`: each turn it takes the events in (`fill`), answers
+/// drain requests with the interval's counts, and waits (`wait`) — until stopped, after a
+/// last `fill`.
+fn counting_thread(
+    mut reader: Reader,
+    mut fill: impl FnMut(&mut Reader) + Send + 'static,
+    mut wait: impl FnMut(&mut Reader) + Send + 'static,
+) -> Result<Counting, TraceUnavailable> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = crossbeam_channel::unbounded::<crossbeam_channel::Sender<Raw>>();
+    let stop2 = stop.clone();
+    let handle = std::thread::Builder::new()
+        .name("pw-top".into())
+        .spawn(move || loop {
+            let last = stop2.load(Ordering::Acquire);
+            fill(&mut reader);
+            while let Ok(reply) = rx.try_recv() {
+                let _ = reply.send(reader.take());
+            }
+            if last {
+                return;
+            }
+            wait(&mut reader);
+        })
+        .map_err(|e| TraceUnavailable(format!("starting the reader thread failed: {e}")))?;
+    Ok((stop, tx, handle))
+}
+
 impl Sampler {
     /// Opens the tracepoints on every CPU for every process and starts the reader: through
     /// perf events, else (refused) through a tracefs instance, saying so in the notices.
@@ -325,54 +383,20 @@ impl Sampler {
             }
             r => r?,
         };
-        let mut reader = Reader {
-            rings,
-            layouts,
-            cgroup_ids,
-            me: std::process::id(),
-            options: *options,
-            procs: Procs::new(),
-            folios: Folios::default(),
-            bdis: Bdis::default(),
-            cur: empty(options),
-            page: sys::page_size(),
-            execs: Default::default(),
-            batch: Vec::new(),
-            last_file: None,
-        };
-        let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = crossbeam_channel::unbounded::<crossbeam_channel::Sender<Raw>>();
-        let stop2 = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("pw-top".into())
-            .spawn(move || loop {
-                let last = stop2.load(Ordering::Acquire);
-                reader.drain_rings();
-                while let Ok(reply) = rx.try_recv() {
-                    let _ = reply.send(reader.take());
-                }
-                if last {
-                    return;
-                }
-                let fds: Vec<_> = reader.rings.iter().map(|(f, _)| f.as_fd()).collect();
-                let _ = sys::poll_any_readable(&fds, POLL_MS);
-            })
-            .map_err(|e| TraceUnavailable(format!("starting the reader thread failed: {e}")))?;
-        Ok(Sampler {
-            events: fds,
-            text: None,
-            stop,
-            requests: tx,
-            reader: Some(handle),
-            names: FileNames::default(),
-            refaults: Default::default(),
-            since: Instant::now(),
-            views: options.views,
-            max_rows: options.max_rows,
+        let reader = Reader::new(options, rings, layouts, cgroup_ids);
+        let (stop, tx, handle) = counting_thread(reader, Reader::drain_rings, |r| {
+            let fds: Vec<_> = r.rings.iter().map(|(f, _)| f.as_fd()).collect();
+            let _ = sys::poll_any_readable(&fds, POLL_MS);
+        })?;
+        Ok(Sampler::assemble(
+            options,
+            (stop, tx, handle),
+            fds,
+            None,
             dirty_event,
             cgroup_ids,
             notices,
-        })
+        ))
     }
 
     /// The tracefs route: an instance of pagewise's own with the tracepoints enabled for every
@@ -395,7 +419,7 @@ impl Sampler {
         let dropped2 = dropped.clone();
         let page = sys::page_size();
         let text_stop = Arc::new(AtomicBool::new(false));
-        let reader = inst
+        let lines = inst
             .reader(
                 text_stop.clone(),
                 Wake::Every(std::time::Duration::from_millis(POLL_MS as u64)),
@@ -410,41 +434,16 @@ impl Sampler {
             .map_err(|e| TraceUnavailable(format!("reading trace_pipe failed: {e}")))?;
         inst.enable()
             .map_err(|e| TraceUnavailable(format!("enabling the tracepoints failed: {e}")))?;
-        let mut reader_state = Reader {
-            rings: Vec::new(),
-            layouts: Vec::new(),
-            cgroup_ids: false,
-            me: std::process::id(),
-            options: *options,
-            procs: Procs::new(),
-            folios: Folios::default(),
-            bdis: Bdis::default(),
-            cur: empty(options),
-            page,
-            execs: Default::default(),
-            batch: Vec::new(),
-            last_file: None,
+        let reader = Reader::new(options, Vec::new(), Vec::new(), false);
+        let fill = move |r: &mut Reader| {
+            while let Ok(e) = rx.try_recv() {
+                r.event(e);
+            }
+            r.cur.lost += dropped.swap(0, Ordering::Relaxed);
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let (req_tx, req_rx) = crossbeam_channel::unbounded::<crossbeam_channel::Sender<Raw>>();
-        let stop2 = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("pw-top".into())
-            .spawn(move || loop {
-                let last = stop2.load(Ordering::Acquire);
-                while let Ok(e) = rx.try_recv() {
-                    reader_state.event(e);
-                }
-                reader_state.cur.lost += dropped.swap(0, Ordering::Relaxed);
-                while let Ok(reply) = req_rx.try_recv() {
-                    let _ = reply.send(reader_state.take());
-                }
-                if last {
-                    return;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(POLL_MS as u64));
-            })
-            .map_err(|e| TraceUnavailable(format!("starting the reader thread failed: {e}")))?;
+        let (stop, req_tx, handle) = counting_thread(reader, fill, |_| {
+            std::thread::sleep(std::time::Duration::from_millis(POLL_MS as u64))
+        })?;
         let mut notices = vec![format!(
             "perf events refused ({perf}): following the tracepoints through tracefs instead \
              (processes by thread id; cgroups from /proc/PID/cgroup)"
@@ -454,16 +453,38 @@ impl Sampler {
                 "dirtied bytes are not counted: this kernel has no dirtying tracepoint".into(),
             );
         }
-        Ok(Sampler {
-            events: Vec::new(),
-            text: Some(TextRoute {
-                inst,
-                stop: text_stop,
-                reader: Some(reader),
-                lost_seen: 0,
-            }),
+        let text = TextRoute {
+            inst,
+            stop: text_stop,
+            reader: Some(lines),
+            lost_seen: 0,
+        };
+        Ok(Sampler::assemble(
+            options,
+            (stop, req_tx, handle),
+            Vec::new(),
+            Some(text),
+            dirty_event,
+            false,
+            notices,
+        ))
+    }
+
+    /// A sampler of either route, its counting thread started.
+    fn assemble(
+        options: &SamplerOptions,
+        (stop, requests, handle): Counting,
+        events: Vec<OwnedFd>,
+        text: Option<TextRoute>,
+        dirty_event: Option<&'static str>,
+        cgroup_ids: bool,
+        notices: Vec<String>,
+    ) -> Sampler {
+        Sampler {
+            events,
+            text,
             stop,
-            requests: req_tx,
+            requests,
             reader: Some(handle),
             names: FileNames::default(),
             refaults: Default::default(),
@@ -471,9 +492,9 @@ impl Sampler {
             views: options.views,
             max_rows: options.max_rows,
             dirty_event,
-            cgroup_ids: false,
+            cgroup_ids,
             notices,
-        })
+        }
     }
 
     /// Ends the current interval (begun at start or at the last drain) and returns what it
