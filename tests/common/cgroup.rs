@@ -37,8 +37,16 @@ impl ChildCgroup {
         ))
     }
 
-    /// A new group `name` beneath `parent` (ours or one of these).
+    /// A new group `name` beneath `parent` (ours or one of these). On cgroup v2 the memory
+    /// controller is first enabled for the parent's children (as a kubelet or systemd does for
+    /// its slices), so the group has a memory.stat; a parent with processes of its own refuses
+    /// that (v2's no-internal-processes rule) and the group goes without.
     pub fn under(parent: &Path, name: &str) -> ChildCgroup {
+        let control = parent.join("cgroup.subtree_control");
+        if fs::read_to_string(&control).is_ok_and(|c| !c.split_whitespace().any(|w| w == "memory"))
+        {
+            let _ = fs::write(&control, "+memory");
+        }
         let dir = parent.join(name);
         fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
         ChildCgroup { dir }
