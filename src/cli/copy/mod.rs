@@ -173,7 +173,8 @@ pub struct CopyArgs {
     #[arg(long, value_name = "RATE", value_parser = rsync_rate)]
     pub bwlimit: Option<u64>,
     /// The copy's I/O priority (ionice): idle (only when the disk is otherwise idle) or
-    /// best-effort[:0-7] (0 first, 7 last; every process has 4)
+    /// best-effort[:0-7] (0 first, 7 last; every process has 4). Only the bfq and mq-deadline
+    /// I/O schedulers serve priorities; with none or kyber a notice says the device ignores it
     #[arg(long, value_name = "CLASS", value_parser = io_priority)]
     pub ionice: Option<IoPriority>,
     /// Print nothing but errors (rsync -q): no summary, no notes

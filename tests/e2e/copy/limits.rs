@@ -137,3 +137,57 @@ fn bad_rates_and_classes_are_refused() {
         assert!(stderr(&out).contains(flag), "{}", stderr(&out));
     }
 }
+
+/// The I/O scheduler of the device holding `p`, as the kernel shows it (the bracketed name of
+/// its sysfs `queue/scheduler`, or the parent disk's for a partition).
+fn scheduler_of(p: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let d = std::fs::metadata(p).ok()?.dev();
+    let (major, minor) = (libc::major(d), libc::minor(d));
+    ["queue", "../queue"].iter().find_map(|q| {
+        let t = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/{q}/scheduler"))
+            .ok()?;
+        let s = t.split('[').nth(1)?.split(']').next()?.to_string();
+        Some(s)
+    })
+}
+
+/// `--ionice` says, once per device, when the device's I/O scheduler ignores I/O priorities
+/// (none, kyber) and is silent where it serves them (bfq, mq-deadline): on the test directory's
+/// disk and on a loop device (whose scheduler is set to none for the test, if it is not).
+#[test]
+fn ionice_says_when_a_devices_scheduler_ignores_priorities() {
+    let t = tmp();
+    let src = t.path().join("src");
+    write_file(&src, 1 << 20);
+    let said = |dest: &std::path::Path| {
+        let out = run(bin().args(["copy", "--ionice", "idle"]).arg(&src).arg(dest));
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+            .matches("--ionice: the I/O scheduler of device")
+            .count()
+    };
+    let ignores = |s: &Option<String>| matches!(s.as_deref(), Some("none" | "kyber"));
+    let here = scheduler_of(t.path());
+    assert_eq!(
+        said(&t.path().join("dst")),
+        usize::from(ignores(&here)),
+        "scheduler {here:?}"
+    );
+    let Some(m) = LoopMount::new(t.path()) else {
+        return;
+    };
+    let dev = m
+        .dev
+        .as_deref()
+        .expect("a loop device")
+        .trim_start_matches("/dev/");
+    let sched = format!("/sys/block/{dev}/queue/scheduler");
+    if !std::fs::read_to_string(&sched).is_ok_and(|s| s.contains("[none]")) {
+        std::fs::write(&sched, "none").unwrap();
+    }
+    let loop_dest = m.mnt.join("dst");
+    assert_eq!(scheduler_of(&m.mnt).as_deref(), Some("none"));
+    // Source on the disk, destination on the loop device: one notice (the loop's), or two.
+    assert_eq!(said(&loop_dest), 1 + usize::from(ignores(&here)));
+}

@@ -127,6 +127,42 @@ pub fn parse_rsync_size(arg: &str, default_unit: u8, option: &'static str) -> Re
     Ok(size)
 }
 
+/// One notice per device the copy reads or writes whose I/O scheduler ignores I/O priorities
+/// (`none`, `kyber`: only `bfq` and `mq-deadline`, Linux 5.14+, serve the classes), so that
+/// `--ionice` is said to change nothing there. The destination's device is its parent's when
+/// it does not exist yet.
+pub fn ignored_priority(sources: &[std::path::PathBuf], dest: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let dev_of = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .or_else(|_| std::fs::metadata(p.parent().unwrap_or(p)))
+            .map(|m| m.dev())
+            .ok()
+    };
+    let mut devs: Vec<u64> = sources
+        .iter()
+        .map(|p| p.as_path())
+        .chain([dest])
+        .filter_map(dev_of)
+        .collect();
+    devs.sort_unstable();
+    devs.dedup();
+    devs.into_iter()
+        .filter_map(|d| {
+            let s = crate::sys::io_scheduler(d)?;
+            matches!(s.as_str(), "none" | "kyber").then(|| {
+                format!(
+                    "--ionice: the I/O scheduler of device {}:{} is {s}, which ignores I/O \
+                     priorities (bfq and mq-deadline serve them): use --bwlimit to hold the \
+                     copy back there",
+                    d >> 8 & 0xfff | (d >> 32 & !0xfff),
+                    d & 0xff | (d >> 12 & !0xff)
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -118,6 +118,11 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         None => None,
     };
     let ctx = Ctx::new(options, observer, dest::Dest::new(&targets, follow_roots));
+    if options.io_priority.is_some() {
+        for n in limits::ignored_priority(&options.sources, &options.dest) {
+            ctx.tally.notice(n);
+        }
+    }
     let temps = Temps::new(umask);
     let workers = Workers::new(&ctx, &temps);
     let fin = Finish::new(&ctx, &temps);

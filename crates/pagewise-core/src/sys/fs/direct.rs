@@ -110,6 +110,20 @@ pub fn logical_block_size(dev: u64) -> Option<u32> {
     })
 }
 
+/// The I/O scheduler in force on the block device `dev` (`st_dev` of a file on it): the
+/// bracketed name of `/sys/dev/block/MAJ:MIN/queue/scheduler` (or the parent disk's, for a
+/// partition) — `none`, `mq-deadline`, `bfq`, `kyber`. None without a block device or sysfs.
+pub fn io_scheduler(dev: u64) -> Option<String> {
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let base = format!("/sys/dev/block/{major}:{minor}");
+    ["queue", "../queue"].iter().find_map(|q| {
+        let text = std::fs::read_to_string(format!("{base}/{q}/scheduler")).ok()?;
+        let start = text.find('[')? + 1;
+        let len = text[start..].find(']')?;
+        Some(text[start..start + len].to_string())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::super::testing::scratch_dir;
@@ -119,6 +133,23 @@ mod tests {
 
     fn flags(fd: &OwnedFd) -> OFlags {
         rustix::fs::fcntl_getfl(fd).unwrap()
+    }
+
+    #[test]
+    fn io_scheduler_is_the_bracketed_name_sysfs_gives() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = scratch_dir();
+        let dev = std::fs::metadata(dir.path()).unwrap().dev();
+        let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        let base = format!("/sys/dev/block/{major}:{minor}");
+        let text = ["queue", "../queue"]
+            .iter()
+            .find_map(|q| std::fs::read_to_string(format!("{base}/{q}/scheduler")).ok());
+        match (io_scheduler(dev), text) {
+            (Some(s), Some(t)) => assert!(t.contains(&format!("[{s}]")), "{s} vs {t}"),
+            (None, None) => {}
+            (got, t) => panic!("{got:?} vs {t:?}"),
+        }
     }
 
     #[test]
