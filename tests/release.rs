@@ -509,14 +509,6 @@ fn prom_query(port: u16, q: &str) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The OCI image: its configuration (user 65534, entrypoint pagewise, labels naming this
 /// version and commit); then run by runc as the DaemonSet runs it — root with CAP_DAC_OVERRIDE
 /// alone, read-only root, the host's root at /host, the host's cgroup tree, the host's PID and
@@ -587,7 +579,7 @@ fn the_oci_image_runs_under_runc_as_the_daemonset_runs_it_and_prometheus_scrapes
         .arg(&bundle));
     let cgroup = format!("{}/pagewise-oci-{}", root.shown(), std::process::id());
     let made = cgroup_dirs_to_make(&cgroup);
-    let port = free_port();
+    let port = common::free_port();
     let spec_path = bundle.join("config.json");
     let mut spec: serde_json::Value =
         serde_json::from_slice(&fs::read(&spec_path).unwrap()).unwrap();
@@ -673,7 +665,7 @@ fn the_oci_image_runs_under_runc_as_the_daemonset_runs_it_and_prometheus_scrapes
 
     let conf = t.path().join("prometheus.yml");
     fs::write(&conf, format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: pagewise\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n")).unwrap();
-    let pp = free_port();
+    let pp = common::free_port();
     let mut prom = Command::new("prometheus")
         .arg(format!("--config.file={}", conf.display()))
         .arg(format!(

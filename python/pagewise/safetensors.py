@@ -158,16 +158,17 @@ def _entry(name: str, t: Any, data_len: int) -> TensorInfo:
     return TensorInfo(name, dtype, tuple(shape), begin, end)
 
 
-def _read_header(path: PathArg) -> Tuple[Dict[str, TensorInfo], Dict[str, str], int, int]:
-    """The header, read with two small reads (the length, then the JSON), and the file size."""
-    size = os.stat(path).st_size
+def _read_header(fh: Any) -> Tuple[Dict[str, TensorInfo], Dict[str, str], int, int]:
+    """The header of the open file ``fh`` (:func:`pagewise.open`), read with two small reads
+    (the length, then the JSON), and the file size."""
+    size = os.fstat(fh.fileno()).st_size
     n8 = _io.empty(8)
     if size >= 8:
-        _io.read_into(path, n8, 0)
+        fh.read_into(n8, 0)
     n = min(int.from_bytes(n8.tobytes(), "little"), max(size - 8, 0), MAX_HEADER)
     head = _io.empty(8 + n)
     if size >= 8:
-        _io.read_into(path, head, 0)
+        fh.read_into(head, 0)
     tensors, metadata, start = parse_header(head.tobytes(), size)
     return tensors, metadata, start, size
 
@@ -269,9 +270,14 @@ class safe_open:  # noqa: N801 - the safetensors package's name
         self._path = filename
         self._framework = "numpy" if framework in ("numpy", "np") else "torch"
         self._depth = depth
-        self._tensors, self._metadata, self._start, self._size = _read_header(filename)
-        # One descriptor for every tensor read (an open per tensor cost a third of the time).
+        # One descriptor for the header and every tensor read (an open per tensor cost a
+        # third of the time): what is read is the file whose header was checked.
         self._fh = _io.open(filename, "rb")
+        try:
+            self._tensors, self._metadata, self._start, self._size = _read_header(self._fh)
+        except BaseException:
+            self._fh.close()
+            raise
 
     def __enter__(self) -> "safe_open":
         return self

@@ -270,7 +270,8 @@ unsafe fn ranges_memory<'a>(ranges: &[(u64, usize, usize)]) -> PyResult<Vec<(u64
         .collect())
 }
 
-/// Runs a read of `total` bytes without the GIL: on this thread when it is small and nobody
+/// Runs a read of `total` bytes without the GIL: on this thread when it is small (under
+/// [`read::PARALLEL_MIN`], what is read serially anyway) and nobody
 /// asked for progress, else on a worker with Ctrl-C and `progress` served.
 fn run_sized<T, F>(
     py: Python<'_>,
@@ -282,7 +283,7 @@ where
     F: FnOnce(&wait::Control) -> T + Send,
     T: Send,
 {
-    if progress.is_none() && total <= read::PARALLEL_MIN {
+    if progress.is_none() && total < read::PARALLEL_MIN {
         Ok(wait::run_inline(py, verb))
     } else {
         wait::run_reporting(py, progress, wait::bytes_of_total, verb)
@@ -379,15 +380,8 @@ impl DirectFile {
         let buf = unsafe { caller_memory_mut(address, len) };
         let parallel = !self.writable;
         let path = &self.path;
-        if len < read::PARALLEL_MIN && progress.is_none() {
-            // Small: on this thread without the GIL (no worker to start).
-            let ctl = wait::Control::default();
-            let out = self.with(py, move |f| {
-                read::read_into(f, path, buf, offset, depth, parallel, &ctl)
-            })?;
-            return Ok((out.n, out.misaligned));
-        }
-        let r = wait::run_reporting(py, progress.as_ref(), wait::bytes_of_total, move |c| {
+        let r = run_sized(py, len, progress.as_ref(), move |c| {
+            // Locked without the GIL (as `with` does).
             let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             g.as_mut()
                 .map(|f| read::read_into(f, path, buf, offset, depth, parallel, c))

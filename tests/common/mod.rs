@@ -379,3 +379,12 @@ pub fn names_in(dir: &Path) -> Vec<Vec<u8>> {
     v.sort();
     v
 }
+
+/// A TCP port on 127.0.0.1 free a moment ago (servers of the tests listen on loopback only).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -6,7 +6,7 @@ use crate::common::*;
 use serde_json::Value;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,14 +24,6 @@ impl Drop for Server {
 /// A log file in the test's temp dir for a server's output (read when a test fails).
 pub fn log(dir: &Path, name: &str) -> File {
     File::create(dir.join(name)).unwrap()
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// GET over HTTP/1.0 (no chunking, the server closes): (status line and headers, body).

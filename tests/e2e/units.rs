@@ -378,11 +378,7 @@ fn the_cgroup_rates_drop_in_verifies_and_its_capabilities_are_enough() {
                 .collect::<Vec<_>>()
                 .join(","),
         };
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(format!("--inh-caps={set}"))

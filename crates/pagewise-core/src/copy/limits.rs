@@ -155,8 +155,8 @@ pub fn ignored_priority(sources: &[std::path::PathBuf], dest: &std::path::Path) 
                     "--ionice: the I/O scheduler of device {}:{} is {s}, which ignores I/O \
                      priorities (bfq and mq-deadline serve them): use --bwlimit to hold the \
                      copy back there",
-                    d >> 8 & 0xfff | (d >> 32 & !0xfff),
-                    d & 0xff | (d >> 12 & !0xff)
+                    libc::major(d),
+                    libc::minor(d)
                 )
             })
         })

@@ -259,22 +259,35 @@ fn collect_path(
 /// The groups reported: those down to `depth`, and deeper the ones a container or pod owns
 /// (with their ancestors, so the tree stays whole and self figures add up).
 fn listed(groups: Vec<CgroupStat>, depth: usize) -> Vec<CgroupStat> {
-    let owned = |g: &CgroupStat| {
-        let o = container::owner(&g.cgroup);
-        o.container.is_some() || o.pod_uid.is_some()
-    };
-    let deep: Vec<&str> = groups
+    let deep_owned: Vec<bool> = groups
         .iter()
-        .filter(|g| g.depth > depth && owned(g))
-        .map(|g| g.cgroup.as_str())
+        .map(|g| {
+            g.depth > depth && {
+                let o = container::owner(&g.cgroup);
+                o.container.is_some() || o.pod_uid.is_some()
+            }
+        })
         .collect();
-    let ancestor_of_deep = |g: &CgroupStat| {
-        let prefix = format!("{}/", g.cgroup.trim_end_matches('/'));
-        deep.iter().any(|d| d.starts_with(&prefix))
-    };
+    // Every path above a deep owned group (its ancestors are listed too).
+    let mut above = std::collections::HashSet::new();
+    for g in groups
+        .iter()
+        .zip(&deep_owned)
+        .filter(|(_, &o)| o)
+        .map(|(g, _)| g)
+    {
+        let mut p = g.cgroup.as_str();
+        while let Some((parent, _)) = p.rsplit_once('/') {
+            if !above.insert(if parent.is_empty() { "/" } else { parent }) {
+                break;
+            }
+            p = parent;
+        }
+    }
     let keep: Vec<bool> = groups
         .iter()
-        .map(|g| g.depth <= depth || owned(g) || ancestor_of_deep(g))
+        .zip(&deep_owned)
+        .map(|(g, &o)| g.depth <= depth || o || above.contains(g.cgroup.trim_end_matches('/')))
         .collect();
     groups
         .into_iter()
@@ -360,6 +373,35 @@ mod tests {
                 ..Default::default()
             },
         }
+    }
+
+    #[test]
+    fn deep_containers_are_listed_with_the_groups_above_them_only() {
+        let id = "3f4e5a6b7c8d9e0f3f4e5a6b7c8d9e0f3f4e5a6b7c8d9e0f3f4e5a6b7c8d9e0f";
+        let pod = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0c1d2e3f_4a5b_6c7d_8e9f_0a1b2c3d4e5f.slice";
+        let ctr = format!("{pod}/cri-containerd-{id}.scope");
+        let groups = vec![
+            group("/", 0, 9),
+            group("/kubepods.slice", 1, 9),
+            group("/kubepods.slice/kubepods-burstable.slice", 2, 9),
+            group(pod, 3, 9),
+            group(&ctr, 4, 9),
+            group("/system.slice", 1, 1),
+            group("/system.slice/a.service", 2, 1),
+            group("/system.slice/a.service/deep", 3, 1),
+        ];
+        let kept: Vec<String> = listed(groups, 1).into_iter().map(|g| g.cgroup).collect();
+        assert_eq!(
+            kept,
+            [
+                "/",
+                "/kubepods.slice",
+                "/kubepods.slice/kubepods-burstable.slice",
+                pod,
+                ctr.as_str(),
+                "/system.slice",
+            ]
+        );
     }
 
     #[test]

@@ -93,35 +93,34 @@ pub fn ftruncate(fd: BorrowedFd<'_>, len: u64) -> io::Result<()> {
     Ok(rustix::fs::ftruncate(fd, len)?)
 }
 
-/// The logical block size of the block device `dev` (`st_dev` of a file on it), from
-/// `/sys/dev/block/MAJ:MIN/queue/logical_block_size` (or the parent disk's, for a partition):
-/// the smallest unit O_DIRECT may address there when statx(STATX_DIOALIGN) cannot say. None
-/// for filesystems without a block device (tmpfs, NFS, overlay) or without sysfs.
-pub fn logical_block_size(dev: u64) -> Option<u32> {
+/// The text of `/sys/dev/block/MAJ:MIN/queue/NAME` for the block device `dev` (`st_dev` of a
+/// file on it), or of the parent disk's queue for a partition. None without a block device
+/// (tmpfs, NFS, overlay) or without sysfs.
+fn queue_attr(dev: u64, name: &str) -> Option<String> {
     let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
     let base = format!("/sys/dev/block/{major}:{minor}");
-    ["queue", "../queue"].iter().find_map(|q| {
-        std::fs::read_to_string(format!("{base}/{q}/logical_block_size"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-            .filter(|&n: &u32| n.is_power_of_two())
-    })
+    ["queue", "../queue"]
+        .iter()
+        .find_map(|q| std::fs::read_to_string(format!("{base}/{q}/{name}")).ok())
 }
 
-/// The I/O scheduler in force on the block device `dev` (`st_dev` of a file on it): the
-/// bracketed name of `/sys/dev/block/MAJ:MIN/queue/scheduler` (or the parent disk's, for a
-/// partition) — `none`, `mq-deadline`, `bfq`, `kyber`. None without a block device or sysfs.
+/// The logical block size of the block device `dev` ([`queue_attr`] `logical_block_size`):
+/// the smallest unit O_DIRECT may address there when statx(STATX_DIOALIGN) cannot say.
+pub fn logical_block_size(dev: u64) -> Option<u32> {
+    queue_attr(dev, "logical_block_size")?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&n: &u32| n.is_power_of_two())
+}
+
+/// The I/O scheduler in force on the block device `dev`: the bracketed name of
+/// [`queue_attr`] `scheduler` — `none`, `mq-deadline`, `bfq`, `kyber`.
 pub fn io_scheduler(dev: u64) -> Option<String> {
-    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
-    let base = format!("/sys/dev/block/{major}:{minor}");
-    ["queue", "../queue"].iter().find_map(|q| {
-        let text = std::fs::read_to_string(format!("{base}/{q}/scheduler")).ok()?;
-        let start = text.find('[')? + 1;
-        let len = text[start..].find(']')?;
-        Some(text[start..start + len].to_string())
-    })
+    let text = queue_attr(dev, "scheduler")?;
+    let start = text.find('[')? + 1;
+    let len = text[start..].find(']')?;
+    Some(text[start..start + len].to_string())
 }
 
 #[cfg(test)]
