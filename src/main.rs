@@ -64,6 +64,7 @@ fn main() {
         Command::Evict(a) => cli::evict::run(a),
         Command::Load(a) => cli::load::run(a),
         Command::Copy(a) => cli::copy::run(a),
+        Command::Sync(a) => cli::copy::sync::run(*a),
         Command::Record(a) => cli::record::run(a),
         Command::Show(a) => cli::show::run(a),
         Command::Replay(a) => cli::replay::run(a),

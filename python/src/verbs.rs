@@ -305,7 +305,10 @@ pub fn copy<'py>(
         strategy,
         // -a is -p here as on the CLI: trees are always recursive, special files always
         // recreated, and symlinks not followed unless asked.
-        preserve: args.preserve || args.archive,
+        preserve: match args.preserve || args.archive {
+            true => pagewise_core::copy::Preserve::ALL,
+            false => pagewise_core::copy::Preserve::NONE,
+        },
         dereference: args.dereference()?,
         no_target_directory: args.no_target_directory,
         existing: args.existing()?,

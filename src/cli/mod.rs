@@ -74,6 +74,10 @@ pub enum Command {
     /// Copy files and trees at device speed, leaving the page cache as it was
     #[command(after_help = copy::EXAMPLES, override_usage = "pagewise copy [OPTIONS] SOURCE... DEST")]
     Copy(copy::CopyArgs),
+    /// rsync's command line for local paths, on copy's engine: the trailing-slash rule, -a =
+    /// -rlptgoD, -H -A -X -S, -i codes, --stats, --link-dest, --backup, --delete-*
+    #[command(after_help = copy::sync::EXAMPLES, override_usage = "pagewise sync [OPTIONS] SRC... DEST")]
+    Sync(Box<copy::sync::SyncArgs>),
     /// Record which file pages a command (and its children) brings into the page cache
     #[command(after_help = record::EXAMPLES)]
     Record(record::RecordArgs),

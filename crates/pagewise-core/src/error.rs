@@ -147,6 +147,8 @@ pub enum Op {
     Linkat,
     /// `rename`
     Rename,
+    /// keeping a --backup (`link` or `rename` to the backup name)
+    Backup,
     /// `chmod`
     Chmod,
     /// `fchmod`
@@ -238,6 +240,7 @@ impl Op {
             Op::Link => "link",
             Op::Linkat => "linkat",
             Op::Rename => "rename",
+            Op::Backup => "backup (link/rename)",
             Op::Chmod => "chmod",
             Op::Fchmod => "fchmod",
             Op::Fchown => "fchown",
@@ -271,6 +274,7 @@ impl Op {
             | Op::Linkat
             | Op::Rename => "cannot create",
             Op::Unlink | Op::Rmdir => "cannot remove",
+            Op::Backup => "cannot back up",
             Op::Pwrite
             | Op::PwriteDirect
             | Op::Pwritev2

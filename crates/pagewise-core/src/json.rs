@@ -49,6 +49,27 @@ pub fn opt_comm<S: Serializer>(c: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Er
     }
 }
 
+/// A link's target (a symlink's text, a hard link's first name): `target` and `target_bytes`
+/// as [`named`] writes them, nothing when there is none; use with `flatten`.
+pub fn opt_target<P: AsRef<Path>, S: Serializer>(p: &Option<P>, s: S) -> Result<S::Ok, S::Error> {
+    match p {
+        Some(p) => named("target", p.as_ref(), s),
+        None => s.serialize_map(Some(0))?.end(),
+    }
+}
+
+/// The keys [`opt_target`] writes, for the schema.
+#[cfg(feature = "schema")]
+#[derive(schemars::JsonSchema)]
+pub struct OptTargetKeys {
+    /// A symlink's text or a hard link's first name (invalid bytes as U+FFFD).
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// Its bytes, when it is not UTF-8.
+    #[schemars(skip_serializing_if = "Option::is_none")]
+    pub target_bytes: Option<Vec<u8>>,
+}
+
 /// Writes `KEY` (and `KEY_bytes` when the name is not UTF-8) as map entries.
 pub fn named<S: Serializer>(key: &str, p: &Path, s: S) -> Result<S::Ok, S::Error> {
     let raw = p.as_os_str().as_bytes();

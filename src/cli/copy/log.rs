@@ -1,16 +1,18 @@
-//! `copy --log-file FILE`: one line per change, as rsync's log file has them —
-//! `TIME [PID] CODE PATH` with TIME in UTC (`2026-11-26T15:20:01.123Z`), CODE rsync's itemize
-//! code (`>f+++++++++` a file created, `cd+++++++++` a directory, `cL` a symlink, `cS` a FIFO or
-//! socket, `cD` a device, `hf` a hard link, `*deleting` a deletion, `*failed` a failure), PATH
-//! the destination with bytes that are not printable UTF-8 escaped as `\#ooo` (rsync's escape)
-//! and, as rsync's `%n`, a `/` after a directory's (`*deleting   old/` a directory removed). An update's
-//! attribute letters are `?`: pagewise does not record which attributes differed. Entries left
-//! as they were are not logged. The run's command starts the log and its summary ends it.
+//! `copy --log-file FILE` and `sync --log-file FILE`: one line per change, as rsync's log file
+//! has them — `TIME [PID] CODE PATH` with TIME in UTC (`2026-11-26T15:20:01.123Z`), CODE rsync's
+//! itemize code (`>f+++++++++` a file created, `>f.st......` one updated with what differed,
+//! `cd+++++++++` a directory, `cL` a symlink, `cS` a FIFO or socket, `cD` a device, `hf` a hard
+//! link, `*deleting` a deletion, `*failed` a failure), PATH with bytes that are not printable
+//! UTF-8 escaped as `\#ooo` (rsync's escape) and, as rsync's `%n`, a `/` after a directory's.
+//! copy names the destination path, sync the path below the transfer's root (as rsync).
+//! Entries left as they were are not logged. The run's command starts the log and its summary
+//! ends it.
 //!
 //! A write that fails (a full file system, EIO) ends the log at its last whole line — the
 //! part of the line written is cut off again — no more lines are tried, and the run says so
 //! on stderr and exits 2: a log that is silently incomplete is worse than none.
 
+use super::itemize::{code, escaped, Names};
 use crate::cli::exit::CliError;
 use crate::cli::render::utc;
 use pagewise_core::copy::{Action, CopyItem, EntryKind};
@@ -102,65 +104,40 @@ impl CopyLog {
         let out = self.out.lock().ok()?;
         let e = out.failed.as_ref()?;
         Some(format!(
-            "pagewise copy: --log-file {}: write failed: {e}; the log ends at its last whole line and is incomplete",
+            "--log-file {}: write failed: {e}; the log ends at its last whole line and is incomplete",
             self.shown
         ))
     }
 
-    /// Logs one entry's outcome, if it is a change or a failure.
+    /// Logs one entry's outcome, if it is a change or a failure: the destination path.
     pub fn item(&self, item: &CopyItem) {
-        let Some(code) = itemize(item) else { return };
-        let mut path = escaped(item.path.as_os_str().as_bytes());
+        let mut path = escaped(item.path.as_os_str().as_bytes(), false);
         if item.kind == Some(EntryKind::Dir) && !path.ends_with('/') {
             path.push('/');
         }
-        match &item.error {
-            Some(e) => self.line(&format!("{code} {path}: {}", escaped(e.as_bytes()))),
-            None => self.line(&format!("{code} {path}")),
+        self.entry(item, &path, true);
+    }
+
+    /// Logs one entry's outcome as rsync's log names it: below the transfer's root.
+    pub fn item_named(&self, item: &CopyItem, names: &Names, time_kept: bool) {
+        let name = names.name(&item.path, item.kind);
+        self.entry(item, &format!("{name}{}", names.link(item)), time_kept);
+    }
+
+    /// `CODE NAME`, or `*failed NAME: error`; nothing for an entry left as it was.
+    fn entry(&self, item: &CopyItem, name: &str, time_kept: bool) {
+        if item.action == Action::Skipped {
+            return;
+        }
+        match (&item.error, code(item, time_kept)) {
+            (Some(e), _) => self.line(&format!(
+                "*failed     {name}: {}",
+                escaped(e.as_bytes(), false)
+            )),
+            (None, Some(code)) => self.line(&format!("{code} {name}")),
+            (None, None) => {}
         }
     }
-}
-
-/// rsync's itemize code of an entry's outcome; None for an entry left as it was.
-pub fn itemize(item: &CopyItem) -> Option<String> {
-    let kind = match item.kind {
-        Some(EntryKind::File) => ">f",
-        Some(EntryKind::Dir) => "cd",
-        Some(EntryKind::Symlink) => "cL",
-        Some(EntryKind::Special) => "cS",
-        Some(EntryKind::Device) => "cD",
-        Some(EntryKind::Hardlink) => "hf",
-        None => "  ",
-    };
-    Some(match item.action {
-        Action::Created => format!("{kind}+++++++++"),
-        Action::Updated => format!("{kind}?????????"),
-        Action::Metadata => format!("{}?????????", kind.replace('>', ".")),
-        Action::Deleted => "*deleting  ".into(),
-        Action::Failed => "*failed    ".into(),
-        Action::Skipped => return None,
-    })
-}
-
-/// `bytes` as text, with what is not printable UTF-8 (and `\`) as rsync's `\#ooo`.
-pub fn escaped(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() || c == '\\' {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("\\#{b:03o}"));
-                }
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\#{b:03o}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -169,9 +146,9 @@ mod tests {
 
     #[test]
     fn escapes_as_rsync() {
-        assert_eq!(escaped(b"a b/c"), "a b/c");
-        assert_eq!(escaped(b"new\nline"), "new\\#012line");
-        assert_eq!(escaped(b"bad\xffname"), "bad\\#377name");
-        assert_eq!(escaped("é".as_bytes()), "é");
+        assert_eq!(escaped(b"a b/c", false), "a b/c");
+        assert_eq!(escaped(b"new\nline", false), "new\\#012line");
+        assert_eq!(escaped(b"bad\xffname", false), "bad\\#377name");
+        assert_eq!(escaped("é".as_bytes(), false), "é");
     }
 }

@@ -1,7 +1,9 @@
 //! `pagewise copy`: render the library's CopyReport.
 
+mod itemize;
 mod log;
 mod rules;
+pub mod sync;
 
 use super::args::{at_least_one, parse_size_arg};
 use super::exit::{CliError, ExitCode};
@@ -250,7 +252,7 @@ pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
         let paths: Vec<String> = a
             .paths
             .iter()
-            .map(|p| log::escaped(p.as_os_str().as_bytes()))
+            .map(|p| itemize::escaped(p.as_os_str().as_bytes(), false))
             .collect();
         log.line(&format!("pagewise copy {}", paths.join(" ")));
     }
@@ -361,7 +363,10 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         sources: sources.to_vec(),
         dest: dest.clone(),
         strategy: a.cache.into(),
-        preserve: a.preserve || a.archive,
+        preserve: match a.preserve || a.archive {
+            true => copy::Preserve::ALL,
+            false => copy::Preserve::NONE,
+        },
         // The library's rules; the parser has already kept one of -L/-H/-P (the last) and
         // refused --no-clobber with -u or -c.
         dereference: Dereference::checked_flags(
@@ -414,6 +419,7 @@ fn write_item(w: &mut dyn Write, item: &CopyItem) -> std::io::Result<()> {
         Action::Deleted => "deleted",
         Action::Failed => "failed",
         Action::Metadata => "metadata",
+        Action::Ignored => "ignored",
     };
     let kind = match item.kind {
         Some(EntryKind::File) => "file",
@@ -608,6 +614,8 @@ mod tests {
             action: Action::Created,
             bytes: 0,
             error: None,
+            changes: Default::default(),
+            target: None,
         };
         let mut out = Vec::new();
         write_item(&mut out, &item).unwrap();

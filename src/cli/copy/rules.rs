@@ -72,20 +72,25 @@ fn rsync_arg(s: &str, unit: u8, option: &'static str) -> Result<u64, String> {
     })
 }
 
-/// The filter rules of the command line, in the order given.
+/// The filter rules of copy's command line, in the order given.
 pub fn filters(a: &CopyArgs) -> Result<Filters, Error> {
-    let mut all: Vec<&Rule> = [
-        &a.exclude,
-        &a.include,
-        &a.exclude_from,
-        &a.include_from,
-        &a.filter,
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    filters_of(
+        [
+            &a.exclude,
+            &a.include,
+            &a.exclude_from,
+            &a.include_from,
+            &a.filter,
+        ],
+        a.delete_excluded,
+    )
+}
+
+/// The filter rules of the five rule flags, in the order given.
+pub fn filters_of(lists: [&Vec<Rule>; 5], delete_excluded: bool) -> Result<Filters, Error> {
+    let mut all: Vec<&Rule> = lists.into_iter().flatten().collect();
     all.sort_by_key(|r| r.seq);
-    let mut f = Filters::new(a.delete_excluded);
+    let mut f = Filters::new(delete_excluded);
     for r in all {
         if r.file {
             f.add_file(r.kind, std::path::Path::new(&r.text))?;

@@ -3,7 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use pagewise_core::copy::{copy, CopyOptions, Strategy};
+use pagewise_core::copy::{copy, CopyOptions, Preserve, Strategy};
 
 use super::{
     at_most, check_flags, check_reserved, finish, COPY_FLAGS, MAX_CHUNK, MAX_DEPTH, MAX_THREADS,
@@ -138,7 +138,10 @@ pub unsafe extern "C" fn pagewise_copy(
             sources,
             dest,
             strategy,
-            preserve: o.flags & PAGEWISE_COPY_PRESERVE != 0,
+            preserve: match o.flags & PAGEWISE_COPY_PRESERVE != 0 {
+                true => Preserve::ALL,
+                false => Preserve::NONE,
+            },
             preallocate: o.flags & PAGEWISE_COPY_NO_PREALLOCATE == 0,
             fsync: o.flags & PAGEWISE_COPY_FSYNC != 0,
             verify: o.flags & PAGEWISE_COPY_VERIFY != 0,

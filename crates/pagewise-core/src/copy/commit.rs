@@ -129,7 +129,7 @@ impl Temps {
     /// [`NamedTemp`]): None when `preserve` sets it, or when it is 0600 anyway.
     pub(super) fn mode_at_commit(&self, ctx: &Ctx<'_>, mode: u32) -> Option<u32> {
         let m = mode & !self.umask;
-        (!ctx.opts.preserve && m != 0o600).then_some(m)
+        (!ctx.opts.preserve.perms && m != 0o600).then_some(m)
     }
 
     /// Creates the file the data goes to, in `dir` (the directory of `dst`, reached without

@@ -35,6 +35,7 @@ mod engine;
 pub mod filter;
 mod finish;
 pub mod limits;
+pub mod modes;
 mod options;
 mod plan;
 mod report;
@@ -44,10 +45,11 @@ mod tasks;
 mod worker;
 
 pub use filter::{Filters, RuleKind, Side};
+pub use options::{AltDest, AltKind, Backup, Layout, Links, Preserve};
 pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
 pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS, MAX_THREADS};
 pub use plan::plan_targets;
-pub use report::{Action, CopyItem, CopyReport, EntryKind, Residue};
+pub use report::{Action, Changes, CopyItem, CopyReport, EntryKind, Residue};
 
 use crate::error::Error;
 use crate::sys;
@@ -108,7 +110,10 @@ impl Drop for IoPriorityGuard {
 /// ```
 pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport, Error> {
     options.validate()?;
-    let targets = plan_targets(&options.sources, &options.dest, options.no_target_directory)?;
+    let targets = match options.layout {
+        Layout::Cp => plan_targets(&options.sources, &options.dest, options.no_target_directory)?,
+        layout => plan::rsync_targets(&options.sources, &options.dest, layout)?,
+    };
     let umask = finish::umask();
     let follow_roots = options.dereference != Dereference::Never;
     // The I/O priority is set on this thread before any other starts (they inherit it) and
@@ -117,7 +122,12 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         Some(p) => Some(IoPriorityGuard::set(p)?),
         None => None,
     };
-    let ctx = Ctx::new(options, observer, dest::Dest::new(&targets, follow_roots));
+    // rsync's -R: every target lies below the destination directory, the one anchor.
+    let anchors = match options.layout {
+        Layout::RsyncRelative => vec![(options.dest.clone(), options.dest.clone())],
+        _ => targets.clone(),
+    };
+    let ctx = Ctx::new(options, observer, dest::Dest::new(&anchors, follow_roots));
     if options.io_priority.is_some() {
         for n in limits::ignored_priority(&options.sources, &options.dest) {
             ctx.tally.notice(n);
@@ -126,7 +136,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     let temps = Temps::new(umask);
     let workers = Workers::new(&ctx, &temps);
     let fin = Finish::new(&ctx, &temps);
-    if !options.no_target_directory {
+    if !options.no_target_directory && options.layout == Layout::Cp {
         for (src, dst) in &targets {
             if let Some(n) = plan::nesting_notice(src, dst, &options.dest) {
                 ctx.tally.notice(n);
@@ -137,7 +147,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     retry_no_space(&workers, &fin, &mut m);
     fin.flush();
     let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
-    if !options.dry_run {
+    if !options.delete_only {
         finish::finish_dirs(&ctx, &planned.dirs, umask);
     }
     if options.fsync && !options.dry_run {
@@ -183,6 +193,10 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         resume_compared_bytes: c.resume_compared.load(Ordering::Relaxed),
         metadata_updated: c.metadata.load(Ordering::Relaxed),
         deleted: c.deleted.load(Ordering::Relaxed),
+        deletes_skipped: c.deletes_skipped.load(Ordering::Relaxed),
+        linked: c.linked.load(Ordering::Relaxed),
+        total_size: c.listed_bytes.load(Ordering::Relaxed),
+        ignored: c.ignored.load(Ordering::Relaxed),
         bytes: m.bytes + c.dry_bytes.load(Ordering::Relaxed),
         data_bytes: m.data_bytes,
         rate_bytes_per_s: verb::rate(m.data_bytes, elapsed),

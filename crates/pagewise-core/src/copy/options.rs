@@ -19,8 +19,50 @@ pub struct CopyOptions {
     pub dest: PathBuf,
     /// How the data moves and what that does to the page cache. Default: [`Strategy::Auto`].
     pub strategy: Strategy,
-    /// Keep mode, owner (when root), timestamps and xattrs. Default: false.
-    pub preserve: bool,
+    /// Which of the sources' attributes the copies keep (cp -p keeps them all; rsync picks
+    /// with -p -o -g -t -X -A). Default: none ([`Preserve::NONE`]).
+    pub preserve: Preserve,
+    /// Recreate hard links inside the copied set as hard links (cp -a, rsync -H); false
+    /// copies each name as a file of its own (rsync without -H). Default: true.
+    pub hard_links: bool,
+    /// What is done with the symlinks that are not followed. Default: [`Links::Copy`].
+    pub links: Links,
+    /// Recreate device nodes (rsync --devices, cp -a). Default: true.
+    pub devices: bool,
+    /// Recreate FIFOs and sockets (rsync --specials, cp -a). Default: true.
+    pub specials: bool,
+    /// How modification times are compared (the quick check, what `changes` says): negative,
+    /// to the nanosecond; 0, whole seconds (rsync's default); N, within N seconds (rsync
+    /// --modify-window). Default: -1.
+    pub modify_window: i64,
+    /// Only update what exists already at the destination: nothing new is created
+    /// (rsync --existing). Default: false.
+    pub only_existing: bool,
+    /// Only delete (with `delete`): existing directories are walked and tidied; nothing is
+    /// created, updated, or has its metadata changed (rsync's --delete-before and
+    /// --delete-after passes). Default: false.
+    pub delete_only: bool,
+    /// rsync's --link-dest, --compare-dest and --copy-dest: directories (relative ones are
+    /// taken from the destination) where a file missing at the destination is looked for
+    /// under the same relative path; when one there is unchanged from the source, it is
+    /// hard-linked, left out, or copied locally. Default: none.
+    pub alt_dests: Vec<AltDest>,
+    /// rsync's --backup: what an update replaces or `delete` removes is kept under another
+    /// name first. Default: None.
+    pub backup: Option<Backup>,
+    /// Delete at most this many entries (rsync --max-delete); the rest are counted as
+    /// left in [`CopyReport::deletes_skipped`](super::CopyReport::deletes_skipped).
+    /// Default: None.
+    pub max_delete: Option<u64>,
+    /// Remove each source file (not directory) once its copy is complete or found up to
+    /// date, when it is still the file copied (rsync --remove-source-files). Default: false.
+    pub remove_source_files: bool,
+    /// rsync's --chmod rules, applied to every source's mode before it is copied.
+    /// Default: none.
+    pub chmod: Vec<super::modes::ChmodRule>,
+    /// rsync's --chown: the owner and group every copy gets (each None: the source's).
+    /// Default: none.
+    pub chown: (Option<u32>, Option<u32>),
     /// fallocate the destination before writing (not for sparse files). Default: true.
     pub preallocate: bool,
     /// fsync each file before it is linked (or renamed) into place, and each directory at the
@@ -53,6 +95,17 @@ pub struct CopyOptions {
     /// `dest` is the copy itself, never a directory to copy into (cp's -T): a second run of
     /// the same command lands in the same place. Needs one source. Default: false.
     pub no_target_directory: bool,
+    /// Where each source goes: cp's rules or rsync's. Default: [`Layout::Cp`].
+    pub layout: Layout,
+    /// Enter directories named as sources (false: rsync without -r under --files-from or
+    /// -d: such a directory is made, its contents left). Default: true.
+    pub recursive: bool,
+    /// Leave a destination file whose modification time is newer than its source's (rsync
+    /// -u). Default: false.
+    pub skip_newer: bool,
+    /// Leave directories' modification times as the copy left them (rsync -O). Default:
+    /// false.
+    pub omit_dir_times: bool,
     /// What to do with a destination that exists already. Default: [`Existing::Replace`].
     pub existing: Existing,
     /// Remove what a destination directory holds that its source directory does not (rsync
@@ -81,6 +134,122 @@ pub struct CopyOptions {
     /// The I/O priority of the copy's threads (ionice): `Idle` yields the disk to every
     /// other process. Default: None (inherited). The calling thread's own is restored after.
     pub io_priority: Option<crate::sys::IoPriority>,
+}
+
+/// Which of a source's attributes its copy keeps. Owner is kept only as root; group as root,
+/// or where the user belongs to the source's group.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Preserve {
+    /// Permission bits, set-id and sticky bits (rsync -p). Without: a new file gets the
+    /// source's permission bits less the umask, an existing one keeps its own.
+    pub perms: bool,
+    /// The owner (rsync -o; only as root).
+    pub owner: bool,
+    /// The group (rsync -g).
+    pub group: bool,
+    /// Modification (and access) times (rsync -t).
+    pub times: bool,
+    /// Extended attributes but ACLs (rsync -X).
+    pub xattrs: bool,
+    /// POSIX ACLs (rsync -A).
+    pub acls: bool,
+}
+
+impl Preserve {
+    /// All of them (cp -p, cp -a, rsync -aAX).
+    pub const ALL: Preserve = Preserve {
+        perms: true,
+        owner: true,
+        group: true,
+        times: true,
+        xattrs: true,
+        acls: true,
+    };
+    /// None of them.
+    pub const NONE: Preserve = Preserve {
+        perms: false,
+        owner: false,
+        group: false,
+        times: false,
+        xattrs: false,
+        acls: false,
+    };
+
+    /// Whether any attribute is kept.
+    pub fn any(self) -> bool {
+        self != Preserve::NONE
+    }
+
+    /// Whether the extended attribute `name` is kept: ACLs (`system.posix_acl_*`) with
+    /// `acls`, the others with `xattrs`.
+    pub fn keeps_xattr(self, name: &[u8]) -> bool {
+        if name.starts_with(b"system.posix_acl_") {
+            self.acls
+        } else {
+            self.xattrs
+        }
+    }
+}
+
+/// Where each source goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// cp's rules: into `dest` when it is a directory, else as `dest` (`SRC/.` and
+    /// `no_target_directory` put a directory's contents into `dest` itself); a re-run that
+    /// would nest a second copy gets a notice.
+    #[default]
+    Cp,
+    /// rsync's: a source ending in `/` (or `/.`) puts its contents into `dest`; any other goes
+    /// into `dest` under its name; `dest` is a directory unless there is one source, not a
+    /// directory, and `dest` is not one (then it is the copy).
+    Rsync,
+    /// rsync's -R: a source `BASE/./PATH` (or `PATH`, all of it kept) goes to `dest/PATH`,
+    /// the directories on PATH made as needed with their source's attributes; `dest` is a
+    /// directory.
+    RsyncRelative,
+}
+
+/// What happens to a symlink that is not followed ([`Dereference`] says which are).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Links {
+    /// Copied as a symlink (cp -P, rsync -l).
+    #[default]
+    Copy,
+    /// Left out, with a notice (rsync without -l: "skipping non-regular file").
+    Skip,
+    /// Copied when its target stays inside the copied tree, else left out (rsync -l
+    /// --safe-links: an absolute target, or one climbing above the tree, is unsafe).
+    SkipUnsafe,
+}
+
+/// What rsync's alternate destination directories do with a file found unchanged there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AltKind {
+    /// --link-dest: hard-link it into the destination.
+    Link,
+    /// --compare-dest: leave the file out of the destination.
+    Compare,
+    /// --copy-dest: copy it into the destination (without reading the source).
+    Copy,
+}
+
+/// One of rsync's alternate destination directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AltDest {
+    /// The directory.
+    pub dir: PathBuf,
+    /// What is done with an unchanged file found in it.
+    pub kind: AltKind,
+}
+
+/// Where rsync's --backup keeps what a copy replaces or deletes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// --backup-dir: kept under the same relative path in this directory (a relative one is
+    /// taken from the destination); None: beside the original.
+    pub dir: Option<PathBuf>,
+    /// --suffix: appended to the name (rsync: `~` without a directory, nothing with one).
+    pub suffix: std::ffi::OsString,
 }
 
 /// How a file's data moves, and what that does to the page cache.
@@ -140,6 +309,9 @@ pub enum Existing {
     /// (rsync's quick check), a symlink with the same text, a special file of the same kind
     /// and device (copy -u). With `preserve`, an interrupted copy is finished this way.
     QuickCheck,
+    /// Leave a file when its size is the same, whatever its time (rsync --size-only); a
+    /// symlink or special file as with `QuickCheck`.
+    SizeOnly,
     /// Leave a file when its content is the same (rsync --checksum): a file of another size
     /// is copied, one of the same size is compared byte for byte, both read without caching
     /// (O_DIRECT, or dropped after the read); symlinks and special files as with `QuickCheck`.
@@ -247,7 +419,20 @@ impl Default for CopyOptions {
             sources: Vec::new(),
             dest: PathBuf::new(),
             strategy: Strategy::Auto,
-            preserve: false,
+            preserve: Preserve::NONE,
+            hard_links: true,
+            links: Links::Copy,
+            devices: true,
+            specials: true,
+            modify_window: -1,
+            only_existing: false,
+            delete_only: false,
+            alt_dests: Vec::new(),
+            backup: None,
+            max_delete: None,
+            remove_source_files: false,
+            chmod: Vec::new(),
+            chown: (None, None),
             preallocate: true,
             fsync: false,
             verify: false,
@@ -259,6 +444,10 @@ impl Default for CopyOptions {
             partial: false,
             dereference: Dereference::Never,
             no_target_directory: false,
+            layout: Layout::Cp,
+            recursive: true,
+            skip_newer: false,
+            omit_dir_times: false,
             existing: Existing::Replace,
             delete: false,
             dry_run: false,
@@ -291,6 +480,15 @@ pub(super) const RESIDUE_RECHECK: usize = 4096;
 const CHUNK_ALIGN: usize = 4096;
 
 impl CopyOptions {
+    /// Whether two modification times count as equal under `modify_window`.
+    pub fn same_mtime(&self, a: (i64, i64), b: (i64, i64)) -> bool {
+        match self.modify_window {
+            w if w < 0 => a == b,
+            0 => a.0 == b.0,
+            w => (a.0 - b.0).abs() <= w,
+        }
+    }
+
     /// Checks what can be checked without touching the filesystem: a source and a
     /// destination, `threads` and `depth` at least 1, `chunk` a positive multiple of 4 KiB.
     /// (Whether the destination is a directory, as several sources need, is checked by

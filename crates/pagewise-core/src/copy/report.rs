@@ -62,6 +62,9 @@ pub enum Action {
     Deleted,
     /// It could not be copied (the error is in `error` and in the report's errors).
     Failed,
+    /// Not copied, by the options: a symlink without `links`, a device or special file
+    /// without `devices`/`specials`, an unsafe symlink under [`Links::SkipUnsafe`](super::Links).
+    Ignored,
     /// Its content was up to date and its metadata (mode, owner, times, xattrs, ACLs) was
     /// not: the metadata was brought over (under `preserve`; rsync itemizes `.f...p.....`).
     Metadata,
@@ -84,6 +87,74 @@ pub struct CopyItem {
     /// The error, for `failed`: `op failed: message`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// What differed from what stood at the destination, for `updated` and `metadata`
+    /// (rsync's itemize letters); omitted when nothing is known to.
+    #[serde(skip_serializing_if = "Changes::is_empty")]
+    pub changes: Changes,
+    /// A symlink's text, or a hard link's first name (the destination path it links to).
+    #[serde(flatten, serialize_with = "crate::json::opt_target")]
+    #[cfg_attr(feature = "schema", schemars(with = "crate::json::OptTargetKeys"))]
+    pub target: Option<PathBuf>,
+}
+
+/// What differed between a source entry and what stood at its destination: rsync's itemize
+/// letters `c s t p o g a x`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Changes {
+    /// Content (a file compared by checksum), a symlink's text or a device's number (`c`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub content: bool,
+    /// Size (`s`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub size: bool,
+    /// Modification time (`t`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub time: bool,
+    /// Permissions (`p`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub perms: bool,
+    /// Owner (`o`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub owner: bool,
+    /// Group (`g`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub group: bool,
+    /// ACLs (`a`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub acl: bool,
+    /// Other extended attributes (`x`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub xattr: bool,
+}
+
+impl Changes {
+    /// Nothing differed (or nothing is known).
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
+    }
+
+    /// What the stats of a source (`src`, as the copy gives it on) and its destination
+    /// (`dst`) say differs among what `keep` keeps; the size and content only for regular
+    /// files. The owner counts only when it is kept (as root).
+    pub(crate) fn of(
+        src: &sys::Stat,
+        dst: &sys::Stat,
+        keep: super::Preserve,
+        owner_kept: bool,
+        same_mtime: impl Fn((i64, i64), (i64, i64)) -> bool,
+    ) -> Changes {
+        Changes {
+            content: false,
+            size: src.is_file() && src.size != dst.size,
+            time: !src.is_symlink() && !same_mtime(src.mtime, dst.mtime),
+            perms: keep.perms && !src.is_symlink() && src.mode & 0o7777 != dst.mode & 0o7777,
+            owner: owner_kept && src.uid != dst.uid,
+            group: keep.group && src.gid != dst.gid,
+            acl: false,
+            xattr: false,
+        }
+    }
 }
 
 /// Bytes of the page cache a copy left behind.
@@ -144,6 +215,15 @@ pub struct CopyReport {
     pub metadata_updated: u64,
     /// Entries removed from the destination because the source no longer has them (`delete`).
     pub deleted: u64,
+    /// Entries `delete` left because --max-delete was reached.
+    pub deletes_skipped: u64,
+    /// Files hard-linked from a --link-dest directory instead of copied.
+    pub linked: u64,
+    /// Entries not copied because the options leave their kind out ([`Action::Ignored`]).
+    pub ignored: u64,
+    /// Sizes of every regular file (each name of a hard-linked one) and symlink the copy
+    /// met, copied or not (rsync's "total size").
+    pub total_size: u64,
     /// Logical bytes of the copied files.
     pub bytes: u64,
     /// Bytes actually moved (sparse holes excluded).

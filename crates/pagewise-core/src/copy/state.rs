@@ -6,10 +6,11 @@
 use super::dest::Dest;
 use super::limits::Bandwidth;
 use super::options::{CopyOptions, RESIDUE_RECHECK, SETTLE_BATCH, SETTLE_FILES, SMALL_BATCH};
-use super::report::{Action, CopyItem, EntryKind};
+use super::report::{Action, Changes, CopyItem, EntryKind};
 use crate::error::FileError;
 use crate::sys;
 use crate::verb::{FileResult, Observer, Tally};
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,6 +28,14 @@ pub(super) struct Counts {
     /// Files whose content was left and whose metadata was brought over.
     pub metadata: AtomicU64,
     pub deleted: AtomicU64,
+    /// Deletions left undone by --max-delete.
+    pub deletes_skipped: AtomicU64,
+    /// Files hard-linked from a --link-dest directory.
+    pub linked: AtomicU64,
+    /// Entries left out by kind (no -l, no -D, unsafe symlinks).
+    pub ignored: AtomicU64,
+    /// Sizes of the regular files and symlinks met (rsync's "total size").
+    pub listed_bytes: AtomicU64,
     /// A dry run's files and bytes that a copy would write (the workers count a real run's).
     pub dry_files: AtomicU64,
     pub dry_bytes: AtomicU64,
@@ -79,6 +88,19 @@ impl<'a> Ctx<'a> {
 
     /// One entry's outcome to the observer, when per-entry results were asked for.
     pub fn item(&self, path: &Path, kind: EntryKind, action: Action, bytes: u64) {
+        self.item_with(path, kind, action, bytes, Changes::default(), None);
+    }
+
+    /// [`Ctx::item`] with what differed and a link's target.
+    pub fn item_with(
+        &self,
+        path: &Path,
+        kind: EntryKind,
+        action: Action,
+        bytes: u64,
+        changes: Changes,
+        target: Option<&Path>,
+    ) {
         if self.opts.items {
             self.observer.file(FileResult::Copy(CopyItem {
                 path: path.to_path_buf(),
@@ -86,19 +108,101 @@ impl<'a> Ctx<'a> {
                 action,
                 bytes,
                 error: None,
+                changes,
+                target: target.map(Path::to_path_buf),
             }));
         }
     }
 
     /// An entry made (`existed`: replacing what was there), counted and reported.
     pub fn done(&self, path: &Path, kind: EntryKind, existed: bool, bytes: u64) {
+        self.done_with(path, kind, existed, bytes, Changes::default(), None);
+    }
+
+    /// [`Ctx::done`] with what differed from what it replaced and a link's target.
+    pub fn done_with(
+        &self,
+        path: &Path,
+        kind: EntryKind,
+        existed: bool,
+        bytes: u64,
+        changes: Changes,
+        target: Option<&Path>,
+    ) {
         let (count, action) = if existed {
             (&self.counts.updated, Action::Updated)
         } else {
             (&self.counts.created, Action::Created)
         };
         count.fetch_add(1, Ordering::Relaxed);
-        self.item(path, kind, action, bytes);
+        self.item_with(path, kind, action, bytes, changes, target);
+    }
+
+    /// The source's metadata as the copy gives it on: rsync's --chmod and --chown applied.
+    pub fn source_meta(&self, st: &sys::Stat) -> sys::Stat {
+        let mut s = *st;
+        if !self.opts.chmod.is_empty() && !s.is_symlink() {
+            s.mode = super::modes::apply_chmod(&self.opts.chmod, s.mode, s.is_dir());
+        }
+        if let Some(u) = self.opts.chown.0 {
+            s.uid = u;
+        }
+        if let Some(g) = self.opts.chown.1 {
+            s.gid = g;
+        }
+        s
+    }
+
+    /// What differs between a source (as given on) and its destination, among what is kept.
+    pub fn changes(&self, src: &sys::Stat, dst: &sys::Stat) -> Changes {
+        let keep = self.opts.preserve;
+        let same = |a, b| self.opts.same_mtime(a, b);
+        Changes::of(
+            &self.source_meta(src),
+            dst,
+            keep,
+            keep.owner && self.is_root,
+            same,
+        )
+    }
+
+    /// With --remove-source-files: removes the source file (not directory) `src` once its
+    /// copy is complete or up to date, when it is still the file `st` describes (same
+    /// device, inode, size and time: rsync refuses a file that changed too).
+    pub fn remove_source(&self, src: &Path, st: &sys::Stat) {
+        if !self.opts.remove_source_files || self.opts.dry_run || st.is_dir() {
+            return;
+        }
+        let Some(name) = src.file_name() else { return };
+        let parent = match src.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let flags = sys::OpenFlags {
+            directory: true,
+            ..Default::default()
+        };
+        let r = sys::open_path(parent, flags).and_then(|dir| {
+            let c = std::ffi::CString::new(name.as_encoded_bytes())?;
+            let now = sys::fstatat(Some(dir.as_fd()), &c, false)?;
+            if (now.dev, now.ino, now.size, now.mtime) != (st.dev, st.ino, st.size, st.mtime) {
+                return Err(std::io::Error::other(
+                    "it changed since it was copied: not removed",
+                ));
+            }
+            sys::unlink_at(dir.as_fd(), name, false)
+        });
+        if let Err(e) = r {
+            self.tally
+                .error(FileError::io(src, crate::error::Op::Unlink, &e));
+        }
+    }
+
+    /// An entry the options leave out by its kind, counted and reported (`target`: an unsafe
+    /// symlink's text).
+    pub fn ignored(&self, path: &Path, kind: EntryKind, target: Option<&Path>) {
+        self.counts.ignored.fetch_add(1, Ordering::Relaxed);
+        self.item_with(path, kind, Action::Ignored, 0, Changes::default(), target);
     }
 
     /// An entry left as it was, counted and reported.
@@ -116,6 +220,8 @@ impl<'a> Ctx<'a> {
                 action: Action::Failed,
                 bytes: 0,
                 error: Some(format!("{} failed: {}", e.op, e.message)),
+                changes: Changes::default(),
+                target: None,
             }));
         }
         self.tally.error(e);

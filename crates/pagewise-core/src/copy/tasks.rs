@@ -11,8 +11,9 @@ pub(super) struct FileTask {
     pub dst: PathBuf,
     /// Size when the planner saw it.
     pub size: u64,
-    /// The destination existed: the copy updates it rather than creating it.
-    pub existed: bool,
+    /// What stood at the destination (not followed), None when nothing did: the copy then
+    /// creates it rather than updating it.
+    pub before: Option<sys::Stat>,
     /// `--checksum` and a destination of the same size: the worker compares content first and
     /// leaves the file when it is equal.
     pub compare: bool,
@@ -27,6 +28,8 @@ pub(super) struct DirTask {
     pub src: PathBuf,
     pub dst: PathBuf,
     pub meta: sys::Stat,
+    /// The destination directory's metadata when it existed before this run.
+    pub before: Option<sys::Stat>,
     /// 0 for a source named by the caller, 1 for its subdirectories, ...
     pub depth: usize,
 }

@@ -4,7 +4,7 @@
 
 use super::meta::apply_meta;
 use crate::copy::engine::hashes_from_disk;
-use crate::copy::report::{Action, EntryKind};
+use crate::copy::report::{Action, Changes, EntryKind};
 use crate::copy::state::Ctx;
 use crate::copy::tasks::FileTask;
 use crate::copy::worker::Extents;
@@ -96,11 +96,34 @@ fn same_bytes(a: OwnedFd, b: OwnedFd, chunk: usize) -> io::Result<bool> {
 
 /// Extended attributes as compared for metadata-only changes: sorted, `security.*` left out
 /// (the system sets those, see `put_xattrs` in meta.rs).
-fn comparable_xattrs(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, Vec<u8>)>> {
+fn comparable_xattrs(
+    fd: BorrowedFd<'_>,
+    acls: bool,
+) -> io::Result<Vec<(std::ffi::CString, Vec<u8>)>> {
     let mut list = sys::xattrs(fd)?;
-    list.retain(|(n, _)| !n.to_bytes().starts_with(b"security."));
+    list.retain(|(n, _)| {
+        let n = n.to_bytes();
+        !n.starts_with(b"security.") && n.starts_with(b"system.posix_acl_") == acls
+    });
     list.sort();
     Ok(list)
+}
+
+/// With -X or -A, whether the extended attributes and the ACLs of the file `dst` still
+/// holds (before the copy replaces it) differ from the source's (`sf`): `(xattr, acl)`.
+pub(in crate::copy) fn xattr_changes(ctx: &Ctx<'_>, sf: &OwnedFd, dst: &Path) -> (bool, bool) {
+    let keep = ctx.opts.preserve;
+    if !(keep.xattrs || keep.acls) {
+        return (false, false);
+    }
+    let Ok(df) = ctx.dest.open_read(dst) else {
+        return (false, false);
+    };
+    let list = |fd: BorrowedFd<'_>, acls| comparable_xattrs(fd, acls).ok();
+    (
+        keep.xattrs && list(sf.as_fd(), false) != list(df.as_fd(), false),
+        keep.acls && list(sf.as_fd(), true) != list(df.as_fd(), true),
+    )
 }
 
 /// A destination file left for its content (quick check or checksum) under `preserve`:
@@ -108,7 +131,7 @@ fn comparable_xattrs(fd: BorrowedFd<'_>) -> io::Result<Vec<(std::ffi::CString, V
 /// from the source's, they are brought over (nothing in a dry run), as rsync -a does for
 /// a file it itemizes `.f...p.....`. True when something differed. The destination is
 /// opened without following a symlink.
-fn refresh_meta(ctx: &Ctx<'_>, src: &Path, dst: &Path) -> Result<bool, FileError> {
+fn refresh_meta(ctx: &Ctx<'_>, src: &Path, dst: &Path) -> Result<Changes, FileError> {
     let flags = sys::OpenFlags {
         noatime: true,
         nofollow: true,
@@ -121,30 +144,32 @@ fn refresh_meta(ctx: &Ctx<'_>, src: &Path, dst: &Path) -> Result<bool, FileError
         .open_read(dst)
         .map_err(|e| FileError::io(dst, Op::Open, &e))?;
     let dt = sys::fstat(df.as_fd()).map_err(|e| FileError::io(dst, Op::Fstat, &e))?;
-    let owner_differs = ctx.is_root && (st.uid, st.gid) != (dt.uid, dt.gid);
-    let differs = owner_differs
-        || st.mode & 0o7777 != dt.mode & 0o7777
-        || st.mtime != dt.mtime
-        || comparable_xattrs(sf.as_fd()).ok() != comparable_xattrs(df.as_fd()).ok();
-    if differs && !ctx.opts.dry_run {
+    let keep = ctx.opts.preserve;
+    let mut changes = ctx.changes(&st, &dt);
+    changes.size = false;
+    changes.time &= keep.times;
+    let list = |fd: BorrowedFd<'_>, acls| comparable_xattrs(fd, acls).ok();
+    changes.xattr = keep.xattrs && list(sf.as_fd(), false) != list(df.as_fd(), false);
+    changes.acl = keep.acls && list(sf.as_fd(), true) != list(df.as_fd(), true);
+    if !changes.is_empty() && !ctx.opts.dry_run {
         apply_meta(ctx, &sf, &fs::File::from(df), &st, false)
             .map_err(|(op, e)| FileError::io(dst, op, &e))?;
     }
-    Ok(differs)
+    Ok(changes)
 }
 
 /// An existing destination file whose content is left: its metadata refreshed under
 /// `preserve` (counted and itemized as `metadata`), else counted as skipped.
 pub(in crate::copy) fn keep_file(ctx: &Ctx<'_>, src: &Path, dst: &Path, kind: EntryKind) {
-    if !ctx.opts.preserve {
+    if !ctx.opts.preserve.any() {
         return ctx.skipped(dst, kind);
     }
     match refresh_meta(ctx, src, dst) {
-        Ok(true) => {
+        Ok(c) if !c.is_empty() => {
             ctx.counts.metadata.fetch_add(1, Ordering::Relaxed);
-            ctx.item(dst, kind, Action::Metadata, 0);
+            ctx.item_with(dst, kind, Action::Metadata, 0, c, None);
         }
-        Ok(false) => ctx.skipped(dst, kind),
+        Ok(_) => ctx.skipped(dst, kind),
         Err(e) => ctx.fail(e),
     }
 }

@@ -8,7 +8,7 @@ use crate::error::{FileError, Op};
 use crate::sys;
 use std::fs;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,26 +22,50 @@ pub(super) fn apply_meta(
     st: &sys::Stat,
     temp: bool,
 ) -> Result<(), (Op, io::Error)> {
-    if !ctx.opts.preserve {
+    let keep = ctx.opts.preserve;
+    if !keep.any() {
         // Created with the right mode (see worker/open.rs).
         return Ok(());
     }
-    if ctx.is_root {
-        std::os::unix::fs::fchown(df, Some(st.uid), Some(st.gid)).map_err(|e| (Op::Fchown, e))?;
+    let st = &ctx.source_meta(st);
+    chown(ctx, df.as_fd(), st).map_err(|e| (Op::Fchown, e))?;
+    if keep.xattrs || keep.acls {
+        let list = sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
+        put_xattrs(ctx, df, &list, temp)?;
     }
-    let list = sys::xattrs(sf.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
-    put_xattrs(ctx, df, &list, temp)?;
-    df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
-        .map_err(|e| (Op::Fchmod, e))?;
-    let times = fs::FileTimes::new()
-        .set_accessed(epoch_time(st.atime))
-        .set_modified(epoch_time(st.mtime));
-    df.set_times(times).map_err(|e| (Op::Futimens, e))?;
+    if keep.perms {
+        df.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))
+            .map_err(|e| (Op::Fchmod, e))?;
+    }
+    if keep.times {
+        let times = fs::FileTimes::new()
+            .set_accessed(epoch_time(st.atime))
+            .set_modified(epoch_time(st.mtime));
+        df.set_times(times).map_err(|e| (Op::Futimens, e))?;
+    }
     Ok(())
+}
+
+/// The owner (as root) and group a copy keeps, set on `fd`. A user who is not root sets
+/// the group when they belong to it (rsync -g); EPERM otherwise is left, as rsync leaves it.
+pub(in crate::copy) fn chown(ctx: &Ctx<'_>, fd: BorrowedFd<'_>, st: &sys::Stat) -> io::Result<()> {
+    let keep = ctx.opts.preserve;
+    let uid = (keep.owner && ctx.is_root).then_some(st.uid);
+    let gid = keep.group.then_some(st.gid);
+    if uid.is_none() && gid.is_none() {
+        return Ok(());
+    }
+    match sys::fchown(fd, uid, gid) {
+        Err(e) if !ctx.is_root && e.raw_os_error() == Some(libc::EPERM) => Ok(()),
+        r => r,
+    }
 }
 
 /// With `preserve`: a directory's extended attributes (its ACLs, default ACLs included).
 pub(super) fn dir_xattrs(ctx: &Ctx<'_>, src: &Path, dst: &fs::File) {
+    if !(ctx.opts.preserve.xattrs || ctx.opts.preserve.acls) {
+        return;
+    }
     let Ok(s) = fs::File::open(src) else {
         return; // it was read a moment ago; gone now: nothing to keep
     };
@@ -74,7 +98,11 @@ fn put_xattrs(
             Some(libc::ENOTSUP) | Some(libc::EPERM) | Some(libc::EACCES)
         )
     };
+    let keep = ctx.opts.preserve;
     for (name, value) in list {
+        if !keep.keeps_xattr(name.to_bytes()) {
+            continue;
+        }
         match sys::set_xattr(dst.as_fd(), name, value) {
             Ok(()) => {}
             // Not every destination takes every namespace (e.g. security.* on tmpfs).
@@ -88,6 +116,7 @@ fn put_xattrs(
     let have = sys::xattrs(dst.as_fd()).map_err(|e| (Op::Flistxattr, e))?;
     for (name, _) in have {
         if name.to_bytes().starts_with(b"security.")
+            || !keep.keeps_xattr(name.to_bytes())
             || mark(&name)
             || list.iter().any(|(n, _)| *n == name)
         {

@@ -13,6 +13,7 @@ mod compare;
 mod meta;
 mod settle;
 
+use compare::xattr_changes;
 pub(super) use compare::{keep_file, same_content, unchanged, verify, Digest};
 
 use super::commit::{Temp, Temps};
@@ -113,6 +114,11 @@ impl<'a> Finish<'a> {
             digest,
             batched,
         } = w;
+        // What the file it replaces had of attributes, read before the commit replaces it.
+        let (xattr, acl) = match o.before.is_some_and(|b| b.is_file()) {
+            true => xattr_changes(self.ctx, &o.sf, &o.dst),
+            false => (false, false),
+        };
         match self.make_final(&mut o, strat) {
             Ok(true) => {}
             Ok(false) => return,
@@ -120,7 +126,23 @@ impl<'a> Finish<'a> {
         }
         let data = Self::account(local, &o, strat);
         self.ctx.observer.progress(1, 0);
-        self.ctx.done(&o.dst, EntryKind::File, o.existed, o.st.size);
+        let checksum = self.ctx.opts.existing == super::options::Existing::Checksum;
+        let changes = o.before.map(|b| super::report::Changes {
+            xattr,
+            acl,
+            // -c: copied because the content differed (rsync's `c`).
+            content: checksum && b.is_file(),
+            ..self.ctx.changes(&o.st, &b)
+        });
+        self.ctx.done_with(
+            &o.dst,
+            EntryKind::File,
+            o.before.is_some(),
+            o.st.size,
+            changes.unwrap_or_default(),
+            None,
+        );
+        self.ctx.remove_source(&o.src, &o.st);
         if let Some(d) = digest {
             let id = sys::fstat(o.df.as_fd()).map_or((0, 0), |s| (s.dev, s.ino));
             local.digests.push((o.dst, o.extents, d, id));
@@ -181,6 +203,11 @@ impl<'a> Finish<'a> {
         }
         if self.ctx.stopped() {
             return Ok(false);
+        }
+        if o.before.is_some() {
+            let name = o.dst.file_name().unwrap_or_default();
+            backup(self.ctx, o.dir.as_fd(), name, &o.dst)
+                .map_err(|e| FileError::io(&o.dst, Op::Backup, &e))?;
         }
         self.temps
             .commit(o.df.as_fd(), &mut o.temp, o.dir.as_fd(), &o.dst)
@@ -244,7 +271,8 @@ pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[(PathBuf, PathBuf)]) -> u64 {
         match sys::link_at(fdir.as_fd(), fname, odir.as_fd(), oname) {
             Ok(()) => {
                 made += 1;
-                ctx.done(other, EntryKind::Hardlink, existed, 0);
+                let changes = super::report::Changes::default();
+                ctx.done_with(other, EntryKind::Hardlink, existed, 0, changes, Some(first));
             }
             Err(e) => ctx.fail(FileError::io(other, Op::Link, &e)),
         }
@@ -256,11 +284,22 @@ pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[(PathBuf, PathBuf)]) -> u64 {
 /// fsyncs them if asked. Without --preserve the mode is the source's less `umask`.
 pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
     let opts = ctx.opts;
+    let keep = opts.preserve;
     for d in dirs {
-        let mode = if opts.preserve {
-            d.meta.mode & 0o7777
-        } else {
-            d.meta.mode & 0o777 & !umask
+        if opts.dry_run {
+            // What a run would say of a directory that exists; nothing is changed.
+            if let Some(before) = &d.before {
+                dir_item(ctx, d, before);
+            }
+            continue;
+        }
+        let meta = ctx.source_meta(&d.meta);
+        // Without -p a directory that existed keeps its mode (as rsync's do); a new one gets
+        // the source's less the umask.
+        let mode = match (keep.perms, d.before) {
+            (true, _) => Some(meta.mode & 0o7777),
+            (false, None) => Some(meta.mode & 0o777 & !umask),
+            (false, Some(_)) => None,
         };
         // Reached without following symlinks: a directory swapped for a link since it
         // was made is refused, not chmod'ed through.
@@ -271,17 +310,20 @@ pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
                 continue;
             }
         };
-        if opts.preserve && ctx.is_root {
-            let _ = std::os::unix::fs::fchown(&f, Some(d.meta.uid), Some(d.meta.gid));
+        let _ = meta::chown(ctx, f.as_fd(), &meta);
+        if let Some(mode) = mode {
+            if let Err(e) = f.set_permissions(fs::Permissions::from_mode(mode)) {
+                ctx.fail(FileError::io(&d.dst, Op::Chmod, &e));
+            }
         }
-        if let Err(e) = f.set_permissions(fs::Permissions::from_mode(mode)) {
-            ctx.fail(FileError::io(&d.dst, Op::Chmod, &e));
+        if let Some(before) = &d.before {
+            dir_item(ctx, d, before);
         }
-        if !(opts.preserve || opts.fsync) {
+        if !(keep.any() || opts.fsync) {
             continue;
         }
-        if opts.preserve {
-            dir_xattrs(ctx, &d.src, &f);
+        dir_xattrs(ctx, &d.src, &f);
+        if keep.times && !opts.omit_dir_times {
             let times = fs::FileTimes::new()
                 .set_accessed(epoch_time(d.meta.atime))
                 .set_modified(epoch_time(d.meta.mtime));
@@ -291,6 +333,19 @@ pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
             let _ = f.sync_all();
         }
     }
+}
+
+/// A directory that existed (`before`): reported as `metadata` when what is kept differed
+/// from its source, else as left.
+fn dir_item(ctx: &Ctx<'_>, d: &DirTask, before: &sys::Stat) {
+    let opts = ctx.opts;
+    let mut changes = ctx.changes(&d.meta, before);
+    changes.time &= opts.preserve.times && !opts.omit_dir_times;
+    let action = match changes.is_empty() {
+        true => super::report::Action::Skipped,
+        false => super::report::Action::Metadata,
+    };
+    ctx.item_with(&d.dst, EntryKind::Dir, action, 0, changes, None);
 }
 
 /// fsyncs the directories that received the top-level names.
@@ -307,4 +362,65 @@ pub(super) fn fsync_parents(targets: &[(PathBuf, PathBuf)]) {
 /// The process's umask, read from /proc (no syscall that changes it); 022 if unknown.
 pub(super) fn umask() -> u32 {
     crate::procfs::own_umask().unwrap_or(0o022)
+}
+
+/// rsync's --backup: before what stands at `name` in `dir` (the destination `dst`) is replaced
+/// or deleted, it is kept under its backup name — `NAME` + suffix beside it, or the same
+/// relative path under the backup directory (made as needed) — replacing an older backup.
+/// Nothing without --backup, in a dry run, or when nothing stands there.
+pub(in crate::copy) fn backup(
+    ctx: &Ctx<'_>,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    dst: &std::path::Path,
+) -> std::io::Result<()> {
+    let Some(b) = &ctx.opts.backup else {
+        return Ok(());
+    };
+    if ctx.opts.dry_run {
+        return Ok(());
+    }
+    let mut kept = name.to_os_string();
+    kept.push(&b.suffix);
+    let Some(bdir) = &b.dir else {
+        // Beside the original: a second name now, so the original stays in place until the
+        // copy's commit replaces it.
+        let _ = sys::unlink_at(dir, &kept, false);
+        return sys::link_at(dir, name, dir, &kept).or_else(|_| {
+            // A directory (rsync backs those up by renaming) or a file system without hard
+            // links: renamed.
+            sys::rename_at(dir, name, &kept)
+        });
+    };
+    let base = match bdir.is_absolute() {
+        true => bdir.clone(),
+        false => ctx.opts.dest.join(bdir),
+    };
+    let rel = dst
+        .strip_prefix(&ctx.opts.dest)
+        .unwrap_or(std::path::Path::new(name));
+    let target = base.join(rel).with_file_name(&kept);
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let flags = sys::OpenFlags {
+        directory: true,
+        nofollow: true,
+        ..Default::default()
+    };
+    let tdir = sys::open_path(target.parent().unwrap_or(std::path::Path::new(".")), flags)?;
+    let tname = target.file_name().unwrap_or_default();
+    match sys::fstatat(
+        Some(tdir.as_fd()),
+        &std::ffi::CString::new(tname.as_encoded_bytes())?,
+        false,
+    ) {
+        Ok(m) if m.is_dir() => sys::remove_tree_at(tdir.as_fd(), tname, 4096)?,
+        Ok(_) => sys::unlink_at(tdir.as_fd(), tname, false)?,
+        Err(_) => {}
+    }
+    match sys::link_at(dir, name, tdir.as_fd(), tname) {
+        Ok(()) => Ok(()),
+        Err(_) => sys::rename_across(dir, name, tdir.as_fd(), tname),
+    }
 }

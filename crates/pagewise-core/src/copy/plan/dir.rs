@@ -17,6 +17,7 @@ use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -82,6 +83,7 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
         src: e.src,
         dst: e.dst,
         meta: st,
+        before: e.dst_st.filter(|d| d.is_dir()),
         depth: e.depth,
     });
 }
@@ -274,9 +276,35 @@ fn tidy_existing(
         {
             continue;
         }
+        let over = p
+            .ctx
+            .opts
+            .max_delete
+            .is_some_and(|max| p.ctx.counts.deleted.load(Ordering::Relaxed) >= max);
+        if over {
+            p.ctx.counts.deletes_skipped.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let backed_up = p.ctx.opts.backup.is_some() && !dry;
+        if backed_up {
+            if let Err(err) = crate::copy::finish::backup(p.ctx, dir, sys::name_os(name), &path) {
+                p.ctx.fail(FileError::io(&path, Op::Backup, &err));
+                continue;
+            }
+        }
+        // What is removed below a directory, each listed (as rsync lists it), deepest first.
+        let mut below: Vec<(Vec<u8>, bool)> = Vec::new();
         let (r, op) = match (dry, is_dir) {
-            (true, _) => (Ok(true), Op::Unlink),
-            (false, true) => (remove_dir(p, dir, e, name), Op::Rmdir),
+            (true, true) => {
+                let mut visit = |rel: &[u8], d: bool| below.push((rel.to_vec(), d));
+                let n = sys::name_os(name);
+                let r = sys::walk_below_at(dir, n, n.as_bytes(), MAX_REMOVE_DEPTH, &mut visit);
+                (r.map(|_| true), Op::Readdir)
+            }
+            (true, false) => (Ok(true), Op::Unlink),
+            // Moved whole into the backup (or renamed beside it).
+            (false, true) if backed_up => (Ok(true), Op::Rename),
+            (false, true) => (remove_dir(p, dir, e, name, &mut below), Op::Rmdir),
             (false, false) => (
                 sys::unlink_at(dir, sys::name_os(name), false).map(|_| true),
                 Op::Unlink,
@@ -287,7 +315,19 @@ fn tidy_existing(
             // "cannot delete non-empty directory").
             Ok(false) => {}
             Ok(true) => {
-                p.ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                for (rel, d) in &below {
+                    let kind = if *d { EntryKind::Dir } else { EntryKind::File };
+                    p.ctx.item(
+                        &dst.join(std::ffi::OsStr::from_bytes(rel)),
+                        kind,
+                        Action::Deleted,
+                        0,
+                    );
+                }
+                p.ctx
+                    .counts
+                    .deleted
+                    .fetch_add(1 + below.len() as u64, Ordering::Relaxed);
                 let kind = kind.unwrap_or(EntryKind::File);
                 p.ctx.item(&path, kind, Action::Deleted, 0);
             }
@@ -298,13 +338,35 @@ fn tidy_existing(
 
 /// Removes the destination directory `name` in `dir` (of `e`) with all below it but what
 /// the filter rules protect: Ok(true) when all of it went.
-fn remove_dir(p: &Planner<'_>, dir: BorrowedFd<'_>, e: &Entry, name: &CStr) -> io::Result<bool> {
+fn remove_dir(
+    p: &Planner<'_>,
+    dir: BorrowedFd<'_>,
+    e: &Entry,
+    name: &CStr,
+    removed: &mut Vec<(Vec<u8>, bool)>,
+) -> io::Result<bool> {
     let filters = &p.ctx.opts.filters;
     let rel = child_rel(&e.rel, name);
+    let seen = std::cell::RefCell::new(Vec::new());
     let keep = |path: &[u8], is_dir: bool| {
-        path != rel.as_slice() && filters.excluded(path, is_dir, Side::Receiver)
+        let kept = path != rel.as_slice() && filters.excluded(path, is_dir, Side::Receiver);
+        if !kept && path != rel.as_slice() {
+            seen.borrow_mut().push((path.to_vec(), is_dir));
+        }
+        kept
     };
-    sys::remove_tree_keeping(dir, sys::name_os(name), &rel, MAX_REMOVE_DEPTH, &keep)
+    let r = sys::remove_tree_keeping(dir, sys::name_os(name), &rel, MAX_REMOVE_DEPTH, &keep);
+    // Named below the directory `dir` is (the rules' names start at the transfer's root).
+    let skip = match e.rel.is_empty() {
+        true => 0,
+        false => e.rel.len() + 1,
+    };
+    removed.extend(
+        seen.into_inner()
+            .into_iter()
+            .map(|(p, d)| (p[skip..].to_vec(), d)),
+    );
+    r
 }
 
 /// Makes (or enters) the destination directory: its descriptor (None in a dry run where
@@ -321,6 +383,10 @@ fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
             e.dst_st.as_ref().map_or("file", |d| d.kind())
         ));
         p.ctx.fail(FileError::io(&e.dst, Op::Mkdir, &err));
+        return None;
+    }
+    if !existed && (p.ctx.opts.only_existing || p.ctx.opts.delete_only) {
+        // --existing: nothing new is made, a new directory's contents included.
         return None;
     }
     if p.ctx.opts.dry_run {

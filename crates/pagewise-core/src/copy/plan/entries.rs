@@ -6,8 +6,10 @@
 use super::jobs::{Chain, DirJob, Entry};
 use super::planner::Planner;
 use crate::copy::finish::{keep_file, same_content};
-use crate::copy::options::Existing;
+use crate::copy::options::{AltKind, Existing, Links};
 use crate::copy::report::EntryKind;
+use crate::copy::report::{Action, Changes};
+use crate::copy::state::Ctx;
 use crate::copy::tasks::FileTask;
 use crate::error::{FileError, Op};
 use crate::sys;
@@ -26,6 +28,9 @@ pub(super) fn entry(p: &mut Planner<'_>, e: Entry, up: Option<Arc<Chain>>) -> Op
     }
     if e.st.is_dir() {
         return Some(DirJob { entry: e, up });
+    }
+    if p.ctx.opts.delete_only {
+        return None;
     }
     if e.st.is_symlink() {
         symlink(p, &e)
@@ -48,15 +53,39 @@ fn special(p: &mut Planner<'_>, e: &Entry) {
             "unknown file type: not copied",
         ));
     };
-    if keep_existing(p, e, |d| {
+    let device = matches!(kind, sys::NodeKind::CharDevice | sys::NodeKind::BlockDevice);
+    let opts = p.ctx.opts;
+    if (device && !opts.devices) || (!device && !opts.specials) {
+        return p.ctx.ignored(&e.dst, EntryKind::of(&e.st), None);
+    }
+    if new_refused(p, e) {
+        return;
+    }
+    if keep_existing(p, e, None, |d| {
         sys::NodeKind::of_mode(d.mode) == Some(kind) && d.rdev == e.st.rdev
     }) {
         return;
     }
     let (mode, rdev) = (e.st.mode & 0o777, e.st.rdev);
-    place(p, e, EntryKind::of(&e.st), Op::Mknod, |dir, tmp| {
-        sys::mknod_at(dir, tmp, kind, mode, rdev)
-    });
+    let changes = Changes {
+        content: e.dst_st.is_some_and(|d| d.rdev != rdev),
+        ..Changes::default()
+    };
+    place(
+        p,
+        e,
+        EntryKind::of(&e.st),
+        Op::Mknod,
+        changes,
+        None,
+        |dir, tmp| sys::mknod_at(dir, tmp, kind, mode, rdev),
+    );
+}
+
+/// With --existing (only what exists is updated): true when `e`'s destination does not exist,
+/// so it is not made.
+pub(super) fn new_refused(p: &Planner<'_>, e: &Entry) -> bool {
+    p.ctx.opts.only_existing && e.dst_st.is_none()
 }
 
 /// Makes a symlink or special file under a temporary name with `make`, gives it its
@@ -66,6 +95,8 @@ fn place(
     e: &Entry,
     kind: EntryKind,
     op: Op,
+    changes: Changes,
+    target: Option<&Path>,
     make: impl FnOnce(BorrowedFd<'_>, &OsStr) -> io::Result<()>,
 ) {
     if !p.ctx.opts.dry_run {
@@ -77,6 +108,11 @@ fn place(
             }
         };
         let tmp = p.temps.temp_name(&e.dst);
+        if e.dst_st.is_some() {
+            if let Err(err) = backup(p.ctx, dir.as_fd(), name, &e.dst) {
+                return p.ctx.fail(FileError::io(&e.dst, Op::Backup, &err));
+            }
+        }
         let r = make(dir.as_fd(), &tmp)
             .and_then(|_| node_meta(p, dir.as_fd(), &tmp, &e.st))
             .and_then(|_| sys::rename_at(dir.as_fd(), &tmp, name));
@@ -90,16 +126,27 @@ fn place(
         _ => &p.ctx.counts.specials,
     };
     count.fetch_add(1, Ordering::Relaxed);
-    p.ctx.done(&e.dst, kind, e.dst_st.is_some(), 0);
+    p.ctx
+        .done_with(&e.dst, kind, e.dst_st.is_some(), 0, changes, target);
+    p.ctx.remove_source(&e.src, &e.st);
 }
 
 /// True (and counted as skipped) when the destination exists and `existing` says to leave
 /// it: always with [`Existing::Keep`], when `same` holds of its metadata with
 /// [`Existing::QuickCheck`] and [`Existing::Checksum`].
-fn keep_existing(p: &mut Planner<'_>, e: &Entry, same: impl FnOnce(&sys::Stat) -> bool) -> bool {
+fn keep_existing(
+    p: &mut Planner<'_>,
+    e: &Entry,
+    target: Option<&Path>,
+    same: impl FnOnce(&sys::Stat) -> bool,
+) -> bool {
     let keep = keeps(p, e, same);
     if keep {
-        p.ctx.skipped(&e.dst, EntryKind::of(&e.st));
+        p.ctx.counts.skipped.fetch_add(1, Ordering::Relaxed);
+        let kind = EntryKind::of(&e.st);
+        p.ctx
+            .item_with(&e.dst, kind, Action::Skipped, 0, Changes::default(), target);
+        p.ctx.remove_source(&e.src, &e.st);
     }
     keep
 }
@@ -111,31 +158,59 @@ fn keeps(p: &Planner<'_>, e: &Entry, same: impl FnOnce(&sys::Stat) -> bool) -> b
     match p.ctx.opts.existing {
         Existing::Replace => false,
         Existing::Keep => e.dst_st.is_some(),
-        Existing::QuickCheck | Existing::Checksum => e.dst_st.as_ref().is_some_and(same),
+        Existing::QuickCheck | Existing::SizeOnly | Existing::Checksum => {
+            e.dst_st.as_ref().is_some_and(same)
+        }
     }
 }
 
 /// With `preserve`: a special file's or symlink's owner (when root), mode (not for
 /// symlinks, which have none of their own) and times, all without following or opening it.
 fn node_meta(p: &Planner<'_>, dir: BorrowedFd<'_>, name: &OsStr, st: &sys::Stat) -> io::Result<()> {
-    if !p.ctx.opts.preserve {
-        return Ok(());
+    let keep = p.ctx.opts.preserve;
+    let st = &p.ctx.source_meta(st);
+    let uid = (keep.owner && p.ctx.is_root).then_some(st.uid);
+    let gid = keep.group.then_some(st.gid);
+    if uid.is_some() || gid.is_some() {
+        match sys::chown_at(dir, name, uid, gid) {
+            Err(e) if !p.ctx.is_root && e.raw_os_error() == Some(libc::EPERM) => {}
+            r => r?,
+        }
     }
-    if p.ctx.is_root {
-        sys::chown_at(dir, name, st.uid, st.gid)?;
-    }
-    if !st.is_symlink() {
+    if keep.perms && !st.is_symlink() {
         sys::chmod_at(dir, name, st.mode & 0o7777)?;
     }
-    sys::set_times_at(dir, name, st.atime, st.mtime)
+    if keep.times {
+        sys::set_times_at(dir, name, st.atime, st.mtime)?;
+    }
+    Ok(())
+}
+
+/// With --backup: keeps what stands at `name` in `dir` (the destination `dst`) under its
+/// backup name before it is replaced or deleted (see [`super::super::finish::backup`]).
+fn backup(ctx: &Ctx<'_>, dir: BorrowedFd<'_>, name: &OsStr, dst: &Path) -> io::Result<()> {
+    crate::copy::finish::backup(ctx, dir, name, dst)
 }
 
 /// Copies a symlink as its text, under a temporary name renamed over `dst`.
 fn symlink(p: &mut Planner<'_>, e: &Entry) {
+    if p.ctx.opts.links == Links::Skip {
+        return p.ctx.ignored(&e.dst, EntryKind::Symlink, None);
+    }
     let target = match fs::read_link(&e.src) {
         Ok(t) => t,
         Err(err) => return p.ctx.fail(FileError::io(&e.src, Op::Readlink, &err)),
     };
+    if p.ctx.opts.links == Links::SkipUnsafe && unsafe_link(&target, e.depth) {
+        return p.ctx.ignored(&e.dst, EntryKind::Symlink, Some(&target));
+    }
+    if new_refused(p, e) {
+        return;
+    }
+    p.ctx
+        .counts
+        .listed_bytes
+        .fetch_add(e.st.size, Ordering::Relaxed);
     let dest = &p.ctx.dest;
     let same_text = |d: &sys::Stat| {
         d.is_symlink()
@@ -144,28 +219,79 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
                 .and_then(|(dir, name)| sys::read_link_at(dir.as_fd(), name))
                 .is_ok_and(|t| t == target)
     };
-    if keep_existing(p, e, same_text) {
+    let differs = e.dst_st.is_some_and(|d| d.is_symlink() && !same_text(&d));
+    if keep_existing(p, e, Some(&target), same_text) {
         return;
     }
-    place(p, e, EntryKind::Symlink, Op::Symlink, |dir, tmp| {
-        sys::symlink_at(&target, dir, tmp)
-    });
+    let changes = Changes {
+        content: differs,
+        ..Changes::default()
+    };
+    let text = target.clone();
+    place(
+        p,
+        e,
+        EntryKind::Symlink,
+        Op::Symlink,
+        changes,
+        Some(&text),
+        |dir, tmp| sys::symlink_at(&target, dir, tmp),
+    );
+}
+
+/// rsync's unsafe symlink: its `target` leaves the copied tree, from an entry `depth` levels
+/// below the tree's root (1: an entry of the root) — an absolute target, or one whose `..`
+/// climbs above the root at any point.
+pub(super) fn unsafe_link(target: &Path, depth: usize) -> bool {
+    if target.is_absolute() || target.as_os_str().is_empty() {
+        return true;
+    }
+    let mut level = depth.saturating_sub(1) as i64;
+    for c in target.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                level -= 1;
+                if level < 0 {
+                    return true;
+                }
+            }
+            std::path::Component::Normal(_) => level += 1,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Queues a regular file for the workers (or, for a second name of a file already
 /// queued, a hard link to make at the end).
 fn file(p: &mut Planner<'_>, e: Entry) {
     let size = e.st.size;
+    p.ctx.counts.listed_bytes.fetch_add(size, Ordering::Relaxed);
     // rsync's --max-size and --min-size: the file is left out, its destination kept.
     let opts = p.ctx.opts;
     if opts.max_size.is_some_and(|m| size > m) || opts.min_size.is_some_and(|m| size < m) {
         return;
     }
+    if new_refused(p, &e) {
+        return;
+    }
+    // rsync -u: a destination newer than its source is left alone.
+    if opts.skip_newer
+        && e.dst_st
+            .is_some_and(|d| d.is_file() && d.mtime > e.st.mtime)
+    {
+        return p.ctx.skipped(&e.dst, EntryKind::File);
+    }
     // --checksum never leaves a file on its metadata alone: same-size files are compared.
-    let quick = p.ctx.opts.existing != Existing::Checksum;
-    let same = |d: &sys::Stat| quick && d.is_file() && d.size == size && d.mtime == e.st.mtime;
+    let quick = opts.existing != Existing::Checksum;
+    let same = |d: &sys::Stat| {
+        quick
+            && d.is_file()
+            && d.size == size
+            && (opts.existing == Existing::SizeOnly || opts.same_mtime(d.mtime, e.st.mtime))
+    };
     let keep = keeps(p, &e, same);
-    if e.st.nlink > 1 {
+    if e.st.nlink > 1 && opts.hard_links {
         let key = (e.st.dev, e.st.ino);
         let mut links = p.shared.links.lock().unwrap();
         if let Some((first, kept)) = links.get(&key) {
@@ -198,16 +324,20 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         // count too: timestamps are coarse (a jiffy, 4 ms at HZ=250), and a change made in
         // the same tick as the last copy left its destination was missed (an xattr set
         // right after a copy was not brought over).
-        let may_differ = e.dst_st.as_ref().is_none_or(|d| {
-            d.mode & 0o7777 != e.st.mode & 0o7777
-                || (p.ctx.is_root && (d.uid, d.gid) != (e.st.uid, e.st.gid))
-                || d.mtime != e.st.mtime
-                || e.st.ctime >= d.ctime
-        });
-        if !may_differ {
-            return p.ctx.skipped(&e.dst, EntryKind::File);
+        let may_differ = e
+            .dst_st
+            .as_ref()
+            .is_none_or(|d| !p.ctx.changes(&e.st, d).is_empty() || e.st.ctime >= d.ctime);
+        // --ignore-existing (cp -n) leaves an existing file as it is, metadata and all.
+        if !may_differ || opts.existing == Existing::Keep {
+            p.ctx.skipped(&e.dst, EntryKind::File);
+        } else {
+            keep_file(p.ctx, &e.src, &e.dst, EntryKind::File);
         }
-        return keep_file(p.ctx, &e.src, &e.dst, EntryKind::File);
+        return p.ctx.remove_source(&e.src, &e.st);
+    }
+    if e.dst_st.is_none() && alt_dest(p, &e) {
+        return;
     }
     let compare = p.ctx.opts.existing == Existing::Checksum
         && e.dst_st
@@ -218,7 +348,7 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         src: e.src,
         dst: e.dst,
         size,
-        existed: e.dst_st.is_some(),
+        before: e.dst_st,
         compare,
         resume,
     };
@@ -230,10 +360,93 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         let c = &p.ctx.counts;
         c.dry_files.fetch_add(1, Ordering::Relaxed);
         c.dry_bytes.fetch_add(task.size, Ordering::Relaxed);
-        return p
-            .ctx
-            .done(&task.dst, EntryKind::File, task.existed, task.size);
+        let changes = task.before.map(|d| p.ctx.changes(&e.st, &d));
+        return p.ctx.done_with(
+            &task.dst,
+            EntryKind::File,
+            task.before.is_some(),
+            task.size,
+            changes.unwrap_or_default(),
+            None,
+        );
     }
     p.ctx.observer.planned(1, size);
     p.queue(task);
+}
+
+/// rsync's --link-dest, --compare-dest and --copy-dest for a file missing at the destination:
+/// the first alternate directory holding the same relative path as a regular file unchanged
+/// from the source (size and time, and the mode, owner and group that are kept) decides. True
+/// when the file is done (linked, or left out); false: copy it (--copy-dest copies the same
+/// content from the source).
+fn alt_dest(p: &mut Planner<'_>, e: &Entry) -> bool {
+    let opts = p.ctx.opts;
+    if opts.alt_dests.is_empty() {
+        return false;
+    }
+    let Ok(rel) = e.dst.strip_prefix(&opts.dest) else {
+        return false;
+    };
+    for alt in &opts.alt_dests {
+        let dir = match alt.dir.is_absolute() {
+            true => alt.dir.clone(),
+            false => opts.dest.join(&alt.dir),
+        };
+        let path = dir.join(rel);
+        let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+            continue;
+        };
+        let Ok(st) = sys::fstatat(None, &c, false) else {
+            continue;
+        };
+        let unchanged = st.is_file()
+            && st.size == e.st.size
+            && (opts.existing == Existing::SizeOnly || opts.same_mtime(st.mtime, e.st.mtime))
+            && p.ctx.changes(&e.st, &st) == Changes::default();
+        if !unchanged {
+            continue;
+        }
+        return match alt.kind {
+            AltKind::Compare => {
+                p.ctx.skipped(&e.dst, EntryKind::File);
+                true
+            }
+            AltKind::Copy => false,
+            AltKind::Link => link_alt(p, e, &path),
+        };
+    }
+    false
+}
+
+/// --link-dest: the destination becomes a hard link to the unchanged `alt` file. False when
+/// the link cannot be made (another file system, too many links): the file is copied.
+fn link_alt(p: &mut Planner<'_>, e: &Entry, alt: &Path) -> bool {
+    if !p.ctx.opts.dry_run {
+        let Ok((dir, name)) = p.ctx.dest.parent(&e.dst) else {
+            return false;
+        };
+        let flags = sys::OpenFlags {
+            directory: true,
+            ..Default::default()
+        };
+        let (Some(aname), Some(aparent)) = (alt.file_name(), alt.parent()) else {
+            return false;
+        };
+        let linked = sys::open_path(aparent, flags)
+            .and_then(|adir| sys::link_at(adir.as_fd(), aname, dir.as_fd(), name));
+        if linked.is_err() {
+            return false;
+        }
+    }
+    p.ctx.counts.linked.fetch_add(1, Ordering::Relaxed);
+    p.ctx.done_with(
+        &e.dst,
+        EntryKind::Hardlink,
+        false,
+        0,
+        Changes::default(),
+        Some(alt),
+    );
+    p.ctx.remove_source(&e.src, &e.st);
+    true
 }

@@ -23,10 +23,11 @@ mod targets;
 
 pub(super) use targets::nesting_notice;
 pub use targets::plan_targets;
+pub(super) use targets::rsync_targets;
 
 use super::commit::Temps;
 use super::filter::Side;
-use super::options::Dereference;
+use super::options::{Dereference, Layout};
 use super::state::Ctx;
 use super::tasks::{FileTask, Planned};
 use crate::error::{FileError, Op};
@@ -50,7 +51,11 @@ pub(super) fn plan(
 ) -> Planned {
     let shared = Shared::default();
     let mut top = Planner::new(ctx, temps, &shared, tx.clone());
+    let mut implied = std::collections::HashSet::new();
     for (src, dst) in targets {
+        if ctx.opts.layout == Layout::RsyncRelative {
+            implied_dirs(&mut top, src, dst, &mut implied);
+        }
         if let Some(job) = root(&mut top, src, dst) {
             shared.jobs.push_all(vec![job]);
         }
@@ -146,7 +151,8 @@ fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Op
         dst_st,
         depth: 0,
         rel,
-        contents: true,
+        // rsync without -r (--files-from, -d): a directory is made, not entered.
+        contents: opts.recursive,
     };
     let partial_dir = match root.st.is_file() {
         true => p.partials.beside(p.ctx, &root.dst),
@@ -157,6 +163,54 @@ fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Op
         p.partials.drop_all(p.ctx, std::os::fd::AsFd::as_fd(&*dir));
     }
     job
+}
+
+/// rsync's -R: makes the directories on the way from the destination to `dst` (the copy of
+/// `src`) that are not made yet (`done`), each from its source directory, not entered; their
+/// modes and times are set at the end with the others'.
+fn implied_dirs(
+    p: &mut Planner<'_>,
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    done: &mut std::collections::HashSet<PathBuf>,
+) {
+    let dest = &p.ctx.opts.dest;
+    let Ok(rel) = dst.strip_prefix(dest) else {
+        return;
+    };
+    let parts: Vec<_> = rel.components().collect();
+    // The source's base: `src` less the kept part.
+    let mut base = src.to_path_buf();
+    for _ in 0..parts.len() {
+        base.pop();
+    }
+    let (mut s, mut d) = (base, dest.clone());
+    for c in parts.iter().take(parts.len().saturating_sub(1)) {
+        s.push(c);
+        d.push(c);
+        if !done.insert(d.clone()) {
+            continue;
+        }
+        let st = match sys::stat_path(&s, true) {
+            Ok(st) if st.is_dir() => st,
+            Ok(_) => continue,
+            Err(e) => {
+                p.ctx.fail(FileError::io(&s, Op::Stat, &e));
+                continue;
+            }
+        };
+        let entry = Entry {
+            src: s.clone(),
+            dst: d.clone(),
+            fs: st.dev,
+            st,
+            dst_st: sys::stat_path(&d, false).ok(),
+            depth: 0,
+            rel: Vec::new(),
+            contents: false,
+        };
+        dir::dir(p, DirJob { entry, up: None });
+    }
 }
 
 /// Plans directories from the shared stack until none is left and none is being planned

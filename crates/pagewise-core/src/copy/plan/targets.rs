@@ -2,6 +2,7 @@
 //! sources must not be copied (the same file, a directory into itself, a FIFO or device), and
 //! the warning for a re-run that nests a second copy ([`nesting_notice`]).
 
+use crate::copy::options::Layout;
 use crate::sys;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -47,6 +48,71 @@ pub fn plan_targets(
             dest.to_path_buf()
         };
         out.push((s.clone(), t));
+    }
+    Ok(out)
+}
+
+/// Where each source goes with rsync's rules (see [`Layout::Rsync`] and
+/// [`Layout::RsyncRelative`]).
+pub(in crate::copy) fn rsync_targets(
+    sources: &[PathBuf],
+    dest: &Path,
+    layout: Layout,
+) -> Result<Vec<(PathBuf, PathBuf)>, crate::Error> {
+    let invalid = |message: String| crate::Error::Invalid {
+        what: "destination",
+        message,
+    };
+    let dest_is_dir = dest.is_dir();
+    let mut out = Vec::with_capacity(sources.len());
+    for s in sources {
+        let b = s.as_os_str().as_bytes();
+        let t = if layout == Layout::RsyncRelative {
+            if !dest_is_dir {
+                return Err(invalid(format!("{}: not a directory", dest.display())));
+            }
+            dest.join(relative_part(s)?)
+        } else if b.ends_with(b"/") || is_dot(s) {
+            dest.to_path_buf()
+        } else if dest_is_dir {
+            let name = s
+                .file_name()
+                .ok_or_else(|| invalid(format!("{}: has no file name", s.display())))?;
+            dest.join(name)
+        } else if sources.len() == 1 {
+            dest.to_path_buf()
+        } else {
+            return Err(invalid(format!(
+                "{}: destination must be a directory when copying more than 1 file",
+                dest.display()
+            )));
+        };
+        out.push((s.clone(), t));
+    }
+    Ok(out)
+}
+
+/// The part of an -R source kept under the destination: what follows the last `/./`, else
+/// the whole path without its leading `/` (and without `./` components); `..` in it is
+/// refused, as rsync refuses it.
+fn relative_part(s: &Path) -> Result<PathBuf, crate::Error> {
+    let b = s.as_os_str().as_bytes();
+    let kept = match b.windows(3).rposition(|w| w == b"/./") {
+        Some(i) => &b[i + 3..],
+        None => b.strip_prefix(b"./").unwrap_or(b),
+    };
+    let mut out = PathBuf::new();
+    for c in Path::new(std::ffi::OsStr::from_bytes(kept)).components() {
+        match c {
+            std::path::Component::Normal(n) => out.push(n),
+            std::path::Component::ParentDir => {
+                return Err(crate::Error::Invalid {
+                    what: "source",
+                    message: format!("{}: found \"..\" dir in relative path (-R)", s.display()),
+                })
+            }
+            _ => {}
+        }
     }
     Ok(out)
 }

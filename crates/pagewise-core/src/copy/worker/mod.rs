@@ -483,7 +483,7 @@ impl<'a> Workers<'a> {
                 src: o.src.clone(),
                 dst: o.dst.clone(),
                 size: o.st.size,
-                existed: o.existed,
+                before: o.before,
                 compare: false,
                 resume: None,
             });

@@ -35,8 +35,8 @@ pub(in crate::copy) struct Open {
     pub temp: Temp,
     /// The destination's directory, reached without following symlinks.
     pub dir: std::sync::Arc<OwnedFd>,
-    /// The destination existed before (the copy updates it).
-    pub existed: bool,
+    /// What stood at the destination before (the copy updates it), None when nothing did.
+    pub before: Option<sys::Stat>,
     /// Bytes from offset 0 an earlier, killed copy left in the temporary, checked against the
     /// source (see [`resume`](super::super::resume)): the copy continues from there.
     pub kept: u64,
@@ -55,7 +55,7 @@ pub(super) fn open_pair(
     let FileTask {
         src,
         dst,
-        existed,
+        before,
         resume,
         ..
     } = task;
@@ -65,10 +65,12 @@ pub(super) fn open_pair(
     // Without --preserve the copy gets the source's permission bits less the umask, which
     // open(O_CREAT) applies itself: no fchmod afterwards. With --preserve the mode is set
     // after the owner (chown clears set-id bits), so the file starts private.
-    let create_mode = if ctx.opts.preserve {
-        0o600
-    } else {
-        st.mode & 0o777
+    // Without -p an existing file keeps its own permission bits, as rsync's do; --chmod
+    // applies to new files.
+    let create_mode = match (ctx.opts.preserve.perms, before) {
+        (true, _) => 0o600,
+        (false, Some(b)) if b.is_file() => b.mode & 0o7777,
+        (false, _) => ctx.source_meta(&st).mode & 0o777,
     };
     let dir = match parents.parent(&ctx.dest, &dst) {
         Ok((dir, _)) => dir,
@@ -108,7 +110,7 @@ pub(super) fn open_pair(
         df: df.into(),
         temp,
         dir,
-        existed,
+        before,
         kept,
     })
 }

@@ -228,6 +228,17 @@ pub fn rename_at(dir: BorrowedFd<'_>, from: &OsStr, to: &OsStr) -> io::Result<()
     Ok(rustix::fs::renameat(dir, from, dir, to)?)
 }
 
+/// `renameat` from one directory to another: moves `from` in `from_dir` to `to` in `to_dir`,
+/// replacing what stands there (a symlink itself, never what it points to).
+pub fn rename_across(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+) -> io::Result<()> {
+    Ok(rustix::fs::renameat(from_dir, from, to_dir, to)?)
+}
+
 /// `int unlinkat(int dirfd, const char *path, int flags)` —
 /// <https://man7.org/linux/man-pages/man2/unlink.2.html>: removes the name `name` (a symlink
 /// itself), `AT_REMOVEDIR` for an empty directory.
@@ -284,6 +295,41 @@ pub fn remove_tree_keeping(
     Ok(all)
 }
 
+/// Visits what lies below the directory `name` in `dir` (`name/A`, `name/A/B`, ... as
+/// paths relative to `dir`, with whether each is a directory), deepest first, never
+/// following a symlink; at most `max_depth` levels. What a dry run of a removal would remove.
+pub fn walk_below_at(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    rel: &[u8],
+    max_depth: usize,
+    visit: &mut dyn FnMut(&[u8], bool),
+) -> io::Result<()> {
+    if max_depth == 0 {
+        return Err(io::Error::other("directory tree too deep"));
+    }
+    let sub = open_dir_at(dir, name)?;
+    let mut names: Vec<CString> = Vec::new();
+    for ent in DirReader::new(sub.as_fd()) {
+        names.push(ent?.name);
+    }
+    for n in names {
+        let below = [rel, b"/", n.to_bytes()].concat();
+        let is_dir = super::fstatat(Some(sub.as_fd()), &n, false)?.is_dir();
+        if is_dir {
+            walk_below_at(
+                sub.as_fd(),
+                OsStr::from_bytes(n.to_bytes()),
+                &below,
+                max_depth - 1,
+                visit,
+            )?;
+        }
+        visit(&below, is_dir);
+    }
+    Ok(())
+}
+
 /// `ssize_t readlinkat(int dirfd, const char *path, char *buf, size_t size)` —
 /// <https://man7.org/linux/man-pages/man2/readlink.2.html>: the text of the symlink `name`.
 pub fn read_link_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<std::path::PathBuf> {
@@ -317,20 +363,33 @@ pub fn mknod_at(
 }
 
 /// `int fchownat(int dirfd, const char *path, uid_t owner, gid_t group, AT_SYMLINK_NOFOLLOW)`
-/// — <https://man7.org/linux/man-pages/man2/fchownat.2.html>: the owner of `name` itself.
-pub fn chown_at(dir: BorrowedFd<'_>, name: &OsStr, uid: u32, gid: u32) -> io::Result<()> {
+/// — <https://man7.org/linux/man-pages/man2/fchownat.2.html>: the owner and group of `name`
+/// itself (None: left as it is).
+pub fn chown_at(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    uid: Option<u32>,
+    gid: Option<u32>,
+) -> io::Result<()> {
     // -1 would mean "leave as it is"; ids come from a stat, which never gives -1.
-    let (u, g) = (
-        rustix::fs::Uid::from_raw_unchecked(uid),
-        rustix::fs::Gid::from_raw_unchecked(gid),
-    );
+    let u = uid.map(rustix::fs::Uid::from_raw_unchecked);
+    let g = gid.map(rustix::fs::Gid::from_raw_unchecked);
     Ok(rustix::fs::chownat(
         dir,
         name,
-        Some(u),
-        Some(g),
+        u,
+        g,
         AtFlags::SYMLINK_NOFOLLOW,
     )?)
+}
+
+/// `int fchown(int fd, uid_t owner, gid_t group)` —
+/// <https://man7.org/linux/man-pages/man2/fchown.2.html>: the owner and group of the open
+/// file `fd` (None: left as it is).
+pub fn fchown(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    let u = uid.map(rustix::fs::Uid::from_raw_unchecked);
+    let g = gid.map(rustix::fs::Gid::from_raw_unchecked);
+    Ok(rustix::fs::fchown(fd, u, g)?)
 }
 
 /// The permission bits of `name` in `dir`, which must not be a symlink (symlinks have none of
