@@ -47,7 +47,16 @@ fn main() {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
+            let verb = std::env::args().nth(1);
+            match cli::usage::unknown_argument(&e, verb.as_deref()) {
+                Some(msg) => {
+                    use std::io::Write as _;
+                    let _ = std::io::stderr().write_all(msg.as_bytes());
+                }
+                None => {
+                    let _ = e.print();
+                }
+            }
             // Help and version go to stdout and succeed; usage errors are fatal (exit 1).
             if e.use_stderr() {
                 if wants_json() {

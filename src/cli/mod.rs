@@ -33,6 +33,7 @@ pub mod stat;
 pub mod top;
 pub mod trace_file;
 pub mod trace_report;
+pub mod usage;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

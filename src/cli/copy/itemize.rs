@@ -148,6 +148,7 @@ pub fn line(
     match item.action {
         Action::Failed => None,
         Action::Ignored if v.names == 0 => None,
+        Action::Ignored if item.target.is_some() && !v.symsafe => None,
         Action::Ignored => Some(match &item.target {
             Some(t) => format!(
                 "ignoring unsafe symlink \"{}\" -> \"{}\"\n",

@@ -366,6 +366,8 @@ pub struct Verbosity {
     pub skip: bool,
     /// The progress line.
     pub progress: bool,
+    /// Unsafe symlinks left out (`-v`, `--info=symsafe`).
+    pub symsafe: bool,
 }
 
 /// Applies `--info` FLAGS (rsync's names, with levels; `NONE`, `ALL`) to `v`.
@@ -391,7 +393,8 @@ fn info(v: &mut Verbosity, flags: &str) -> Result<(), CliError> {
             "backup" => v.backup = level > 0,
             "skip" => v.skip = level > 0,
             "progress" => v.progress = level > 0,
-            "flist" | "copy" | "misc" | "mount" | "nonreg" | "remove" | "symsafe" => {}
+            "symsafe" => v.symsafe = level > 0,
+            "flist" | "copy" | "misc" | "mount" | "nonreg" | "remove" => {}
             other => {
                 return Err(CliError::Usage(format!(
                     "--info: unknown flag '{other}' (rsync's: backup, copy, del, flist, misc, mount, name, nonreg, progress, remove, skip, stats, symsafe; NONE, ALL)"
@@ -608,7 +611,7 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
     } else if a.ignore_existing {
         Existing::Keep
     } else if a.ignore_times {
-        Existing::Replace
+        Existing::ReplaceFiles
     } else if a.size_only {
         Existing::SizeOnly
     } else {
@@ -638,6 +641,12 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         }),
     });
     if let Some(b) = &backup {
+        if b.suffix.as_bytes().contains(&b'/') {
+            return Err(usage(format!(
+                "--suffix cannot contain slashes: {}",
+                b.suffix.to_string_lossy()
+            )));
+        }
         if b.dir.is_none() && b.suffix.is_empty() {
             return Err(usage(
                 "--suffix cannot be empty without --backup-dir (the backup would replace the file)",
@@ -672,7 +681,7 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
     )?;
     // rsync protects its own backups from --delete (a `P *~` rule) when they are kept beside
     // the originals.
-    if let (Some(b), true) = (&backup, delete != DeleteWhen::None) {
+    if let (Some(b), true) = (&backup, delete != DeleteWhen::None && !a.delete_excluded) {
         if b.dir.is_none() {
             let mut rule = b"P *".to_vec();
             rule.extend_from_slice(b.suffix.as_bytes());
@@ -691,6 +700,7 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         backup: a.verbose > 1,
         skip: a.verbose > 1,
         progress: a.progress || a.partial_progress,
+        symsafe: a.verbose > 0,
     };
     if a.itemize_changes == 0 && a.verbose < 2 {
         v.names = v.names.min(1);
@@ -752,7 +762,8 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         layout,
         recursive,
         skip_newer: a.update,
-        omit_dir_times: a.omit_dir_times,
+        // rsync: --backup without --backup-dir implies -O.
+        omit_dir_times: a.omit_dir_times || (a.backup && a.backup_dir.is_none()),
         dereference: if a.copy_links {
             Dereference::Always
         } else {
@@ -803,7 +814,13 @@ fn make_dest(dest: &Path, all: bool, dry_run: bool, say: bool) -> Result<(), Cli
         }
     }
     if say {
-        println!("created directory {}", dest.display());
+        // As rsync names it: without a trailing slash.
+        let b = dest.as_os_str().as_bytes();
+        let trimmed = match b.len() > 1 {
+            true => b.strip_suffix(b"/").unwrap_or(b),
+            false => b,
+        };
+        println!("created directory {}", itemize::escaped(trimmed, false));
     }
     Ok(())
 }
@@ -828,11 +845,23 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
         out_format,
     } = plan;
     let out = Output::of(a.json, a.json_lines);
+    // rsync names the destination it makes first; with -i, when the sources' contents go
+    // into it (`SRC/`), its `cd+++++++++ ./` follows at once (the engine reports it last).
+    let mut root_said = false;
     if let Some((dest, all)) = &mk {
         let say = out.is_text() && v.names > 0;
         if let Err(e) = make_dest(dest, *all, opts.dry_run, say) {
             eprintln!("pagewise sync: {e}");
             return Ok(ExitCode::Status(code::FILE_IO));
+        }
+        let into = opts.layout == Layout::Rsync
+            && opts
+                .sources
+                .iter()
+                .any(|s| s.as_os_str().as_bytes().ends_with(b"/"));
+        if say && v.itemize && out_format.is_none() && into && opts.alt_dests.is_empty() {
+            println!("cd+++++++++ ./");
+            root_said = true;
         }
     }
     let log = a.log_file.as_deref().map(CopyLog::open).transpose()?;
@@ -858,8 +887,23 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
     let time_kept = opts.preserve.times;
     // A pass that only deletes reports its deletions and failures, not the entries it left.
     let deleting_only = std::sync::atomic::AtomicBool::new(false);
+    // The destination this run made is reported as created, as rsync reports it (`cd+++++++++
+    // ./`), though the engine found it there.
+    // (Not with alternate destinations: rsync itemizes it against its counterpart there.)
+    let made = mk
+        .as_ref()
+        .filter(|_| opts.alt_dests.is_empty())
+        .map(|(d, _)| d.clone());
     let on_file = |r: FileResult| {
-        let FileResult::Copy(item) = r else { return };
+        let FileResult::Copy(mut item) = r else {
+            return;
+        };
+        if made.as_deref() == Some(item.path.as_path())
+            && matches!(item.action, copy::Action::Skipped | copy::Action::Metadata)
+        {
+            item.action = copy::Action::Created;
+            item.changes = copy::Changes::default();
+        }
         let only_deletions = deleting_only.load(std::sync::atomic::Ordering::Relaxed);
         if only_deletions && !matches!(item.action, copy::Action::Deleted | copy::Action::Failed) {
             return;
@@ -868,7 +912,11 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
         if let Some(log) = &log {
             log.item_named(&item, &names, time_kept);
         }
+        let root = made.as_deref() == Some(item.path.as_path());
         out.item("entry", &item, |item| {
+            if root && root_said {
+                return;
+            }
             let line = match &out_format {
                 Some(f) => itemize::format_line(f, item, &names, time_kept),
                 None => itemize::line(item, &names, &v, time_kept),
@@ -895,7 +943,12 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
     let mut others = Vec::new();
     if delete == DeleteWhen::Before {
         set_only(true);
-        others.push(copy::copy(&delete_pass(&opts), &observer)?);
+        // The copy after it sets the directories' times (and reports them changed).
+        let before = CopyOptions {
+            omit_dir_times: true,
+            ..delete_pass(&opts)
+        };
+        others.push(copy::copy(&before, &observer)?);
         set_only(false);
     }
     let interrupted = |r: &Vec<copy::CopyReport>| r.iter().any(|r| r.outcome.interrupted);

@@ -11,6 +11,7 @@ mod limits;
 mod options;
 mod output;
 mod resume;
+mod sync;
 
 use crate::common::*;
 use pagewise_core::sys;

@@ -147,9 +147,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     retry_no_space(&workers, &fin, &mut m);
     fin.flush();
     let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
-    if !options.delete_only {
-        finish::finish_dirs(&ctx, &planned.dirs, umask);
-    }
+    finish::finish_dirs(&ctx, &planned.dirs, umask);
     if options.fsync && !options.dry_run {
         finish::fsync_parents(&targets);
     }

@@ -309,6 +309,9 @@ pub enum Existing {
     /// (rsync's quick check), a symlink with the same text, a special file of the same kind
     /// and device (copy -u). With `preserve`, an interrupted copy is finished this way.
     QuickCheck,
+    /// Copy every file whatever its size and time (rsync -I, --ignore-times); a symlink or
+    /// special file as with `QuickCheck`.
+    ReplaceFiles,
     /// Leave a file when its size is the same, whatever its time (rsync --size-only); a
     /// symlink or special file as with `QuickCheck`.
     SizeOnly,
@@ -480,6 +483,39 @@ pub(super) const RESIDUE_RECHECK: usize = 4096;
 const CHUNK_ALIGN: usize = 4096;
 
 impl CopyOptions {
+    /// Where an alternate destination directory holds the counterpart of the destination
+    /// path `dst`: the same path below it (a relative directory taken from `dest`, `..`
+    /// resolved by name). None when `dst` is not below `dest`.
+    pub fn alt_path(&self, alt: &AltDest, dst: &std::path::Path) -> Option<PathBuf> {
+        let rel = dst.strip_prefix(&self.dest).ok()?;
+        let mut base = PathBuf::new();
+        for c in self.dest.join(&alt.dir).components() {
+            match c {
+                std::path::Component::ParentDir
+                    if matches!(
+                        base.components().next_back(),
+                        Some(std::path::Component::Normal(_))
+                    ) =>
+                {
+                    base.pop();
+                }
+                std::path::Component::CurDir => {}
+                c => base.push(c),
+            }
+        }
+        Some(base.join(rel))
+    }
+
+    /// The first alternate destination holding a counterpart of `dst` (its lstat), for the
+    /// itemized changes rsync reports against it.
+    pub(super) fn alt_basis(&self, dst: &std::path::Path) -> Option<crate::sys::Stat> {
+        self.alt_dests.iter().find_map(|a| {
+            let p = self.alt_path(a, dst)?;
+            let c = std::ffi::CString::new(p.into_os_string().into_encoded_bytes()).ok()?;
+            crate::sys::fstatat(None, &c, false).ok()
+        })
+    }
+
     /// Whether two modification times count as equal under `modify_window`.
     pub fn same_mtime(&self, a: (i64, i64), b: (i64, i64)) -> bool {
         match self.modify_window {

@@ -14,6 +14,11 @@ pub(super) struct FileTask {
     /// What stood at the destination (not followed), None when nothing did: the copy then
     /// creates it rather than updating it.
     pub before: Option<sys::Stat>,
+    /// What an alternate destination directory holds for a file new here (rsync's basis:
+    /// the changes are reported against it).
+    pub basis: Option<sys::Stat>,
+    /// Copied because --copy-dest found it unchanged: reported as left, as rsync lists it.
+    pub quiet: bool,
     /// `--checksum` and a destination of the same size: the worker compares content first and
     /// leaves the file when it is equal.
     pub compare: bool,

@@ -127,21 +127,34 @@ impl<'a> Finish<'a> {
         let data = Self::account(local, &o, strat);
         self.ctx.observer.progress(1, 0);
         let checksum = self.ctx.opts.existing == super::options::Existing::Checksum;
-        let changes = o.before.map(|b| super::report::Changes {
+        let changes = o.before.or(o.basis).map(|b| super::report::Changes {
             xattr,
             acl,
             // -c: copied because the content differed (rsync's `c`).
             content: checksum && b.is_file(),
             ..self.ctx.changes(&o.st, &b)
         });
-        self.ctx.done_with(
-            &o.dst,
-            EntryKind::File,
-            o.before.is_some(),
-            o.st.size,
-            changes.unwrap_or_default(),
-            None,
-        );
+        if o.quiet {
+            self.ctx
+                .counts
+                .created
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.ctx.item(
+                &o.dst,
+                EntryKind::File,
+                super::report::Action::Skipped,
+                o.st.size,
+            );
+        } else {
+            self.ctx.done_with(
+                &o.dst,
+                EntryKind::File,
+                changes.is_some(),
+                o.st.size,
+                changes.unwrap_or_default(),
+                None,
+            );
+        }
         self.ctx.remove_source(&o.src, &o.st);
         if let Some(d) = digest {
             let id = sys::fstat(o.df.as_fd()).map_or((0, 0), |s| (s.dev, s.ino));
@@ -272,12 +285,54 @@ pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[(PathBuf, PathBuf)]) -> u64 {
             Ok(()) => {
                 made += 1;
                 let changes = super::report::Changes::default();
-                ctx.done_with(other, EntryKind::Hardlink, existed, 0, changes, Some(first));
+                match alt_linked(ctx, first, other) {
+                    // Both names are the earlier snapshot's file: nothing changed (rsync).
+                    Some(true) => ctx.item(
+                        other,
+                        EntryKind::Hardlink,
+                        super::report::Action::Skipped,
+                        0,
+                    ),
+                    // A counterpart there: itemized against it (`hf` and nothing else).
+                    Some(false) => {
+                        ctx.done_with(other, EntryKind::Hardlink, true, 0, changes, Some(first))
+                    }
+                    None => {
+                        ctx.done_with(other, EntryKind::Hardlink, existed, 0, changes, Some(first))
+                    }
+                }
             }
             Err(e) => ctx.fail(FileError::io(other, Op::Link, &e)),
         }
     }
     made
+}
+
+/// For `other`, just linked to `first`, with alternate destinations: Some(true) when it is as
+/// --link-dest found it (its counterpart there is the very file `first` is now, linked from
+/// there), Some(false) when an alternate directory holds a counterpart file, None otherwise.
+fn alt_linked(ctx: &Ctx<'_>, first: &std::path::Path, other: &std::path::Path) -> Option<bool> {
+    if ctx.opts.alt_dests.is_empty() {
+        return None;
+    }
+    let opts = ctx.opts;
+    let ino = |p: &std::path::Path| {
+        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
+            .ok()
+            .and_then(|c| sys::fstatat(None, &c, false).ok())
+            .map(|s| (s.dev, s.ino))
+    };
+    let now = ino(first)?;
+    let linked = opts
+        .alt_dests
+        .iter()
+        .filter(|a| a.kind == super::options::AltKind::Link)
+        .filter_map(|a| opts.alt_path(a, other))
+        .any(|p| ino(&p) == Some(now));
+    match linked {
+        true => Some(true),
+        false => opts.alt_basis(other).filter(|b| b.is_file()).map(|_| false),
+    }
 }
 
 /// Sets the directories' modes (and with --preserve owner and times), deepest first, and
@@ -286,6 +341,19 @@ pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
     let opts = ctx.opts;
     let keep = opts.preserve;
     for d in dirs {
+        if opts.delete_only {
+            // Only the times deleting inside changed are given back (rsync does the same
+            // after --delete-after); nothing else is touched.
+            if keep.times && !opts.omit_dir_times && !opts.dry_run {
+                if let Ok(fd) = ctx.dest.dir(&d.dst) {
+                    let times = fs::FileTimes::new()
+                        .set_accessed(epoch_time(d.meta.atime))
+                        .set_modified(epoch_time(d.meta.mtime));
+                    let _ = fs::File::from(fd).set_times(times);
+                }
+            }
+            continue;
+        }
         if opts.dry_run {
             // What a run would say of a directory that exists; nothing is changed.
             if let Some(before) = &d.before {

@@ -286,6 +286,12 @@ fn tidy_existing(
             continue;
         }
         let backed_up = p.ctx.opts.backup.is_some() && !dry;
+        if backed_up && is_dir {
+            // rsync backs up what a directory holds, file by file, then removes the
+            // directories that are empty (a backup kept beside its file keeps its directory).
+            delete_backing_up(p, &path, &e.rel);
+            continue;
+        }
         if backed_up {
             if let Err(err) = crate::copy::finish::backup(p.ctx, dir, sys::name_os(name), &path) {
                 p.ctx.fail(FileError::io(&path, Op::Backup, &err));
@@ -302,8 +308,6 @@ fn tidy_existing(
                 (r.map(|_| true), Op::Readdir)
             }
             (true, false) => (Ok(true), Op::Unlink),
-            // Moved whole into the backup (or renamed beside it).
-            (false, true) if backed_up => (Ok(true), Op::Rename),
             (false, true) => (remove_dir(p, dir, e, name, &mut below), Op::Rmdir),
             (false, false) => (
                 sys::unlink_at(dir, sys::name_os(name), false).map(|_| true),
@@ -332,6 +336,66 @@ fn tidy_existing(
                 p.ctx.item(&path, kind, Action::Deleted, 0);
             }
             Err(err) => p.ctx.fail(FileError::io(&path, op, &err)),
+        }
+    }
+}
+
+/// --delete with --backup of the destination directory `path`: every file below it backed up
+/// and removed, deepest first, then each directory that is empty removed ("cannot delete
+/// non-empty directory" for the others, as rsync says).
+fn delete_backing_up(p: &Planner<'_>, path: &std::path::Path, base: &[u8]) {
+    let ctx = p.ctx;
+    let filters = &ctx.opts.filters;
+    let mut below: Vec<(Vec<u8>, bool)> = Vec::new();
+    let walked = ctx.dest.parent(path).and_then(|(dir, name)| {
+        let mut visit = |rel: &[u8], d: bool| below.push((rel.to_vec(), d));
+        sys::walk_below_at(
+            dir.as_fd(),
+            name,
+            name.as_bytes(),
+            MAX_REMOVE_DEPTH,
+            &mut visit,
+        )
+    });
+    if let Err(err) = walked {
+        return ctx.fail(FileError::io(path, Op::Readdir, &err));
+    }
+    let top = path
+        .file_name()
+        .map(|n| n.as_bytes().to_vec())
+        .unwrap_or_default();
+    below.push((top, true));
+    let parent = path.parent().unwrap_or(std::path::Path::new("."));
+    for (rel, is_dir) in below {
+        let at = parent.join(std::ffi::OsStr::from_bytes(&rel));
+        // What the rules protect stays (rsync's `P *~` keeps the backups beside their files).
+        let named = match base.is_empty() {
+            true => rel.clone(),
+            false => [base, b"/", &rel].concat(),
+        };
+        if !filters.is_empty() && filters.excluded(&named, is_dir, Side::Receiver) {
+            continue;
+        }
+        let r = ctx.dest.parent(&at).and_then(|(dir, name)| {
+            if !is_dir {
+                crate::copy::finish::backup(ctx, dir.as_fd(), name, &at)?;
+            }
+            sys::unlink_at(dir.as_fd(), name, is_dir)
+        });
+        match r {
+            Ok(()) => {
+                ctx.counts.deleted.fetch_add(1, Ordering::Relaxed);
+                let kind = if is_dir {
+                    EntryKind::Dir
+                } else {
+                    EntryKind::File
+                };
+                ctx.item(&at, kind, Action::Deleted, 0);
+            }
+            Err(e) if is_dir && e.raw_os_error() == Some(libc::ENOTEMPTY) => ctx.tally.notice(
+                format!("cannot delete non-empty directory: {}", at.display()),
+            ),
+            Err(e) => ctx.fail(FileError::io(&at, Op::Backup, &e)),
         }
     }
 }
@@ -391,7 +455,7 @@ fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
     }
     if p.ctx.opts.dry_run {
         if !existed {
-            p.ctx.done(&e.dst, EntryKind::Dir, false, 0);
+            made_dir(p, e);
         }
         return Some((existed.then(|| dest.dir(&e.dst).ok()).flatten(), existed));
     }
@@ -400,7 +464,7 @@ fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
             .parent(&e.dst)
             .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, 0o700));
         match made {
-            Ok(()) => p.ctx.done(&e.dst, EntryKind::Dir, false, 0),
+            Ok(()) => made_dir(p, e),
             // Made meanwhile by another copy: entered below if it is a directory.
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
             Err(err) => {
@@ -416,6 +480,24 @@ fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
             None
         }
     }
+}
+
+/// Reports a directory made: created, or — where an alternate destination directory holds
+/// its counterpart, which rsync itemizes it against — left (nothing differed) or with what
+/// differed from that counterpart.
+fn made_dir(p: &Planner<'_>, e: &Entry) {
+    let ctx = p.ctx;
+    let Some(basis) = ctx.opts.alt_basis(&e.dst).filter(|b| b.is_dir()) else {
+        return ctx.done(&e.dst, EntryKind::Dir, false, 0);
+    };
+    let mut changes = ctx.changes(&e.st, &basis);
+    changes.time &= ctx.opts.preserve.times && !ctx.opts.omit_dir_times;
+    ctx.counts.created.fetch_add(1, Ordering::Relaxed);
+    let action = match changes.is_empty() {
+        true => Action::Skipped,
+        false => Action::Updated,
+    };
+    ctx.item_with(&e.dst, EntryKind::Dir, action, 0, changes, None);
 }
 
 /// Whether the source directory has the entry `name` (its names: `keep`).

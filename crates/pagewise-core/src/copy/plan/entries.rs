@@ -67,6 +67,18 @@ fn special(p: &mut Planner<'_>, e: &Entry) {
         return;
     }
     let (mode, rdev) = (e.st.mode & 0o777, e.st.rdev);
+    let same_node = |d: &sys::Stat, _: &Path| {
+        sys::NodeKind::of_mode(d.mode) == Some(kind)
+            && d.rdev == rdev
+            && p.ctx.changes(&e.st, d) == Changes::default()
+    };
+    let alt = match e.dst_st {
+        None => alt_match(p, e, &same_node),
+        Some(_) => Alt::NoMatch,
+    };
+    if alt == Alt::Done {
+        return;
+    }
     let changes = Changes {
         content: e.dst_st.is_some_and(|d| d.rdev != rdev),
         ..Changes::default()
@@ -76,7 +88,7 @@ fn special(p: &mut Planner<'_>, e: &Entry) {
         e,
         EntryKind::of(&e.st),
         Op::Mknod,
-        changes,
+        (changes, alt == Alt::CopyQuiet),
         None,
         |dir, tmp| sys::mknod_at(dir, tmp, kind, mode, rdev),
     );
@@ -95,7 +107,7 @@ fn place(
     e: &Entry,
     kind: EntryKind,
     op: Op,
-    changes: Changes,
+    (changes, quiet): (Changes, bool),
     target: Option<&Path>,
     make: impl FnOnce(BorrowedFd<'_>, &OsStr) -> io::Result<()>,
 ) {
@@ -126,8 +138,14 @@ fn place(
         _ => &p.ctx.counts.specials,
     };
     count.fetch_add(1, Ordering::Relaxed);
-    p.ctx
-        .done_with(&e.dst, kind, e.dst_st.is_some(), 0, changes, target);
+    if quiet {
+        p.ctx.counts.created.fetch_add(1, Ordering::Relaxed);
+        p.ctx
+            .item_with(&e.dst, kind, Action::Skipped, 0, Changes::default(), target);
+    } else {
+        p.ctx
+            .done_with(&e.dst, kind, e.dst_st.is_some(), 0, changes, target);
+    }
     p.ctx.remove_source(&e.src, &e.st);
 }
 
@@ -157,6 +175,8 @@ fn keep_existing(
 fn keeps(p: &Planner<'_>, e: &Entry, same: impl FnOnce(&sys::Stat) -> bool) -> bool {
     match p.ctx.opts.existing {
         Existing::Replace => false,
+        // rsync -I: every file is copied; symlinks and special files as the quick check says.
+        Existing::ReplaceFiles => !e.st.is_file() && e.dst_st.as_ref().is_some_and(same),
         Existing::Keep => e.dst_st.is_some(),
         Existing::QuickCheck | Existing::SizeOnly | Existing::Checksum => {
             e.dst_st.as_ref().is_some_and(same)
@@ -219,6 +239,15 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
                 .and_then(|(dir, name)| sys::read_link_at(dir.as_fd(), name))
                 .is_ok_and(|t| t == target)
     };
+    let same_link =
+        |d: &sys::Stat, at: &Path| d.is_symlink() && fs::read_link(at).is_ok_and(|t| t == target);
+    let alt = match e.dst_st {
+        None => alt_match(p, e, &same_link),
+        Some(_) => Alt::NoMatch,
+    };
+    if alt == Alt::Done {
+        return;
+    }
     let differs = e.dst_st.is_some_and(|d| d.is_symlink() && !same_text(&d));
     if keep_existing(p, e, Some(&target), same_text) {
         return;
@@ -233,7 +262,7 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
         e,
         EntryKind::Symlink,
         Op::Symlink,
-        changes,
+        (changes, alt == Alt::CopyQuiet),
         Some(&text),
         |dir, tmp| sys::symlink_at(&target, dir, tmp),
     );
@@ -336,7 +365,11 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         }
         return p.ctx.remove_source(&e.src, &e.st);
     }
-    if e.dst_st.is_none() && alt_dest(p, &e) {
+    let alt = match e.dst_st {
+        None => alt_dest(p, &e),
+        Some(_) => Alt::NoMatch,
+    };
+    if alt == Alt::Done {
         return;
     }
     let compare = p.ctx.opts.existing == Existing::Checksum
@@ -344,11 +377,18 @@ fn file(p: &mut Planner<'_>, e: Entry) {
             .as_ref()
             .is_some_and(|d| d.is_file() && d.size == size);
     let resume = p.partials.take(&e.dst);
+    // rsync itemizes a file new here against its counterpart in an alternate directory.
+    let basis = match e.dst_st {
+        None => opts.alt_basis(&e.dst).filter(|b| b.is_file()),
+        Some(_) => None,
+    };
     let task = FileTask {
         src: e.src,
         dst: e.dst,
         size,
         before: e.dst_st,
+        basis,
+        quiet: alt == Alt::CopyQuiet,
         compare,
         resume,
     };
@@ -360,11 +400,16 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         let c = &p.ctx.counts;
         c.dry_files.fetch_add(1, Ordering::Relaxed);
         c.dry_bytes.fetch_add(task.size, Ordering::Relaxed);
-        let changes = task.before.map(|d| p.ctx.changes(&e.st, &d));
+        if task.quiet {
+            c.dry_files.fetch_sub(1, Ordering::Relaxed);
+            c.dry_bytes.fetch_sub(task.size, Ordering::Relaxed);
+            return p.ctx.skipped(&task.dst, EntryKind::File);
+        }
+        let changes = task.before.or(task.basis).map(|d| p.ctx.changes(&e.st, &d));
         return p.ctx.done_with(
             &task.dst,
             EntryKind::File,
-            task.before.is_some(),
+            changes.is_some(),
             task.size,
             changes.unwrap_or_default(),
             None,
@@ -379,43 +424,62 @@ fn file(p: &mut Planner<'_>, e: Entry) {
 /// from the source (size and time, and the mode, owner and group that are kept) decides. True
 /// when the file is done (linked, or left out); false: copy it (--copy-dest copies the same
 /// content from the source).
-fn alt_dest(p: &mut Planner<'_>, e: &Entry) -> bool {
+fn alt_dest(p: &mut Planner<'_>, e: &Entry) -> Alt {
+    let opts = p.ctx.opts;
+    let same = |st: &sys::Stat, _: &Path| {
+        st.is_file()
+            && st.size == e.st.size
+            && (opts.existing == Existing::SizeOnly || opts.same_mtime(st.mtime, e.st.mtime))
+            && p.ctx.changes(&e.st, st) == Changes::default()
+    };
+    alt_match(p, e, &same)
+}
+
+/// [`alt_dest`] for any kind: `same` says whether what the alternate directory holds
+/// (its lstat and path) is unchanged from the source `e`. A symlink or special file found
+/// there is linked (--link-dest; as root rsync links them too) or left out, and reported as
+/// left (rsync lists it only with -ii).
+fn alt_match(p: &mut Planner<'_>, e: &Entry, same: &dyn Fn(&sys::Stat, &Path) -> bool) -> Alt {
     let opts = p.ctx.opts;
     if opts.alt_dests.is_empty() {
-        return false;
+        return Alt::NoMatch;
     }
-    let Ok(rel) = e.dst.strip_prefix(&opts.dest) else {
-        return false;
-    };
     for alt in &opts.alt_dests {
-        let dir = match alt.dir.is_absolute() {
-            true => alt.dir.clone(),
-            false => opts.dest.join(&alt.dir),
+        let Some(path) = opts.alt_path(alt, &e.dst) else {
+            return Alt::NoMatch;
         };
-        let path = dir.join(rel);
         let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
             continue;
         };
         let Ok(st) = sys::fstatat(None, &c, false) else {
             continue;
         };
-        let unchanged = st.is_file()
-            && st.size == e.st.size
-            && (opts.existing == Existing::SizeOnly || opts.same_mtime(st.mtime, e.st.mtime))
-            && p.ctx.changes(&e.st, &st) == Changes::default();
-        if !unchanged {
+        if !same(&st, &path) {
             continue;
         }
         return match alt.kind {
             AltKind::Compare => {
-                p.ctx.skipped(&e.dst, EntryKind::File);
-                true
+                p.ctx.skipped(&e.dst, EntryKind::of(&e.st));
+                Alt::Done
             }
-            AltKind::Copy => false,
-            AltKind::Link => link_alt(p, e, &path),
+            AltKind::Copy => Alt::CopyQuiet,
+            AltKind::Link if link_alt(p, e, &path) => Alt::Done,
+            AltKind::Link => Alt::NoMatch,
         };
     }
-    false
+    Alt::NoMatch
+}
+
+/// What an alternate destination directory decided for an entry new here.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Alt {
+    /// Nothing unchanged there: copied as usual.
+    NoMatch,
+    /// Linked from there, or left out (--compare-dest): nothing more to do.
+    Done,
+    /// Unchanged there (--copy-dest): copied, and reported as left (rsync lists such a copy
+    /// only with -ii).
+    CopyQuiet,
 }
 
 /// --link-dest: the destination becomes a hard link to the unchanged `alt` file. False when
@@ -439,14 +503,17 @@ fn link_alt(p: &mut Planner<'_>, e: &Entry, alt: &Path) -> bool {
         }
     }
     p.ctx.counts.linked.fetch_add(1, Ordering::Relaxed);
-    p.ctx.done_with(
-        &e.dst,
-        EntryKind::Hardlink,
-        false,
-        0,
-        Changes::default(),
-        Some(alt),
-    );
+    match e.st.is_file() {
+        true => p.ctx.done_with(
+            &e.dst,
+            EntryKind::Hardlink,
+            false,
+            0,
+            Changes::default(),
+            Some(alt),
+        ),
+        false => p.ctx.skipped(&e.dst, EntryKind::of(&e.st)),
+    }
     p.ctx.remove_source(&e.src, &e.st);
     true
 }

@@ -484,6 +484,8 @@ impl<'a> Workers<'a> {
                 dst: o.dst.clone(),
                 size: o.st.size,
                 before: o.before,
+                basis: o.basis,
+                quiet: o.quiet,
                 compare: false,
                 resume: None,
             });

@@ -37,6 +37,10 @@ pub(in crate::copy) struct Open {
     pub dir: std::sync::Arc<OwnedFd>,
     /// What stood at the destination before (the copy updates it), None when nothing did.
     pub before: Option<sys::Stat>,
+    /// An alternate destination's counterpart of a file new here (see [`FileTask::basis`]).
+    pub basis: Option<sys::Stat>,
+    /// See [`FileTask::quiet`].
+    pub quiet: bool,
     /// Bytes from offset 0 an earlier, killed copy left in the temporary, checked against the
     /// source (see [`resume`](super::super::resume)): the copy continues from there.
     pub kept: u64,
@@ -56,6 +60,8 @@ pub(super) fn open_pair(
         src,
         dst,
         before,
+        basis,
+        quiet,
         resume,
         ..
     } = task;
@@ -111,6 +117,8 @@ pub(super) fn open_pair(
         temp,
         dir,
         before,
+        basis,
+        quiet,
         kept,
     })
 }
