@@ -803,11 +803,25 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
 
 /// Makes the destination directory (its last component, or all with --mkpath), saying so
 /// as rsync does.
-fn make_dest(dest: &Path, all: bool, dry_run: bool, say: bool) -> Result<(), CliError> {
+fn make_dest(
+    dest: &Path,
+    all: bool,
+    dry_run: bool,
+    say: bool,
+    last_by_engine: bool,
+) -> Result<(), CliError> {
     if !dry_run {
-        let r = match all {
-            true => std::fs::create_dir_all(dest),
-            false => std::fs::create_dir(dest),
+        let parent = dest.parent().filter(|p| !p.as_os_str().is_empty());
+        let r = match (all, last_by_engine) {
+            (true, false) => std::fs::create_dir_all(dest),
+            (false, false) => std::fs::create_dir(dest),
+            // The copy makes DEST itself (and reports it as rsync does, `cd+++++++++ ./`,
+            // or against an alternate destination's counterpart); here its parents.
+            (true, true) => parent.map_or(Ok(()), std::fs::create_dir_all),
+            (false, true) => match parent.is_none_or(Path::is_dir) {
+                true => Ok(()),
+                false => Err(std::io::Error::from_raw_os_error(libc::ENOENT)),
+            },
         };
         if let Err(e) = r {
             return Err(CliError::file(dest.display().to_string(), "mkdir", e));
@@ -845,23 +859,17 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
         out_format,
     } = plan;
     let out = Output::of(a.json, a.json_lines);
-    // rsync names the destination it makes first; with -i, when the sources' contents go
-    // into it (`SRC/`), its `cd+++++++++ ./` follows at once (the engine reports it last).
-    let mut root_said = false;
     if let Some((dest, all)) = &mk {
         let say = out.is_text() && v.names > 0;
-        if let Err(e) = make_dest(dest, *all, opts.dry_run, say) {
+        // Every source's contents go into DEST: the copy makes it.
+        let last_by_engine = opts.layout == Layout::Rsync
+            && opts.sources.iter().all(|s| {
+                let b = s.as_os_str().as_bytes();
+                b.ends_with(b"/") || b.ends_with(b"/.") || b == b"."
+            });
+        if let Err(e) = make_dest(dest, *all, opts.dry_run, say, last_by_engine) {
             eprintln!("pagewise sync: {e}");
             return Ok(ExitCode::Status(code::FILE_IO));
-        }
-        let into = opts.layout == Layout::Rsync
-            && opts
-                .sources
-                .iter()
-                .any(|s| s.as_os_str().as_bytes().ends_with(b"/"));
-        if say && v.itemize && out_format.is_none() && into && opts.alt_dests.is_empty() {
-            println!("cd+++++++++ ./");
-            root_said = true;
         }
     }
     let log = a.log_file.as_deref().map(CopyLog::open).transpose()?;
@@ -887,23 +895,10 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
     let time_kept = opts.preserve.times;
     // A pass that only deletes reports its deletions and failures, not the entries it left.
     let deleting_only = std::sync::atomic::AtomicBool::new(false);
-    // The destination this run made is reported as created, as rsync reports it (`cd+++++++++
-    // ./`), though the engine found it there.
-    // (Not with alternate destinations: rsync itemizes it against its counterpart there.)
-    let made = mk
-        .as_ref()
-        .filter(|_| opts.alt_dests.is_empty())
-        .map(|(d, _)| d.clone());
     let on_file = |r: FileResult| {
-        let FileResult::Copy(mut item) = r else {
+        let FileResult::Copy(item) = r else {
             return;
         };
-        if made.as_deref() == Some(item.path.as_path())
-            && matches!(item.action, copy::Action::Skipped | copy::Action::Metadata)
-        {
-            item.action = copy::Action::Created;
-            item.changes = copy::Changes::default();
-        }
         let only_deletions = deleting_only.load(std::sync::atomic::Ordering::Relaxed);
         if only_deletions && !matches!(item.action, copy::Action::Deleted | copy::Action::Failed) {
             return;
@@ -912,11 +907,7 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
         if let Some(log) = &log {
             log.item_named(&item, &names, time_kept);
         }
-        let root = made.as_deref() == Some(item.path.as_path());
         out.item("entry", &item, |item| {
-            if root && root_said {
-                return;
-            }
             let line = match &out_format {
                 Some(f) => itemize::format_line(f, item, &names, time_kept),
                 None => itemize::line(item, &names, &v, time_kept),
