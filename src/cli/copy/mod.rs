@@ -420,6 +420,7 @@ fn write_item(w: &mut dyn Write, item: &CopyItem) -> std::io::Result<()> {
         Action::Failed => "failed",
         Action::Metadata => "metadata",
         Action::Ignored => "ignored",
+        Action::BackedUp => "backup",
     };
     let kind = match item.kind {
         Some(EntryKind::File) => "file",

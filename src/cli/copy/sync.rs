@@ -71,6 +71,9 @@ pub struct SyncArgs {
     /// Use relative path names: SRC/./PATH goes to DEST/PATH
     #[arg(short = 'R', long)]
     pub relative: bool,
+    /// Don't send implied directories with -R: the missing ones are made plainly
+    #[arg(long)]
+    pub no_implied_dirs: bool,
     /// Copy symlinks as symlinks
     #[arg(short = 'l', long, overrides_with = "no_links")]
     pub links: bool,
@@ -732,10 +735,20 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
             .any(|s| std::fs::metadata(s).is_ok_and(|m| m.is_dir()));
     let make_dest =
         (!dest.exists() && (many || dest_bytes.ends_with(b"/"))).then(|| (dest.clone(), a.mkpath));
+    // --mkpath for a file copied to a new name: its directories.
+    let make_dest = make_dest.or_else(|| {
+        (a.mkpath && !dest.exists())
+            .then(|| {
+                dest.parent()
+                    .filter(|p| !p.as_os_str().is_empty() && !p.exists())
+            })
+            .flatten()
+            .map(|p| (p.to_path_buf(), true))
+    });
     let dest_dir = match &make_dest {
-        Some(_) => dest.clone(),
-        None if dest.is_dir() => dest.clone(),
-        None => dest.parent().map(Path::to_path_buf).unwrap_or_default(),
+        Some((d, _)) if *d == dest => dest.clone(),
+        _ if dest.is_dir() => dest.clone(),
+        _ => dest.parent().map(Path::to_path_buf).unwrap_or_default(),
     };
     let layout = if relative {
         Layout::RsyncRelative
@@ -760,6 +773,7 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         chmod,
         chown,
         layout,
+        implied_dirs: !a.no_implied_dirs,
         recursive,
         skip_newer: a.update,
         // rsync: --backup without --backup-dir implies -O.
@@ -895,6 +909,13 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
     let time_kept = opts.preserve.times;
     // A pass that only deletes reports its deletions and failures, not the entries it left.
     let deleting_only = std::sync::atomic::AtomicBool::new(false);
+    // Into a pipe or a file the lines come in rsync's order, at the end; on a terminal as
+    // the entries are done.
+    use std::io::IsTerminal;
+    use std::sync::atomic::Ordering::Relaxed;
+    let order =
+        (!std::io::stdout().is_terminal()).then(|| Mutex::new(itemize::Order::new(names.root())));
+    let set_after = std::sync::atomic::AtomicBool::new(false);
     let on_file = |r: FileResult| {
         let FileResult::Copy(item) = r else {
             return;
@@ -913,7 +934,12 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
                 None => itemize::line(item, &names, &v, time_kept),
             };
             if let Some(line) = line {
-                let _ = std::io::stdout().lock().write_all(line.as_bytes());
+                match &order {
+                    Some(o) => o.lock().unwrap().add(item, line, set_after.load(Relaxed)),
+                    None => {
+                        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+                    }
+                }
             }
         });
     };
@@ -950,9 +976,16 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
     let main_stopped = main.as_ref().is_some_and(|m| m.outcome.interrupted);
     if delete == DeleteWhen::After && !main_stopped {
         set_only(true);
+        set_after.store(true, Relaxed);
         others.push(copy::copy(&delete_pass(&opts), &observer)?);
     }
     bar.finish();
+    if let Some(o) = order {
+        let mut w = std::io::stdout().lock();
+        for line in o.into_inner().unwrap().into_lines() {
+            let _ = w.write_all(line.as_bytes());
+        }
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let report = merge(main.unwrap_or_default(), others);
     let stats = stats.into_inner().unwrap();

@@ -97,6 +97,11 @@ pub struct CopyOptions {
     pub no_target_directory: bool,
     /// Where each source goes: cp's rules or rsync's. Default: [`Layout::Cp`].
     pub layout: Layout,
+    /// With [`Layout::RsyncRelative`]: the directories on each source's kept path are made
+    /// from their source directories, with their attributes and reported (rsync's implied
+    /// directories); false: made plainly where missing (rsync --no-implied-dirs).
+    /// Default: true.
+    pub implied_dirs: bool,
     /// Enter directories named as sources (false: rsync without -r under --files-from or
     /// -d: such a directory is made, its contents left). Default: true.
     pub recursive: bool,
@@ -448,6 +453,7 @@ impl Default for CopyOptions {
             dereference: Dereference::Never,
             no_target_directory: false,
             layout: Layout::Cp,
+            implied_dirs: true,
             recursive: true,
             skip_newer: false,
             omit_dir_times: false,

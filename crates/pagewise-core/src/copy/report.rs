@@ -62,6 +62,9 @@ pub enum Action {
     Deleted,
     /// It could not be copied (the error is in `error` and in the report's errors).
     Failed,
+    /// What stood at this destination was kept under its backup name (`target`) before it was
+    /// replaced or deleted (rsync --backup).
+    BackedUp,
     /// Not copied, by the options: a symlink without `links`, a device or special file
     /// without `devices`/`specials`, an unsafe symlink under [`Links::SkipUnsafe`](super::Links).
     Ignored,

@@ -18,7 +18,7 @@ pub(super) use compare::{keep_file, same_content, unchanged, verify, Digest};
 
 use super::commit::{Temp, Temps};
 use super::options::Strategy;
-use super::report::{EntryKind, Residue};
+use super::report::{Action, EntryKind, Residue};
 use super::resume::data_below;
 use super::state::Ctx;
 use super::tasks::DirTask;
@@ -454,11 +454,21 @@ pub(in crate::copy) fn backup(
         // Beside the original: a second name now, so the original stays in place until the
         // copy's commit replaces it.
         let _ = sys::unlink_at(dir, &kept, false);
-        return sys::link_at(dir, name, dir, &kept).or_else(|_| {
+        sys::link_at(dir, name, dir, &kept).or_else(|_| {
             // A directory (rsync backs those up by renaming) or a file system without hard
             // links: renamed.
             sys::rename_at(dir, name, &kept)
-        });
+        })?;
+        let at = dst.with_file_name(&kept);
+        ctx.item_with(
+            dst,
+            EntryKind::File,
+            Action::BackedUp,
+            0,
+            Default::default(),
+            Some(&at),
+        );
+        return Ok(());
     };
     let base = match bdir.is_absolute() {
         true => bdir.clone(),
@@ -490,5 +500,14 @@ pub(in crate::copy) fn backup(
     match sys::link_at(dir, name, tdir.as_fd(), tname) {
         Ok(()) => Ok(()),
         Err(_) => sys::rename_across(dir, name, tdir.as_fd(), tname),
-    }
+    }?;
+    ctx.item_with(
+        dst,
+        EntryKind::File,
+        Action::BackedUp,
+        0,
+        Default::default(),
+        Some(&target),
+    );
+    Ok(())
 }

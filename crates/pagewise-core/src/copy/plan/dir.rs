@@ -226,7 +226,7 @@ fn plan_entries(
                 false => child_rel(&e.rel, &n),
             },
             fs: e.fs,
-            contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs),
+            contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs) && opts.recursive,
             st,
         };
         subdirs.extend(entry(p, child, up.clone()));

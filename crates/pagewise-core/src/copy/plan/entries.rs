@@ -17,6 +17,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -221,7 +222,14 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
         Ok(t) => t,
         Err(err) => return p.ctx.fail(FileError::io(&e.src, Op::Readlink, &err)),
     };
-    if p.ctx.opts.links == Links::SkipUnsafe && unsafe_link(&target, e.depth) {
+    // rsync's margin: the directories between the transfer's root and the link.
+    let margin = e
+        .dst
+        .strip_prefix(&p.ctx.opts.dest)
+        .map_or(e.depth.saturating_sub(1), |r| {
+            r.components().count().saturating_sub(1)
+        });
+    if p.ctx.opts.links == Links::SkipUnsafe && unsafe_link(target.as_os_str().as_bytes(), margin) {
         return p.ctx.ignored(&e.dst, EntryKind::Symlink, Some(&target));
     }
     if new_refused(p, e) {
@@ -268,27 +276,48 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
     );
 }
 
-/// rsync's unsafe symlink: its `target` leaves the copied tree, from an entry `depth` levels
-/// below the tree's root (1: an entry of the root) — an absolute target, or one whose `..`
-/// climbs above the root at any point.
-pub(super) fn unsafe_link(target: &Path, depth: usize) -> bool {
-    if target.is_absolute() || target.as_os_str().is_empty() {
+/// rsync's unsafe symlink (util1.c `unsafe_symlink`, rsync 3.4+): its `target` may leave the
+/// copied tree from a link `margin` directories below the tree's root — an absolute or empty
+/// target, a `..` anywhere but at the start, a trailing `/..`, or more `..` than the margin
+/// plus the names before them at any point.
+pub(super) fn unsafe_link(target: &[u8], margin: usize) -> bool {
+    if target.is_empty() || target[0] == b'/' {
         return true;
     }
-    let mut level = depth.saturating_sub(1) as i64;
-    for c in target.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                level -= 1;
-                if level < 0 {
+    let mut rest = target;
+    while let Some(r) = rest.strip_prefix(b"../") {
+        rest = r;
+        while let Some(r) = rest.strip_prefix(b"/") {
+            rest = r;
+        }
+    }
+    if rest.windows(4).any(|w| w == b"/../") {
+        return true;
+    }
+    if target.len() > 3 && target.ends_with(b"/..") {
+        return true;
+    }
+    let mut depth = margin as i64;
+    let parts: Vec<&[u8]> = target.split(|&b| b == b'/').collect();
+    let Some((last, dirs)) = parts.split_last() else {
+        return true;
+    };
+    for seg in dirs {
+        match *seg {
+            b"" | b"." => {}
+            b".." => {
+                depth -= 1;
+                if depth < 0 {
                     return true;
                 }
             }
-            std::path::Component::Normal(_) => level += 1,
-            _ => {}
+            _ => depth += 1,
         }
     }
-    false
+    if *last == b".." {
+        depth -= 1;
+    }
+    depth < 0
 }
 
 /// Queues a regular file for the workers (or, for a second name of a file already

@@ -118,7 +118,11 @@ fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Op
             return None;
         }
     };
-    if let Some(why) = refuse_source(src, dst, &st) {
+    // rsync recreates a device or FIFO named as a source (with -D); cp's rules refuse it.
+    let node_taken = p.ctx.opts.layout != Layout::Cp
+        && !(st.is_dir() || st.is_file() || st.is_symlink())
+        && (p.ctx.opts.devices || p.ctx.opts.specials);
+    if let Some(why) = refuse_source(src, dst, &st).filter(|_| !node_taken) {
         p.ctx.fail(FileError::other(src, Op::Copy, why));
         return None;
     }
@@ -151,8 +155,12 @@ fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Op
         dst_st,
         depth: 0,
         rel,
-        // rsync without -r (--files-from, -d): a directory is made, not entered.
-        contents: opts.recursive,
+        // rsync without -r (--files-from, -d): a directory is made, not entered — unless
+        // named with a trailing `/` (or `/.`): then its entries are (one level).
+        contents: opts.recursive || {
+            let b = src.as_os_str().as_bytes();
+            b.ends_with(b"/") || b.ends_with(b"/.")
+        },
     };
     let partial_dir = match root.st.is_file() {
         true => p.partials.beside(p.ctx, &root.dst),
@@ -185,10 +193,35 @@ fn implied_dirs(
         base.pop();
     }
     let (mut s, mut d) = (base, dest.clone());
-    for c in parts.iter().take(parts.len().saturating_sub(1)) {
-        s.push(c);
-        d.push(c);
+    // `BASE/./PATH` and `./PATH` send BASE itself too: the destination takes its attributes.
+    let b = src.as_os_str().as_bytes();
+    let dot = b.starts_with(b"./") || b.windows(3).any(|w| w == b"/./");
+    let mut steps: Vec<Option<&std::path::Component<'_>>> = Vec::new();
+    if dot && !parts.is_empty() {
+        steps.push(None);
+    }
+    steps.extend(parts.iter().take(parts.len().saturating_sub(1)).map(Some));
+    for c in steps {
+        if let Some(c) = c {
+            s.push(c);
+            d.push(c);
+        }
         if !done.insert(d.clone()) {
+            continue;
+        }
+        if !p.ctx.opts.implied_dirs {
+            // --no-implied-dirs: made plainly where missing, nothing else.
+            if c.is_some() && !p.ctx.opts.dry_run {
+                let made = p.ctx.dest.parent(&d).and_then(|(dir, name)| {
+                    match sys::mkdir_at(std::os::fd::AsFd::as_fd(&*dir), name, 0o777) {
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                        r => r,
+                    }
+                });
+                if let Err(e) = made {
+                    p.ctx.fail(FileError::io(&d, Op::Mkdir, &e));
+                }
+            }
             continue;
         }
         let st = match sys::stat_path(&s, true) {

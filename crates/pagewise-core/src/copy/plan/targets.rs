@@ -64,8 +64,13 @@ pub(in crate::copy) fn rsync_targets(
         message,
     };
     let dest_is_dir = dest.is_dir();
-    let mut out = Vec::with_capacity(sources.len());
+    let mut out: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(sources.len());
+    let mut seen = std::collections::HashSet::new();
     for s in sources {
+        // rsync's file list holds a name once, however often it is named.
+        if !seen.insert(s.clone()) {
+            continue;
+        }
         let b = s.as_os_str().as_bytes();
         let t = if layout == Layout::RsyncRelative {
             if !dest_is_dir {
