@@ -230,6 +230,36 @@ pub struct SyncArgs {
     /// Hardlink to files in DIR when unchanged
     #[arg(long, value_name = "DIR")]
     pub link_dest: Vec<PathBuf>,
+    /// Update destination files in place (they keep their inode; a reader may see one half
+    /// written)
+    #[arg(long)]
+    pub inplace: bool,
+    /// Append data onto shorter files (the rest is taken to be the same)
+    #[arg(long)]
+    pub append: bool,
+    /// --append, checking the data already there first (else the whole file is written)
+    #[arg(long)]
+    pub append_verify: bool,
+    /// Force deletion of directories in the way of files, even if not empty
+    #[arg(long)]
+    pub force: bool,
+    /// Omit symlinks from --times
+    #[arg(short = 'J', long)]
+    pub omit_link_times: bool,
+    /// Compress file data: taken for rsync compatibility (a local copy has no wire to
+    /// compress)
+    #[arg(short = 'z', long, hide = true)]
+    pub compress: bool,
+    #[arg(long, hide = true, value_name = "NUM")]
+    pub compress_level: Option<String>,
+    /// The remote shell: taken for rsync compatibility (remote paths are refused)
+    #[arg(short = 'e', long, hide = true, value_name = "COMMAND")]
+    pub rsh: Option<String>,
+    /// rsync's incremental recursion: taken (pagewise walks trees in parallel either way)
+    #[arg(long = "no-inc-recursive", visible_alias = "no-i-r", hide = true)]
+    pub no_inc_recursive: bool,
+    #[arg(long = "no-sparse", hide = true)]
+    pub no_sparse: bool,
     /// Keep partially transferred files (resumed by the next run)
     #[arg(long)]
     pub partial: bool,
@@ -335,8 +365,9 @@ pub struct SyncArgs {
     /// Re-read every copied file from disk and compare with the source (pagewise)
     #[arg(long)]
     pub verify: bool,
-    /// One JSON document on stdout (pagewise; schema: docs/json.md, as copy's)
-    #[arg(short = 'J', long, conflicts_with = "json_lines")]
+    /// One JSON document on stdout (pagewise; schema: docs/json.md, as copy's; -J is rsync's
+    /// --omit-link-times here)
+    #[arg(long, conflicts_with = "json_lines")]
     pub json: bool,
     /// One JSON line per entry, then a summary line (pagewise)
     #[arg(long)]
@@ -774,6 +805,17 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         chown,
         layout,
         implied_dirs: !a.no_implied_dirs,
+        omit_link_times: a.omit_link_times,
+        force: a.force || delete != DeleteWhen::None,
+        inplace: if a.append_verify {
+            copy::InPlace::AppendVerify
+        } else if a.append {
+            copy::InPlace::Append
+        } else if a.inplace {
+            copy::InPlace::Whole
+        } else {
+            copy::InPlace::No
+        },
         recursive,
         skip_newer: a.update,
         // rsync: --backup without --backup-dir implies -O.

@@ -22,6 +22,8 @@ pub(super) enum Temp {
     Unnamed,
     /// A hidden name in the destination directory, renamed over the final name when complete.
     Named(NamedTemp),
+    /// The destination file itself (rsync --inplace, --append): nothing to commit.
+    InPlace,
 }
 
 /// A hidden temporary name in a destination directory, removed on drop unless the copy
@@ -196,6 +198,7 @@ impl Temps {
     ) -> Result<(), (Op, io::Error)> {
         let name = dst.file_name().unwrap_or_default();
         match temp {
+            Temp::InPlace => Ok(()),
             Temp::Named(tmp) => {
                 replaceable(dir, name).map_err(|e| (Op::Rename, e))?;
                 if let Some(mode) = tmp.mode {

@@ -45,7 +45,7 @@ mod tasks;
 mod worker;
 
 pub use filter::{Filters, RuleKind, Side};
-pub use options::{AltDest, AltKind, Backup, Layout, Links, Preserve};
+pub use options::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve};
 pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
 pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS, MAX_THREADS};
 pub use plan::plan_targets;

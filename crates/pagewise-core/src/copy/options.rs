@@ -102,6 +102,15 @@ pub struct CopyOptions {
     /// directories); false: made plainly where missing (rsync --no-implied-dirs).
     /// Default: true.
     pub implied_dirs: bool,
+    /// How an existing destination file is written: replaced through a temporary (the
+    /// default), or written in place (rsync --inplace, --append, --append-verify).
+    /// Default: [`InPlace::No`].
+    pub inplace: InPlace,
+    /// Leave symlinks' times as made (rsync -J). Default: false.
+    pub omit_link_times: bool,
+    /// A directory where a file, symlink or special file goes is removed even when it is not
+    /// empty (rsync --force, implied by --delete); without, only an empty one. Default: false.
+    pub force: bool,
     /// Enter directories named as sources (false: rsync without -r under --files-from or
     /// -d: such a directory is made, its contents left). Default: true.
     pub recursive: bool,
@@ -194,6 +203,24 @@ impl Preserve {
             self.xattrs
         }
     }
+}
+
+/// rsync's in-place writes of an existing destination file (the file keeps its inode; a
+/// reader may see it half written, and a failure leaves it so — what these options accept).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InPlace {
+    /// Through a temporary, linked or renamed into place when complete.
+    #[default]
+    No,
+    /// --inplace: the data is written over the existing file, which is cut to the source's
+    /// size.
+    Whole,
+    /// --append: only what the source has past the existing file's length is written (the
+    /// rest is taken to be the same); a destination as long or longer is left.
+    Append,
+    /// --append-verify: as `Append`, after checking that the existing data is the source's
+    /// (read without caching); when it is not, the whole file is written.
+    AppendVerify,
 }
 
 /// Where each source goes.
@@ -454,6 +481,9 @@ impl Default for CopyOptions {
             no_target_directory: false,
             layout: Layout::Cp,
             implied_dirs: true,
+            inplace: InPlace::No,
+            omit_link_times: false,
+            force: false,
             recursive: true,
             skip_newer: false,
             omit_dir_times: false,

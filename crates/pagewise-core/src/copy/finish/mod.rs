@@ -14,7 +14,7 @@ mod meta;
 mod settle;
 
 use compare::xattr_changes;
-pub(super) use compare::{keep_file, same_content, unchanged, verify, Digest};
+pub(super) use compare::{keep_file, same_content, same_prefix, unchanged, verify, Digest};
 
 use super::commit::{Temp, Temps};
 use super::options::Strategy;
@@ -204,7 +204,7 @@ impl<'a> Finish<'a> {
                 return Err(FileError::other(&o.dst, Op::Copy, why));
             }
         }
-        if o.sparse || strat == Strategy::Direct {
+        if o.sparse || strat == Strategy::Direct || matches!(o.temp, Temp::InPlace) {
             o.df.set_len(size)
                 .map_err(|e| FileError::io(&o.dst, Op::Ftruncate, &e))?;
         }
@@ -217,7 +217,11 @@ impl<'a> Finish<'a> {
         if self.ctx.stopped() {
             return Ok(false);
         }
-        if o.before.is_some() {
+        if o.before.is_some_and(|b| b.is_dir()) {
+            let name = o.dst.file_name().unwrap_or_default();
+            clear_dir(self.ctx, o.dir.as_fd(), name)
+                .map_err(|e| FileError::io(&o.dst, Op::Rmdir, &e))?;
+        } else if o.before.is_some() && !matches!(o.temp, Temp::InPlace) {
             let name = o.dst.file_name().unwrap_or_default();
             backup(self.ctx, o.dir.as_fd(), name, &o.dst)
                 .map_err(|e| FileError::io(&o.dst, Op::Backup, &e))?;
@@ -510,4 +514,25 @@ pub(in crate::copy) fn backup(
         Some(&target),
     );
     Ok(())
+}
+
+/// A directory where a file, symlink or special file is to go: removed when empty, or with
+/// everything in it under `force` (rsync --force, --delete); else the error rsync gives.
+pub(in crate::copy) fn clear_dir(
+    ctx: &Ctx<'_>,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+) -> std::io::Result<()> {
+    if ctx.opts.dry_run {
+        return Ok(());
+    }
+    match sys::unlink_at(dir, name, true) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) && ctx.opts.force => {
+            sys::remove_tree_at(dir, name, 4096)
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => Err(std::io::Error::other(
+            "cannot delete non-empty directory in the way (rsync --force, --delete)",
+        )),
+        r => r,
+    }
 }

@@ -438,7 +438,19 @@ fn remove_dir(
 fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
     let dest = &p.ctx.dest;
     let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
-    if e.dst_st.is_some() && !existed {
+    let rsync = p.ctx.opts.layout != crate::copy::options::Layout::Cp;
+    if e.dst_st.is_some() && !existed && rsync && !p.ctx.opts.dry_run {
+        // rsync replaces a file, symlink or special file standing where a directory goes
+        // (backed up first with --backup).
+        let cleared = dest.parent(&e.dst).and_then(|(dir, name)| {
+            crate::copy::finish::backup(p.ctx, dir.as_fd(), name, &e.dst)?;
+            sys::unlink_at(dir.as_fd(), name, false)
+        });
+        if let Err(err) = cleared {
+            p.ctx.fail(FileError::io(&e.dst, Op::Unlink, &err));
+            return None;
+        }
+    } else if e.dst_st.is_some() && !existed && !(rsync && p.ctx.opts.dry_run) {
         // A file or symlink where the directory goes: cp refuses to replace a
         // non-directory by a directory, and so does this copy (nothing is removed, and
         // a symlink is never entered: it could lead out of the destination).

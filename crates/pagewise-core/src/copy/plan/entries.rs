@@ -6,7 +6,7 @@
 use super::jobs::{Chain, DirJob, Entry};
 use super::planner::Planner;
 use crate::copy::finish::{keep_file, same_content};
-use crate::copy::options::{AltKind, Existing, Links};
+use crate::copy::options::{AltKind, Existing, InPlace, Links};
 use crate::copy::report::EntryKind;
 use crate::copy::report::{Action, Changes};
 use crate::copy::state::Ctx;
@@ -121,7 +121,11 @@ fn place(
             }
         };
         let tmp = p.temps.temp_name(&e.dst);
-        if e.dst_st.is_some() {
+        if e.dst_st.is_some_and(|d| d.is_dir()) {
+            if let Err(err) = crate::copy::finish::clear_dir(p.ctx, dir.as_fd(), name) {
+                return p.ctx.fail(FileError::io(&e.dst, Op::Rmdir, &err));
+            }
+        } else if e.dst_st.is_some() {
             if let Err(err) = backup(p.ctx, dir.as_fd(), name, &e.dst) {
                 return p.ctx.fail(FileError::io(&e.dst, Op::Backup, &err));
             }
@@ -201,7 +205,7 @@ fn node_meta(p: &Planner<'_>, dir: BorrowedFd<'_>, name: &OsStr, st: &sys::Stat)
     if keep.perms && !st.is_symlink() {
         sys::chmod_at(dir, name, st.mode & 0o7777)?;
     }
-    if keep.times {
+    if keep.times && !(st.is_symlink() && p.ctx.opts.omit_link_times) {
         sys::set_times_at(dir, name, st.atime, st.mtime)?;
     }
     Ok(())
@@ -332,6 +336,11 @@ fn file(p: &mut Planner<'_>, e: Entry) {
     }
     if new_refused(p, &e) {
         return;
+    }
+    // --append: a destination as long as its source or longer is left.
+    let appending = matches!(opts.inplace, InPlace::Append | InPlace::AppendVerify);
+    if appending && e.dst_st.is_some_and(|d| d.is_file() && d.size >= size) {
+        return p.ctx.skipped(&e.dst, EntryKind::File);
     }
     // rsync -u: a destination newer than its source is left alone.
     if opts.skip_newer

@@ -5,6 +5,8 @@
 
 use super::super::commit::{Temp, Temps};
 use super::super::dest::ParentCache;
+use super::super::finish::same_prefix;
+use super::super::options::InPlace;
 use super::super::resume::take_partial;
 use super::super::state::Ctx;
 use super::super::tasks::FileTask;
@@ -88,17 +90,27 @@ pub(super) fn open_pair(
     let partial = resume
         .filter(|_| !pseudo)
         .and_then(|name| Some((take_partial(ctx, dir.as_fd(), &name, &sf, &st)?, name)));
-    let (df, temp, kept) = match partial {
-        Some(((fd, kept), name)) => {
-            let mode = temps.mode_at_commit(ctx, create_mode);
-            (fd, Temp::adopt(dir.clone(), name, mode), kept)
-        }
-        None => match temps.create_temp(ctx, &dir, &dst, create_mode) {
-            Ok((fd, temp)) => (fd, temp, 0),
-            Err(e) => {
-                ctx.fail(e);
-                return None;
+    let in_place = match (ctx.opts.inplace, before) {
+        (InPlace::No, _) | (_, None) => None,
+        // Written over, it would change the backup too (a second name of the same file).
+        _ if ctx.opts.backup.is_some() => None,
+        (how, Some(b)) if b.is_file() => open_in_place(ctx, &dir, &dst, &sf, &st, &b, how),
+        _ => None,
+    };
+    let (df, temp, kept) = match in_place {
+        Some((fd, kept)) => (fd, Temp::InPlace, kept),
+        None => match partial {
+            Some(((fd, kept), name)) => {
+                let mode = temps.mode_at_commit(ctx, create_mode);
+                (fd, Temp::adopt(dir.clone(), name, mode), kept)
             }
+            None => match temps.create_temp(ctx, &dir, &dst, create_mode) {
+                Ok((fd, temp)) => (fd, temp, 0),
+                Err(e) => {
+                    ctx.fail(e);
+                    return None;
+                }
+            },
         },
     };
     if ctx.opts.preallocate && !sparse && st.size > ctx.opts.chunk as u64 {
@@ -182,4 +194,53 @@ fn preallocate(ctx: &Ctx<'_>, df: &OwnedFd, dst: &Path, size: u64) -> Option<()>
         // EOPNOTSUPP and friends: write without preallocation.
     }
     Some(())
+}
+
+/// rsync's --inplace, --append and --append-verify: the existing destination `b` (of `dst`
+/// in `dir`) opened to write, never through a symlink, and the bytes at its start that stay
+/// (`kept`: with --append, its length rounded down to a page — the page is written again;
+/// with --append-verify only when that data is the source's). None: written through a
+/// temporary after all (it could not be opened: reported as a notice).
+fn open_in_place(
+    ctx: &Ctx<'_>,
+    dir: &std::sync::Arc<OwnedFd>,
+    dst: &Path,
+    sf: &OwnedFd,
+    st: &sys::Stat,
+    b: &sys::Stat,
+    how: InPlace,
+) -> Option<(OwnedFd, u64)> {
+    let name = dst.file_name()?;
+    let fd = match sys::open_existing_write_at(dir.as_fd(), name) {
+        Ok(fd) => fd,
+        Err(e) => {
+            ctx.tally.notice(format!(
+                "{}: could not be written in place ({e}): written through a temporary",
+                dst.display()
+            ));
+            return None;
+        }
+    };
+    let page = 4096;
+    let kept = match how {
+        InPlace::Append | InPlace::AppendVerify => b.size.min(st.size) / page * page,
+        _ => 0,
+    };
+    let kept = match how {
+        InPlace::AppendVerify if kept > 0 => {
+            let same = ctx
+                .dest
+                .open_read(dst)
+                .ok()
+                .and_then(|d| Some(same_prefix(sf.try_clone().ok()?, d, kept, ctx.opts.chunk)))
+                .unwrap_or(false);
+            if same {
+                kept
+            } else {
+                0
+            }
+        }
+        _ => kept,
+    };
+    Some((fd, kept))
 }

@@ -239,6 +239,17 @@ pub fn rename_across(
     Ok(rustix::fs::renameat(from_dir, from, to_dir, to)?)
 }
 
+/// `openat(dir, name, O_WRONLY | O_NOFOLLOW | O_CLOEXEC)`: an existing regular file `name` in
+/// `dir` opened to write over (never a symlink: ELOOP; never created, never truncated).
+pub fn open_existing_write_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<OwnedFd> {
+    let flags = OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    let fd = rustix::fs::openat(dir, name, flags, Mode::empty())?;
+    if !super::fstat(fd.as_fd())?.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok(fd)
+}
+
 /// `int unlinkat(int dirfd, const char *path, int flags)` —
 /// <https://man7.org/linux/man-pages/man2/unlink.2.html>: removes the name `name` (a symlink
 /// itself), `AT_REMOVEDIR` for an empty directory.
