@@ -52,7 +52,7 @@ could start), 20 interrupted (SIGINT, SIGTERM), 23 partial transfer: some files 
 --max-delete stopped deletions.";
 
 #[derive(Args, Debug)]
-#[command(disable_help_flag = true)]
+#[command(disable_help_flag = true, disable_version_flag = true)]
 pub struct SyncArgs {
     /// Sources, then the destination (SRC/ copies the contents of SRC, SRC the directory)
     #[arg(value_name = "SRC... DEST")]
@@ -60,6 +60,9 @@ pub struct SyncArgs {
     /// Print help (-h is --human-readable, as in rsync)
     #[arg(long, action = ArgAction::Help)]
     pub help: Option<bool>,
+    /// Print the version; -VV: what this sync can keep, as rsync -VV's JSON
+    #[arg(short = 'V', long, action = ArgAction::Count)]
+    pub version: u8,
     /// Archive mode: -rlptgoD (no -A, -X, -H)
     #[arg(short = 'a', long)]
     pub archive: bool,
@@ -895,8 +898,37 @@ fn make_dest(
     Ok(())
 }
 
+/// `-VV`: rsync's capabilities document, for what pagewise sync does with local paths.
+const CAPABILITIES: &str = r#"{
+  "program": "pagewise sync",
+  "version": "VERSION",
+  "capabilities": {
+    "symlinks": true, "symtimes": true, "hardlinks": true, "hardlink_specials": true,
+    "hardlink_symlinks": true, "atimes": false, "batchfiles": false, "inplace": true,
+    "append": true, "ACLs": true, "xattrs": true, "iconv": false, "prealloc": true,
+    "stop_at": false, "crtimes": false
+  }
+}"#;
+
 /// `pagewise sync`.
 pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
+    match a.version {
+        0 => {}
+        1 => {
+            println!(
+                "pagewise sync {} (rsync's command line for local paths)",
+                env!("CARGO_PKG_VERSION")
+            );
+            return Ok(ExitCode::Success);
+        }
+        _ => {
+            println!(
+                "{}",
+                CAPABILITIES.replace("VERSION", env!("CARGO_PKG_VERSION"))
+            );
+            return Ok(ExitCode::Success);
+        }
+    }
     let plan = match plan(&a) {
         Ok(p) => p,
         Err(CliError::Usage(m)) => {
