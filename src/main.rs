@@ -19,6 +19,8 @@ use pagewise_core::error::{FatalDetail, FatalDocument, FatalKind};
 /// True when the command line asks for JSON: a fatal error is then also a JSON document on
 /// stdout, so a script reading it gets an answer, not nothing.
 fn wants_json() -> bool {
+    // sync's -J is rsync's --omit-link-times.
+    let sync = std::env::args_os().nth(1).is_some_and(|v| v == "sync");
     std::env::args_os()
         .skip(1)
         .take_while(|a| a != "--")
@@ -26,7 +28,7 @@ fn wants_json() -> bool {
             let a = a.as_encoded_bytes();
             a == b"--json"
                 || a == b"--json-lines"
-                || (a.len() > 1 && a[0] == b'-' && a[1] != b'-' && a.contains(&b'J'))
+                || (!sync && a.len() > 1 && a[0] == b'-' && a[1] != b'-' && a.contains(&b'J'))
         })
 }
 

@@ -39,6 +39,9 @@ Examples:
   pagewise copy --verify --fsync db/ /backup/db   durable, and re-read from disk to compare
   pagewise copy --cache drop-behind a b           force a strategy
 
+For rsync's command line and meanings (-a = -rlptgoD, SRC/ copies the contents, --link-dest,
+-i codes, --stats): pagewise sync, on the same engine.
+
 Strategies (--cache): auto picks dontcache (RWF_DONTCACHE) where the filesystem has it, else
 direct (O_DIRECT, many I/Os in flight) for files of 1 MiB and more, else drop-behind;
 buffered leaves both files cached, like cp.
