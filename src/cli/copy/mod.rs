@@ -19,7 +19,7 @@ use pagewise_core::copy::{
 };
 use pagewise_core::sys::IoPriority;
 use pagewise_core::{sys, Error, FileResult, Progress, Watch};
-use rules::{filters, rsync_rate, rsync_size, rule, rule_file, Rule};
+use rules::{filters, rsync_size, rule, rule_file, Rule};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -174,9 +174,11 @@ pub struct CopyArgs {
     #[arg(short = 'v', long)]
     pub verbose: bool,
     /// Move at most RATE per second, all files together (rsync --bwlimit: a number in KiB, or
-    /// with a unit: 50M, 1.5G; 0 for no limit)
-    #[arg(long, value_name = "RATE", value_parser = rsync_rate)]
-    pub bwlimit: Option<u64>,
+    /// with a unit: 50M, 1.5G; 0 for no limit). `auto`: back off when others need the disk —
+    /// the rate follows the read latency others see on the same devices (halved above 1.25x
+    /// what it was before the copy, else raised by 8 MiB/s every 100 ms)
+    #[arg(long, value_name = "RATE|auto", value_parser = rules::bwlimit)]
+    pub bwlimit: Option<rules::BwLimit>,
     /// The copy's I/O priority (ionice): idle (only when the disk is otherwise idle) or
     /// best-effort[:0-7] (0 first, 7 last; every process has 4). Only the bfq and mq-deadline
     /// I/O schedulers serve priorities; with none or kyber a notice says the device ignores it
@@ -361,7 +363,8 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
         one_file_system: a.one_file_system,
         max_size: a.max_size,
         min_size: a.min_size,
-        bwlimit: a.bwlimit.filter(|&r| r > 0),
+        bwlimit: rules::BwLimit::options(a.bwlimit).0,
+        bwlimit_auto: rules::BwLimit::options(a.bwlimit).1,
         io_priority: a.ionice,
         sources: sources.to_vec(),
         dest: dest.clone(),

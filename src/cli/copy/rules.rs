@@ -59,6 +59,34 @@ pub fn rsync_size(s: &str) -> Result<u64, String> {
     rsync_arg(s, b'b', "size")
 }
 
+/// `--bwlimit`: a fixed rate as rsync reads it, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BwLimit {
+    /// Bytes per second (0: no limit).
+    Fixed(u64),
+    /// Follow what others reading the same devices see (AIMD on their read latency).
+    Auto,
+}
+
+impl BwLimit {
+    /// The library's `(bwlimit, bwlimit_auto)`.
+    pub fn options(limit: Option<BwLimit>) -> (Option<u64>, bool) {
+        match limit {
+            Some(BwLimit::Fixed(r)) if r > 0 => (Some(r), false),
+            Some(BwLimit::Auto) => (None, true),
+            _ => (None, false),
+        }
+    }
+}
+
+/// `--bwlimit RATE|auto`.
+pub fn bwlimit(s: &str) -> Result<BwLimit, String> {
+    match s {
+        "auto" => Ok(BwLimit::Auto),
+        s => rsync_rate(s).map(BwLimit::Fixed),
+    }
+}
+
 /// A rate as rsync's --bwlimit reads it (a bare number is KiB per second).
 pub fn rsync_rate(s: &str) -> Result<u64, String> {
     rsync_arg(s, b'k', "bwlimit")

@@ -7,7 +7,7 @@
 
 use super::itemize::{self, Names, Stats};
 use super::log::CopyLog;
-use super::rules::{filters_of, rsync_rate, rsync_size, rule, rule_file, Rule};
+use super::rules::{filters_of, rsync_size, rule, rule_file, Rule};
 use crate::cli::exit::{CliError, ExitCode};
 use crate::cli::output::Output;
 use crate::cli::progress::{ProgressLine, Show};
@@ -339,9 +339,10 @@ pub struct SyncArgs {
     /// Log what we're doing to the specified FILE
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
-    /// Limit I/O bandwidth; KBytes per second, or with a unit (50M, 1.5G); 0 for no limit
-    #[arg(long, value_name = "RATE", value_parser = rsync_rate)]
-    pub bwlimit: Option<u64>,
+    /// Limit I/O bandwidth; KBytes per second, or with a unit (50M, 1.5G); 0 for no limit.
+    /// `auto` (pagewise): back off when others need the disk (see pagewise copy --help)
+    #[arg(long, value_name = "RATE|auto", value_parser = super::rules::bwlimit)]
+    pub bwlimit: Option<super::rules::BwLimit>,
     /// The copy's I/O priority (pagewise; ionice): idle or best-effort[:0-7]. Only the bfq
     /// and mq-deadline I/O schedulers serve priorities; with none or kyber a notice says so
     #[arg(long, value_name = "CLASS", value_parser = io_priority)]
@@ -836,7 +837,8 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         one_file_system: a.one_file_system,
         max_size: a.max_size,
         min_size: a.min_size,
-        bwlimit: a.bwlimit.filter(|&r| r > 0),
+        bwlimit: super::rules::BwLimit::options(a.bwlimit).0,
+        bwlimit_auto: super::rules::BwLimit::options(a.bwlimit).1,
         io_priority: a.ionice,
         partial: a.partial || a.partial_progress,
         fsync: a.fsync,

@@ -191,3 +191,84 @@ fn ionice_says_when_a_devices_scheduler_ignores_priorities() {
     // Source on the disk, destination on the loop device: one notice (the loop's), or two.
     assert_eq!(said(&loop_dest), 1 + usize::from(ignores(&here)));
 }
+
+/// `--bwlimit auto` on a loop device of its own: with nobody else reading it, the copy is not
+/// limited and says so; with a reader doing small O_DIRECT reads on the same device, the
+/// device's read latency before the copy is the baseline, the rate is set while the copy runs
+/// (the report says between which rates and how often it was halved), and the copy is exact.
+/// Without a block device under the copy (tmpfs) it says so too.
+#[test]
+fn bwlimit_auto_follows_the_device_s_readers() {
+    let t = tmp();
+    let Some(m) = LoopMount::new(t.path()) else {
+        return;
+    };
+    let src = m.mnt.join("src");
+    write_file(&src, 64 << 20);
+    let copy = |dst: &std::path::Path| {
+        let out = run(bin()
+            .args(["copy", "--json", "--bwlimit", "auto"])
+            .arg(&src)
+            .arg(dst));
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(same(&src, dst));
+        json(&out)
+    };
+    let quiet = copy(&m.mnt.join("dst1"));
+    let notices = quiet["notices"].to_string();
+    assert!(notices.contains("no other reads on"), "{quiet}");
+    assert!(quiet["auto_rate"]["baseline_ms"].is_null(), "{quiet}");
+    // A reader: 4 KiB O_DIRECT reads at random offsets of a file on the same device.
+    let db = m.mnt.join("db");
+    write_file(&db, 32 << 20);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (db, stop) = (db.clone(), stop.clone());
+        std::thread::spawn(move || {
+            use std::os::unix::fs::{FileExt, OpenOptionsExt};
+            let f = std::fs::File::options()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(&db)
+                .unwrap();
+            let mut buf = pagewise_core::sys::AlignedBuf::new(4096, 4096);
+            let mut x: u64 = 88172645463325252;
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let off = (x % ((32 << 20) / 4096)) * 4096;
+                f.read_at(&mut buf[..4096], off).unwrap();
+                reads += 1;
+            }
+            reads
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let busy = copy(&m.mnt.join("dst2"));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().unwrap() > 100);
+    let a = &busy["auto_rate"];
+    assert!(a["baseline_ms"].as_f64().is_some_and(|b| b > 0.0), "{busy}");
+    assert_eq!(a["devices"].as_array().unwrap().len(), 1, "{busy}");
+    let (lo, hi) = (
+        a["min_rate"].as_f64().unwrap(),
+        a["max_rate"].as_f64().unwrap(),
+    );
+    assert!(lo >= (1 << 20) as f64 && lo <= hi, "{busy}");
+    // No block device at all.
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let s2 = shm.path().join("s");
+    write_file(&s2, 1 << 20);
+    let out = run(bin()
+        .args(["copy", "--bwlimit", "auto"])
+        .arg(&s2)
+        .arg(shm.path().join("d")));
+    assert!(out.status.success());
+    assert!(
+        stderr(&out).contains("no block device under the copy"),
+        "{}",
+        stderr(&out)
+    );
+}

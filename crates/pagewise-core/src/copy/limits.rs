@@ -36,7 +36,8 @@ pub fn parse_io_priority(s: &str) -> Result<IoPriority, String> {
 /// flight, and idle time earns no burst.
 #[derive(Debug)]
 pub struct Bandwidth {
-    bytes_per_s: f64,
+    /// The rate as f64 bits (set while the copy runs by `--bwlimit auto`).
+    bytes_per_s: std::sync::atomic::AtomicU64,
     next: Mutex<Option<Instant>>,
 }
 
@@ -47,9 +48,20 @@ impl Bandwidth {
     /// A limit of `bytes_per_s` (at least 1).
     pub fn new(bytes_per_s: u64) -> Self {
         Bandwidth {
-            bytes_per_s: bytes_per_s.max(1) as f64,
+            bytes_per_s: std::sync::atomic::AtomicU64::new((bytes_per_s.max(1) as f64).to_bits()),
             next: Mutex::new(None),
         }
+    }
+
+    /// Sets the rate (bytes per second, at least 1; infinite: no limit).
+    pub fn set_rate(&self, bytes_per_s: f64) {
+        let r = bytes_per_s.max(1.0);
+        self.bytes_per_s
+            .store(r.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn rate(&self) -> f64 {
+        f64::from_bits(self.bytes_per_s.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Waits until `bytes` may move; returns early (false) when `stop()` says so.
@@ -58,7 +70,7 @@ impl Bandwidth {
             let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
             let now = Instant::now();
             let start = next.map_or(now, |n| n.max(now));
-            *next = Some(start + Duration::from_secs_f64(bytes as f64 / self.bytes_per_s));
+            *next = Some(start + Duration::from_secs_f64(bytes as f64 / self.rate()));
             start
         };
         loop {

@@ -29,6 +29,7 @@
 //! - `plan`: cp's rules, refusals (same file, directory into itself), the walk;
 //! - `report`: the report and the per-entry items; `filter`, `limits`: rsync's rules and sizes.
 
+mod backoff;
 mod commit;
 mod dest;
 mod engine;
@@ -44,6 +45,7 @@ mod state;
 mod tasks;
 mod worker;
 
+pub use backoff::AutoRate;
 pub use filter::{Filters, RuleKind, Side};
 pub use options::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve};
 pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
@@ -143,8 +145,36 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
             }
         }
     }
-    let (planned, mut m) = run_parallel(&ctx, &temps, &workers, &fin, &targets);
-    retry_no_space(&workers, &fin, &mut m);
+    // --bwlimit auto: the devices' read latency before the copy, then a thread that sets the
+    // rate while it runs.
+    let backoff = match options.bwlimit_auto {
+        true => {
+            let paths: Vec<&std::path::Path> = options
+                .sources
+                .iter()
+                .map(|p| p.as_path())
+                .chain([options.dest.as_path()])
+                .collect();
+            backoff::Backoff::start(&paths, options.bwlimit, &|n| ctx.tally.notice(n))
+        }
+        false => None,
+    };
+    let copied = std::sync::atomic::AtomicBool::new(false);
+    let (planned, mut m, auto_rate) = std::thread::scope(|s| {
+        let auto = match (&backoff, &ctx.bandwidth) {
+            (Some(b), Some(bw)) => Some(s.spawn(|| b.run(bw, &copied))),
+            (None, Some(bw)) if options.bwlimit_auto => {
+                bw.set_rate(options.bwlimit.map_or(f64::INFINITY, |c| c as f64));
+                None
+            }
+            _ => None,
+        };
+        let (planned, mut m) = run_parallel(&ctx, &temps, &workers, &fin, &targets);
+        retry_no_space(&workers, &fin, &mut m);
+        copied.store(true, Ordering::Relaxed);
+        let auto_rate = auto.and_then(|h| h.join().ok());
+        (planned, m, auto_rate)
+    });
     fin.flush();
     let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
     finish::finish_dirs(&ctx, &planned.dirs, umask);
@@ -203,6 +233,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         verified_files,
         verify_mismatches,
         dry_run: options.dry_run,
+        auto_rate,
         outcome,
     })
 }

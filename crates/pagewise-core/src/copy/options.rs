@@ -145,6 +145,10 @@ pub struct CopyOptions {
     /// Move at most this many bytes per second, all files together (rsync --bwlimit; held
     /// over any window of seconds). Default: None (no limit).
     pub bwlimit: Option<u64>,
+    /// rsync-style `--bwlimit auto`: the rate follows what others reading the same block
+    /// devices see (see the `backoff` module); `bwlimit`, if given too, is its ceiling.
+    /// Default: false.
+    pub bwlimit_auto: bool,
     /// The I/O priority of the copy's threads (ionice): `Idle` yields the disk to every
     /// other process. Default: None (inherited). The calling thread's own is restored after.
     pub io_priority: Option<crate::sys::IoPriority>,
@@ -496,6 +500,7 @@ impl Default for CopyOptions {
             max_size: None,
             min_size: None,
             bwlimit: None,
+            bwlimit_auto: false,
             io_priority: None,
         }
     }

@@ -222,6 +222,9 @@ pub struct CopyReport {
     pub deletes_skipped: u64,
     /// Files hard-linked from a --link-dest directory instead of copied.
     pub linked: u64,
+    /// What `--bwlimit auto` did (None without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_rate: Option<super::AutoRate>,
     /// Entries not copied because the options leave their kind out ([`Action::Ignored`]).
     pub ignored: u64,
     /// Sizes of every regular file (each name of a hard-linked one) and symlink the copy

@@ -68,7 +68,10 @@ impl<'a> Ctx<'a> {
             tally: Tally::new(),
             is_root: sys::euid() == 0,
             dest,
-            bandwidth: opts.bwlimit.map(Bandwidth::new),
+            bandwidth: match opts.bwlimit_auto {
+                true => Some(Bandwidth::new(u64::MAX)),
+                false => opts.bwlimit.map(Bandwidth::new),
+            },
             fds: FdBudget::new(sys::fd_budget(), opts.threads),
         }
     }

@@ -104,6 +104,46 @@ fn queue_attr(dev: u64, name: &str) -> Option<String> {
         .find_map(|q| std::fs::read_to_string(format!("{base}/{q}/{name}")).ok())
 }
 
+/// The I/O counters of a block device (`/sys/dev/block/MAJ:MIN/stat`; see the kernel's
+/// Documentation/block/stat.rst).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockStat {
+    /// Reads completed.
+    pub reads: u64,
+    /// Milliseconds reads spent, summed over the reads.
+    pub read_ticks_ms: u64,
+    /// Writes completed.
+    pub writes: u64,
+    /// Milliseconds writes spent.
+    pub write_ticks_ms: u64,
+    /// I/Os in flight now.
+    pub in_flight: u64,
+}
+
+/// [`BlockStat`] from the text of a `stat` file: at least 11 numbers separated by spaces;
+/// None otherwise.
+pub fn parse_block_stat(text: &str) -> Option<BlockStat> {
+    let f: Vec<u64> = text
+        .split_ascii_whitespace()
+        .take(17)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    (f.len() >= 11).then(|| BlockStat {
+        reads: f[0],
+        read_ticks_ms: f[3],
+        writes: f[4],
+        write_ticks_ms: f[7],
+        in_flight: f[8],
+    })
+}
+
+/// The counters of the block device `dev` (a partition's own), None without one.
+pub fn block_stat(dev: u64) -> Option<BlockStat> {
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let text = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?;
+    parse_block_stat(&text)
+}
+
 /// The logical block size of the block device `dev` ([`queue_attr`] `logical_block_size`):
 /// the smallest unit O_DIRECT may address there when statx(STATX_DIOALIGN) cannot say.
 pub fn logical_block_size(dev: u64) -> Option<u32> {
@@ -121,6 +161,37 @@ pub fn io_scheduler(dev: u64) -> Option<String> {
     let start = text.find('[')? + 1;
     let len = text[start..].find(']')?;
     Some(text[start..start + len].to_string())
+}
+
+#[cfg(test)]
+mod stat_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_the_kernel_s_layout() {
+        let t = "  123 4 5678 90 11 0 22 33 2 40 123 0 0 0 0 7 8\n";
+        let s = parse_block_stat(t).unwrap();
+        assert_eq!(
+            (
+                s.reads,
+                s.read_ticks_ms,
+                s.writes,
+                s.write_ticks_ms,
+                s.in_flight
+            ),
+            (123, 90, 11, 33, 2)
+        );
+        assert!(parse_block_stat("1 2 3").is_none());
+        assert!(parse_block_stat("1 2 x 4 5 6 7 8 9 10 11").is_none());
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_parsed_or_refused(s in "[0-9 \n]{0,200}|.{0,100}") {
+            let _ = parse_block_stat(&s);
+        }
+    }
 }
 
 #[cfg(test)]
