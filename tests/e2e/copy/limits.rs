@@ -203,8 +203,9 @@ fn bwlimit_auto_follows_the_device_s_readers() {
     let Some(m) = LoopMount::new(t.path()) else {
         return;
     };
+    // The loop file system is 32 MiB.
     let src = m.mnt.join("src");
-    write_file(&src, 64 << 20);
+    write_file(&src, 6 << 20);
     let copy = |dst: &std::path::Path| {
         let out = run(bin()
             .args(["copy", "--json", "--bwlimit", "auto"])
@@ -218,9 +219,10 @@ fn bwlimit_auto_follows_the_device_s_readers() {
     let notices = quiet["notices"].to_string();
     assert!(notices.contains("no other reads on"), "{quiet}");
     assert!(quiet["auto_rate"]["baseline_ms"].is_null(), "{quiet}");
+    std::fs::remove_file(m.mnt.join("dst1")).unwrap();
     // A reader: 4 KiB O_DIRECT reads at random offsets of a file on the same device.
     let db = m.mnt.join("db");
-    write_file(&db, 32 << 20);
+    write_file(&db, 8 << 20);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (db, stop) = (db.clone(), stop.clone());
@@ -238,7 +240,7 @@ fn bwlimit_auto_follows_the_device_s_readers() {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                let off = (x % ((32 << 20) / 4096)) * 4096;
+                let off = (x % ((8 << 20) / 4096)) * 4096;
                 f.read_at(&mut buf[..4096], off).unwrap();
                 reads += 1;
             }
