@@ -193,9 +193,14 @@ fn implied_dirs(
         base.pop();
     }
     let (mut s, mut d) = (base, dest.clone());
-    // `BASE/./PATH` and `./PATH` send BASE itself too: the destination takes its attributes.
+    // `./PATH` sends `.` itself too (rsync): the destination takes its attributes; so does a
+    // `./` just before the kept part (`BASE/././PATH`, --files-from's `./PATH`), not
+    // `BASE/./PATH`.
     let b = src.as_os_str().as_bytes();
-    let dot = b.starts_with(b"./") || b.windows(3).any(|w| w == b"/./");
+    let dot = match b.windows(3).rposition(|w| w == b"/./") {
+        Some(i) => &b[..i] == b"." || b[..i].ends_with(b"/."),
+        None => b.starts_with(b"./"),
+    };
     let mut steps: Vec<Option<&std::path::Component<'_>>> = Vec::new();
     if dot && !parts.is_empty() {
         steps.push(None);
