@@ -175,8 +175,8 @@ pub struct CopyArgs {
     pub verbose: bool,
     /// Move at most RATE per second, all files together (rsync --bwlimit: a number in KiB, or
     /// with a unit: 50M, 1.5G; 0 for no limit). `auto`: back off when others need the disk —
-    /// the rate follows the read latency others see on the same devices (halved above 1.25x
-    /// what it was before the copy, else raised by 8 MiB/s every 100 ms)
+    /// the rate follows the read latency others see on the same devices (halved above 1.3x
+    /// what it was before the copy, else raised by 16 MiB/s every 100 ms)
     #[arg(long, value_name = "RATE|auto", value_parser = rules::bwlimit)]
     pub bwlimit: Option<rules::BwLimit>,
     /// The copy's I/O priority (ionice): idle (only when the disk is otherwise idle) or

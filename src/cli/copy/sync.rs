@@ -88,6 +88,12 @@ pub struct SyncArgs {
     /// Ignore symlinks that point outside the copied tree
     #[arg(long)]
     pub safe_links: bool,
+    /// Copy what symlinks pointing outside the copied tree point to (the others as symlinks)
+    #[arg(long)]
+    pub copy_unsafe_links: bool,
+    /// Put all updated files into place at the end of the run
+    #[arg(long)]
+    pub delay_updates: bool,
     /// Preserve hard links
     #[arg(short = 'H', long, overrides_with = "no_hard_links")]
     pub hard_links: bool,
@@ -638,6 +644,8 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
     };
     let links = if !on(a.links, a.no_links) && !a.copy_links {
         Links::Skip
+    } else if a.copy_unsafe_links {
+        Links::FollowUnsafe
     } else if a.safe_links {
         Links::SkipUnsafe
     } else {
@@ -810,6 +818,7 @@ fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         layout,
         implied_dirs: !a.no_implied_dirs,
         omit_link_times: a.omit_link_times,
+        delay_updates: a.delay_updates,
         force: a.force || delete != DeleteWhen::None,
         inplace: if a.append_verify {
             copy::InPlace::AppendVerify

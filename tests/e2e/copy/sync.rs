@@ -45,6 +45,10 @@ fn scene(root: &Path) {
     fs::write(dst.join("extra"), "gone\n").unwrap();
     fs::write(dst.join("a~"), "keep\n").unwrap();
     fs::write(dst.join("olddir/x/y"), "y\n").unwrap();
+    // The roots' times set, not left to the clock (both tools compare whole seconds).
+    for d in [&src, &dst] {
+        tool(&["touch", "-d", "2021-01-01 10:00"], d);
+    }
 }
 
 /// Runs `prog` (with `flags`, split on spaces) from `dir` on `src/ dst/`.
@@ -147,6 +151,12 @@ const FLAG_SETS: &[&str] = &[
     "-ai --exclude=deep --delete",
     "-ai --max-size=100K",
     "-ai --modify-window=1",
+    "-ai --inplace",
+    "-ai --append",
+    "-ai --delay-updates",
+    "-ai --copy-unsafe-links",
+    "-ai --force",
+    "-aiJ",
 ];
 
 #[test]

@@ -20,11 +20,11 @@ const PROBE: Duration = Duration::from_millis(1000);
 /// Reads a tick needs for its mean latency to count.
 const MIN_READS: u64 = 8;
 /// The read latency the copy tolerates, as a multiple of the baseline.
-const SLOWER: f64 = 1.25;
+const SLOWER: f64 = 1.3;
 /// The additive increase per tick, and the floor and the start.
-const STEP: f64 = (8 << 20) as f64;
+const STEP: f64 = (16 << 20) as f64;
 const FLOOR: f64 = (1 << 20) as f64;
-const START: f64 = (32 << 20) as f64;
+const START: f64 = (64 << 20) as f64;
 
 /// What the controller did, for the report.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -191,7 +191,7 @@ mod tests {
             START + STEP,
             "no reads: nobody waits"
         );
-        assert_eq!(next_rate(START, Some(1.3), 1.0, inf), START / 2.0);
+        assert_eq!(next_rate(START, Some(1.31), 1.0, inf), START / 2.0);
         assert_eq!(
             next_rate(FLOOR, Some(9.0), 1.0, inf),
             FLOOR,

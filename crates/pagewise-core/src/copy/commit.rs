@@ -84,11 +84,16 @@ pub(super) struct Temps {
     umask: u32,
     /// A destination refused O_TMPFILE: use named temporary files from then on.
     no_tmpfile: AtomicBool,
+    /// rsync --delay-updates: complete files wait under their temporary names, and are all
+    /// renamed into place at the end of the run (`Some`: those waiting, in order).
+    #[allow(clippy::type_complexity)]
+    delayed: Option<std::sync::Mutex<Vec<(Arc<OwnedFd>, OsString, OsString)>>>,
 }
 
 impl Temps {
-    pub(super) fn new(umask: u32) -> Temps {
+    pub(super) fn new(umask: u32, delay: bool) -> Temps {
         Temps {
+            delayed: delay.then(Default::default),
             seq: AtomicU64::new(0),
             umask,
             no_tmpfile: AtomicBool::new(false),
@@ -150,7 +155,7 @@ impl Temps {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let named = ctx.opts.named_temp || ctx.opts.partial;
+        let named = ctx.opts.named_temp || ctx.opts.partial || ctx.opts.delay_updates;
         if !named && !self.no_tmpfile.load(Ordering::Relaxed) {
             match sys::open_tmpfile_at(dir.as_fd(), mode) {
                 Ok(fd) => return Ok((fd, Temp::Unnamed)),
@@ -187,6 +192,24 @@ impl Temps {
         }
     }
 
+    /// --delay-updates: renames every complete file waiting under its temporary name into
+    /// place, in the order they were finished; the failures, with the final name.
+    pub(super) fn finish_delayed(&self) -> Vec<(OsString, io::Error)> {
+        let Some(d) = &self.delayed else {
+            return Vec::new();
+        };
+        let mut failed = Vec::new();
+        for (dir, tmp, name) in d.lock().unwrap().drain(..) {
+            let r = replaceable(dir.as_fd(), &name)
+                .and_then(|_| sys::rename_at(dir.as_fd(), &tmp, &name));
+            if let Err(e) = r {
+                let _ = sys::unlink_at(dir.as_fd(), &tmp, false);
+                failed.push((name, e));
+            }
+        }
+        failed
+    }
+
     /// Gives the complete file its final name `name` in `dir`, replacing what was there (as
     /// cp does; a symlink there is replaced, never followed).
     pub(super) fn commit(
@@ -208,6 +231,13 @@ impl Temps {
                 // killed between the two leaves an unmarked temporary (one syscall's window).
                 let _ = sys::remove_xattr(fd, RESUME_MARK);
                 let _ = sys::remove_xattr(fd, TEMP_MARK);
+                if let Some(d) = &self.delayed {
+                    // Renamed at the end of the run with the others (--delay-updates).
+                    let entry = (tmp.dir.clone(), tmp.name.clone(), name.to_os_string());
+                    d.lock().unwrap().push(entry);
+                    tmp.keep();
+                    return Ok(());
+                }
                 sys::rename_at(dir, &tmp.name, name).map_err(|e| (Op::Rename, e))?;
                 tmp.keep();
                 Ok(())

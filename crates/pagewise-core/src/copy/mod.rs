@@ -135,7 +135,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
             ctx.tally.notice(n);
         }
     }
-    let temps = Temps::new(umask);
+    let temps = Temps::new(umask, options.delay_updates);
     let workers = Workers::new(&ctx, &temps);
     let fin = Finish::new(&ctx, &temps);
     if !options.no_target_directory && options.layout == Layout::Cp {
@@ -175,6 +175,14 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         let auto_rate = auto.and_then(|h| h.join().ok());
         (planned, m, auto_rate)
     });
+    for (name, e) in temps.finish_delayed() {
+        let path = std::path::PathBuf::from(name);
+        ctx.fail(crate::error::FileError::io(
+            &path,
+            crate::error::Op::Rename,
+            &e,
+        ));
+    }
     fin.flush();
     let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
     finish::finish_dirs(&ctx, &planned.dirs, umask);

@@ -106,6 +106,10 @@ pub struct CopyOptions {
     /// default), or written in place (rsync --inplace, --append, --append-verify).
     /// Default: [`InPlace::No`].
     pub inplace: InPlace,
+    /// rsync --delay-updates: every file is written under a hidden temporary name and all
+    /// are renamed into place at the end of the run, one after the other (implies named
+    /// temporaries). Default: false.
+    pub delay_updates: bool,
     /// Leave symlinks' times as made (rsync -J). Default: false.
     pub omit_link_times: bool,
     /// A directory where a file, symlink or special file goes is removed even when it is not
@@ -256,6 +260,9 @@ pub enum Links {
     /// Copied when its target stays inside the copied tree, else left out (rsync -l
     /// --safe-links: an absolute target, or one climbing above the tree, is unsafe).
     SkipUnsafe,
+    /// Copied when safe; an unsafe one is followed: what it points to is copied in its place
+    /// (rsync --copy-unsafe-links).
+    FollowUnsafe,
 }
 
 /// What rsync's alternate destination directories do with a file found unchanged there.
@@ -487,6 +494,7 @@ impl Default for CopyOptions {
             implied_dirs: true,
             inplace: InPlace::No,
             omit_link_times: false,
+            delay_updates: false,
             force: false,
             recursive: true,
             skip_newer: false,

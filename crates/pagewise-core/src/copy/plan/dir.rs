@@ -41,7 +41,8 @@ struct Sides<'a> {
 pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
     let DirJob { entry: e, up } = job;
     let follow = p.ctx.opts.dereference == Dereference::Always;
-    let nofollow = !(follow || (e.depth == 0 && p.ctx.opts.dereference != Dereference::Never));
+    let nofollow =
+        !(follow || e.followed || (e.depth == 0 && p.ctx.opts.dereference != Dereference::Never));
     let Some((src_fd, st)) = open_source(p, &e, &up, nofollow) else {
         return;
     };
@@ -200,6 +201,7 @@ fn plan_entries(
     let mut subdirs = Vec::new();
     for n in names {
         let src = e.src.join(sys::name_os(&n));
+        let mut followed = false;
         let st = match sys::fstatat(Some(sides.src), &n, follow) {
             Ok(s) => s,
             Err(err) if err.kind() == io::ErrorKind::NotFound && !follow => continue,
@@ -208,6 +210,31 @@ fn plan_entries(
                 p.ctx.fail(FileError::io(&src, op, &err));
                 continue;
             }
+        };
+        // --copy-unsafe-links: an unsafe symlink is replaced by what it points to.
+        let st = match (st.is_symlink(), p.ctx.opts.links) {
+            (true, crate::copy::options::Links::FollowUnsafe) => {
+                let dst = e.dst.join(sys::name_os(&n));
+                let margin = dst
+                    .strip_prefix(&p.ctx.opts.dest)
+                    .map_or(e.depth, |r| r.components().count().saturating_sub(1));
+                let text = sys::read_link_at(sides.src, sys::name_os(&n)).unwrap_or_default();
+                match super::entries::unsafe_link(text.as_os_str().as_bytes(), margin) {
+                    true => match sys::fstatat(Some(sides.src), &n, true) {
+                        Ok(t) => {
+                            followed = true;
+                            t
+                        }
+                        Err(err) => {
+                            let why = format!("symlink has no referent ({err})");
+                            p.ctx.fail(FileError::other(&src, Op::Stat, why));
+                            continue;
+                        }
+                    },
+                    false => st,
+                }
+            }
+            _ => st,
         };
         // Inside the destination nothing is followed: a symlink where the source has a
         // directory is refused as cp refuses it, never entered (it could lead anywhere).
@@ -227,6 +254,7 @@ fn plan_entries(
             },
             fs: e.fs,
             contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs) && opts.recursive,
+            followed,
             st,
         };
         subdirs.extend(entry(p, child, up.clone()));

@@ -25,6 +25,8 @@ pub(super) struct Entry {
     pub(super) fs: u64,
     /// A directory's entries are copied (false: a mount point under `-x`, copied empty).
     pub(super) contents: bool,
+    /// Reached through a symlink that was followed (--copy-unsafe-links): opened following it.
+    pub(super) followed: bool,
 }
 
 /// A directory waiting to be planned.

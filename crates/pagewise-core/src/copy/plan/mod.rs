@@ -161,6 +161,7 @@ fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Op
             let b = src.as_os_str().as_bytes();
             b.ends_with(b"/") || b.ends_with(b"/.")
         },
+        followed: false,
     };
     let partial_dir = match root.st.is_file() {
         true => p.partials.beside(p.ctx, &root.dst),
@@ -246,6 +247,7 @@ fn implied_dirs(
             depth: 0,
             rel: Vec::new(),
             contents: false,
+            followed: false,
         };
         dir::dir(p, DirJob { entry, up: None });
     }

@@ -198,8 +198,8 @@ fn preallocate(ctx: &Ctx<'_>, df: &OwnedFd, dst: &Path, size: u64) -> Option<()>
 
 /// rsync's --inplace, --append and --append-verify: the existing destination `b` (of `dst`
 /// in `dir`) opened to write, never through a symlink, and the bytes at its start that stay
-/// (`kept`: with --append, its length rounded down to a page — the page is written again;
-/// with --append-verify only when that data is the source's). None: written through a
+/// (`kept`: with --append, its length; with --append-verify only when that data is the
+/// source's). None: written through a
 /// temporary after all (it could not be opened: reported as a notice).
 fn open_in_place(
     ctx: &Ctx<'_>,
@@ -221,9 +221,10 @@ fn open_in_place(
             return None;
         }
     };
-    let page = 4096;
+    // Exactly what is there: the data after it is appended (an unaligned start moves to a
+    // strategy that takes it, when O_DIRECT refuses).
     let kept = match how {
-        InPlace::Append | InPlace::AppendVerify => b.size.min(st.size) / page * page,
+        InPlace::Append | InPlace::AppendVerify => b.size.min(st.size),
         _ => 0,
     };
     let kept = match how {
