@@ -79,6 +79,23 @@ impl CopyLog {
         })
     }
 
+    /// The log of `verb` at `path` (when --log-file is given), opened and started with the
+    /// command's paths (escaped).
+    pub fn start(
+        path: Option<&Path>,
+        verb: &str,
+        paths: &[std::path::PathBuf],
+    ) -> Result<Option<CopyLog>, CliError> {
+        let Some(path) = path else { return Ok(None) };
+        let log = CopyLog::open(path)?;
+        let shown: Vec<String> = paths
+            .iter()
+            .map(|p| escaped(p.as_os_str().as_bytes(), false))
+            .collect();
+        log.line(&format!("pagewise {verb} {}", shown.join(" ")));
+        Ok(Some(log))
+    }
+
     /// Writes `text` as one line (`TIME [PID] text`), whole or not at all: a write that fails
     /// midway is cut back to the line's start (when nobody else appended meanwhile), and
     /// ends the log (see [`CopyLog::failure`]).

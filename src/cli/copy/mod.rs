@@ -2,6 +2,7 @@
 
 mod itemize;
 mod log;
+mod order;
 mod rules;
 pub mod sync;
 
@@ -19,7 +20,7 @@ use pagewise_core::copy::{
 };
 use pagewise_core::sys::IoPriority;
 use pagewise_core::{sys, Error, FileResult, Progress, Watch};
-use rules::{filters, rsync_size, rule, rule_file, Rule};
+use rules::{filters, info_flags, rsync_size, rule, rule_file, Rule};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -252,15 +253,7 @@ fn extras(report: &CopyReport) -> String {
 /// `pagewise copy`.
 pub fn run(a: CopyArgs) -> Result<ExitCode, CliError> {
     let opts = options(&a)?;
-    let log = a.log_file.as_deref().map(CopyLog::open).transpose()?;
-    if let Some(log) = &log {
-        let paths: Vec<String> = a
-            .paths
-            .iter()
-            .map(|p| itemize::escaped(p.as_os_str().as_bytes(), false))
-            .collect();
-        log.line(&format!("pagewise copy {}", paths.join(" ")));
-    }
+    let log = CopyLog::start(a.log_file.as_deref(), "copy", &a.paths)?;
     let progress = Arc::new(Progress::default());
     let out = Output::of(a.json, a.json_lines);
     let show = match (
@@ -513,24 +506,6 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
         "entries: {} created, {} updated, {} left as they were, {} deleted, {} failed",
         report.created, report.updated, report.skipped, report.deleted, o.error_count
     )
-}
-
-/// rsync's `--info=FLAGS` (comma-separated): `progress2` turns the progress line on,
-/// `progress0`/`none` off; other rsync info flags are refused by name.
-fn info_flags(s: &str) -> Result<bool, String> {
-    let mut on = false;
-    for f in s.split(',') {
-        match f {
-            "progress2" => on = true,
-            "progress0" | "none" => on = false,
-            other => {
-                return Err(format!(
-                    "rsync info flag '{other}' is not supported (progress2 is: the whole copy's progress line)"
-                ))
-            }
-        }
-    }
-    Ok(on)
 }
 
 #[cfg(test)]

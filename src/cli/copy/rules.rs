@@ -128,3 +128,21 @@ pub fn filters_of(lists: [&Vec<Rule>; 5], delete_excluded: bool) -> Result<Filte
     }
     Ok(f)
 }
+
+/// rsync's `--info=FLAGS` (comma-separated): `progress2` turns the progress line on,
+/// `progress0`/`none` off; other rsync info flags are refused by name.
+pub fn info_flags(s: &str) -> Result<bool, String> {
+    let mut on = false;
+    for f in s.split(',') {
+        match f {
+            "progress2" => on = true,
+            "progress0" | "none" => on = false,
+            other => {
+                return Err(format!(
+                    "rsync info flag '{other}' is not supported (progress2 is: the whole copy's progress line)"
+                ))
+            }
+        }
+    }
+    Ok(on)
+}

@@ -117,6 +117,22 @@ fn tree_differences(a: &Path, b: &Path) -> String {
         .collect()
 }
 
+/// Two fresh copies of `base` (`r` for rsync, `p` for pagewise) in `dir`.
+fn fresh_copies(dir: &Path, base: &Path) -> (PathBuf, PathBuf) {
+    let (r, p) = (dir.join("r"), dir.join("p"));
+    for d in [&r, &p] {
+        let _ = fs::remove_dir_all(d);
+        let st = Command::new("cp")
+            .arg("-a")
+            .arg(base)
+            .arg(d)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    (r, p)
+}
+
 /// The command lines rsync users type, each run by both on the same scene, twice.
 const FLAG_SETS: &[&str] = &[
     "-ai",
@@ -339,17 +355,7 @@ fn stats_figures_equal_rsync_s() {
         "-a --stats -h",
         "-a --stats -hh",
     ] {
-        let (r, p) = (t.path().join("r"), t.path().join("p"));
-        for d in [&r, &p] {
-            let _ = fs::remove_dir_all(d);
-            assert!(Command::new("cp")
-                .arg("-a")
-                .arg(&base)
-                .arg(d)
-                .status()
-                .unwrap()
-                .success());
-        }
+        let (r, p) = fresh_copies(t.path(), &base);
         let ro = String::from_utf8_lossy(&run_in(&r, rsync(), flags).stdout).into_owned();
         let po = String::from_utf8_lossy(&run_in(&p, sync(), flags).stdout).into_owned();
         let figures = |s: &str| -> Vec<String> {
@@ -511,16 +517,8 @@ fn files_from_relative_max_delete_and_remove_source_files() {
         "-ai -0 --files-from=list0",
         "-air --files-from=list",
     ] {
-        let (r, p) = (t.path().join("r"), t.path().join("p"));
+        let (r, p) = fresh_copies(t.path(), &base);
         for d in [&r, &p] {
-            let _ = fs::remove_dir_all(d);
-            assert!(Command::new("cp")
-                .arg("-a")
-                .arg(&base)
-                .arg(d)
-                .status()
-                .unwrap()
-                .success());
             let _ = fs::remove_dir_all(d.join("dst"));
         }
         let ro = run_in(&r, rsync(), flags);

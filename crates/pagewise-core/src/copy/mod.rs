@@ -30,6 +30,7 @@
 //! - `report`: the report and the per-entry items; `filter`, `limits`: rsync's rules and sizes.
 
 mod backoff;
+mod choices;
 mod commit;
 mod dest;
 mod engine;
@@ -46,8 +47,8 @@ mod tasks;
 mod worker;
 
 pub use backoff::AutoRate;
+pub use choices::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve};
 pub use filter::{Filters, RuleKind, Side};
-pub use options::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve};
 pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
 pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS, MAX_THREADS};
 pub use plan::plan_targets;
@@ -147,18 +148,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     }
     // --bwlimit auto: the devices' read latency before the copy, then a thread that sets the
     // rate while it runs.
-    let backoff = match options.bwlimit_auto {
-        true => {
-            let paths: Vec<&std::path::Path> = options
-                .sources
-                .iter()
-                .map(|p| p.as_path())
-                .chain([options.dest.as_path()])
-                .collect();
-            backoff::Backoff::start(&paths, options.bwlimit, &|n| ctx.tally.notice(n))
-        }
-        false => None,
-    };
+    let backoff = start_backoff(options, &ctx);
     let copied = std::sync::atomic::AtomicBool::new(false);
     let (planned, mut m, auto_rate) = std::thread::scope(|s| {
         let auto = match (&backoff, &ctx.bandwidth) {
@@ -244,6 +234,21 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         auto_rate,
         outcome,
     })
+}
+
+/// `--bwlimit auto`: the controller, after its probe of the devices under the copy (None
+/// without the option, or with nothing to protect: said in a notice).
+fn start_backoff(options: &CopyOptions, ctx: &Ctx<'_>) -> Option<backoff::Backoff> {
+    if !options.bwlimit_auto {
+        return None;
+    }
+    let paths: Vec<&std::path::Path> = options
+        .sources
+        .iter()
+        .map(|p| p.as_path())
+        .chain([options.dest.as_path()])
+        .collect();
+    backoff::Backoff::start(&paths, options.bwlimit, &|n| ctx.tally.notice(n))
 }
 
 /// The parallel pass: the planner on this thread, the workers beside it. Returns what the

@@ -123,3 +123,25 @@ impl UncachedReader {
         Ok(&self.buf[..n])
     }
 }
+
+/// Whether the first `len` bytes of two files are the same (--append-verify), both read from
+/// disk without caching them; a read failure counts as different.
+pub(crate) fn same_prefix(a: OwnedFd, b: OwnedFd, len: u64, chunk: usize) -> bool {
+    let run = || -> io::Result<bool> {
+        let (mut ra, mut rb) = (
+            UncachedReader::open(a, chunk)?,
+            UncachedReader::open(b, chunk)?,
+        );
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(chunk as u64);
+            let x = ra.read(off, n)?;
+            if x.len() as u64 != n || x != rb.read(off, n)? {
+                return Ok(false);
+            }
+            off += n;
+        }
+        Ok(true)
+    };
+    run().unwrap_or(false)
+}

@@ -71,6 +71,7 @@ mod process;
 mod seccomp;
 mod signal;
 mod uring;
+mod users;
 
 pub use cache::*;
 pub use daemon::*;
@@ -83,6 +84,7 @@ pub use process::*;
 pub use seccomp::*;
 pub use signal::*;
 pub use uring::*;
+pub use users::*;
 
 /// A file's identity: its device `(major, minor)` and inode, as the tracepoints, /proc/PID/maps
 /// and stat(2) (through [`FileId::from_dev`]) all give it. The one key pagewise files are

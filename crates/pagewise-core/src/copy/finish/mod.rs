@@ -14,7 +14,7 @@ mod meta;
 mod settle;
 
 use compare::xattr_changes;
-pub(super) use compare::{keep_file, same_content, same_prefix, unchanged, verify, Digest};
+pub(super) use compare::{keep_file, same_content, unchanged, verify, Digest};
 
 use super::commit::{Temp, Temps};
 use super::options::Strategy;
@@ -330,7 +330,7 @@ fn alt_linked(ctx: &Ctx<'_>, first: &std::path::Path, other: &std::path::Path) -
     let linked = opts
         .alt_dests
         .iter()
-        .filter(|a| a.kind == super::options::AltKind::Link)
+        .filter(|a| a.kind == super::choices::AltKind::Link)
         .filter_map(|a| opts.alt_path(a, other))
         .any(|p| ino(&p) == Some(now));
     match linked {

@@ -213,7 +213,7 @@ fn plan_entries(
         };
         // --copy-unsafe-links: an unsafe symlink is replaced by what it points to.
         let st = match (st.is_symlink(), p.ctx.opts.links) {
-            (true, crate::copy::options::Links::FollowUnsafe) => {
+            (true, crate::copy::choices::Links::FollowUnsafe) => {
                 let dst = e.dst.join(sys::name_os(&n));
                 let margin = dst
                     .strip_prefix(&p.ctx.opts.dest)
@@ -466,7 +466,7 @@ fn remove_dir(
 fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
     let dest = &p.ctx.dest;
     let existed = e.dst_st.as_ref().is_some_and(|d| d.is_dir());
-    let rsync = p.ctx.opts.layout != crate::copy::options::Layout::Cp;
+    let rsync = p.ctx.opts.layout != crate::copy::choices::Layout::Cp;
     if e.dst_st.is_some() && !existed && rsync && !p.ctx.opts.dry_run {
         // rsync replaces a file, symlink or special file standing where a directory goes
         // (backed up first with --backup).

@@ -5,8 +5,9 @@
 
 use super::jobs::{Chain, DirJob, Entry};
 use super::planner::Planner;
+use crate::copy::choices::{AltKind, InPlace, Links};
 use crate::copy::finish::{keep_file, same_content};
-use crate::copy::options::{AltKind, Existing, InPlace, Links};
+use crate::copy::options::Existing;
 use crate::copy::report::EntryKind;
 use crate::copy::report::{Action, Changes};
 use crate::copy::state::Ctx;
@@ -334,20 +335,8 @@ fn file(p: &mut Planner<'_>, e: Entry) {
     if opts.max_size.is_some_and(|m| size > m) || opts.min_size.is_some_and(|m| size < m) {
         return;
     }
-    if new_refused(p, &e) {
+    if left_as_is(p, &e) {
         return;
-    }
-    // --append: a destination as long as its source or longer is left.
-    let appending = matches!(opts.inplace, InPlace::Append | InPlace::AppendVerify);
-    if appending && e.dst_st.is_some_and(|d| d.is_file() && d.size >= size) {
-        return p.ctx.skipped(&e.dst, EntryKind::File);
-    }
-    // rsync -u: a destination newer than its source is left alone.
-    if opts.skip_newer
-        && e.dst_st
-            .is_some_and(|d| d.is_file() && d.mtime > e.st.mtime)
-    {
-        return p.ctx.skipped(&e.dst, EntryKind::File);
     }
     // --checksum never leaves a file on its metadata alone: same-size files are compared.
     let quick = opts.existing != Existing::Checksum;
@@ -455,6 +444,26 @@ fn file(p: &mut Planner<'_>, e: Entry) {
     }
     p.ctx.observer.planned(1, size);
     p.queue(task);
+}
+
+/// Whether a file is left before any comparison: --existing and a new file, --append and a
+/// destination as long as its source or longer, -u and a destination newer than its source
+/// (the last two reported as left).
+fn left_as_is(p: &Planner<'_>, e: &Entry) -> bool {
+    let opts = p.ctx.opts;
+    if new_refused(p, e) {
+        return true;
+    }
+    let appending = matches!(opts.inplace, InPlace::Append | InPlace::AppendVerify);
+    let longer = e.dst_st.is_some_and(|d| d.is_file() && d.size >= e.st.size);
+    let newer = e
+        .dst_st
+        .is_some_and(|d| d.is_file() && d.mtime > e.st.mtime);
+    if (appending && longer) || (opts.skip_newer && newer) {
+        p.ctx.skipped(&e.dst, EntryKind::File);
+        return true;
+    }
+    false
 }
 
 /// rsync's --link-dest, --compare-dest and --copy-dest for a file missing at the destination:

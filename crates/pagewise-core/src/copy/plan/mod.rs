@@ -25,9 +25,10 @@ pub(super) use targets::nesting_notice;
 pub use targets::plan_targets;
 pub(super) use targets::rsync_targets;
 
+use super::choices::Layout;
 use super::commit::Temps;
 use super::filter::Side;
-use super::options::{Dereference, Layout};
+use super::options::Dereference;
 use super::state::Ctx;
 use super::tasks::{FileTask, Planned};
 use crate::error::{FileError, Op};

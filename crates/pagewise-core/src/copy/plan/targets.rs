@@ -2,7 +2,7 @@
 //! sources must not be copied (the same file, a directory into itself, a FIFO or device), and
 //! the warning for a re-run that nests a second copy ([`nesting_notice`]).
 
-use crate::copy::options::Layout;
+use crate::copy::choices::Layout;
 use crate::sys;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;

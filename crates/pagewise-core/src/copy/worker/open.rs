@@ -3,13 +3,13 @@
 //! run's partial temporary taken up (see the `resume` module), else a new temporary (see
 //! `commit`) — preallocated where that pays.
 
+use super::super::choices::InPlace;
 use super::super::commit::{Temp, Temps};
 use super::super::dest::ParentCache;
-use super::super::finish::same_prefix;
-use super::super::options::InPlace;
 use super::super::resume::take_partial;
 use super::super::state::Ctx;
 use super::super::tasks::FileTask;
+use crate::dio::uncached::same_prefix;
 use crate::error::{FileError, Op};
 use crate::sys;
 use std::fs;
