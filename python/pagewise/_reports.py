@@ -461,9 +461,30 @@ class CopyItem(PathView):
 
     __slots__ = ()
     kind = _str("kind", "'file', 'dir', 'symlink', 'hardlink', 'special' (FIFO, socket) or 'device' (None for a failure).")
-    action = _Field("action", str, "'created', 'updated', 'skipped', 'deleted', 'metadata' or 'failed'.")
+    action = _Field(
+        "action",
+        str,
+        "'created', 'updated', 'skipped', 'deleted', 'metadata', 'failed', 'ignored' or 'backedup'.",
+    )
     bytes = _int("bytes", "Logical bytes of a file created or updated (0 otherwise).")
     error = _str("error", "For 'failed': ``op failed: message``.")
+    changes = _Field(
+        "changes",
+        lambda v: dict(v or {}),
+        "What differed (rsync's itemize letters): keys 'content', 'size', 'time', 'perms', "
+        "'owner', 'group', 'acl', 'xattr', present when true.",
+    )
+
+    @property
+    def target_bytes(self) -> Optional[bytes]:
+        """A symlink's text or a hard link's first name, exactly (None when there is none)."""
+        return _path_bytes(self._raw, "target")
+
+    @property
+    def target(self) -> Optional[str]:
+        """``target_bytes`` as ``os.fsdecode`` gives it."""
+        b = self.target_bytes
+        return None if b is None else os.fsdecode(b)
 
     def __repr__(self) -> str:
         return f"<pagewise.CopyItem {self.action} {self.kind or '-'} {self.path!r}>"
@@ -499,6 +520,16 @@ class CopyReport(Report):
         "resume_compared_bytes", "Bytes read on each side to check kept data equals the source byte for byte."
     )
     dry_run = _bool("dry_run", "Nothing was changed: the counts say what the copy would do.")
+    deletes_skipped = _int("deletes_skipped", "Deletions left undone by a deletion limit.")
+    linked = _int("linked", "Files hard-linked from an alternate destination directory.")
+    ignored = _int("ignored", "Entries left out by their kind (symlinks, devices, unsafe links).")
+    total_size = _int("total_size", "Sizes of every regular file (each name) and symlink met.")
+    auto_rate = _Field(
+        "auto_rate",
+        lambda v: None if v is None else dict(v),
+        "What an adaptive bandwidth limit did (devices, baseline_ms, min_rate, max_rate, "
+        "decreases); None without one.",
+    )
     items = _views(
         CopyItem,
         "items",
