@@ -422,11 +422,9 @@ impl CopyOptions {
     /// The first alternate destination holding a counterpart of `dst` (its lstat), for the
     /// itemized changes rsync reports against it.
     pub(super) fn alt_basis(&self, dst: &std::path::Path) -> Option<crate::sys::Stat> {
-        self.alt_dests.iter().find_map(|a| {
-            let p = self.alt_path(a, dst)?;
-            let c = std::ffi::CString::new(p.into_os_string().into_encoded_bytes()).ok()?;
-            crate::sys::fstatat(None, &c, false).ok()
-        })
+        self.alt_dests
+            .iter()
+            .find_map(|a| crate::sys::stat_path(&self.alt_path(a, dst)?, false).ok())
     }
 
     /// Whether two modification times count as equal under `modify_window`.

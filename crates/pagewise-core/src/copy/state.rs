@@ -169,6 +169,14 @@ impl<'a> Ctx<'a> {
         )
     }
 
+    /// [`Ctx::changes`] of a directory: its time counts only when directories' times are
+    /// kept (-t without -O).
+    pub fn dir_changes(&self, src: &sys::Stat, dst: &sys::Stat) -> Changes {
+        let mut c = self.changes(src, dst);
+        c.time &= self.opts.preserve.times && !self.opts.omit_dir_times;
+        c
+    }
+
     /// With --remove-source-files: removes the source file (not directory) `src` once its
     /// copy is complete or up to date, when it is still the file `st` describes (same
     /// device, inode, size and time: rsync refuses a file that changed too).

@@ -320,12 +320,7 @@ fn alt_linked(ctx: &Ctx<'_>, first: &std::path::Path, other: &std::path::Path) -
         return None;
     }
     let opts = ctx.opts;
-    let ino = |p: &std::path::Path| {
-        std::ffi::CString::new(p.as_os_str().as_encoded_bytes())
-            .ok()
-            .and_then(|c| sys::fstatat(None, &c, false).ok())
-            .map(|s| (s.dev, s.ino))
-    };
+    let ino = |p: &std::path::Path| sys::stat_path(p, false).ok().map(|s| (s.dev, s.ino));
     let now = ino(first)?;
     let linked = opts
         .alt_dests
@@ -410,9 +405,7 @@ pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
 /// A directory that existed (`before`): reported as `metadata` when what is kept differed
 /// from its source, else as left.
 fn dir_item(ctx: &Ctx<'_>, d: &DirTask, before: &sys::Stat) {
-    let opts = ctx.opts;
-    let mut changes = ctx.changes(&d.meta, before);
-    changes.time &= opts.preserve.times && !opts.omit_dir_times;
+    let changes = ctx.dir_changes(&d.meta, before);
     let action = match changes.is_empty() {
         true => super::report::Action::Skipped,
         false => super::report::Action::Metadata,

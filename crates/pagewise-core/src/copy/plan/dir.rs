@@ -215,9 +215,7 @@ fn plan_entries(
         let st = match (st.is_symlink(), p.ctx.opts.links) {
             (true, crate::copy::choices::Links::FollowUnsafe) => {
                 let dst = e.dst.join(sys::name_os(&n));
-                let margin = dst
-                    .strip_prefix(&p.ctx.opts.dest)
-                    .map_or(e.depth, |r| r.components().count().saturating_sub(1));
+                let margin = super::entries::link_margin(p.ctx, &dst, e.depth + 1);
                 let text = sys::read_link_at(sides.src, sys::name_os(&n)).unwrap_or_default();
                 match super::entries::unsafe_link(text.as_os_str().as_bytes(), margin) {
                     true => match sys::fstatat(Some(sides.src), &n, true) {
@@ -530,8 +528,7 @@ fn made_dir(p: &Planner<'_>, e: &Entry) {
     let Some(basis) = ctx.opts.alt_basis(&e.dst).filter(|b| b.is_dir()) else {
         return ctx.done(&e.dst, EntryKind::Dir, false, 0);
     };
-    let mut changes = ctx.changes(&e.st, &basis);
-    changes.time &= ctx.opts.preserve.times && !ctx.opts.omit_dir_times;
+    let changes = ctx.dir_changes(&e.st, &basis);
     ctx.counts.created.fetch_add(1, Ordering::Relaxed);
     let action = match changes.is_empty() {
         true => Action::Skipped,

@@ -127,7 +127,7 @@ fn place(
                 return p.ctx.fail(FileError::io(&e.dst, Op::Rmdir, &err));
             }
         } else if e.dst_st.is_some() {
-            if let Err(err) = backup(p.ctx, dir.as_fd(), name, &e.dst) {
+            if let Err(err) = crate::copy::finish::backup(p.ctx, dir.as_fd(), name, &e.dst) {
                 return p.ctx.fail(FileError::io(&e.dst, Op::Backup, &err));
             }
         }
@@ -212,12 +212,6 @@ fn node_meta(p: &Planner<'_>, dir: BorrowedFd<'_>, name: &OsStr, st: &sys::Stat)
     Ok(())
 }
 
-/// With --backup: keeps what stands at `name` in `dir` (the destination `dst`) under its
-/// backup name before it is replaced or deleted (see [`super::super::finish::backup`]).
-fn backup(ctx: &Ctx<'_>, dir: BorrowedFd<'_>, name: &OsStr, dst: &Path) -> io::Result<()> {
-    crate::copy::finish::backup(ctx, dir, name, dst)
-}
-
 /// Copies a symlink as its text, under a temporary name renamed over `dst`.
 fn symlink(p: &mut Planner<'_>, e: &Entry) {
     if p.ctx.opts.links == Links::Skip {
@@ -227,13 +221,7 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
         Ok(t) => t,
         Err(err) => return p.ctx.fail(FileError::io(&e.src, Op::Readlink, &err)),
     };
-    // rsync's margin: the directories between the transfer's root and the link.
-    let margin = e
-        .dst
-        .strip_prefix(&p.ctx.opts.dest)
-        .map_or(e.depth.saturating_sub(1), |r| {
-            r.components().count().saturating_sub(1)
-        });
+    let margin = link_margin(p.ctx, &e.dst, e.depth);
     if p.ctx.opts.links == Links::SkipUnsafe && unsafe_link(target.as_os_str().as_bytes(), margin) {
         return p.ctx.ignored(&e.dst, EntryKind::Symlink, Some(&target));
     }
@@ -279,6 +267,16 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
         Some(&text),
         |dir, tmp| sys::symlink_at(&target, dir, tmp),
     );
+}
+
+/// rsync's margin for [`unsafe_link`]: the directories between the transfer's root and a
+/// link whose copy is `dst` (`depth` levels below the source named: the fallback when `dst`
+/// is not below the destination).
+pub(super) fn link_margin(ctx: &Ctx<'_>, dst: &Path, depth: usize) -> usize {
+    dst.strip_prefix(&ctx.opts.dest)
+        .map_or(depth.saturating_sub(1), |r| {
+            r.components().count().saturating_sub(1)
+        })
 }
 
 /// rsync's unsafe symlink (util1.c `unsafe_symlink`, rsync 3.4+): its `target` may leave the
@@ -495,10 +493,7 @@ fn alt_match(p: &mut Planner<'_>, e: &Entry, same: &dyn Fn(&sys::Stat, &Path) ->
         let Some(path) = opts.alt_path(alt, &e.dst) else {
             return Alt::NoMatch;
         };
-        let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-            continue;
-        };
-        let Ok(st) = sys::fstatat(None, &c, false) else {
+        let Ok(st) = sys::stat_path(&path, false) else {
             continue;
         };
         if !same(&st, &path) {
