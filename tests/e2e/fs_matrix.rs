@@ -541,6 +541,43 @@ fn checks(c: &Case, scratch: &Path) -> Vec<(&'static str, Result<&'static str, S
         let _ = fs::remove_file(&dst);
     }
 
+    // sync (rsync's layout: the file into a directory, rsync -a's attributes) of a cold
+    // source: exact, and neither side left cached.
+    if !c.unknown {
+        evict_real(c);
+        let into = scratch.join(format!("{}-sync", c.name.replace(' ', "_")));
+        let _ = fs::remove_dir_all(&into);
+        let mut dir_arg = into.clone().into_os_string();
+        dir_arg.push("/");
+        let out = bin()
+            .args(["sync", "-a"])
+            .arg(&c.file)
+            .arg(&dir_arg)
+            .output()
+            .unwrap();
+        let dst = into.join(c.file.file_name().unwrap());
+        let left = truth(c);
+        row.push((
+            "sync",
+            if out.status.success()
+                && left <= SIZE as u64 / 100
+                && dst.exists()
+                && cached(&dst) * PAGE <= SIZE as u64 / 100
+                && same(&c.file, &dst)
+            {
+                Ok("ok")
+            } else {
+                Err(format!(
+                    "exit {:?}, source left {left}, dst {}: {}",
+                    out.status.code(),
+                    if dst.exists() { cached(&dst) * PAGE } else { 0 },
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            },
+        ));
+        let _ = fs::remove_dir_all(&into);
+    }
+
     // run --assist: an mmap reader touching every 16th page, no readahead of its own; what
     // was prefetched for it is dropped too.
     if !c.unknown {
