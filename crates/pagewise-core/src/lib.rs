@@ -22,6 +22,7 @@ pub mod fuzzing;
 pub mod json;
 pub mod load;
 pub mod names;
+pub mod operator_path;
 pub mod procfs;
 pub mod replay;
 pub mod residency;

@@ -304,6 +304,11 @@ pub struct SyncArgs {
     /// Log what we're doing to the specified FILE
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    /// Follow symlinks owned by other users in the paths you name (the destination,
+    /// --link-dest/--compare-dest/--copy-dest, --backup-dir, --files-from, --log-file): by
+    /// default only root's and your own are followed, as rsync 3.5
+    #[arg(long)]
+    pub insecure_links: bool,
     /// Limit I/O bandwidth; KBytes per second, or with a unit (50M, 1.5G); 0 for no limit.
     /// `auto` (pagewise): back off when others need the disk (see pagewise copy --help)
     #[arg(long, value_name = "RATE|auto", value_parser = super::super::rules::bwlimit)]

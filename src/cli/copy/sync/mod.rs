@@ -7,6 +7,7 @@
 
 mod args;
 mod plan;
+mod trust;
 
 pub use args::{SyncArgs, Verbosity};
 
@@ -90,8 +91,8 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
             return Ok(ExitCode::Success);
         }
     }
-    let plan = match plan(&a) {
-        Ok(p) => p,
+    let (a, plan) = match trust::operator_paths(a).and_then(|a| plan(&a).map(|p| (a, p))) {
+        Ok(ap) => ap,
         Err(CliError::Usage(m)) => {
             eprintln!("pagewise sync: {m}");
             return Ok(ExitCode::Status(code::SYNTAX));

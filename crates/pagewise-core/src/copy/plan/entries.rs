@@ -19,7 +19,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -78,7 +78,7 @@ fn special(p: &mut Planner<'_>, e: &Entry) {
         None => alt_match(p, e, &same_node),
         Some(_) => Alt::NoMatch,
     };
-    if alt == Alt::Done {
+    if matches!(alt, Alt::Done) {
         return;
     }
     let changes = Changes {
@@ -90,7 +90,7 @@ fn special(p: &mut Planner<'_>, e: &Entry) {
         e,
         EntryKind::of(&e.st),
         Op::Mknod,
-        (changes, alt == Alt::CopyQuiet),
+        (changes, matches!(alt, Alt::CopyQuiet(_))),
         None,
         |dir, tmp| sys::mknod_at(dir, tmp, kind, mode, rdev),
     );
@@ -246,7 +246,7 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
         None => alt_match(p, e, &same_link),
         Some(_) => Alt::NoMatch,
     };
-    if alt == Alt::Done {
+    if matches!(alt, Alt::Done) {
         return;
     }
     let differs = e.dst_st.is_some_and(|d| d.is_symlink() && !same_text(&d));
@@ -263,7 +263,7 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
         e,
         EntryKind::Symlink,
         Op::Symlink,
-        (changes, alt == Alt::CopyQuiet),
+        (changes, matches!(alt, Alt::CopyQuiet(_))),
         Some(&text),
         |dir, tmp| sys::symlink_at(&target, dir, tmp),
     );
@@ -394,7 +394,7 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         None => alt_dest(p, &e),
         Some(_) => Alt::NoMatch,
     };
-    if alt == Alt::Done {
+    if matches!(alt, Alt::Done) {
         return;
     }
     let compare = p.ctx.opts.existing == Existing::Checksum
@@ -407,13 +407,15 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         None => opts.alt_basis(&e.dst).filter(|b| b.is_file()),
         Some(_) => None,
     };
+    let quiet = matches!(alt, Alt::CopyQuiet(_));
+    let src = alt.source(e.src, opts.remove_source_files);
     let task = FileTask {
-        src: e.src,
+        src,
         dst: e.dst,
         size,
         before: e.dst_st,
         basis,
-        quiet: alt == Alt::CopyQuiet,
+        quiet,
         compare,
         resume,
     };
@@ -504,7 +506,7 @@ fn alt_match(p: &mut Planner<'_>, e: &Entry, same: &dyn Fn(&sys::Stat, &Path) ->
                 p.ctx.skipped(&e.dst, EntryKind::of(&e.st));
                 Alt::Done
             }
-            AltKind::Copy => Alt::CopyQuiet,
+            AltKind::Copy => Alt::CopyQuiet(path),
             AltKind::Link if link_alt(p, e, &path) => Alt::Done,
             AltKind::Link => Alt::NoMatch,
         };
@@ -513,15 +515,27 @@ fn alt_match(p: &mut Planner<'_>, e: &Entry, same: &dyn Fn(&sys::Stat, &Path) ->
 }
 
 /// What an alternate destination directory decided for an entry new here.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 enum Alt {
     /// Nothing unchanged there: copied as usual.
     NoMatch,
     /// Linked from there, or left out (--compare-dest): nothing more to do.
     Done,
-    /// Unchanged there (--copy-dest): copied, and reported as left (rsync lists such a copy
-    /// only with -ii).
-    CopyQuiet,
+    /// Unchanged there (--copy-dest): copied from there as rsync's (a local copy of the
+    /// basis, not the source's data), and reported as left (rsync lists such a copy only
+    /// with -ii).
+    CopyQuiet(PathBuf),
+}
+
+impl Alt {
+    /// What the file is copied from: --copy-dest's basis, else `src` (also with
+    /// --remove-source-files, which removes the source after the copy).
+    fn source(self, src: PathBuf, removing_sources: bool) -> PathBuf {
+        match self {
+            Alt::CopyQuiet(basis) if !removing_sources => basis,
+            _ => src,
+        }
+    }
 }
 
 /// --link-dest: the destination becomes a hard link to the unchanged `alt` file. False when
