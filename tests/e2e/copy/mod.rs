@@ -12,6 +12,7 @@ mod options;
 mod output;
 mod resume;
 mod sync;
+mod sync_paths;
 
 use crate::common::*;
 use pagewise_core::sys;

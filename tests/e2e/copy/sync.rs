@@ -52,18 +52,18 @@ fn scene(root: &Path) {
 }
 
 /// Runs `prog` (with `flags`, split on spaces) from `dir` on `src/ dst/`.
-fn run_in(dir: &Path, prog: Command, flags: &str) -> std::process::Output {
+pub(super) fn run_in(dir: &Path, prog: Command, flags: &str) -> std::process::Output {
     let mut cmd = prog;
     cmd.current_dir(dir);
     cmd.args(flags.split_whitespace()).args(["src/", "dst/"]);
     cmd.output().unwrap()
 }
 
-fn rsync() -> Command {
+pub(super) fn rsync() -> Command {
     Command::new("rsync")
 }
 
-fn sync() -> Command {
+pub(super) fn sync() -> Command {
     let mut c = bin();
     c.arg("sync");
     c
@@ -103,7 +103,7 @@ fn comparable(out: &[u8]) -> Vec<String> {
 
 /// The differences between two trees as rsync -naHAXc sees them, directory times left out
 /// (rsync leaves a directory that received a backup with the backup's time).
-fn tree_differences(a: &Path, b: &Path) -> String {
+pub(super) fn tree_differences(a: &Path, b: &Path) -> String {
     let out = Command::new("rsync")
         .args(["-naHAXc", "-i", "--delete"])
         .arg(format!("{}/", a.display()))
@@ -572,67 +572,4 @@ fn files_from_relative_max_delete_and_remove_source_files() {
     assert!(d.join("dst/sub/a").exists() && d.join("dst/b").exists());
     assert!(!d.join("src/sub/a").exists() && !d.join("src/b").exists());
     assert!(d.join("src/sub").is_dir());
-}
-
-/// The paths the operator names are walked as rsync 3.5 walks them: a symlink another user
-/// owns is not followed (a --link-dest left out with a warning; --backup-dir, --log-file
-/// refused before anything is written), the operator's own is, and --insecure-links follows
-/// any.
-#[test]
-fn operator_paths_follow_only_root_s_and_the_user_s_own_symlinks() {
-    if !require_root("symlinks owned by another user") {
-        return;
-    }
-    let t = tmp();
-    let d = t.path();
-    fs::create_dir_all(d.join("src")).unwrap();
-    fs::create_dir_all(d.join("outside")).unwrap();
-    fs::write(d.join("src/f"), "same\n").unwrap();
-    fs::write(d.join("outside/f"), "same\n").unwrap();
-    tool(&["touch", "-d", "2020-01-01"], &d.join("src/f"));
-    tool(&["touch", "-d", "2020-01-01"], &d.join("outside/f"));
-    std::os::unix::fs::symlink(d.join("outside"), d.join("planted")).unwrap();
-    tool(&["chown", "-h", "65534:65534"], &d.join("planted"));
-    std::os::unix::fs::symlink(d.join("outside"), d.join("mine")).unwrap();
-    let ino = |p: &Path| fs::symlink_metadata(p).unwrap().ino();
-    let linked_out = |dst: &str| ino(&d.join(dst).join("f")) == ino(&d.join("outside/f"));
-
-    let out = run_in(d, sync(), "-a --link-dest=../planted");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("owned by uid 65534"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(!linked_out("dst"), "the planted link was followed");
-    fs::remove_dir_all(d.join("dst")).unwrap();
-    let out = run_in(d, sync(), "-a --link-dest=../mine");
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(linked_out("dst"), "the operator's own link is followed");
-    fs::remove_dir_all(d.join("dst")).unwrap();
-    let out = run_in(d, sync(), "-a --insecure-links --link-dest=../planted");
-    assert!(
-        linked_out("dst"),
-        "--insecure-links follows: {}",
-        stderr(&out)
-    );
-
-    // Refused before acting: nothing written through the planted link, nothing copied.
-    fs::remove_dir_all(d.join("dst")).unwrap();
-    for flags in [
-        "-a --backup-dir=../planted/bak",
-        "-a --log-file=planted/log",
-        "-a --files-from=planted/list",
-    ] {
-        let out = run_in(d, sync(), flags);
-        assert_eq!(out.status.code(), Some(1), "{flags}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains("planted"),
-            "{flags}: {}",
-            stderr(&out)
-        );
-        assert!(!d.join("dst").exists(), "{flags}");
-    }
-    let names: Vec<_> = fs::read_dir(d.join("outside")).unwrap().collect();
-    assert_eq!(names.len(), 1, "only f is outside");
 }

@@ -30,6 +30,8 @@ const MAX_REMOVE_DEPTH: usize = 4096;
 #[derive(Clone, Copy)]
 struct Sides<'a> {
     src: BorrowedFd<'a>,
+    /// Source directories merged into this one (see `Entry::also`), opened.
+    others: &'a [(std::path::PathBuf, OwnedFd)],
     dst: Option<BorrowedFd<'a>>,
     there: &'a HashSet<CString>,
     follow: bool,
@@ -54,9 +56,21 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
             p.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
         }
     }
+    // Sources merged into this one (rsync's `SRC1/ SRC2/ DEST/`), opened as it is.
+    let others: Vec<(std::path::PathBuf, OwnedFd)> = e
+        .also
+        .iter()
+        .filter_map(|s| match sys::open_path(s, source_dir_flags(nofollow)) {
+            Ok(fd) => Some((s.clone(), fd)),
+            Err(err) => {
+                p.ctx.fail(FileError::io(s, Op::Opendir, &err));
+                None
+            }
+        })
+        .collect();
     // A mount point under -x is made but not entered, on either side.
     let names = match e.contents {
-        true => read_names(p, src_fd.as_fd(), &e, follow),
+        true => merged_names(p, src_fd.as_fd(), &others, &e, follow),
         false => Vec::new(),
     };
     let there = match (&dst_fd, existed && e.contents) {
@@ -69,6 +83,7 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
     }));
     let sides = Sides {
         src: src_fd.as_fd(),
+        others: &others,
         dst: dst_fd.as_ref().map(|fd| fd.as_fd()),
         there: &there,
         follow,
@@ -98,12 +113,7 @@ fn open_source(
     up: &Option<Arc<Chain>>,
     nofollow: bool,
 ) -> Option<(OwnedFd, sys::Stat)> {
-    let dir_flags = sys::OpenFlags {
-        directory: true,
-        nofollow,
-        ..Default::default()
-    };
-    let src_fd = match sys::open_path(&e.src, dir_flags) {
+    let src_fd = match sys::open_path(&e.src, source_dir_flags(nofollow)) {
         Ok(fd) => fd,
         Err(err) => {
             p.ctx.fail(FileError::io(&e.src, Op::Opendir, &err));
@@ -131,6 +141,45 @@ fn open_source(
         return None;
     }
     Some((src_fd, st))
+}
+
+/// How a source directory is opened.
+fn source_dir_flags(nofollow: bool) -> sys::OpenFlags {
+    sys::OpenFlags {
+        directory: true,
+        nofollow,
+        ..Default::default()
+    }
+}
+
+/// The names of the source directory `fd` and of those merged into it (`others`), sorted,
+/// each with the source that gives it: 0 for `fd`, `i` for `others[i - 1]` — the first that
+/// has the name, as rsync keeps the first of duplicate names.
+fn merged_names(
+    p: &mut Planner<'_>,
+    fd: BorrowedFd<'_>,
+    others: &[(std::path::PathBuf, OwnedFd)],
+    e: &Entry,
+    follow: bool,
+) -> Vec<(CString, usize)> {
+    let first = read_names(p, fd, e, follow);
+    if others.is_empty() {
+        return first.into_iter().map(|n| (n, 0)).collect();
+    }
+    let mut all = std::collections::BTreeMap::new();
+    for (i, names) in std::iter::once(first)
+        .chain(
+            others
+                .iter()
+                .map(|(_, o)| read_names(p, o.as_fd(), e, follow)),
+        )
+        .enumerate()
+    {
+        for n in names {
+            all.entry(n).or_insert(i);
+        }
+    }
+    all.into_iter().collect()
 }
 
 /// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
@@ -175,14 +224,22 @@ fn read_existing(
     p: &mut Planner<'_>,
     fd: BorrowedFd<'_>,
     e: &Entry,
-    names: &[CString],
+    names: &[(CString, usize)],
 ) -> HashSet<CString> {
     let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
         .filter_map(Result::ok)
         .map(|d| d.name)
         .collect();
     dst_names.sort();
-    let keep: HashSet<&CStr> = names.iter().map(|n| n.as_c_str()).collect();
+    let mut keep: HashSet<&CStr> = names.iter().map(|(n, _)| n.as_c_str()).collect();
+    // The way to another source's destination below this directory (`-R a c/./a/f`).
+    let below = p.shared.root_dsts.iter().filter_map(|r| {
+        let name = r.strip_prefix(&e.dst).ok()?.components().next()?;
+        dst_names
+            .iter()
+            .find(|n| sys::name_os(n) == name.as_os_str())
+    });
+    keep.extend(below.map(|n| n.as_c_str()));
     tidy_existing(p, fd, e, &dst_names, &keep);
     dst_names.into_iter().collect()
 }
@@ -194,15 +251,19 @@ fn plan_entries(
     p: &mut Planner<'_>,
     e: &Entry,
     sides: Sides<'_>,
-    names: Vec<CString>,
+    names: Vec<(CString, usize)>,
     up: &Option<Arc<Chain>>,
 ) -> Vec<DirJob> {
     let follow = sides.follow;
     let mut subdirs = Vec::new();
-    for n in names {
-        let src = e.src.join(sys::name_os(&n));
+    for (n, i) in names {
+        let (src_dir, src_fd) = match i {
+            0 => (&e.src, sides.src),
+            i => (&sides.others[i - 1].0, sides.others[i - 1].1.as_fd()),
+        };
+        let src = src_dir.join(sys::name_os(&n));
         let mut followed = false;
-        let st = match sys::fstatat(Some(sides.src), &n, follow) {
+        let st = match sys::fstatat(Some(src_fd), &n, follow) {
             Ok(s) => s,
             Err(err) if err.kind() == io::ErrorKind::NotFound && !follow => continue,
             Err(err) => {
@@ -216,9 +277,9 @@ fn plan_entries(
             (true, crate::copy::choices::Links::FollowUnsafe) => {
                 let dst = e.dst.join(sys::name_os(&n));
                 let margin = super::entries::link_margin(p.ctx, &dst, e.depth + 1);
-                let text = sys::read_link_at(sides.src, sys::name_os(&n)).unwrap_or_default();
+                let text = sys::read_link_at(src_fd, sys::name_os(&n)).unwrap_or_default();
                 match super::entries::unsafe_link(text.as_os_str().as_bytes(), margin) {
-                    true => match sys::fstatat(Some(sides.src), &n, true) {
+                    true => match sys::fstatat(Some(src_fd), &n, true) {
                         Ok(t) => {
                             followed = true;
                             t
@@ -253,6 +314,17 @@ fn plan_entries(
             fs: e.fs,
             contents: !(opts.one_file_system && st.is_dir() && st.dev != e.fs) && opts.recursive,
             followed,
+            // A directory that later merged sources have too: theirs merge into it.
+            also: match st.is_dir() {
+                true => sides.others[i.min(sides.others.len())..]
+                    .iter()
+                    .filter(|(_, o)| {
+                        sys::fstatat(Some(o.as_fd()), &n, follow).is_ok_and(|m| m.is_dir())
+                    })
+                    .map(|(d, _)| d.join(sys::name_os(&n)))
+                    .collect(),
+                false => Vec::new(),
+            },
             st,
         };
         subdirs.extend(entry(p, child, up.clone()));

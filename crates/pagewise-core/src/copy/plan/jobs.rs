@@ -27,6 +27,10 @@ pub(super) struct Entry {
     pub(super) contents: bool,
     /// Reached through a symlink that was followed (--copy-unsafe-links): opened following it.
     pub(super) followed: bool,
+    /// Other source directories merged into this one's destination, after it (rsync's
+    /// `SRC1/ SRC2/ DEST/`): their entries are planned with this one's, the first source
+    /// that has a name giving it, so neither side's `--delete` removes the other's.
+    pub(super) also: Vec<PathBuf>,
 }
 
 /// A directory waiting to be planned.
@@ -67,4 +71,7 @@ pub(super) struct Shared {
     pub(super) links: Mutex<HashMap<(u64, u64), (PathBuf, Option<(u64, u64)>)>>,
     /// (device, inode) of every destination directory made or entered.
     pub(super) dest_dirs: Mutex<HashSet<(u64, u64)>>,
+    /// The destinations of the sources named by the caller (rsync layouts): `--delete` in a
+    /// directory above one of them keeps the name that leads to it (`-R a/b c/./a/b/f`).
+    pub(super) root_dsts: Vec<PathBuf>,
 }

@@ -50,14 +50,24 @@ pub(super) fn plan(
     targets: &[(PathBuf, PathBuf)],
     tx: Sender<Vec<FileTask>>,
 ) -> Planned {
-    let shared = Shared::default();
+    let merged = merged_roots(ctx, targets);
+    let shared = Shared {
+        root_dsts: match ctx.opts.layout {
+            Layout::Cp => Vec::new(),
+            _ => targets.iter().map(|(_, d)| d.clone()).collect(),
+        },
+        ..Default::default()
+    };
     let mut top = Planner::new(ctx, temps, &shared, tx.clone());
     let mut implied = std::collections::HashSet::new();
-    for (src, dst) in targets {
+    for ((src, dst), also) in targets.iter().zip(merged) {
+        let Some(also) = also else {
+            continue;
+        };
         if ctx.opts.layout == Layout::RsyncRelative {
             implied_dirs(&mut top, src, dst, &mut implied);
         }
-        if let Some(job) = root(&mut top, src, dst) {
+        if let Some(job) = root(&mut top, src, dst, also) {
             shared.jobs.push_all(vec![job]);
         }
     }
@@ -107,9 +117,46 @@ fn planner_threads(copy_threads: usize) -> usize {
         .min(copy_threads.max(1))
 }
 
-/// Plans a source named by the caller, `src` to `dst`, unless it must not be copied
-/// (reported); a directory comes back as a job to queue.
-fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Option<DirJob> {
+/// rsync's merge of sources into one destination (`SRC1/ SRC2/ DEST/`, or `-R` paths that
+/// meet): for each target, the later targets' directories with the same destination merged
+/// into it (Some(list)), or None for a target merged into an earlier one. cp's layout
+/// merges nothing.
+fn merged_roots(ctx: &Ctx<'_>, targets: &[(PathBuf, PathBuf)]) -> Vec<Option<Vec<PathBuf>>> {
+    let mut out: Vec<Option<Vec<PathBuf>>> = vec![Some(Vec::new()); targets.len()];
+    if ctx.opts.layout == Layout::Cp || targets.len() < 2 {
+        return out;
+    }
+    let follow = ctx.opts.dereference != Dereference::Never;
+    let is_dir = |s: &std::path::Path| sys::stat_path(s, follow).is_ok_and(|st| st.is_dir());
+    let mut first: std::collections::HashMap<&PathBuf, usize> = Default::default();
+    for (i, (src, dst)) in targets.iter().enumerate() {
+        if !is_dir(src) {
+            continue;
+        }
+        match first.get(dst) {
+            Some(&j) => {
+                if let Some(also) = &mut out[j] {
+                    also.push(src.clone());
+                }
+                out[i] = None;
+            }
+            None => {
+                first.insert(dst, i);
+            }
+        }
+    }
+    out
+}
+
+/// Plans a source named by the caller, `src` to `dst` (with the sources merged into it,
+/// `also`), unless it must not be copied (reported); a directory comes back as a job to
+/// queue.
+fn root(
+    p: &mut Planner<'_>,
+    src: &std::path::Path,
+    dst: &std::path::Path,
+    also: Vec<PathBuf>,
+) -> Option<DirJob> {
     let follow_roots = p.ctx.opts.dereference != Dereference::Never;
     let st = match sys::stat_path(src, follow_roots) {
         Ok(st) => st,
@@ -163,6 +210,7 @@ fn root(p: &mut Planner<'_>, src: &std::path::Path, dst: &std::path::Path) -> Op
             b.ends_with(b"/") || b.ends_with(b"/.")
         },
         followed: false,
+        also,
     };
     let partial_dir = match root.st.is_file() {
         true => p.partials.beside(p.ctx, &root.dst),
@@ -249,6 +297,7 @@ fn implied_dirs(
             rel: Vec::new(),
             contents: false,
             followed: false,
+            also: Vec::new(),
         };
         dir::dir(p, DirJob { entry, up: None });
     }

@@ -1,0 +1,145 @@
+//! `pagewise sync`'s paths: sources merged into one destination as rsync merges them
+//! (`SRC1/ SRC2/ DEST/`, `-R` paths that meet), and the paths the operator names walked as
+//! rsync 3.5 walks them.
+
+use super::sync::{rsync, run_in, sync, tree_differences};
+use crate::common::*;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+/// Sources merged into one destination: the first source that has a name gives it, a
+/// directory two sources have merges, and --delete removes only what no source has — a
+/// second run changes nothing (before, each source's pass deleted the other's files and
+/// they were copied again). The tree is rsync's.
+#[test]
+fn sources_merged_into_one_destination_as_rsync_s() {
+    if !can_compare_with_rsync("merged sources are compared with rsync") {
+        return;
+    }
+    let t = tmp();
+    let base = t.path();
+    for (p, text) in [
+        ("s1/a", "1"),
+        ("s1/same", "first"),
+        ("s1/sub/c", "3"),
+        ("s1/both-kinds/inside", "dir"),
+        ("s2/b", "2"),
+        ("s2/same", "second"),
+        ("s2/sub/e", "4"),
+        ("s2/both-kinds", "file"),
+    ] {
+        let p = base.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+    for d in ["r", "p"] {
+        let dst = base.join(d);
+        fs::create_dir_all(&dst).unwrap();
+        fs::write(dst.join("extra"), "gone").unwrap();
+    }
+    let run = |prog: Command, d: &str| {
+        let out = prog_run(prog, base, &["-ai", "--delete", "s1/", "s2/", d]);
+        assert!(out.status.success(), "{d}: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(rsync(), "r/");
+    run(sync(), "p/");
+    assert_eq!(tree_differences(&base.join("r"), &base.join("p")), "");
+    assert_eq!(fs::read_to_string(base.join("p/same")).unwrap(), "first");
+    assert!(base.join("p/both-kinds/inside").exists() && base.join("p/sub/e").exists());
+    assert!(!base.join("p/extra").exists());
+    let again = run(sync(), "p/");
+    assert!(
+        !again.contains("deleting"),
+        "a second run deletes nothing: {again}"
+    );
+    assert!(
+        !again.contains(">f"),
+        "a second run copies nothing: {again}"
+    );
+    // -R: a file named from another base lands inside a directory synced with --delete.
+    fs::create_dir_all(base.join("x/sub")).unwrap();
+    fs::write(base.join("x/sub/extra"), "kept").unwrap();
+    let out = prog_run(
+        sync(),
+        base,
+        &["-aiR", "--delete", "s1/./sub", "x/./sub/extra", "rel/"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = prog_run(
+        sync(),
+        base,
+        &["-aiR", "--delete", "s1/./sub", "x/./sub/extra", "rel/"],
+    );
+    assert!(!stdout(&out).contains("deleting"), "{}", stdout(&out));
+    assert!(base.join("rel/sub/extra").exists() && base.join("rel/sub/c").exists());
+}
+
+fn prog_run(mut prog: Command, dir: &Path, args: &[&str]) -> std::process::Output {
+    prog.current_dir(dir).args(args).output().unwrap()
+}
+
+/// The paths the operator names are walked as rsync 3.5 walks them: a symlink another user
+/// owns is not followed (a --link-dest left out with a warning; --backup-dir, --log-file
+/// refused before anything is written), the operator's own is, and --insecure-links follows
+/// any.
+#[test]
+fn operator_paths_follow_only_root_s_and_the_user_s_own_symlinks() {
+    if !require_root("symlinks owned by another user") {
+        return;
+    }
+    let t = tmp();
+    let d = t.path();
+    fs::create_dir_all(d.join("src")).unwrap();
+    fs::create_dir_all(d.join("outside")).unwrap();
+    fs::write(d.join("src/f"), "same\n").unwrap();
+    fs::write(d.join("outside/f"), "same\n").unwrap();
+    tool(&["touch", "-d", "2020-01-01"], &d.join("src/f"));
+    tool(&["touch", "-d", "2020-01-01"], &d.join("outside/f"));
+    std::os::unix::fs::symlink(d.join("outside"), d.join("planted")).unwrap();
+    tool(&["chown", "-h", "65534:65534"], &d.join("planted"));
+    std::os::unix::fs::symlink(d.join("outside"), d.join("mine")).unwrap();
+    let ino = |p: &Path| fs::symlink_metadata(p).unwrap().ino();
+    let linked_out = |dst: &str| ino(&d.join(dst).join("f")) == ino(&d.join("outside/f"));
+
+    let out = run_in(d, sync(), "-a --link-dest=../planted");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("owned by uid 65534"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!linked_out("dst"), "the planted link was followed");
+    fs::remove_dir_all(d.join("dst")).unwrap();
+    let out = run_in(d, sync(), "-a --link-dest=../mine");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(linked_out("dst"), "the operator's own link is followed");
+    fs::remove_dir_all(d.join("dst")).unwrap();
+    let out = run_in(d, sync(), "-a --insecure-links --link-dest=../planted");
+    assert!(
+        linked_out("dst"),
+        "--insecure-links follows: {}",
+        stderr(&out)
+    );
+
+    // Refused before acting: nothing written through the planted link, nothing copied.
+    fs::remove_dir_all(d.join("dst")).unwrap();
+    for flags in [
+        "-a --backup-dir=../planted/bak",
+        "-a --log-file=planted/log",
+        "-a --files-from=planted/list",
+    ] {
+        let out = run_in(d, sync(), flags);
+        assert_eq!(out.status.code(), Some(1), "{flags}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("planted"),
+            "{flags}: {}",
+            stderr(&out)
+        );
+        assert!(!d.join("dst").exists(), "{flags}");
+    }
+    let names: Vec<_> = fs::read_dir(d.join("outside")).unwrap().collect();
+    assert_eq!(names.len(), 1, "only f is outside");
+}
