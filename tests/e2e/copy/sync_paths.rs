@@ -143,3 +143,79 @@ fn operator_paths_follow_only_root_s_and_the_user_s_own_symlinks() {
     let names: Vec<_> = fs::read_dir(d.join("outside")).unwrap().collect();
     assert_eq!(names.len(), 1, "only f is outside");
 }
+
+/// Where files are written before their names, as rsync's: `--temp-dir` (relative to the
+/// destination; on its file system, else refused before acting), `--partial-dir` (a stopped
+/// file kept there and resumed from there; the directory neither copied nor deleted, and
+/// removed when empty), `--delay-updates` (finished files wait in `.~tmp~`, gone at the end).
+#[test]
+fn temp_dir_partial_dir_and_delay_updates_as_rsync_s() {
+    let t = tmp();
+    let d = t.path();
+    fs::create_dir_all(d.join("src/sub")).unwrap();
+    fs::create_dir_all(d.join("src/.part")).unwrap();
+    fs::write(d.join("src/.part/x"), "never copied").unwrap();
+    let size = 48usize << 20;
+    write_file(&d.join("src/big"), size);
+    fs::write(d.join("src/sub/a"), "a").unwrap();
+    fs::create_dir_all(d.join("tmpd")).unwrap();
+
+    let out = run_in(d, sync(), "-a --temp-dir=../tmpd");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(same(&d.join("src/big"), &d.join("dst/big")));
+    assert_eq!(fs::read_dir(d.join("tmpd")).unwrap().count(), 0);
+    let shm = Path::new("/dev/shm");
+    let other_fs = fs::metadata(shm).is_ok_and(|m| m.dev() != fs::metadata(d).unwrap().dev());
+    if other_fs {
+        fs::remove_dir_all(d.join("dst")).unwrap();
+        let out = run_in(d, sync(), "-a --temp-dir=/dev/shm");
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("file system"), "{}", stderr(&out));
+        assert!(!d.join("dst").exists(), "refused before acting");
+    }
+
+    // Stopped: kept in .part; resumed from there; .part gone after.
+    let _ = fs::remove_dir_all(d.join("dst"));
+    sync_and_evict(&d.join("src/big"));
+    let mut child = sync()
+        .current_dir(d)
+        .args(["-a", "--partial-dir=.part", "--bwlimit=8M", "src/", "dst/"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(20), "rsync's exit code for SIGINT");
+    let kept: Vec<_> = fs::read_dir(d.join("dst/.part")).unwrap().collect();
+    assert_eq!(kept.len(), 1, "the stopped file is kept in .part");
+    assert!(
+        !d.join("dst/big").exists(),
+        "never a half file under its name"
+    );
+    let out = sync()
+        .current_dir(d)
+        .args(["-a", "--partial-dir=.part", "--json", "src/", "dst/"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["resumed_files"], 1, "{v}");
+    assert!(v["resumed_bytes"].as_u64().unwrap() >= 16 << 20, "{v}");
+    assert!(same(&d.join("src/big"), &d.join("dst/big")));
+    assert!(!d.join("dst/.part").exists(), "removed when empty");
+    // Protected from --delete, and the source's own .part is not copied.
+    fs::create_dir_all(d.join("dst/.part")).unwrap();
+    fs::write(d.join("dst/.part/mine"), "kept").unwrap();
+    let out = run_in(d, sync(), "-a --delete --partial-dir=.part");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(d.join("dst/.part/mine").exists());
+    assert!(!d.join("dst/.part/x").exists());
+
+    let out = run_in(d, sync(), "-ai --delay-updates --delete");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    fs::write(d.join("src/sub/a"), "changed").unwrap();
+    let out = run_in(d, sync(), "-ai --delay-updates");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(fs::read_to_string(d.join("dst/sub/a")).unwrap(), "changed");
+    assert!(!d.join("dst/.~tmp~").exists() && !d.join("dst/sub/.~tmp~").exists());
+}

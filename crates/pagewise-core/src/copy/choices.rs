@@ -141,3 +141,30 @@ pub struct Backup {
     /// --suffix: appended to the name (rsync: `~` without a directory, nothing with one).
     pub suffix: std::ffi::OsString,
 }
+
+/// Where a file is written before it gets its final name (rsync's `--temp-dir`,
+/// `--partial-dir`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TempPlace {
+    /// Beside the final name, in its own directory.
+    #[default]
+    Beside,
+    /// In this one directory (a physical path, on the destination's file system):
+    /// `--temp-dir`. Files are linked or renamed from there into place.
+    Dir(PathBuf),
+    /// In this subdirectory of each destination directory (one name, no `/`), made 0700 when
+    /// first needed and removed at the end when empty: a relative `--partial-dir`, where a
+    /// stopped file is kept and resumed from, and `--delay-updates`' `.~tmp~`. The name is
+    /// left out of the copy and of `--delete`, as rsync's.
+    Sub(std::ffi::OsString),
+}
+
+impl TempPlace {
+    /// The subdirectory name of [`TempPlace::Sub`].
+    pub fn sub(&self) -> Option<&std::ffi::OsStr> {
+        match self {
+            TempPlace::Sub(n) => Some(n),
+            _ => None,
+        }
+    }
+}

@@ -4,17 +4,19 @@
 //! half file. [`Temps`] owns what that needs across files: the sequence of temporary names,
 //! the umask, and the fallback to named temporaries where O_TMPFILE is refused.
 
+use super::choices::TempPlace;
 use super::resume::RESUME_MARK;
 use super::state::Ctx;
 use crate::error::{FileError, Op};
 use crate::sys;
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Where a file is written before it gets its final name.
 pub(super) enum Temp {
@@ -86,17 +88,97 @@ pub(super) struct Temps {
     no_tmpfile: AtomicBool,
     /// rsync --delay-updates: complete files wait under their temporary names, and are all
     /// renamed into place at the end of the run (`Some`: those waiting, in order).
-    #[allow(clippy::type_complexity)]
-    delayed: Option<std::sync::Mutex<Vec<(Arc<OwnedFd>, OsString, OsString)>>>,
+    delayed: Option<Mutex<Vec<Delayed>>>,
+    /// Where temporaries are made (see [`TempPlace`]).
+    place: TempPlace,
+    /// [`TempPlace::Dir`]'s directory, opened once (or the error, as an errno).
+    place_dir: OnceLock<Result<Arc<OwnedFd>, i32>>,
+    /// [`TempPlace::Sub`]: the destination directories that have the subdirectory (by
+    /// device and inode, with a descriptor), to remove it at the end when empty.
+    subs: Mutex<HashMap<(u64, u64), Arc<OwnedFd>>>,
+}
+
+/// A complete file waiting for --delay-updates' renames: its temporary (directory, name)
+/// and its final (directory, name).
+struct Delayed {
+    tmp_dir: Arc<OwnedFd>,
+    tmp: OsString,
+    dir: Arc<OwnedFd>,
+    name: OsString,
 }
 
 impl Temps {
-    pub(super) fn new(umask: u32, delay: bool) -> Temps {
+    pub(super) fn new(umask: u32, delay: bool, place: TempPlace) -> Temps {
         Temps {
             delayed: delay.then(Default::default),
             seq: AtomicU64::new(0),
             umask,
             no_tmpfile: AtomicBool::new(false),
+            place,
+            place_dir: OnceLock::new(),
+            subs: Mutex::default(),
+        }
+    }
+
+    /// The directory temporaries of files in the destination directory `dir` go to (see
+    /// [`TempPlace`]): `dir` itself, the `--temp-dir`, or the subdirectory of `dir` —
+    /// made (0700) when `create`, else None when it is not there. Never through a symlink.
+    pub(super) fn temp_dir(
+        &self,
+        dir: &Arc<OwnedFd>,
+        create: bool,
+    ) -> io::Result<Option<Arc<OwnedFd>>> {
+        match &self.place {
+            TempPlace::Beside => Ok(Some(dir.clone())),
+            TempPlace::Dir(p) => {
+                let flags = sys::OpenFlags {
+                    directory: true,
+                    ..Default::default()
+                };
+                let r = self.place_dir.get_or_init(|| {
+                    sys::open_path(p, flags)
+                        .map(Arc::new)
+                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+                });
+                match r {
+                    Ok(fd) => Ok(Some(fd.clone())),
+                    Err(e) => Err(io::Error::from_raw_os_error(*e)),
+                }
+            }
+            TempPlace::Sub(name) => {
+                let sub = match sys::open_dir_at(dir.as_fd(), name) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+                        match sys::mkdir_at(dir.as_fd(), name, 0o700) {
+                            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+                            _ => sys::open_dir_at(dir.as_fd(), name)?,
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    r => r?,
+                };
+                self.note_sub(dir);
+                Ok(Some(Arc::new(sub)))
+            }
+        }
+    }
+
+    /// Remembers that the destination directory `dir` has [`TempPlace::Sub`]'s
+    /// subdirectory, to remove it at the end when empty.
+    pub(super) fn note_sub(&self, dir: &Arc<OwnedFd>) {
+        if let Ok(st) = sys::fstat(dir.as_fd()) {
+            let mut subs = self.subs.lock().unwrap();
+            subs.entry((st.dev, st.ino)).or_insert_with(|| dir.clone());
+        }
+    }
+
+    /// Removes [`TempPlace::Sub`]'s subdirectories that are empty now (after the copy and
+    /// --delay-updates' renames), as rsync removes its partial directories.
+    pub(super) fn remove_empty_subs(&self) {
+        let Some(name) = self.place.sub() else {
+            return;
+        };
+        for (_, dir) in self.subs.lock().unwrap().drain() {
+            let _ = sys::unlink_at(dir.as_fd(), name, true);
         }
     }
 
@@ -155,7 +237,23 @@ impl Temps {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let named = ctx.opts.named_temp || ctx.opts.partial || ctx.opts.delay_updates;
+        // In a --temp-dir, temporaries have names there, as rsync's.
+        let named = ctx.opts.named_temp
+            || ctx.opts.partial
+            || ctx.opts.delay_updates
+            || matches!(self.place, TempPlace::Dir(_));
+        let dir = &match self.temp_dir(dir, true) {
+            Ok(Some(d)) => d,
+            Ok(None) => dir.clone(),
+            Err(e) => {
+                let at = match &self.place {
+                    TempPlace::Dir(p) => p.clone(),
+                    TempPlace::Sub(n) => dst.with_file_name(n),
+                    TempPlace::Beside => parent(),
+                };
+                return Err(FileError::io(dst, Op::OpenParent(at), &e));
+            }
+        };
         if !named && !self.no_tmpfile.load(Ordering::Relaxed) {
             match sys::open_tmpfile_at(dir.as_fd(), mode) {
                 Ok(fd) => return Ok((fd, Temp::Unnamed)),
@@ -177,7 +275,10 @@ impl Temps {
             }
         }
         let name = self.temp_name(dst);
-        let path = dst.with_file_name(&name);
+        let path = match self.place.sub() {
+            Some(sub) => dst.with_file_name(sub).join(&name),
+            None => dst.with_file_name(&name),
+        };
         match self.create_marked(dir.as_fd(), &name, 0o600) {
             Ok(fd) => Ok((
                 fd,
@@ -193,20 +294,24 @@ impl Temps {
     }
 
     /// --delay-updates: renames every complete file waiting under its temporary name into
-    /// place, in the order they were finished; the failures, with the final name.
+    /// place, in the order they were finished; the failures, with the final name. Then
+    /// removes the empty subdirectories of [`TempPlace::Sub`].
     pub(super) fn finish_delayed(&self) -> Vec<(OsString, io::Error)> {
-        let Some(d) = &self.delayed else {
-            return Vec::new();
-        };
         let mut failed = Vec::new();
-        for (dir, tmp, name) in d.lock().unwrap().drain(..) {
-            let r = replaceable(dir.as_fd(), &name)
-                .and_then(|_| sys::rename_at(dir.as_fd(), &tmp, &name));
+        let waiting = self
+            .delayed
+            .as_ref()
+            .map(|d| std::mem::take(&mut *d.lock().unwrap()));
+        for w in waiting.unwrap_or_default() {
+            let (tdir, dir) = (w.tmp_dir.as_fd(), w.dir.as_fd());
+            let r = replaceable(dir, &w.name)
+                .and_then(|_| sys::rename_across(tdir, &w.tmp, dir, &w.name));
             if let Err(e) = r {
-                let _ = sys::unlink_at(dir.as_fd(), &tmp, false);
-                failed.push((name, e));
+                let _ = sys::unlink_at(tdir, &w.tmp, false);
+                failed.push((w.name, e));
             }
         }
+        self.remove_empty_subs();
         failed
     }
 
@@ -233,12 +338,18 @@ impl Temps {
                 let _ = sys::remove_xattr(fd, TEMP_MARK);
                 if let Some(d) = &self.delayed {
                     // Renamed at the end of the run with the others (--delay-updates).
-                    let entry = (tmp.dir.clone(), tmp.name.clone(), name.to_os_string());
-                    d.lock().unwrap().push(entry);
+                    let owned = dir.try_clone_to_owned().map_err(|e| (Op::Rename, e))?;
+                    d.lock().unwrap().push(Delayed {
+                        tmp_dir: tmp.dir.clone(),
+                        tmp: tmp.name.clone(),
+                        dir: Arc::new(owned),
+                        name: name.to_os_string(),
+                    });
                     tmp.keep();
                     return Ok(());
                 }
-                sys::rename_at(dir, &tmp.name, name).map_err(|e| (Op::Rename, e))?;
+                sys::rename_across(tmp.dir.as_fd(), &tmp.name, dir, name)
+                    .map_err(|e| (Op::Rename, e))?;
                 tmp.keep();
                 Ok(())
             }

@@ -47,7 +47,7 @@ mod tasks;
 mod worker;
 
 pub use backoff::AutoRate;
-pub use choices::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve};
+pub use choices::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve, TempPlace};
 pub use filter::{Filters, RuleKind, Side};
 pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
 pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS, MAX_THREADS};
@@ -136,7 +136,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
             ctx.tally.notice(n);
         }
     }
-    let temps = Temps::new(umask, options.delay_updates);
+    let temps = Temps::new(umask, options.delay_updates, options.temp_place.clone());
     let workers = Workers::new(&ctx, &temps);
     let fin = Finish::new(&ctx, &temps);
     if !options.no_target_directory && options.layout == Layout::Cp {

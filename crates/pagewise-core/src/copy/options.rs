@@ -3,7 +3,7 @@
 //! ([`Existing::from_flags`], [`Dereference::from_flags`]), the [`Strategy`] a file's data
 //! moves with, and the copy's constants (limits, defaults, batch sizes).
 
-use super::choices::{AltDest, Backup, InPlace, Layout, Links, Preserve};
+use super::choices::{AltDest, Backup, InPlace, Layout, Links, Preserve, TempPlace};
 use super::filter::Filters;
 use crate::error::Error;
 use serde::Serialize;
@@ -111,6 +111,9 @@ pub struct CopyOptions {
     /// are renamed into place at the end of the run, one after the other (implies named
     /// temporaries). Default: false.
     pub delay_updates: bool,
+    /// Where files are written before they get their final names (see [`TempPlace`]).
+    /// Default: beside them.
+    pub temp_place: TempPlace,
     /// Leave symlinks' times as made (rsync -J). Default: false.
     pub omit_link_times: bool,
     /// A directory where a file, symlink or special file goes is removed even when it is not
@@ -359,6 +362,7 @@ impl Default for CopyOptions {
             inplace: InPlace::No,
             omit_link_times: false,
             delay_updates: false,
+            temp_place: TempPlace::Beside,
             force: false,
             recursive: true,
             skip_newer: false,

@@ -234,6 +234,16 @@ pub struct SyncArgs {
     /// Same as --partial --progress
     #[arg(short = 'P')]
     pub partial_progress: bool,
+    /// Put a partially transferred file into DIR, a subdirectory of its destination
+    /// directory (implies --partial; RSYNC_PARTIAL_DIR with --partial): the next run
+    /// resumes it from there; DIR is left out of the copy and of --delete, and removed
+    /// when empty
+    #[arg(long, value_name = "DIR")]
+    pub partial_dir: Option<PathBuf>,
+    /// Create temporary files in directory DIR (relative: to the destination directory); it
+    /// must be on the destination's file system
+    #[arg(short = 'T', long, value_name = "DIR")]
+    pub temp_dir: Option<PathBuf>,
     /// Show progress during the transfer (the whole transfer's, on stderr)
     #[arg(long)]
     pub progress: bool,

@@ -8,7 +8,7 @@ use super::args::{info, SyncArgs, Verbosity};
 use crate::cli::exit::CliError;
 use pagewise_core::copy::{
     self, AltDest, AltKind, Backup, CopyOptions, Dereference, Existing, Layout, Links, Preserve,
-    RuleKind, Strategy,
+    RuleKind, Strategy, TempPlace,
 };
 use pagewise_core::sys;
 use std::ffi::OsString;
@@ -204,6 +204,74 @@ fn delete_when(a: &SyncArgs) -> Result<DeleteWhen, CliError> {
         _ => DeleteWhen::None,
     };
     Ok(delete)
+}
+
+/// Where files are written before their final names, and whether a stopped one is kept:
+/// `--partial-dir` (or `RSYNC_PARTIAL_DIR` with `--partial`/`-P`, as rsync), `--temp-dir`,
+/// and `--delay-updates`' `.~tmp~` (rsync's name for where finished files wait).
+fn temp_place(a: &SyncArgs, dest_dir: &Path) -> Result<(TempPlace, bool), CliError> {
+    let mut partial = a.partial || a.partial_progress;
+    let from_env = || {
+        std::env::var_os("RSYNC_PARTIAL_DIR")
+            .filter(|d| partial && !d.is_empty() && !(a.inplace || a.append || a.append_verify))
+            .map(PathBuf::from)
+    };
+    // rsync: an empty or `.` partial directory is none.
+    let pdir = a
+        .partial_dir
+        .clone()
+        .or_else(from_env)
+        .filter(|d| !d.as_os_str().is_empty() && d.as_os_str() != ".");
+    let mut place = TempPlace::Beside;
+    if let Some(d) = &pdir {
+        if a.inplace || a.append || a.append_verify {
+            let what = if a.inplace { "inplace" } else { "append" };
+            return Err(usage(format!("--{what} cannot be used with --partial-dir")));
+        }
+        let mut parts = d.components();
+        let name = match (parts.next(), parts.next()) {
+            (Some(std::path::Component::Normal(n)), None) => n.to_os_string(),
+            _ => {
+                return Err(usage(format!(
+                    "--partial-dir {}: pagewise takes one name, a subdirectory of each \
+                     destination directory (an absolute or nested one is not supported yet)",
+                    d.display()
+                )))
+            }
+        };
+        place = TempPlace::Sub(name);
+        partial = true;
+    } else if a.delay_updates {
+        place = TempPlace::Sub(".~tmp~".into());
+    }
+    if let Some(t) = &a.temp_dir {
+        if place != TempPlace::Beside {
+            return Err(usage(
+                "--temp-dir with --partial-dir or --delay-updates: pagewise writes into that \
+                 directory itself; give one of them",
+            ));
+        }
+        let st = sys::stat_path(t, true)
+            .map_err(|e| usage(format!("--temp-dir {}: stat failed: {e}", t.display())))?;
+        // The destination directory, or the nearest one above it that exists.
+        let dev = dest_dir
+            .ancestors()
+            .map(|d| match d.as_os_str().is_empty() {
+                true => Path::new("."),
+                false => d,
+            })
+            .find_map(|d| sys::stat_path(d, true).ok())
+            .map(|s| s.dev);
+        if !st.is_dir() || dev.is_some_and(|dev| dev != st.dev) {
+            return Err(usage(format!(
+                "--temp-dir {}: must be a directory on the destination's file system (pagewise \
+                 links or renames finished files from there; it does not copy them across)",
+                t.display()
+            )));
+        }
+        place = TempPlace::Dir(t.clone());
+    }
+    Ok((place, partial))
 }
 
 /// --link-dest, --compare-dest, --copy-dest, and --backup's place and suffix, checked.
@@ -423,6 +491,7 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
     let (chown, chmod, f) = owners_modes_filters(a, &backup, delete)?;
     let (v, out_format) = verbosity(a)?;
     let (make_dest, dest_dir) = dest_plan(a, &dest, &sources, relative);
+    let (temp_place, partial) = temp_place(a, &dest_dir)?;
     let layout = if relative {
         Layout::RsyncRelative
     } else {
@@ -479,7 +548,8 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         bwlimit: super::super::rules::BwLimit::options(a.bwlimit).0,
         bwlimit_auto: super::super::rules::BwLimit::options(a.bwlimit).1,
         io_priority: a.ionice,
-        partial: a.partial || a.partial_progress,
+        partial,
+        temp_place,
         fsync: a.fsync,
         verify: a.verify,
         threads: a.threads,

@@ -56,6 +56,9 @@ pub(super) fn operator_paths(mut a: SyncArgs) -> Result<SyncArgs, CliError> {
     if let Some(d) = &mut a.backup_dir {
         *d = walk("--backup-dir", d, &anchor)?;
     }
+    if let Some(d) = &mut a.temp_dir {
+        *d = walk("--temp-dir", d, &anchor)?;
+    }
     if let Some(f) = a.files_from.as_mut().filter(|f| f.as_os_str() != "-") {
         *f = walk("--files-from", f, &cwd)?;
     }

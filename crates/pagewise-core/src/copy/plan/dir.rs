@@ -5,7 +5,8 @@
 
 use super::entries::entry;
 use super::jobs::{Chain, DirJob, Entry};
-use super::partial::{stale_temporary, temp_owner};
+use super::listing::{child_rel, merged_names, source_dir_flags};
+use super::partial::{stale_temporary, temp_owner, tidy_sub, wanted};
 use super::planner::Planner;
 use crate::copy::filter::Side;
 use crate::copy::options::Dereference;
@@ -51,6 +52,7 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
     let Some((dst_fd, existed)) = make_dir(p, &e) else {
         return;
     };
+    let dst_fd = dst_fd.map(Arc::new);
     if let Some(fd) = &dst_fd {
         if let Ok(d) = sys::fstat(fd.as_fd()) {
             p.shared.dest_dirs.lock().unwrap().insert((d.dev, d.ino));
@@ -74,7 +76,7 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
         false => Vec::new(),
     };
     let there = match (&dst_fd, existed && e.contents) {
-        (Some(fd), true) => read_existing(p, fd.as_fd(), &e, &names),
+        (Some(fd), true) => read_existing(p, fd, &e, &names),
         _ => HashSet::new(),
     };
     let up = Some(Arc::new(Chain {
@@ -89,7 +91,11 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
         follow,
     };
     let mut subdirs = plan_entries(p, &e, sides, names, &up);
-    if let Some(fd) = &dst_fd {
+    // Kept partials no entry took, where the temporaries are (beside, or --partial-dir's).
+    if let Some(fd) = dst_fd
+        .as_ref()
+        .and_then(|d| p.temps.temp_dir(d, false).ok().flatten())
+    {
         p.partials.drop_all(p.ctx, fd.as_fd());
     }
     subdirs.reverse();
@@ -143,89 +149,17 @@ fn open_source(
     Some((src_fd, st))
 }
 
-/// How a source directory is opened.
-fn source_dir_flags(nofollow: bool) -> sys::OpenFlags {
-    sys::OpenFlags {
-        directory: true,
-        nofollow,
-        ..Default::default()
-    }
-}
-
-/// The names of the source directory `fd` and of those merged into it (`others`), sorted,
-/// each with the source that gives it: 0 for `fd`, `i` for `others[i - 1]` — the first that
-/// has the name, as rsync keeps the first of duplicate names.
-fn merged_names(
-    p: &mut Planner<'_>,
-    fd: BorrowedFd<'_>,
-    others: &[(std::path::PathBuf, OwnedFd)],
-    e: &Entry,
-    follow: bool,
-) -> Vec<(CString, usize)> {
-    let first = read_names(p, fd, e, follow);
-    if others.is_empty() {
-        return first.into_iter().map(|n| (n, 0)).collect();
-    }
-    let mut all = std::collections::BTreeMap::new();
-    for (i, names) in std::iter::once(first)
-        .chain(
-            others
-                .iter()
-                .map(|(_, o)| read_names(p, o.as_fd(), e, follow)),
-        )
-        .enumerate()
-    {
-        for n in names {
-            all.entry(n).or_insert(i);
-        }
-    }
-    all.into_iter().collect()
-}
-
-/// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
-/// sorted; a failed read is reported.
-fn read_names(p: &mut Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, follow: bool) -> Vec<CString> {
-    let mut names: Vec<CString> = Vec::new();
-    for ent in sys::DirReader::new(fd) {
-        match ent {
-            Ok(d) if excluded(p, fd, e, &d, follow) => {}
-            Ok(d) => names.push(d.name),
-            Err(err) => p.ctx.fail(FileError::io(&e.src, Op::Readdir, &err)),
-        }
-    }
-    names.sort();
-    names
-}
-
-/// Whether the filter rules exclude the entry `d` of the source directory `fd` (of `e`)
-/// from the copy. Its type comes from the directory entry, or fstatat when the file
-/// system does not say (or, with -L, for a symlink: a link to a directory is one).
-fn excluded(p: &Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, follow: bool) -> bool {
-    let filters = &p.ctx.opts.filters;
-    if filters.is_empty() {
-        return false;
-    }
-    let is_dir = match d.kind {
-        sys::DirentType::Dir => true,
-        sys::DirentType::Unknown => {
-            sys::fstatat(Some(fd), &d.name, follow).is_ok_and(|m| m.is_dir())
-        }
-        sys::DirentType::Symlink if follow => {
-            sys::fstatat(Some(fd), &d.name, true).is_ok_and(|m| m.is_dir())
-        }
-        _ => false,
-    };
-    filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
-}
-
 /// Reads a destination directory that existed (`fd`, of `e`) once, tidies it against
-/// the source's `names` (see [`tidy_existing`]), and returns the names it holds.
+/// the source's `names` (see [`tidy_existing`]; and --partial-dir's subdirectory, see
+/// [`tidy_sub`]), and returns the names it holds.
 fn read_existing(
     p: &mut Planner<'_>,
-    fd: BorrowedFd<'_>,
+    fd: &Arc<OwnedFd>,
     e: &Entry,
     names: &[(CString, usize)],
 ) -> HashSet<CString> {
+    let fd_arc = fd;
+    let fd = fd.as_fd();
     let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
         .filter_map(Result::ok)
         .map(|d| d.name)
@@ -241,6 +175,11 @@ fn read_existing(
     });
     keep.extend(below.map(|n| n.as_c_str()));
     tidy_existing(p, fd, e, &dst_names, &keep);
+    if let Some(sub) = p.ctx.opts.temp_place.sub() {
+        if dst_names.iter().any(|n| sys::name_os(n) == sub) {
+            tidy_sub(p.ctx, p.temps, &mut p.partials, fd_arc, &e.dst, &keep);
+        }
+    }
     dst_names.into_iter().collect()
 }
 
@@ -350,9 +289,11 @@ fn tidy_existing(
     for name in names {
         let path = dst.join(sys::name_os(name));
         if let Some(pid) = temp_owner(name.to_bytes()) {
-            // A partial copy with a checkpoint is kept for its entry (see plan/partial.rs).
+            // A partial copy with a checkpoint is kept for its entry (see plan/partial.rs) —
+            // unless partials are kept in --partial-dir's directory now.
+            let beside = p.ctx.opts.temp_place.sub().is_none();
             let kept = |q: &mut Planner<'_>| {
-                !dry && q.partials.keep(q.ctx, dir, dst, name, |t| wanted(keep, t))
+                !dry && beside && q.partials.keep(q.ctx, dir, dst, name, |t| wanted(keep, t))
             };
             if stale_temporary(p.ctx, dir, name, pid)
                 && !kept(p)
@@ -363,6 +304,10 @@ fn tidy_existing(
             }
         }
         if !p.ctx.opts.delete || keep.contains(name.as_c_str()) {
+            continue;
+        }
+        // --partial-dir's directory is protected from --delete (rsync's implied rule).
+        if p.ctx.opts.temp_place.sub() == Some(sys::name_os(name)) {
             continue;
         }
         // What it is labels its `deleted` item (None: gone already; the unlink says so).
@@ -607,21 +552,4 @@ fn made_dir(p: &Planner<'_>, e: &Entry) {
         false => Action::Updated,
     };
     ctx.item_with(&e.dst, EntryKind::Dir, action, 0, changes, None);
-}
-
-/// Whether the source directory has the entry `name` (its names: `keep`).
-fn wanted(keep: &HashSet<&CStr>, name: &[u8]) -> bool {
-    CString::new(name).is_ok_and(|c| keep.contains(c.as_c_str()))
-}
-
-/// The filter rules' name of the entry `name` in the directory named `rel`.
-fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
-    let name = name.to_bytes();
-    let mut out = Vec::with_capacity(rel.len() + 1 + name.len());
-    if !rel.is_empty() {
-        out.extend_from_slice(rel);
-        out.push(b'/');
-    }
-    out.extend_from_slice(name);
-    out
 }

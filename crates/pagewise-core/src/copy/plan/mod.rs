@@ -17,6 +17,7 @@
 mod dir;
 mod entries;
 mod jobs;
+mod listing;
 mod partial;
 mod planner;
 mod targets;
@@ -213,7 +214,7 @@ fn root(
         also,
     };
     let partial_dir = match root.st.is_file() {
-        true => p.partials.beside(p.ctx, &root.dst),
+        true => p.partials.beside(p.ctx, p.temps, &root.dst),
         false => None,
     };
     let job = entry(p, root, None);

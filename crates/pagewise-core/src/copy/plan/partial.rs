@@ -7,11 +7,11 @@
 //! entry took (the file was up to date, excluded, gone) are removed when their directory is
 //! planned. [`Partials`] owns what is kept meanwhile.
 
-use crate::copy::commit::{TEMP_MARK, TEMP_MARK_VALUE};
+use crate::copy::commit::{Temps, TEMP_MARK, TEMP_MARK_VALUE};
 use crate::copy::resume::Checkpoint;
 use crate::copy::state::Ctx;
 use crate::sys;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -80,12 +80,22 @@ impl Partials {
     /// partial temporary beside it, if there is one, and removes stale temporaries of its
     /// name that hold no checkpoint; the directory is returned for [`Partials::drop_all`].
     /// The directory is read once per planner thread.
-    pub(super) fn beside(&mut self, ctx: &Ctx<'_>, dst: &Path) -> Option<Arc<OwnedFd>> {
+    pub(super) fn beside(
+        &mut self,
+        ctx: &Ctx<'_>,
+        temps: &Temps,
+        dst: &Path,
+    ) -> Option<Arc<OwnedFd>> {
         if ctx.opts.dry_run {
             return None;
         }
         let (dir, fname) = ctx.dest.parent(dst).ok()?;
-        let up = dst.parent().unwrap_or(Path::new("")).to_path_buf();
+        // Where the temporaries are: beside, or in --partial-dir's subdirectory.
+        let dir = temps.temp_dir(&dir, false).ok()??;
+        let mut up = dst.parent().unwrap_or(Path::new("")).to_path_buf();
+        if let Some(sub) = ctx.opts.temp_place.sub() {
+            up.push(sub);
+        }
         let temps = self.root_temps.entry(up).or_insert_with(|| {
             sys::DirReader::new(dir.as_fd())
                 .filter_map(Result::ok)
@@ -166,6 +176,58 @@ pub(super) fn temp_target(name: &[u8]) -> Option<&[u8]> {
     let rest = name.strip_prefix(b".")?;
     let at = rest.windows(10).rposition(|w| w == b".pagewise-")?;
     Some(&rest[..at]).filter(|t| !t.is_empty())
+}
+
+/// --partial-dir's subdirectory of the destination directory `dir` (`dst`): the stale
+/// temporaries of ours in it are kept for their entries (the names in `keep`) when they
+/// carry a checkpoint (see [`Partials::keep`]), or removed. A file there under the name of an
+/// entry the source has is rsync's partial (or delayed) file of it: rsync takes it and
+/// removes it; it is removed here when only this user can have written it (see
+/// [`only_mine`]). Anything else stays.
+pub(super) fn tidy_sub(
+    ctx: &Ctx<'_>,
+    temps: &Temps,
+    partials: &mut Partials,
+    dir: &Arc<OwnedFd>,
+    dst: &Path,
+    keep: &HashSet<&CStr>,
+) {
+    let Ok(Some(sub)) = temps.temp_dir(dir, false) else {
+        return;
+    };
+    let names: Vec<CString> = sys::DirReader::new(sub.as_fd())
+        .filter_map(Result::ok)
+        .map(|d| d.name)
+        .collect();
+    let dry = ctx.opts.dry_run;
+    let sub_mine = sys::fstat(sub.as_fd()).is_ok_and(|s| only_mine(&s));
+    for name in names {
+        let Some(pid) = temp_owner(name.to_bytes()) else {
+            let theirs = sys::fstatat(Some(sub.as_fd()), &name, false);
+            let rsyncs = theirs.is_ok_and(|s| s.is_file() && s.nlink == 1 && only_mine(&s));
+            if !dry && sub_mine && keep.contains(name.as_c_str()) && rsyncs {
+                let _ = sys::unlink_at(sub.as_fd(), sys::name_os(&name), false);
+            }
+            continue;
+        };
+        if stale_temporary(ctx, sub.as_fd(), &name, pid)
+            && (dry || !partials.keep(ctx, sub.as_fd(), dst, &name, |t| wanted(keep, t)))
+            && (dry || sys::unlink_at(sub.as_fd(), sys::name_os(&name), false).is_ok())
+        {
+            ctx.counts.stale_temps.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Owned by this user and writable by nobody else: only this user (or root) can have
+/// written it.
+fn only_mine(st: &sys::Stat) -> bool {
+    st.uid == sys::euid() && st.mode & 0o022 == 0
+}
+
+/// Whether the source directory has the entry `name` (of a temporary's target).
+pub(super) fn wanted(keep: &HashSet<&CStr>, name: &[u8]) -> bool {
+    CString::new(name).is_ok_and(|c| keep.contains(c.as_c_str()))
 }
 
 #[cfg(test)]

@@ -87,9 +87,12 @@ pub(super) fn open_pair(
             return ctx.fail_none(FileError::io(&dst, Op::OpenParent(parent), &e));
         }
     };
-    let partial = resume
-        .filter(|_| !pseudo)
-        .and_then(|name| Some((take_partial(ctx, dir.as_fd(), &name, &sf, &st)?, name)));
+    // The earlier run's partial is where temporaries go (beside, or --partial-dir's).
+    let partial = resume.filter(|_| !pseudo).and_then(|name| {
+        let tdir = temps.temp_dir(&dir, false).ok().flatten()?;
+        let taken = take_partial(ctx, tdir.as_fd(), &name, &sf, &st)?;
+        Some((taken, name, tdir))
+    });
     let in_place = match (ctx.opts.inplace, before) {
         (InPlace::No, _) | (_, None) => None,
         // Written over, it would change the backup too (a second name of the same file).
@@ -100,9 +103,9 @@ pub(super) fn open_pair(
     let (df, temp, kept) = match in_place {
         Some((fd, kept)) => (fd, Temp::InPlace, kept),
         None => match partial {
-            Some(((fd, kept), name)) => {
+            Some(((fd, kept), name, tdir)) => {
                 let mode = temps.mode_at_commit(ctx, create_mode);
-                (fd, Temp::adopt(dir.clone(), name, mode), kept)
+                (fd, Temp::adopt(tdir, name, mode), kept)
             }
             None => match temps.create_temp(ctx, &dir, &dst, create_mode) {
                 Ok((fd, temp)) => (fd, temp, 0),

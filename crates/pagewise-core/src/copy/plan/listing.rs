@@ -1,0 +1,103 @@
+//! A source directory's names as the planner sees them: read once, sorted, the filter
+//! rules' exclusions and `--partial-dir`'s directory left out, and the directories of other
+//! sources merged into it (rsync's `SRC1/ SRC2/ DEST/`) read with it, the first source that
+//! has a name giving it.
+
+use super::jobs::Entry;
+use super::planner::Planner;
+use crate::copy::filter::Side;
+use crate::error::{FileError, Op};
+use crate::sys;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// How a source directory is opened.
+pub(super) fn source_dir_flags(nofollow: bool) -> sys::OpenFlags {
+    sys::OpenFlags {
+        directory: true,
+        nofollow,
+        ..Default::default()
+    }
+}
+
+/// The names of the source directory `fd` and of those merged into it (`others`), sorted,
+/// each with the source that gives it: 0 for `fd`, `i` for `others[i - 1]` — the first that
+/// has the name, as rsync keeps the first of duplicate names.
+pub(super) fn merged_names(
+    p: &mut Planner<'_>,
+    fd: BorrowedFd<'_>,
+    others: &[(std::path::PathBuf, OwnedFd)],
+    e: &Entry,
+    follow: bool,
+) -> Vec<(CString, usize)> {
+    let first = read_names(p, fd, e, follow);
+    if others.is_empty() {
+        return first.into_iter().map(|n| (n, 0)).collect();
+    }
+    let mut all = std::collections::BTreeMap::new();
+    for (i, names) in std::iter::once(first)
+        .chain(
+            others
+                .iter()
+                .map(|(_, o)| read_names(p, o.as_fd(), e, follow)),
+        )
+        .enumerate()
+    {
+        for n in names {
+            all.entry(n).or_insert(i);
+        }
+    }
+    all.into_iter().collect()
+}
+
+/// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
+/// sorted; a failed read is reported.
+fn read_names(p: &mut Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, follow: bool) -> Vec<CString> {
+    let mut names: Vec<CString> = Vec::new();
+    let sub = p.ctx.opts.temp_place.sub();
+    for ent in sys::DirReader::new(fd) {
+        match ent {
+            // --partial-dir's (or --delay-updates') directory is never copied (rsync adds
+            // an exclude rule for it).
+            Ok(d) if sub.is_some_and(|s| sys::name_os(&d.name) == s) => {}
+            Ok(d) if excluded(p, fd, e, &d, follow) => {}
+            Ok(d) => names.push(d.name),
+            Err(err) => p.ctx.fail(FileError::io(&e.src, Op::Readdir, &err)),
+        }
+    }
+    names.sort();
+    names
+}
+
+/// Whether the filter rules exclude the entry `d` of the source directory `fd` (of `e`)
+/// from the copy. Its type comes from the directory entry, or fstatat when the file
+/// system does not say (or, with -L, for a symlink: a link to a directory is one).
+fn excluded(p: &Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, follow: bool) -> bool {
+    let filters = &p.ctx.opts.filters;
+    if filters.is_empty() {
+        return false;
+    }
+    let is_dir = match d.kind {
+        sys::DirentType::Dir => true,
+        sys::DirentType::Unknown => {
+            sys::fstatat(Some(fd), &d.name, follow).is_ok_and(|m| m.is_dir())
+        }
+        sys::DirentType::Symlink if follow => {
+            sys::fstatat(Some(fd), &d.name, true).is_ok_and(|m| m.is_dir())
+        }
+        _ => false,
+    };
+    filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
+}
+
+/// The filter rules' name of the entry `name` in the directory named `rel`.
+pub(super) fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
+    let name = name.to_bytes();
+    let mut out = Vec::with_capacity(rel.len() + 1 + name.len());
+    if !rel.is_empty() {
+        out.extend_from_slice(rel);
+        out.push(b'/');
+    }
+    out.extend_from_slice(name);
+    out
+}
