@@ -177,7 +177,9 @@ pub fn line(
         _ if v.names == 0 => None,
         Action::Skipped if v.names < 2 => None,
         Action::Skipped if !v.itemize => match item.kind {
-            Some(EntryKind::File) => Some(format!("{name} is uptodate\n")),
+            Some(EntryKind::File | EntryKind::Hardlink | EntryKind::Symlink) => {
+                Some(format!("{name} is uptodate\n"))
+            }
             _ => None,
         },
         _ if names.linked_from_alt(item) && v.names < 2 => None,

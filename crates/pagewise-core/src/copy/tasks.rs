@@ -43,6 +43,16 @@ pub(super) struct DirTask {
 pub(super) struct Planned {
     /// Directories, deepest first.
     pub dirs: Vec<DirTask>,
-    /// Hard links to make once their first name is copied: `(first name, other name)`.
-    pub deferred_links: Vec<(PathBuf, PathBuf)>,
+    /// Hard links to make once their first name is copied.
+    pub deferred_links: Vec<DeferredLink>,
+}
+
+/// A hard link to make once its first name is copied.
+pub(super) struct DeferredLink {
+    /// The destination name copied first.
+    pub first: PathBuf,
+    /// The destination name linked to it.
+    pub other: PathBuf,
+    /// The source of `other` (what an existing file there is itemized against).
+    pub st: crate::sys::Stat,
 }

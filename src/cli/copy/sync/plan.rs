@@ -83,7 +83,8 @@ fn read_files_from(file: &Path, base: &Path, from0: bool) -> Result<Vec<PathBuf>
         if !from0 && name.last() == Some(&b'\r') {
             name.pop();
         }
-        if name.is_empty() || (!from0 && (name[0] == b'#' || name[0] == b';')) {
+        // Comments in either form, as rsync 3.5 (its files-from-depth test).
+        if name.is_empty() || name[0] == b'#' || name[0] == b';' {
             continue;
         }
         if out.len() >= MAX_NAMES {

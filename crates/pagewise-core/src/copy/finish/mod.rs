@@ -21,7 +21,7 @@ use super::options::Strategy;
 use super::report::{Action, EntryKind, Residue};
 use super::resume::data_below;
 use super::state::Ctx;
-use super::tasks::DirTask;
+use super::tasks::{DeferredLink, DirTask};
 use super::worker::{Open, Written};
 use crate::error::{FileError, Op};
 use crate::residency::cached_pages;
@@ -268,9 +268,9 @@ impl<'a> Finish<'a> {
 
 /// Makes the hard links the planner deferred, now that their first name exists; the
 /// number made.
-pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[(PathBuf, PathBuf)]) -> u64 {
+pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[DeferredLink]) -> u64 {
     let mut made = 0;
-    for (first, other) in deferred {
+    for DeferredLink { first, other, st } in deferred {
         let (Ok((fdir, fname)), Ok((odir, oname))) =
             (ctx.dest.parent(first), ctx.dest.parent(other))
         else {
@@ -283,12 +283,15 @@ pub(super) fn link_hard(ctx: &Ctx<'_>, deferred: &[(PathBuf, PathBuf)]) -> u64 {
             continue; // the first copy failed and was reported
         }
         let oc = std::ffi::CString::new(oname.as_bytes()).unwrap_or_default();
-        let existed = sys::fstatat(Some(odir.as_fd()), &oc, false).is_ok_and(|m| !m.is_dir())
-            && sys::unlink_at(odir.as_fd(), oname, false).is_ok();
+        let old = sys::fstatat(Some(odir.as_fd()), &oc, false)
+            .ok()
+            .filter(|m| !m.is_dir() && sys::unlink_at(odir.as_fd(), oname, false).is_ok());
+        let existed = old.is_some();
         match sys::link_at(fdir.as_fd(), fname, odir.as_fd(), oname) {
             Ok(()) => {
                 made += 1;
-                let changes = super::report::Changes::default();
+                // A name that held a file: what differs from it now (rsync's `hf..T......`).
+                let changes = old.map(|o| ctx.changes(st, &o)).unwrap_or_default();
                 match alt_linked(ctx, first, other) {
                     // Both names are the earlier snapshot's file: nothing changed (rsync).
                     Some(true) => ctx.item(

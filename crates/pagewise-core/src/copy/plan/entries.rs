@@ -11,7 +11,7 @@ use crate::copy::options::Existing;
 use crate::copy::report::EntryKind;
 use crate::copy::report::{Action, Changes};
 use crate::copy::state::Ctx;
-use crate::copy::tasks::FileTask;
+use crate::copy::tasks::{DeferredLink, FileTask};
 use crate::error::{FileError, Op};
 use crate::sys;
 use std::ffi::OsStr;
@@ -253,8 +253,16 @@ fn symlink(p: &mut Planner<'_>, e: &Entry) {
     if keep_existing(p, e, Some(&target), same_text) {
         return;
     }
+    // A link made anew over another gets the source's time with -t (not -J): rsync shows it
+    // (`cLc.t......`).
+    let opts = p.ctx.opts;
+    let times = opts.preserve.times && !opts.omit_link_times;
     let changes = Changes {
         content: differs,
+        time: differs
+            && times
+            && e.dst_st
+                .is_some_and(|d| !opts.same_mtime(d.mtime, e.st.mtime)),
         ..Changes::default()
     };
     let text = target.clone();
@@ -361,7 +369,11 @@ fn file(p: &mut Planner<'_>, e: Entry) {
                 p.ctx
                     .done(&e.dst, EntryKind::Hardlink, e.dst_st.is_some(), 0);
             } else {
-                p.deferred_links.push((first, e.dst));
+                p.deferred_links.push(DeferredLink {
+                    first,
+                    other: e.dst,
+                    st: e.st,
+                });
             }
             return;
         }

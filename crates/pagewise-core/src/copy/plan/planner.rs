@@ -8,10 +8,9 @@ use super::partial::Partials;
 use crate::copy::commit::Temps;
 use crate::copy::options::{SMALL_BATCH_BYTES, SMALL_FILE};
 use crate::copy::state::Ctx;
-use crate::copy::tasks::{DirTask, FileTask};
+use crate::copy::tasks::{DeferredLink, DirTask, FileTask};
 use crate::walk::Taker;
 use crossbeam_channel::Sender;
-use std::path::PathBuf;
 
 /// One planner thread's state while it walks.
 pub(super) struct Planner<'a> {
@@ -23,7 +22,7 @@ pub(super) struct Planner<'a> {
     pub(super) pending: Vec<Vec<FileTask>>,
     pub(super) pending_files: usize,
     pub(super) dirs: Vec<DirTask>,
-    pub(super) deferred_links: Vec<(PathBuf, PathBuf)>,
+    pub(super) deferred_links: Vec<DeferredLink>,
     /// Partial temporaries kept for the entries of the directory being planned.
     pub(super) partials: Partials,
 }
@@ -74,8 +73,7 @@ impl<'a> Planner<'a> {
     }
 
     /// What this thread leaves for the end of the run.
-    #[allow(clippy::type_complexity)]
-    pub(super) fn into_parts(mut self) -> (Vec<DirTask>, Vec<(PathBuf, PathBuf)>) {
+    pub(super) fn into_parts(mut self) -> (Vec<DirTask>, Vec<DeferredLink>) {
         self.flush();
         (self.dirs, self.deferred_links)
     }
