@@ -124,6 +124,19 @@ fn operator_paths_follow_only_root_s_and_the_user_s_own_symlinks() {
         stderr(&out)
     );
 
+    // A relative basis is taken from the destination directory, also when DEST is new and
+    // named without a trailing slash (`sync -a . ../new`).
+    let out = sync()
+        .current_dir(d.join("src"))
+        .args(["-a", "--link-dest=../outside", ".", "../new"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        linked_out("new"),
+        "linked from ../outside, relative to ../new"
+    );
+
     // Refused before acting: nothing written through the planted link, nothing copied.
     fs::remove_dir_all(d.join("dst")).unwrap();
     for flags in [

@@ -14,8 +14,9 @@
 //!
 //! Supported `--filter` rules: `-`/`exclude`, `+`/`include`, `H`/`hide`, `S`/`show`,
 //! `P`/`protect`, `R`/`risk`, `!`/`clear`, `.`/`merge FILE` (with `-`/`+` modifiers), and the
-//! modifiers `!` (negate), `s`, `r`, `p`. Refused with a message: `:`/`dir-merge` (per-directory
-//! merge files), and the modifiers `/`, `C`, `e`, `n`, `w`, `x`.
+//! modifiers `!` (negate), `s`, `r`, `p`, `x` (the rule names extended attributes, not files:
+//! see [`Filters::xattr_excluded`]). Refused with a message: `:`/`dir-merge` (per-directory
+//! merge files), and the modifiers `/`, `C`, `e`, `n`, `w`.
 //!
 //! Everything is bounded (pattern length, rule count, wildcard runs, merge depth, rule file
 //! size), so a hostile rule file gives an error, not a hang or an abort.
@@ -73,6 +74,8 @@ struct Rule {
     wild2_prefix: bool,
     wild3_suffix: bool,
     slashes: usize,
+    /// The `x` modifier: the rule is about extended attribute names, not files.
+    xattr: bool,
 }
 
 /// The rules of one copy, in order.
@@ -90,6 +93,7 @@ struct Head {
     negate: bool,
     merge: Option<MergeDefault>,
     clear: bool,
+    xattr: bool,
 }
 
 /// What the lines of a rule file are: filter rules (`merge FILE`), or patterns to exclude or
@@ -181,6 +185,7 @@ impl Filters {
             negate: false,
             merge: None,
             clear: false,
+            xattr: false,
         };
         self.push(&head, pattern, text)
     }
@@ -223,6 +228,7 @@ impl Filters {
             Rule::new(pattern).map_err(|why| invalid(format!("{why}: {}", shown(text))))?;
         rule.include = head.include;
         rule.negate = head.negate;
+        rule.xattr = head.xattr;
         let sided = !(head.sender && head.receiver);
         rule.sender = head.sender;
         rule.receiver = head.receiver && (sided || !self.delete_excluded);
@@ -267,7 +273,24 @@ impl Filters {
                 Side::Sender => rule.sender,
                 Side::Receiver => rule.receiver,
             };
-            if applies && rule.matches(path, is_dir) {
+            if applies && !rule.xattr && rule.matches(path, is_dir) {
+                return !rule.include;
+            }
+        }
+        false
+    }
+
+    /// Whether the extended attribute `name` is excluded on `side` by the rules with the `x`
+    /// modifier (`-f '-x system.*'`): on the sender side it is not copied, on the receiver
+    /// side one the destination has is not removed. The first such rule that matches
+    /// decides; none matching keeps it.
+    pub fn xattr_excluded(&self, name: &[u8], side: Side) -> bool {
+        for rule in self.rules.iter().filter(|r| r.xattr) {
+            let applies = match side {
+                Side::Sender => rule.sender,
+                Side::Receiver => rule.receiver,
+            };
+            if applies && rule.matches(name, false) {
                 return !rule.include;
             }
         }
@@ -352,6 +375,7 @@ fn parse_head(text: &[u8]) -> Result<(Head, &[u8]), Error> {
         negate: false,
         merge: None,
         clear: false,
+        xattr: false,
     };
     let mut sided = false;
     match ch {
@@ -418,7 +442,8 @@ fn modifiers(text: &[u8], mut i: usize, head: &mut Head, mut sided: bool) -> Res
                 sided = true
             }
             b'p' => {}
-            b'/' | b'C' | b'e' | b'n' | b'w' | b'x' => {
+            b'x' if head.merge.is_none() => head.xattr = true,
+            b'/' | b'C' | b'e' | b'n' | b'w' => {
                 return Err(invalid(format!(
                     "the filter modifier '{}' is not supported: {}",
                     m as char,
@@ -465,6 +490,7 @@ impl Rule {
             receiver: true,
             wild,
             wild2,
+            xattr: false,
         })
     }
 

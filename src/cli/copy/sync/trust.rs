@@ -28,9 +28,13 @@ pub(super) fn operator_paths(mut a: SyncArgs) -> Result<SyncArgs, CliError> {
     let Some(dest) = a.paths.last().filter(|_| a.paths.len() > 1) else {
         return Ok(a);
     };
-    // The destination's directory: DEST itself when it is (or is to be) a directory.
-    let dir_like =
-        dest.as_os_str().as_bytes().ends_with(b"/") || dest.is_dir() || a.paths.len() > 2;
+    // The destination's directory: DEST itself when it is (or is to be) a directory — as
+    // for several sources, or a directory (`sync -a . ../new`).
+    let sources = &a.paths[..a.paths.len() - 1];
+    let dir_like = dest.as_os_str().as_bytes().ends_with(b"/")
+        || dest.is_dir()
+        || sources.len() > 1
+        || sources.iter().any(|s| s.is_dir());
     let dest_dir = match dir_like {
         true => dest.clone(),
         false => dest

@@ -32,6 +32,33 @@ fn basename_patterns_match_the_last_component_anywhere() {
 }
 
 #[test]
+fn the_x_modifier_names_extended_attributes_not_files() {
+    let f = rules(&[
+        (F, "-x_system.*"),
+        (F, "+x user.keep*"),
+        (F, "-x user.*"),
+        (F, "- *.o"),
+    ]);
+    assert!(f.xattr_excluded(b"system.posix_acl_access", Side::Sender));
+    assert!(f.xattr_excluded(b"user.other", Side::Receiver));
+    assert!(
+        !f.xattr_excluded(b"user.keepme", Side::Sender),
+        "first match decides"
+    );
+    assert!(!f.xattr_excluded(b"trusted.x", Side::Sender));
+    assert!(!out(&f, "system.x", false), "x rules leave files alone");
+    assert!(out(&f, "a.o", false));
+    assert!(
+        !f.xattr_excluded(b"a.o", Side::Sender),
+        "file rules leave xattrs alone"
+    );
+    // Sided: `-xs` hides from the sender only (the receiver's own are removed).
+    let f = rules(&[(F, "-xs user.*")]);
+    assert!(f.xattr_excluded(b"user.a", Side::Sender));
+    assert!(!f.xattr_excluded(b"user.a", Side::Receiver));
+}
+
+#[test]
 fn anchored_and_inner_slash_patterns() {
     let f = rules(&[(X, "/top"), (X, "foo/bar")]);
     assert!(out(&f, "top", false));
@@ -121,7 +148,7 @@ fn filter_rule_forms() {
     assert!(out(&f, "plain", false));
     assert!(!out(&f, "dir", true));
     let mut f = Filters::new(false);
-    for bad in ["x foo", "-x foo", "-", ": .rsync-filter", "-/ abs", "!x"] {
+    for bad in ["x foo", "-w foo", "-", ": .rsync-filter", "-/ abs", "!x"] {
         assert!(f.add(F, bad.as_bytes()).is_err(), "{bad:?} accepted");
     }
     f.add(F, b"- a").unwrap();

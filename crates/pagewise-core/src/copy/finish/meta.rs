@@ -99,8 +99,10 @@ fn put_xattrs(
         )
     };
     let keep = ctx.opts.preserve;
+    let filters = &ctx.opts.filters;
+    use crate::copy::filter::Side::{Receiver, Sender};
     for (name, value) in list {
-        if !keep.keeps_xattr(name.to_bytes()) {
+        if !keep.keeps_xattr(name.to_bytes()) || filters.xattr_excluded(name.to_bytes(), Sender) {
             continue;
         }
         match sys::set_xattr(dst.as_fd(), name, value) {
@@ -117,6 +119,7 @@ fn put_xattrs(
     for (name, _) in have {
         if name.to_bytes().starts_with(b"security.")
             || !keep.keeps_xattr(name.to_bytes())
+            || filters.xattr_excluded(name.to_bytes(), Receiver)
             || mark(&name)
             || list.iter().any(|(n, _)| *n == name)
         {
