@@ -258,9 +258,15 @@ fn cold_reads_leave_nothing_cached_and_keep_what_was() {
         let mut buf = vec![0u8; 3 << 20];
         assert_eq!(f.read_at(&mut buf, 12345).unwrap(), buf.len());
         assert!(buf[..] == data[12345..12345 + buf.len()]);
+        // All of them but what the kernel itself may have taken meanwhile: DAMON pageout
+        // runs on these machines and took 2 of these 256 pages once in CI (a policy that
+        // dropped pages cached before would drop whole runs of them).
         let first = sys::cachestat(g.as_fd(), 0, pre).unwrap().cache * sys::page_size();
-        assert_eq!(first, pre, "{policy}: pages cached before stay");
-        assert_eq!(cached(&p), pre, "{policy}: and nothing else");
+        assert!(
+            first <= pre && first >= pre * 99 / 100,
+            "{policy}: pages cached before stay: {first} of {pre}"
+        );
+        assert_eq!(cached(&p), first, "{policy}: and nothing else");
     }
 }
 
