@@ -355,6 +355,16 @@ fn verbosity(a: &SyncArgs) -> Result<(Verbosity, Option<Vec<itemize::Piece>>), C
     Ok((v, out_format))
 }
 
+/// Whether the destination is to hold several entries, so that it is a directory: several
+/// sources, `-R` (or --files-from), or a directory source.
+pub(super) fn many_entries(sources: &[PathBuf], relative: bool) -> bool {
+    sources.len() > 1
+        || relative
+        || sources
+            .iter()
+            .any(|s| std::fs::metadata(s).is_ok_and(|m| m.is_dir()))
+}
+
 /// The directory to make before the copy (with --mkpath: all of its path) and the
 /// transfer's root, which names are relative to.
 #[allow(clippy::type_complexity)]
@@ -368,11 +378,7 @@ fn dest_plan(
     // rsync makes the destination directory when it is to hold more than one entry (or ends
     // in '/'); only its last component unless --mkpath.
     let dest_bytes = dest.as_os_str().as_bytes();
-    let many = sources.len() > 1
-        || relative
-        || sources
-            .iter()
-            .any(|s| std::fs::metadata(s).is_ok_and(|m| m.is_dir()));
+    let many = many_entries(sources, relative);
     let make_dest =
         (!dest.exists() && (many || dest_bytes.ends_with(b"/"))).then(|| (dest.clone(), a.mkpath));
     // --mkpath for a file copied to a new name: its directories.

@@ -28,13 +28,13 @@ pub(super) fn operator_paths(mut a: SyncArgs) -> Result<SyncArgs, CliError> {
     let Some(dest) = a.paths.last().filter(|_| a.paths.len() > 1) else {
         return Ok(a);
     };
-    // The destination's directory: DEST itself when it is (or is to be) a directory — as
-    // for several sources, or a directory (`sync -a . ../new`).
+    // The destination's directory: DEST itself when it is (or is to be) a directory (see
+    // `plan::many_entries`: `sync -a . ../new`).
     let sources = &a.paths[..a.paths.len() - 1];
+    let relative = a.relative || a.files_from.is_some();
     let dir_like = dest.as_os_str().as_bytes().ends_with(b"/")
         || dest.is_dir()
-        || sources.len() > 1
-        || sources.iter().any(|s| s.is_dir());
+        || super::plan::many_entries(sources, relative);
     let dest_dir = match dir_like {
         true => dest.clone(),
         false => dest

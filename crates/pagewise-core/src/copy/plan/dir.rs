@@ -154,12 +154,11 @@ fn open_source(
 /// [`tidy_sub`]), and returns the names it holds.
 fn read_existing(
     p: &mut Planner<'_>,
-    fd: &Arc<OwnedFd>,
+    dir: &Arc<OwnedFd>,
     e: &Entry,
     names: &[(CString, usize)],
 ) -> HashSet<CString> {
-    let fd_arc = fd;
-    let fd = fd.as_fd();
+    let fd = dir.as_fd();
     let mut dst_names: Vec<CString> = sys::DirReader::new(fd)
         .filter_map(Result::ok)
         .map(|d| d.name)
@@ -167,17 +166,14 @@ fn read_existing(
     dst_names.sort();
     let mut keep: HashSet<&CStr> = names.iter().map(|(n, _)| n.as_c_str()).collect();
     // The way to another source's destination below this directory (`-R a c/./a/f`).
-    let below = p.shared.root_dsts.iter().filter_map(|r| {
-        let name = r.strip_prefix(&e.dst).ok()?.components().next()?;
-        dst_names
-            .iter()
-            .find(|n| sys::name_os(n) == name.as_os_str())
-    });
-    keep.extend(below.map(|n| n.as_c_str()));
+    if let Some(ways) = p.shared.ways_to_roots.get(&e.dst) {
+        let below = dst_names.iter().filter(|n| ways.contains(sys::name_os(n)));
+        keep.extend(below.map(|n| n.as_c_str()));
+    }
     tidy_existing(p, fd, e, &dst_names, &keep);
     if let Some(sub) = p.ctx.opts.temp_place.sub() {
         if dst_names.iter().any(|n| sys::name_os(n) == sub) {
-            tidy_sub(p.ctx, p.temps, &mut p.partials, fd_arc, &e.dst, &keep);
+            tidy_sub(p.ctx, p.temps, &mut p.partials, dir, &e.dst, &keep);
         }
     }
     dst_names.into_iter().collect()

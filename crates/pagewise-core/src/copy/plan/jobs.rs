@@ -71,7 +71,8 @@ pub(super) struct Shared {
     pub(super) links: Mutex<HashMap<(u64, u64), (PathBuf, Option<(u64, u64)>)>>,
     /// (device, inode) of every destination directory made or entered.
     pub(super) dest_dirs: Mutex<HashSet<(u64, u64)>>,
-    /// The destinations of the sources named by the caller (rsync layouts): `--delete` in a
-    /// directory above one of them keeps the name that leads to it (`-R a/b c/./a/b/f`).
-    pub(super) root_dsts: Vec<PathBuf>,
+    /// For each destination directory above the destination of a source named by the
+    /// caller (rsync layouts), the names in it that lead there: `--delete` keeps them
+    /// (`-R a/b c/./a/b/f`). Built once, looked up per directory.
+    pub(super) ways_to_roots: HashMap<PathBuf, HashSet<std::ffi::OsString>>,
 }

@@ -53,9 +53,9 @@ pub(super) fn plan(
 ) -> Planned {
     let merged = merged_roots(ctx, targets);
     let shared = Shared {
-        root_dsts: match ctx.opts.layout {
-            Layout::Cp => Vec::new(),
-            _ => targets.iter().map(|(_, d)| d.clone()).collect(),
+        ways_to_roots: match ctx.opts.layout {
+            Layout::Cp => Default::default(),
+            _ => ways_to_roots(&ctx.opts.dest, targets),
         },
         ..Default::default()
     };
@@ -116,6 +116,32 @@ fn planner_threads(copy_threads: usize) -> usize {
     crate::walk::default_threads()
         .clamp(1, 4)
         .min(copy_threads.max(1))
+}
+
+/// [`Shared::ways_to_roots`]: for each directory between the destination `dest` and a
+/// target's destination, the names that lead down to it.
+fn ways_to_roots(
+    dest: &std::path::Path,
+    targets: &[(PathBuf, PathBuf)],
+) -> std::collections::HashMap<PathBuf, std::collections::HashSet<std::ffi::OsString>> {
+    let mut ways: std::collections::HashMap<_, std::collections::HashSet<_>> = Default::default();
+    for (_, dst) in targets {
+        let mut at = dst.as_path();
+        while let (Some(up), Some(name)) = (at.parent(), at.file_name()) {
+            if !up.starts_with(dest) {
+                break;
+            }
+            if !ways
+                .entry(up.to_path_buf())
+                .or_default()
+                .insert(name.to_os_string())
+            {
+                break; // the rest of the way up is known already
+            }
+            at = up;
+        }
+    }
+    ways
 }
 
 /// rsync's merge of sources into one destination (`SRC1/ SRC2/ DEST/`, or `-R` paths that
