@@ -247,10 +247,12 @@ fn assisted_reader_takes_one_major_fault_per_chunk() {
         .map(|b| b["count"].as_u64().unwrap())
         .sum();
     assert_eq!(hist, v["prefetches"].as_u64().unwrap(), "{v}");
-    // The prefetched chunks are in the cache (cachestat), chunk by chunk.
+    // The prefetched chunks are in the cache (cachestat), chunk by chunk (less a page DAMON
+    // pageout may take meanwhile).
     let f = std::fs::File::open(&data).unwrap();
     for off in [16u64 << 20, 40 << 20, 8 << 20] {
-        assert_eq!(resident_pages(&f, off, 128 << 10), 32, "chunk at {off}");
+        let n = resident_pages(&f, off, 128 << 10);
+        assert!((31..=32).contains(&n), "chunk at {off}: {n} pages");
     }
 }
 
@@ -468,12 +470,11 @@ fn sampled_faults_drive_the_assistant_without_the_fault_tracepoint() {
     assert!(v["faults"].as_u64().unwrap() >= 32 + 3, "{v}");
     assert!(v["prefetches"].as_u64().unwrap() >= 3, "{v}");
     let f = std::fs::File::open(&data).unwrap();
+    // All 32 pages of each chunk, less one DAMON pageout may take meanwhile (a full run of
+    // the end-to-end binary saw 31 once); a chunk not prefetched has a few.
     for off in [16u64 << 20, 40 << 20, 8 << 20] {
-        assert_eq!(
-            resident_pages(&f, off, 128 << 10),
-            32,
-            "chunk at {off}; {v}"
-        );
+        let n = resident_pages(&f, off, 128 << 10);
+        assert!((31..=32).contains(&n), "chunk at {off}: {n} pages; {v}");
     }
 
     // run --assist, forced onto the samples: fewer major faults, nothing left cached.

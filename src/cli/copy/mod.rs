@@ -505,7 +505,20 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
         w,
         "entries: {} created, {} updated, {} left as they were, {} deleted, {} failed",
         report.created, report.updated, report.skipped, report.deleted, o.error_count
-    )
+    )?;
+    for c in report.auto_choices.iter().filter(|_| view.verbose) {
+        writeln!(
+            w,
+            "auto: {} each way from device {} to {}: dontcache {}/s, direct {}/s; the rest by {}",
+            bytes(c.measured_bytes),
+            c.source_device,
+            c.dest_device,
+            bytes(c.dontcache_bytes_per_s as u64),
+            bytes(c.direct_bytes_per_s as u64),
+            c.chosen.name()
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -375,3 +375,46 @@ fn a_sparse_source_is_left_uncached_holes_included() {
         );
     }
 }
+
+/// `auto` on a file of 1 GiB and more measures RWF_DONTCACHE and O_DIRECT on its first 512
+/// MiB (alternate 128 MiB windows) and copies the rest the faster way: the report says what
+/// it measured and chose, the copy is exact (also by `--verify`'s per-chunk digest, which the
+/// windows feed), the pages of the source cached before stay and the others are gone
+/// (cachestat of the real files).
+#[test]
+fn auto_measures_both_ways_on_a_large_file() {
+    let t = tmp();
+    let src = t.path().join("big");
+    write_file(&src, (1 << 30) + 12345);
+    sync_and_evict(&src);
+    // 8 MiB of the source cached before the copy: someone else's, kept.
+    let f = File::open(&src).unwrap();
+    sys::fadvise(f.as_fd(), 600 << 20, 8 << 20, sys::Advice::WillNeed).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = cs(&src).cache;
+    let dst = t.path().join("copy");
+    let o = run(bin()
+        .args(["copy", "--json", "--verify"])
+        .arg(&src)
+        .arg(&dst));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let choices = v["auto_choices"].as_array().expect("auto_choices");
+    assert_eq!(choices.len(), 1, "{v}");
+    let c = &choices[0];
+    assert_eq!(c["measured_bytes"], 256u64 << 20);
+    assert!(c["dontcache_bytes_per_s"].as_f64().unwrap() > 0.0);
+    assert!(c["direct_bytes_per_s"].as_f64().unwrap() > 0.0);
+    let chosen = c["chosen"].as_str().unwrap();
+    assert!(["direct", "dontcache"].contains(&chosen), "{c}");
+    assert_eq!(v["strategies"][chosen], 1, "{v}");
+    assert_eq!(v["verify_mismatches"], 0);
+    assert_eq!(v["verified_files"], 1);
+    let after = cs(&src).cache;
+    assert!(
+        after <= before && after * 100 >= before * 99,
+        "source pages: {before} cached before, {after} after"
+    );
+    assert_eq!(cs(&dst).cache, 0, "nothing of the copy cached");
+    assert!(same(&src, &dst));
+}

@@ -334,12 +334,12 @@ const DROP_BLOCK: u64 = 128 << 10;
 /// else's and stay; the others are dropped behind the copy. It covers the whole file, holes
 /// included: readahead past a data extent fills the hole after it with zero pages (a sparse
 /// image's first 4 MiB extent left 4 MiB of its hole cached).
-struct PrecachedBlocks(Vec<bool>);
+pub(super) struct PrecachedBlocks(Vec<bool>);
 
 impl PrecachedBlocks {
     /// Only when something of the file was cached before: one cachestat per block of the
     /// data extents, one per hole (per block only where a hole has pages).
-    fn snapshot(job: &Job<'_>) -> PrecachedBlocks {
+    pub(super) fn snapshot(job: &Job<'_>) -> PrecachedBlocks {
         let size = sys::fstat(job.src)
             .map_or(0, |s| s.size)
             .max(job.extents.last().map_or(0, |e| e.0 + e.1));
@@ -380,7 +380,7 @@ impl PrecachedBlocks {
     /// times, with growing pauses (at most ~85 ms in all), while the kernel still shows pages
     /// and the passes still make progress (pages DONTNEED can never drop — shmem, pages
     /// mapped by another process — end it after two short pauses).
-    fn drop_all(&self, src: BorrowedFd<'_>) {
+    pub(super) fn drop_all(&self, src: BorrowedFd<'_>) {
         let len = self.0.len() as u64 * DROP_BLOCK;
         let mut before = u64::MAX;
         for (pass, pause_ms) in [0, 1, 4, 16, 64].into_iter().enumerate() {

@@ -52,9 +52,9 @@ pub use filter::{Filters, RuleKind, Side};
 pub use options::{CopyOptions, Dereference, Existing, Strategy, MAX_CHUNK, MAX_DEPTH};
 pub use options::{DEFAULT_CHUNK, DEFAULT_DEPTH, DEFAULT_DIRECT_MIN, DEFAULT_THREADS, MAX_THREADS};
 pub use plan::plan_targets;
-pub use report::{Action, Changes, CopyItem, CopyReport, EntryKind, Residue};
+pub use report::{Action, AutoChoice, Changes, CopyItem, CopyReport, EntryKind, Residue};
 
-use crate::error::Error;
+use crate::error::{Error, Op};
 use crate::sys;
 use crate::verb::{self, Observer};
 use commit::Temps;
@@ -167,11 +167,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     });
     for (name, e) in temps.finish_delayed() {
         let path = std::path::PathBuf::from(name);
-        ctx.fail(crate::error::FileError::io(
-            &path,
-            crate::error::Op::Rename,
-            &e,
-        ));
+        ctx.fail(crate::error::FileError::io(&path, Op::Rename, &e));
     }
     fin.flush();
     let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
@@ -201,6 +197,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         })
         .into_iter()
         .collect();
+    let auto_choices = workers.choices();
     let mut outcome = ctx.tally.finish(extra);
     outcome.elapsed_s = elapsed;
     let c = &ctx.counts;
@@ -232,6 +229,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
         verify_mismatches,
         dry_run: options.dry_run,
         auto_rate,
+        auto_choices,
         outcome,
     })
 }

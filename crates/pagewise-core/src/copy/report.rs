@@ -225,6 +225,10 @@ pub struct CopyReport {
     /// What `--bwlimit auto` did (None without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub auto_rate: Option<super::AutoRate>,
+    /// What `auto` measured on large files to choose between RWF_DONTCACHE and O_DIRECT (one
+    /// entry per pair of devices; empty when nothing was measured).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub auto_choices: Vec<AutoChoice>,
     /// Entries not copied because the options leave their kind out ([`Action::Ignored`]).
     pub ignored: u64,
     /// Sizes of every regular file (each name of a hard-linked one) and symlink the copy
@@ -255,6 +259,27 @@ pub struct CopyReport {
     /// interrupted (then files not finished were removed; finished files are complete).
     #[serde(flatten)]
     pub outcome: Outcome,
+}
+
+/// What `auto` measured on the first large file between two devices, and chose for the rest
+/// of it and for later large files between them.
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AutoChoice {
+    /// The source's device, `major:minor` (as in /proc/self/mountinfo).
+    pub source_device: String,
+    /// The destination's device, `major:minor`.
+    pub dest_device: String,
+    /// Bytes copied each way to measure.
+    pub measured_bytes: u64,
+    /// RWF_DONTCACHE's rate over its windows, write-back included.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
+    pub dontcache_bytes_per_s: f64,
+    /// O_DIRECT's rate over its windows.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
+    pub direct_bytes_per_s: f64,
+    /// The strategy chosen (`direct` or `dontcache`).
+    pub chosen: Strategy,
 }
 
 #[cfg(test)]

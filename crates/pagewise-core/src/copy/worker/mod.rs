@@ -9,6 +9,7 @@
 //! pass after ENOSPC.
 
 mod open;
+mod probe;
 
 pub(super) use open::{Extents, Open};
 
@@ -23,6 +24,7 @@ use crate::dio::uncached;
 use crate::error::{FileError, Op};
 use crate::sys::{self, AlignedBuf};
 use open::open_pair;
+use probe::Probe;
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -74,6 +76,8 @@ pub(super) struct Workers<'a> {
     no_space: Mutex<Vec<FileTask>>,
     /// The one-at-a-time pass: ENOSPC is final now.
     final_pass: AtomicBool,
+    /// `auto`'s measured choices for large files, per (source, destination) device.
+    choices: probe::Choices,
 }
 
 impl<'a> Workers<'a> {
@@ -87,6 +91,7 @@ impl<'a> Workers<'a> {
             refused: Mutex::new(HashSet::new()),
             no_space: Mutex::new(Vec::new()),
             final_pass: AtomicBool::new(false),
+            choices: probe::Choices::default(),
         }
     }
 
@@ -339,8 +344,10 @@ impl<'a> Workers<'a> {
 
     /// Strategies to try for one file, best first. `auto` prefers RWF_DONTCACHE (measured
     /// fastest here: 4 GiB in 3.8 s against 6.1 s for O_DIRECT, at 2.1 s of CPU against 0.25 s),
-    /// then O_DIRECT for large files (where the filesystem lacks DONTCACHE), then drop-behind.
-    fn chain(&self, dev: u64, size: u64) -> Vec<Strategy> {
+    /// then O_DIRECT for large files (where the filesystem lacks DONTCACHE), then drop-behind;
+    /// for files of [`probe::PROBE_MIN`] and more, the way measured between the devices first
+    /// (see `probe`). `devs`: the source's and the destination's devices.
+    fn chain(&self, devs: (u64, u64), size: u64) -> Vec<Strategy> {
         let mut v: Vec<Strategy> = match self.ctx.opts.strategy {
             Strategy::Auto if size >= self.ctx.opts.direct_min => {
                 vec![Strategy::Dontcache, Strategy::Direct, Strategy::DropBehind]
@@ -349,21 +356,48 @@ impl<'a> Workers<'a> {
             Strategy::Direct => vec![Strategy::Direct, Strategy::Dontcache, Strategy::DropBehind],
             s => vec![s],
         };
+        let measured = match self.ctx.opts.strategy {
+            Strategy::Auto => self.choices.chosen(devs, size),
+            _ => None,
+        };
+        if let Some(first) = measured {
+            v.sort_by_key(|s| *s != first);
+        }
         let refused = self.refused.lock().unwrap();
-        v.retain(|s| !refused.contains(&(dev, *s)) || *s == Strategy::DropBehind);
+        v.retain(|s| !refused.contains(&(devs.1, *s)) || *s == Strategy::DropBehind);
         v
     }
 
-    /// Moves the data with the first strategy of the chain that the filesystems accept.
+    /// What `auto` measured in this run (see `probe`), in the order measured.
+    pub(in crate::copy) fn choices(&self) -> Vec<crate::copy::AutoChoice> {
+        self.choices.all()
+    }
+
+    /// Remembers that the destination's file system (`dev`) refused `strat`, and says so.
+    fn refuse(&self, dev: u64, strat: Strategy, u: Unsupported, dst: &Path) {
+        let Unsupported::Refused(op, e) = u;
+        self.refused.lock().unwrap().insert((dev, strat));
+        self.ctx.tally.notice(format!(
+            "{} refused on {} ({op}: {e}): falling back for its file system",
+            strat.name(),
+            crate::names::escape(dst.as_os_str().as_encoded_bytes())
+        ));
+    }
+
+    /// Moves the data with the first strategy of the chain that the filesystems accept
+    /// (large files with `auto`: the way measured, see `probe`).
     fn copy_data(&self, o: &Open, hashes: Option<&ChunkHashes>) -> Option<Strategy> {
         let size = o.st.size;
-        let dev = sys::fstat(o.df.as_fd()).map(|s| s.dev).unwrap_or(0);
+        let devs = (
+            o.st.dev,
+            sys::fstat(o.df.as_fd()).map(|s| s.dev).unwrap_or(0),
+        );
         // O_DIRECT twins are opened through /proc/self/fd: the very files opened and
         // checked, never a name someone could have replaced meanwhile.
         let src = sys::fd_path(o.sf.as_fd());
         let tmp = sys::fd_path(o.df.as_fd());
         let todo = resume::clip(&o.extents, o.kept);
-        let prefix = self.resumed(o, hashes)?;
+        let mut prefix = self.resumed(o, hashes)?;
         let checkpoint = matches!(o.temp, Temp::Named(_)).then(|| {
             resume::Checkpointer::new(o.df.as_fd(), &o.st, &todo, self.ctx.opts.chunk, o.kept)
         });
@@ -372,62 +406,80 @@ impl<'a> Workers<'a> {
                 c.finished(off);
             }
         };
-        for strat in self.chain(dev, size) {
-            let job = Job {
-                src: o.sf.as_fd(),
-                dst: o.df.as_fd(),
-                extents: &todo,
-                chunk: self.ctx.opts.chunk,
-                // The one-at-a-time pass after ENOSPC writes in order: what fits is then a
-                // prefix, which --partial keeps and a later run resumes (pieces in flight
-                // out of order left a hole at the start and nothing to keep, 1 run in 4).
-                depth: if size >= 2 * self.ctx.opts.chunk as u64
-                    && !self.final_pass.load(Ordering::Relaxed)
-                {
-                    self.ctx.opts.depth
-                } else {
-                    1
-                },
-                observer: self.ctx.observer,
-                tally: &self.ctx.tally,
-                hasher: hashes,
-                src_cached_before: o.src_cached,
-                pace: self.ctx.bandwidth.as_ref(),
-                checkpoint: checkpoint
-                    .is_some()
-                    .then_some(&finished as &(dyn Fn(u64) + Sync)),
-            };
+        let job = |extents| Job {
+            src: o.sf.as_fd(),
+            dst: o.df.as_fd(),
+            extents,
+            chunk: self.ctx.opts.chunk,
+            // The one-at-a-time pass after ENOSPC writes in order: what fits is then a
+            // prefix, which --partial keeps and a later run resumes (pieces in flight
+            // out of order left a hole at the start and nothing to keep, 1 run in 4).
+            depth: if size >= 2 * self.ctx.opts.chunk as u64
+                && !self.final_pass.load(Ordering::Relaxed)
+            {
+                self.ctx.opts.depth
+            } else {
+                1
+            },
+            observer: self.ctx.observer,
+            tally: &self.ctx.tally,
+            hasher: hashes,
+            src_cached_before: o.src_cached,
+            pace: self.ctx.bandwidth.as_ref(),
+            checkpoint: checkpoint
+                .is_some()
+                .then_some(&finished as &(dyn Fn(u64) + Sync)),
+        };
+        if let Some(h) = hashes {
+            let mut parts = h.parts.lock().unwrap();
+            parts.clear();
+            parts.extend_from_slice(&prefix);
+        }
+        // What is left to copy after `auto`'s measure, and what is on disk before the
+        // chain's attempts (a refused strategy's leftovers are cut back to it).
+        let probed = match self.ctx.opts.strategy {
+            Strategy::Auto => {
+                let chain = self.chain(devs, size);
+                let move_data = |j: &Job<'_>, s| self.move_data(j, s, &src, &tmp);
+                self.choices
+                    .measure(&job(&todo), devs, size, &chain, move_data)
+            }
+            _ => Probe::Skip,
+        };
+        let upto = match probed {
+            Probe::Skip => None,
+            Probe::Chose { upto } => Some(upto),
+            Probe::Refused { upto, way, why } => {
+                self.refuse(devs.1, way, why, &o.dst);
+                Some(upto)
+            }
+            Probe::Ended(m) => return self.ended(o, m, checkpoint.as_ref()),
+        };
+        let (rest, kept) = match upto {
+            None => (todo.clone(), o.kept),
+            Some(upto) => {
+                if let Some(h) = hashes {
+                    let mut parts = h.parts.lock().unwrap();
+                    parts.retain(|p| p.0 < upto);
+                    prefix = parts.clone();
+                }
+                (resume::clip(&todo, upto), upto)
+            }
+        };
+        for strat in self.chain(devs, size) {
             if let Some(h) = hashes {
                 let mut parts = h.parts.lock().unwrap();
                 parts.clear();
                 parts.extend_from_slice(&prefix);
             }
-            match self.move_data(&job, strat, &src, &tmp) {
+            match self.move_data(&job(&rest), strat, &src, &tmp) {
                 Moved::Done => return Some(strat),
-                Moved::Fallback(Unsupported::Refused(op, e)) => {
-                    self.refused.lock().unwrap().insert((dev, strat));
-                    self.ctx.tally.notice(format!(
-                        "{} refused on {} ({op}: {e}): falling back for its file system",
-                        strat.name(),
-                        crate::names::escape(o.dst.as_os_str().as_encoded_bytes())
-                    ));
-                    // What an earlier run kept stays; the next strategy writes the rest.
-                    let _ = o.df.set_len(o.kept);
+                Moved::Fallback(u) => {
+                    self.refuse(devs.1, strat, u, &o.dst);
+                    // What was kept stays; the next strategy writes the rest.
+                    let _ = o.df.set_len(kept);
                 }
-                Moved::Failed(f) => {
-                    // Out of space beside other files: tried again alone (see `failed`), its
-                    // temporary given back meanwhile; out of space alone, it is final and
-                    // --partial keeps what was written, as after any other failure.
-                    let on_dest_full = f.on_dest && f.err.raw_os_error() == Some(libc::ENOSPC);
-                    if !on_dest_full || self.final_pass.load(Ordering::Relaxed) {
-                        self.keep_partial(o, checkpoint.as_ref());
-                    }
-                    return self.failed(o, f);
-                }
-                Moved::Interrupted => {
-                    self.keep_partial(o, checkpoint.as_ref());
-                    return None;
-                }
+                m => return self.ended(o, m, checkpoint.as_ref()),
             }
         }
         self.ctx.fail_none(FileError::other(
@@ -435,6 +487,31 @@ impl<'a> Workers<'a> {
             Op::Copy,
             "no strategy could write this file",
         ))
+    }
+
+    /// A file whose copy failed or was stopped (`m`).
+    fn ended(
+        &self,
+        o: &Open,
+        m: Moved,
+        checkpoint: Option<&resume::Checkpointer<'_>>,
+    ) -> Option<Strategy> {
+        match m {
+            Moved::Failed(f) => {
+                // Out of space beside other files: tried again alone (see `failed`), its
+                // temporary given back meanwhile; out of space alone, it is final and
+                // --partial keeps what was written, as after any other failure.
+                let on_dest_full = f.on_dest && f.err.raw_os_error() == Some(libc::ENOSPC);
+                if !on_dest_full || self.final_pass.load(Ordering::Relaxed) {
+                    self.keep_partial(o, checkpoint);
+                }
+                self.failed(o, f)
+            }
+            _ => {
+                self.keep_partial(o, checkpoint);
+                None
+            }
+        }
     }
 
     /// A file resumed from an earlier run's temporary: its kept bytes count as done in the
