@@ -63,6 +63,11 @@ pub(super) struct Job<'a> {
     /// Told the offset of each chunk written: records how far the data is on disk, for a
     /// later run to resume (named temporaries; see the `resume` module).
     pub checkpoint: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// The strategy drops the source's pages it brought in when it is done (RWF_DONTCACHE's
+    /// last pass). False for a part of a file whose caller drops them after all its parts
+    /// (`auto`'s measured windows: each window's own pass waited for readahead into the
+    /// next, up to 85 ms a window).
+    pub drop_source_after: bool,
 }
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
@@ -313,7 +318,9 @@ impl Steps for DontcacheSteps<'_> {
 /// source stayed (folios another reader was waiting on are left), so once the copy is done the
 /// source blocks that were not cached before are dropped with DONTNEED as drop-behind does.
 pub(super) fn copy_dontcache(job: &Job<'_>) -> Moved {
-    let precached = PrecachedBlocks::snapshot(job);
+    let precached = job
+        .drop_source_after
+        .then(|| PrecachedBlocks::snapshot(job));
     no_readahead_behind(job);
     let outcome = chunk_loop(
         job,
@@ -322,7 +329,9 @@ pub(super) fn copy_dontcache(job: &Job<'_>) -> Moved {
             dst: job.dst,
         },
     );
-    precached.drop_all(job.src);
+    if let Some(p) = precached {
+        p.drop_all(job.src);
+    }
     outcome
 }
 

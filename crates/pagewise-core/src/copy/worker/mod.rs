@@ -429,6 +429,7 @@ impl<'a> Workers<'a> {
             checkpoint: checkpoint
                 .is_some()
                 .then_some(&finished as &(dyn Fn(u64) + Sync)),
+            drop_source_after: true,
         };
         if let Some(h) = hashes {
             let mut parts = h.parts.lock().unwrap();

@@ -19,14 +19,14 @@ use std::time::Instant;
 /// Files from this size are measured (the windows are half of the smallest).
 pub(super) const PROBE_MIN: u64 = 1 << 30;
 /// Bytes per measured window.
-const WINDOW: u64 = 128 << 20;
+const WINDOW: u64 = 64 << 20;
 /// Windows measured, alternately RWF_DONTCACHE and O_DIRECT.
 const WINDOWS: u64 = 4;
 /// O_DIRECT is chosen only when it is this much faster: RWF_DONTCACHE keeps pages others had
 /// cached in the cache and needs no alignment, so it stays the default on a tie, and on the
-/// virtio disk here (where it is the faster, 2 GiB in 1.4-2.5 s against 2.4-3.0 s) windows
-/// measured O_DIRECT 0.8-1.1x RWF_DONTCACHE's rate; on the RAM-backed ext4 (where O_DIRECT
-/// is the faster, 0.52-0.55 s against 0.92-1.6 s) 1.3-1.4x.
+/// virtio disk here (where it is the faster, 2 GiB in 1.4-2.7 s against 2.4-3.1 s) windows
+/// measured O_DIRECT at 0.8-1.0x RWF_DONTCACHE's rate; on the RAM-backed ext4 (where O_DIRECT
+/// is the faster, 0.50-0.57 s against 0.92-1.6 s) at 1.4-1.9x.
 const MARGIN: f64 = 1.25;
 
 /// How the measuring of one file ended.
@@ -101,10 +101,12 @@ impl Choices {
         if !measurable || self.chosen(devs, size).is_some() {
             return Probe::Skip;
         }
-        // Which source blocks were cached before, taken once: a RWF_DONTCACHE window's own
-        // drop would take what an earlier window's readahead left for someone else's, and
-        // readahead past a window into an O_DIRECT one is dropped by nobody else (the rest
-        // may go by O_DIRECT): under a loaded test run 8 MiB of a cold source stayed.
+        // Which source blocks were cached before, taken once, and the others dropped once
+        // after the windows: a RWF_DONTCACHE window's own drop would take what an earlier
+        // window's readahead left for someone else's, readahead past a window into an
+        // O_DIRECT one is dropped by nobody else (the rest may go by O_DIRECT: under a loaded
+        // test run 8 MiB of a cold source stayed), and each window's drop waited for the
+        // readahead into the next.
         let precached = PrecachedBlocks::snapshot(job);
         let probe = self.windows(job, devs, move_data);
         precached.drop_all(job.src);
@@ -126,6 +128,7 @@ impl Choices {
             let window = [(from, WINDOW)];
             let part = Job {
                 extents: &window,
+                drop_source_after: false,
                 ..*job
             };
             let way = (k % 2) as usize;
