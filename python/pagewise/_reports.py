@@ -530,6 +530,13 @@ class CopyReport(Report):
         "What an adaptive bandwidth limit did (devices, baseline_ms, min_rate, max_rate, "
         "decreases); None without one.",
     )
+    auto_choices = _Field(
+        "auto_choices",
+        lambda v: [dict(c) for c in v or []],
+        "What the default strategy measured on files of 1 GiB or more, per pair of devices "
+        "(source_device, dest_device, measured_bytes, dontcache_bytes_per_s, "
+        "direct_bytes_per_s, chosen); empty when nothing was measured.",
+    )
     items = _views(
         CopyItem,
         "items",

@@ -37,10 +37,13 @@ pub fn code(item: &CopyItem, time_kept: bool) -> Option<String> {
     }
     let c = &item.changes;
     let t = if time_kept { 't' } else { 'T' };
+    // Without -t a file sent gets the time it is written at: rsync shows T whatever the
+    // times were (generator.c, itemize()).
+    let time = c.time || (!time_kept && first == '>');
     for (on, letter) in [
         (c.content, 'c'),
         (c.size, 's'),
-        (c.time, t),
+        (time, t),
         (c.perms, 'p'),
         (c.owner, 'o'),
         (c.group, 'g'),
@@ -183,8 +186,8 @@ pub fn line(
             _ => None,
         },
         _ if names.linked_from_alt(item) && v.names < 2 => None,
-        // -v names a directory whose attributes change, not a file's.
-        Action::Metadata if !v.itemize && item.kind != Some(EntryKind::Dir) => None,
+        // -v names a directory whose attributes change, not a file's (-vv does).
+        Action::Metadata if !v.itemize && item.kind != Some(EntryKind::Dir) && v.names < 2 => None,
         _ if !v.itemize => Some(format!("{name}{}\n", names.link(item))),
         _ => {
             let code = code(item, time_kept)?;

@@ -22,6 +22,9 @@ fn scene(root: &Path) {
     write_file(&src.join("sub/deep/big"), 300_000);
     fs::hard_link(src.join("a"), src.join("h")).unwrap();
     std::os::unix::fs::symlink("a", src.join("l")).unwrap();
+    std::os::unix::fs::symlink("sub", src.join("dl")).unwrap();
+    fs::write(src.join("x.sh"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(src.join("x.sh"), fs::Permissions::from_mode(0o755)).unwrap();
     std::os::unix::fs::symlink("../../etc/passwd", src.join("unsafe")).unwrap();
     mkfifo(&src.join("fifo"));
     let f = fs::File::create(src.join("sparse")).unwrap();
@@ -44,6 +47,8 @@ fn scene(root: &Path) {
     fs::write(dst.join("sub/b"), "old\n").unwrap();
     fs::write(dst.join("extra"), "gone\n").unwrap();
     fs::write(dst.join("a~"), "keep\n").unwrap();
+    fs::write(dst.join("x.sh"), "old\n").unwrap();
+    fs::set_permissions(dst.join("x.sh"), fs::Permissions::from_mode(0o604)).unwrap();
     fs::write(dst.join("olddir/x/y"), "y\n").unwrap();
     // The roots' times set, not left to the clock (both tools compare whole seconds).
     for d in [&src, &dst] {
@@ -173,6 +178,9 @@ const FLAG_SETS: &[&str] = &[
     "-ai --copy-unsafe-links",
     "-ai --force",
     "-aiJ",
+    "-dlti",
+    "-rlkti",
+    "-rEi",
 ];
 
 #[test]

@@ -116,6 +116,14 @@ pub struct CopyOptions {
     pub temp_place: TempPlace,
     /// Leave symlinks' times as made (rsync -J). Default: false.
     pub omit_link_times: bool,
+    /// rsync -E: without `preserve.perms`, a regular file written over an existing one keeps
+    /// that one's permission bits but its executability follows the source's (all x bits off
+    /// when the source has none; x where r is when the source has some and the old file had
+    /// none). Default: false.
+    pub executability: bool,
+    /// rsync -k: a symlink to a directory in the source is copied as the directory it
+    /// points to (its contents entered); other symlinks as `links` says. Default: false.
+    pub copy_dirlinks: bool,
     /// A directory where a file, symlink or special file goes is removed even when it is not
     /// empty (rsync --force, implied by --delete); without, only an empty one. Default: false.
     pub force: bool,
@@ -160,6 +168,20 @@ pub struct CopyOptions {
     /// The I/O priority of the copy's threads (ionice): `Idle` yields the disk to every
     /// other process. Default: None (inherited). The calling thread's own is restored after.
     pub io_priority: Option<crate::sys::IoPriority>,
+}
+
+impl CopyOptions {
+    /// The permission bits of a file written over (or kept as) one of mode `old`, from a
+    /// source of mode `src`, without `preserve.perms`: `old`'s, with rsync -E's
+    /// executability (rsync's dest_mode()).
+    pub(crate) fn mode_over(&self, old: u32, src: u32) -> u32 {
+        let old = old & 0o7777;
+        match (self.executability, src & 0o111 != 0, old & 0o111 != 0) {
+            (false, _, _) | (true, true, true) => old,
+            (true, false, _) => old & !0o111,
+            (true, true, false) => old | (old & 0o444) >> 2,
+        }
+    }
 }
 
 /// How a file's data moves, and what that does to the page cache.
@@ -361,6 +383,8 @@ impl Default for CopyOptions {
             implied_dirs: true,
             inplace: InPlace::No,
             omit_link_times: false,
+            executability: false,
+            copy_dirlinks: false,
             delay_updates: false,
             temp_place: TempPlace::Beside,
             force: false,
@@ -489,6 +513,21 @@ mod tests {
             dest: "b".into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn executability_follows_rsync_s_dest_mode() {
+        let e = CopyOptions {
+            executability: true,
+            ..valid()
+        };
+        // rsync's executability test: 0700 over a 0600 source loses x; 0604 over 0601
+        // gains x where r is.
+        assert_eq!(e.mode_over(0o100700, 0o100600), 0o600);
+        assert_eq!(e.mode_over(0o100604, 0o100601), 0o705);
+        assert_eq!(e.mode_over(0o100750, 0o100700), 0o750);
+        assert_eq!(e.mode_over(0o104755, 0o100644), 0o4644);
+        assert_eq!(valid().mode_over(0o100700, 0o100600), 0o700);
     }
 
     fn what(o: CopyOptions) -> &'static str {

@@ -160,13 +160,14 @@ impl<'a> Ctx<'a> {
     pub fn changes(&self, src: &sys::Stat, dst: &sys::Stat) -> Changes {
         let keep = self.opts.preserve;
         let same = |a, b| self.opts.same_mtime(a, b);
-        Changes::of(
-            &self.source_meta(src),
-            dst,
-            keep,
-            keep.owner && self.is_root,
-            same,
-        )
+        let src = &self.source_meta(src);
+        let mut c = Changes::of(src, dst, keep, keep.owner && self.is_root, same);
+        // -E without -p: a file's executability is the source's.
+        c.perms |= !keep.perms
+            && src.is_file()
+            && dst.is_file()
+            && self.opts.mode_over(dst.mode, src.mode) != dst.mode & 0o7777;
+        c
     }
 
     /// [`Ctx::changes`] of a directory: its time counts only when directories' times are

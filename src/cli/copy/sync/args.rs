@@ -30,6 +30,10 @@ pub struct SyncArgs {
     pub recursive: bool,
     #[arg(long = "no-recursive", visible_alias = "no-r", hide = true)]
     pub no_recursive: bool,
+    /// Transfer directories without recursing: a directory is made empty, a SRC/ gets its
+    /// entries (one level)
+    #[arg(short = 'd', long)]
+    pub dirs: bool,
     /// Use relative path names: SRC/./PATH goes to DEST/PATH
     #[arg(short = 'R', long)]
     pub relative: bool,
@@ -44,6 +48,9 @@ pub struct SyncArgs {
     /// Transform symlinks into the files and directories they point to
     #[arg(short = 'L', long)]
     pub copy_links: bool,
+    /// Transform a symlink to a directory into the directory it points to
+    #[arg(short = 'k', long)]
+    pub copy_dirlinks: bool,
     /// Ignore symlinks that point outside the copied tree
     #[arg(long)]
     pub safe_links: bool,
@@ -214,6 +221,9 @@ pub struct SyncArgs {
     /// Omit symlinks from --times
     #[arg(short = 'J', long)]
     pub omit_link_times: bool,
+    /// Preserve executability (without -p: an updated file's x bits follow the source's)
+    #[arg(short = 'E', long)]
+    pub executability: bool,
     /// Compress file data: taken for rsync compatibility (a local copy has no wire to
     /// compress)
     #[arg(short = 'z', long, hide = true)]

@@ -170,8 +170,9 @@ fn paths(a: &SyncArgs) -> Result<(PathBuf, Vec<PathBuf>, bool, bool), CliError> 
             )));
         }
     }
-    // A directory without -r (and not listed in --files-from) is skipped, as rsync says.
-    if !recursive && !files_from {
+    // A directory without -r or -d (and not listed in --files-from) is skipped, as rsync
+    // says.
+    if !recursive && !files_from && !a.dirs {
         sources.retain(|s| {
             let dir = std::fs::metadata(s).is_ok_and(|m| m.is_dir());
             if dir && !a.quiet {
@@ -524,6 +525,8 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         layout,
         implied_dirs: !a.no_implied_dirs,
         omit_link_times: a.omit_link_times,
+        executability: a.executability,
+        copy_dirlinks: a.copy_dirlinks,
         delay_updates: a.delay_updates,
         force: a.force || delete != DeleteWhen::None,
         inplace: if a.append_verify {

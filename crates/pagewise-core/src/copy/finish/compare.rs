@@ -151,9 +151,18 @@ fn refresh_meta(ctx: &Ctx<'_>, src: &Path, dst: &Path) -> Result<Changes, FileEr
     let list = |fd: BorrowedFd<'_>, acls| comparable_xattrs(fd, acls).ok();
     changes.xattr = keep.xattrs && list(sf.as_fd(), false) != list(df.as_fd(), false);
     changes.acl = keep.acls && list(sf.as_fd(), true) != list(df.as_fd(), true);
+    // -E without -p: the executability follows the source's.
+    let mode = (!keep.perms && st.is_file()).then(|| ctx.opts.mode_over(dt.mode, st.mode));
+    let mode = mode.filter(|m| *m != dt.mode & 0o7777);
+    changes.perms |= mode.is_some();
     if !changes.is_empty() && !ctx.opts.dry_run {
-        apply_meta(ctx, &sf, &fs::File::from(df), &st, false)
-            .map_err(|(op, e)| FileError::io(dst, op, &e))?;
+        let df = fs::File::from(df);
+        apply_meta(ctx, &sf, &df, &st, false).map_err(|(op, e)| FileError::io(dst, op, &e))?;
+        if let Some(m) = mode {
+            use std::os::unix::fs::PermissionsExt;
+            df.set_permissions(fs::Permissions::from_mode(m))
+                .map_err(|e| FileError::io(dst, Op::Fchmod, &e))?;
+        }
     }
     Ok(changes)
 }
@@ -161,7 +170,7 @@ fn refresh_meta(ctx: &Ctx<'_>, src: &Path, dst: &Path) -> Result<Changes, FileEr
 /// An existing destination file whose content is left: its metadata refreshed under
 /// `preserve` (counted and itemized as `metadata`), else counted as skipped.
 pub(in crate::copy) fn keep_file(ctx: &Ctx<'_>, src: &Path, dst: &Path, kind: EntryKind) {
-    if !ctx.opts.preserve.any() {
+    if !ctx.opts.preserve.any() && !ctx.opts.executability {
         return ctx.skipped(dst, kind);
     }
     match refresh_meta(ctx, src, dst) {

@@ -207,6 +207,17 @@ fn plan_entries(
                 continue;
             }
         };
+        // -k: a symlink to a directory is that directory.
+        let st = match st.is_symlink() && p.ctx.opts.copy_dirlinks {
+            true => match sys::fstatat(Some(src_fd), &n, true) {
+                Ok(t) if t.is_dir() => {
+                    followed = true;
+                    t
+                }
+                _ => st,
+            },
+            false => st,
+        };
         // --copy-unsafe-links: an unsafe symlink is replaced by what it points to.
         let st = match (st.is_symlink(), p.ctx.opts.links) {
             (true, crate::copy::choices::Links::FollowUnsafe) => {

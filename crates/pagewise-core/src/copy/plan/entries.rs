@@ -468,9 +468,15 @@ fn left_as_is(p: &Planner<'_>, e: &Entry) -> bool {
     }
     let appending = matches!(opts.inplace, InPlace::Append | InPlace::AppendVerify);
     let longer = e.dst_st.is_some_and(|d| d.is_file() && d.size >= e.st.size);
-    let newer = e
-        .dst_st
-        .is_some_and(|d| d.is_file() && d.mtime > e.st.mtime);
+    // rsync -u compares whole seconds: a destination is newer when the source's second is
+    // more than --modify-window before its (rsync's generator.c); cp -u to the nanosecond.
+    let newer = e.dst_st.is_some_and(|d| {
+        d.is_file()
+            && match opts.layout {
+                crate::copy::choices::Layout::Cp => d.mtime > e.st.mtime,
+                _ => e.st.mtime.0 - d.mtime.0 < opts.modify_window,
+            }
+    });
     if (appending && longer) || (opts.skip_newer && newer) {
         p.ctx.skipped(&e.dst, EntryKind::File);
         return true;

@@ -77,7 +77,7 @@ pub(super) fn open_pair(
     // applies to new files.
     let create_mode = match (ctx.opts.preserve.perms, before) {
         (true, _) => 0o600,
-        (false, Some(b)) if b.is_file() => b.mode & 0o7777,
+        (false, Some(b)) if b.is_file() => ctx.opts.mode_over(b.mode, st.mode),
         (false, _) => ctx.source_meta(&st).mode & 0o777,
     };
     let dir = match parents.parent(&ctx.dest, &dst) {
