@@ -37,9 +37,11 @@ pub fn code(item: &CopyItem, time_kept: bool) -> Option<String> {
     }
     let c = &item.changes;
     let t = if time_kept { 't' } else { 'T' };
-    // Without -t a file sent gets the time it is written at: rsync shows T whatever the
-    // times were (generator.c, itemize()).
-    let time = c.time || (!time_kept && first == '>');
+    // Without -t an entry sent or remade gets the time it is made at: rsync shows T whatever
+    // the times were (generator.c, itemize(): ITEM_TRANSFER or ITEM_LOCAL_CHANGE, not a
+    // hard link matched).
+    let remade = first == '>' || (first == 'c' && kind != 'd');
+    let time = c.time || (!time_kept && remade);
     for (on, letter) in [
         (c.content, 'c'),
         (c.size, 's'),
@@ -91,6 +93,9 @@ pub fn escaped(bytes: &[u8], eight_bit: bool) -> String {
 pub struct Names {
     root: PathBuf,
     eight_bit: bool,
+    /// One file copied to another name: that name, shown as the source's (as rsync's file
+    /// list names it).
+    renamed: Option<(PathBuf, std::ffi::OsString)>,
 }
 
 impl Names {
@@ -99,6 +104,15 @@ impl Names {
         Names {
             root: root.to_path_buf(),
             eight_bit,
+            renamed: None,
+        }
+    }
+
+    /// One file copied to `dst`, a name of its own: shown under the source's `name`.
+    pub fn renamed(self, dst: &Path, name: &std::ffi::OsStr) -> Names {
+        Names {
+            renamed: Some((dst.to_path_buf(), name.to_os_string())),
+            ..self
         }
     }
 
@@ -109,7 +123,10 @@ impl Names {
 
     /// rsync's `%n`: the path below the root (`.` for the root), `/` after a directory.
     pub fn name(&self, path: &Path, kind: Option<EntryKind>) -> String {
-        let rel = path.strip_prefix(&self.root).unwrap_or(path);
+        let rel = match &self.renamed {
+            Some((dst, name)) if dst == path => Path::new(name),
+            _ => path.strip_prefix(&self.root).unwrap_or(path),
+        };
         let mut s = match rel.as_os_str().is_empty() {
             true => ".".to_string(),
             false => escaped(rel.as_os_str().as_bytes(), self.eight_bit),

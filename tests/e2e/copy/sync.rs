@@ -181,6 +181,7 @@ const FLAG_SETS: &[&str] = &[
     "-dlti",
     "-rlkti",
     "-rEi",
+    "-aSi",
 ];
 
 #[test]
@@ -491,11 +492,11 @@ fn letters_keep_rsync_s_meanings_and_unknown_flags_are_refused_by_name() {
     );
     let out = run(sync()
         .current_dir(t.path())
-        .args(["-a", "--fuzzy", "s/", "d5"]));
+        .args(["-a", "--prune-empty-dirs", "s/", "d5"]));
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
-        err.contains("--fuzzy is rsync's") && !err.contains("tip:"),
+        err.contains("--prune-empty-dirs is rsync's") && !err.contains("tip:"),
         "{err}"
     );
     let out = run(bin()

@@ -232,3 +232,65 @@ fn temp_dir_partial_dir_and_delay_updates_as_rsync_s() {
     assert_eq!(fs::read_to_string(d.join("dst/sub/a")).unwrap(), "changed");
     assert!(!d.join("dst/.~tmp~").exists() && !d.join("dst/sub/.~tmp~").exists());
 }
+
+/// rsync -S: runs of zeros written in a file (not holes in the source) become holes in the
+/// copy, as rsync's do — by every strategy that writes in chunks, and over an existing file
+/// with --inplace; without -S the copy is as allocated as its source. Allocation is what
+/// the file system reports (st_blocks), the content is compared byte for byte.
+#[test]
+fn sparse_turns_written_zeros_into_holes() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let mut data = vec![0u8; 8 << 20];
+    for (i, b) in data[..(1 << 20)].iter_mut().enumerate() {
+        *b = (i % 251) as u8 + 1;
+    }
+    data[(7 << 20) + 5..].fill(7);
+    fs::write(src.join("image"), &data).unwrap();
+    let allocated = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+    assert!(
+        allocated(&src.join("image")) >= 8 << 20,
+        "the source is not sparse"
+    );
+    for (i, extra) in [&[][..], &["--cache", "direct"], &["--cache", "drop-behind"]]
+        .iter()
+        .enumerate()
+    {
+        let dst = t.path().join(format!("s{i}"));
+        let o = run(sync()
+            .args(["-aS"])
+            .args(*extra)
+            .arg(format!("{}/", src.display()))
+            .arg(&dst));
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {}", stderr(&o));
+        let a = allocated(&dst.join("image"));
+        assert!(
+            a <= 2 << 20,
+            "{extra:?}: {a} bytes allocated of 8 MiB, 6 MiB zeros"
+        );
+        assert_eq!(fs::read(dst.join("image")).unwrap(), data, "{extra:?}");
+    }
+    let plain = t.path().join("plain");
+    let o = run(sync()
+        .arg("-a")
+        .arg(format!("{}/", src.display()))
+        .arg(&plain));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        allocated(&plain.join("image")) >= 8 << 20,
+        "without -S zeros are written"
+    );
+    // --inplace -S over that fully allocated copy (-I: the same second, the same size): its
+    // zero runs are punched.
+    let mut changed = data.clone();
+    changed[0] = 0xfe;
+    fs::write(src.join("image"), &changed).unwrap();
+    let o = run(sync()
+        .args(["-aSI", "--inplace"])
+        .arg(format!("{}/", src.display()))
+        .arg(&plain));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(allocated(&plain.join("image")) <= 2 << 20);
+    assert_eq!(fs::read(plain.join("image")).unwrap(), changed);
+}

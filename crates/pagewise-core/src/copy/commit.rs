@@ -96,6 +96,9 @@ pub(super) struct Temps {
     /// [`TempPlace::Sub`]: the destination directories that have the subdirectory (by
     /// device and inode, with a descriptor), to remove it at the end when empty.
     subs: Mutex<HashMap<(u64, u64), Arc<OwnedFd>>>,
+    /// rsync's layout: a FIFO or socket standing where a file goes is replaced, as rsync
+    /// replaces it (cp's refuses; a device node is refused by both, see [`replaceable`]).
+    specials: bool,
 }
 
 /// A complete file waiting for --delay-updates' renames: its temporary (directory, name)
@@ -108,15 +111,17 @@ struct Delayed {
 }
 
 impl Temps {
-    pub(super) fn new(umask: u32, delay: bool, place: TempPlace) -> Temps {
+    /// The temporaries of a copy with `opts`, made under `umask`.
+    pub(super) fn new(umask: u32, opts: &super::CopyOptions) -> Temps {
         Temps {
-            delayed: delay.then(Default::default),
+            delayed: opts.delay_updates.then(Default::default),
             seq: AtomicU64::new(0),
             umask,
             no_tmpfile: AtomicBool::new(false),
-            place,
+            place: opts.temp_place.clone(),
             place_dir: OnceLock::new(),
             subs: Mutex::default(),
+            specials: opts.layout != super::Layout::Cp,
         }
     }
 
@@ -304,7 +309,7 @@ impl Temps {
             .map(|d| std::mem::take(&mut *d.lock().unwrap()));
         for w in waiting.unwrap_or_default() {
             let (tdir, dir) = (w.tmp_dir.as_fd(), w.dir.as_fd());
-            let r = replaceable(dir, &w.name)
+            let r = replaceable(dir, &w.name, self.specials)
                 .and_then(|_| sys::rename_across(tdir, &w.tmp, dir, &w.name));
             if let Err(e) = r {
                 let _ = sys::unlink_at(tdir, &w.tmp, false);
@@ -328,7 +333,7 @@ impl Temps {
         match temp {
             Temp::InPlace => Ok(()),
             Temp::Named(tmp) => {
-                replaceable(dir, name).map_err(|e| (Op::Rename, e))?;
+                replaceable(dir, name, self.specials).map_err(|e| (Op::Rename, e))?;
                 if let Some(mode) = tmp.mode {
                     sys::fchmod(fd, mode).map_err(|e| (Op::Fchmod, e))?;
                 }
@@ -357,7 +362,7 @@ impl Temps {
                 Ok(()) => Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
                     // Replacing an existing file atomically needs a rename.
-                    replaceable(dir, name).map_err(|e| (Op::Rename, e))?;
+                    replaceable(dir, name, self.specials).map_err(|e| (Op::Rename, e))?;
                     let tmp = self.temp_name(dst);
                     sys::link_fd_at(fd, dir, &tmp).map_err(|e| (Op::Linkat, e))?;
                     sys::rename_at(dir, &tmp, name).map_err(|e| {
@@ -372,13 +377,23 @@ impl Temps {
 }
 
 /// Whether the copy may take the place of what stands at `name` in `dir`: a regular file or
-/// a symlink (replaced, as `cp --remove-destination` would) or nothing. A FIFO, socket or
-/// device node is refused — renaming over /dev/null would replace the device with a file.
-fn replaceable(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+/// a symlink (replaced, as `cp --remove-destination` would) or nothing, and with `specials`
+/// (rsync's layout) a FIFO or socket too. A device node is refused — renaming over
+/// /dev/null would replace the device with a file.
+fn replaceable(dir: BorrowedFd<'_>, name: &OsStr, specials: bool) -> io::Result<()> {
     let Ok(c) = CString::new(name.as_bytes()) else {
         return Ok(());
     };
     match sys::fstatat(Some(dir), &c, false) {
+        Ok(m)
+            if specials
+                && matches!(
+                    sys::NodeKind::of_mode(m.mode),
+                    Some(sys::NodeKind::Fifo | sys::NodeKind::Socket)
+                ) =>
+        {
+            Ok(())
+        }
         Ok(m) if !(m.is_file() || m.is_symlink() || m.is_dir()) => Err(io::Error::other(format!(
             "the destination is a {}, not replaced by a copy",
             m.kind()

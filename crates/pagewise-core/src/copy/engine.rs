@@ -68,6 +68,9 @@ pub(super) struct Job<'a> {
     /// (`auto`'s measured windows: each window's own pass waited for readahead into the
     /// next, up to 85 ms a window).
     pub drop_source_after: bool,
+    /// rsync -S: whole blocks of zeros written are punched into holes (see
+    /// [`CopyOptions::sparse_zeros`](super::CopyOptions::sparse_zeros)).
+    pub punch_zeros: bool,
 }
 
 /// Per-chunk hashes of a file, combined in offset order, so parallel chunks hash deterministically.
@@ -229,6 +232,9 @@ fn chunk_loop(job: &Job<'_>, steps: &impl Steps) -> Moved {
             h.add(off, &buf[..n]);
         }
         steps.write(buf, off, len, n).map_err(|e| failed(e, true))?;
+        if job.punch_zeros {
+            super::zeros::punch(job.dst, &buf[..n], off);
+        }
         first.store(false, Ordering::Relaxed);
         Ok(())
     })

@@ -45,6 +45,7 @@ mod resume;
 mod state;
 mod tasks;
 mod worker;
+mod zeros;
 
 pub use backoff::AutoRate;
 pub use choices::{AltDest, AltKind, Backup, InPlace, Layout, Links, Preserve, TempPlace};
@@ -136,7 +137,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
             ctx.tally.notice(n);
         }
     }
-    let temps = Temps::new(umask, options.delay_updates, options.temp_place.clone());
+    let temps = Temps::new(umask, options);
     let workers = Workers::new(&ctx, &temps);
     let fin = Finish::new(&ctx, &temps);
     if !options.no_target_directory && options.layout == Layout::Cp {
@@ -171,7 +172,7 @@ pub fn copy(options: &CopyOptions, observer: &dyn Observer) -> Result<CopyReport
     }
     fin.flush();
     let hardlinks = finish::link_hard(&ctx, &planned.deferred_links);
-    finish::finish_dirs(&ctx, &planned.dirs, umask);
+    finish::finish_dirs(&ctx, &planned.dirs);
     if options.fsync && !options.dry_run {
         finish::fsync_parents(&targets);
     }

@@ -66,6 +66,11 @@ pub struct CopyOptions {
     pub chown: (Option<u32>, Option<u32>),
     /// fallocate the destination before writing (not for sparse files). Default: true.
     pub preallocate: bool,
+    /// rsync -S: whole 4 KiB blocks of zeros in a file's data become holes in the copy, as
+    /// the source's holes do (punched right after their chunk is written: no extra read).
+    /// Files of the small-file batches and the `buffered` strategy are written as read.
+    /// Default: false.
+    pub sparse_zeros: bool,
     /// fsync each file before it is linked (or renamed) into place, and each directory at the
     /// end. Default: false.
     pub fsync: bool,
@@ -384,6 +389,7 @@ impl Default for CopyOptions {
             inplace: InPlace::No,
             omit_link_times: false,
             executability: false,
+            sparse_zeros: false,
             copy_dirlinks: false,
             delay_updates: false,
             temp_place: TempPlace::Beside,

@@ -187,6 +187,15 @@ pub fn device_dio_align(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
     Some((b, b))
 }
 
+/// `fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, len)` —
+/// <https://man7.org/linux/man-pages/man2/fallocate.2.html>, through rustix: the range's
+/// blocks are freed (it reads as zeros), the size stays. EOPNOTSUPP where the file system
+/// has no holes.
+pub fn punch_hole(fd: BorrowedFd<'_>, off: u64, len: u64) -> io::Result<()> {
+    let flags = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+    Ok(rustix::fs::fallocate(fd, flags, off, len)?)
+}
+
 /// `int fallocate(int fd, int mode, off_t offset, off_t len)` with mode 0 —
 /// <https://man7.org/linux/man-pages/man2/fallocate.2.html>, through rustix. EOPNOTSUPP on
 /// filesystems without it.

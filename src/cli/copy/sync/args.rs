@@ -112,7 +112,7 @@ pub struct SyncArgs {
     /// Receiver attempts super-user activities (taken as root always does)
     #[arg(long)]
     pub super_: bool,
-    /// Keep holes in sparse files (always done: holes are never written)
+    /// Turn runs of zeros into holes (the source's holes are kept always)
     #[arg(short = 'S', long)]
     pub sparse: bool,
     /// Copy files whole (always: there is no delta transfer between local paths)
@@ -224,6 +224,14 @@ pub struct SyncArgs {
     /// Preserve executability (without -p: an updated file's x bits follow the source's)
     #[arg(short = 'E', long)]
     pub executability: bool,
+    /// The block size of rsync's delta transfer: taken for rsync compatibility (a local copy
+    /// sends whole files)
+    #[arg(short = 'B', long, hide = true, value_name = "SIZE")]
+    pub block_size: Option<String>,
+    /// Find a similar file as the basis of a missing one: taken for rsync compatibility (a
+    /// local copy sends whole files, as rsync's does by default; no basis is read)
+    #[arg(short = 'y', long, hide = true, action = ArgAction::Count)]
+    pub fuzzy: u8,
     /// Compress file data: taken for rsync compatibility (a local copy has no wire to
     /// compress)
     #[arg(short = 'z', long, hide = true)]

@@ -499,6 +499,10 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
     let (chown, chmod, f) = owners_modes_filters(a, &backup, delete)?;
     let (v, out_format) = verbosity(a)?;
     let (make_dest, dest_dir) = dest_plan(a, &dest, &sources, relative);
+    // One file to a name of its own (not into a directory).
+    let renamed = (dest_dir != dest && sources.len() == 1 && !relative)
+        .then(|| sources[0].file_name().map(|n| n.to_os_string()))
+        .flatten();
     let (temp_place, partial) = temp_place(a, &dest_dir)?;
     let layout = if relative {
         Layout::RsyncRelative
@@ -526,6 +530,7 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         implied_dirs: !a.no_implied_dirs,
         omit_link_times: a.omit_link_times,
         executability: a.executability,
+        sparse_zeros: a.sparse && !a.no_sparse,
         copy_dirlinks: a.copy_dirlinks,
         delay_updates: a.delay_updates,
         force: a.force || delete != DeleteWhen::None,
@@ -570,7 +575,10 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         opts,
         delete,
         make_dest,
-        names: Names::new(&dest_dir, a.eight_bit_output),
+        names: match &renamed {
+            Some(name) => Names::new(&dest_dir, a.eight_bit_output).renamed(&dest, name),
+            None => Names::new(&dest_dir, a.eight_bit_output),
+        },
         verbosity: v,
         human: if a.no_human_readable {
             0

@@ -339,7 +339,7 @@ fn alt_linked(ctx: &Ctx<'_>, first: &std::path::Path, other: &std::path::Path) -
 
 /// Sets the directories' modes (and with --preserve owner and times), deepest first, and
 /// fsyncs them if asked. Without --preserve the mode is the source's less `umask`.
-pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
+pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask]) {
     let opts = ctx.opts;
     let keep = opts.preserve;
     for d in dirs {
@@ -364,13 +364,11 @@ pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
             continue;
         }
         let meta = ctx.source_meta(&d.meta);
-        // Without -p a directory that existed keeps its mode (as rsync's do); a new one gets
-        // the source's less the umask.
-        let mode = match (keep.perms, d.before) {
-            (true, _) => Some(meta.mode & 0o7777),
-            (false, None) => Some(meta.mode & 0o777 & !umask),
-            (false, Some(_)) => None,
-        };
+        // Without -p a directory that existed keeps its mode (as rsync's do); a new one was
+        // made with the source's (see plan::dir::make_dir) plus u=rwx: what the source's
+        // lacks of those is taken back, the rest of what mkdir gave (umask or default ACL,
+        // inherited set-group-ID) stays.
+        let added = 0o700 & !meta.mode;
         // Reached without following symlinks: a directory swapped for a link since it
         // was made is refused, not chmod'ed through.
         let f = match ctx.dest.dir(&d.dst) {
@@ -381,6 +379,13 @@ pub(super) fn finish_dirs(ctx: &Ctx<'_>, dirs: &[DirTask], umask: u32) {
             }
         };
         let _ = meta::chown(ctx, f.as_fd(), &meta);
+        let mode = match (keep.perms, d.before) {
+            (true, _) => Some(meta.mode & 0o7777),
+            (false, None) if added != 0 => {
+                sys::fstat(f.as_fd()).ok().map(|s| s.mode & 0o7777 & !added)
+            }
+            (false, _) => None,
+        };
         if let Some(mode) = mode {
             if let Err(e) = f.set_permissions(fs::Permissions::from_mode(mode)) {
                 ctx.fail(FileError::io(&d.dst, Op::Chmod, &e));
@@ -499,7 +504,15 @@ pub(in crate::copy) fn backup(
     }
     match sys::link_at(dir, name, tdir.as_fd(), tname) {
         Ok(()) => Ok(()),
-        Err(_) => sys::rename_across(dir, name, tdir.as_fd(), tname),
+        Err(_) => match sys::rename_across(dir, name, tdir.as_fd(), tname) {
+            // The backup directory on another file system: a copy there (rsync's
+            // copy_file, symlink and mknod fallbacks); the original stays until it is
+            // replaced or deleted.
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                copy_across(ctx, dir, name, tdir.as_fd(), tname)
+            }
+            r => r,
+        },
     }?;
     ctx.item_with(
         dst,
@@ -510,6 +523,52 @@ pub(in crate::copy) fn backup(
         Some(&target),
     );
     Ok(())
+}
+
+/// A backup of `name` in `dir` made as a copy at `tname` in `tdir` (another file system):
+/// a regular file's data (through the cache, which the copy's data never is: backups
+/// across file systems are rare), mode, owner (as root) and times; a symlink's text; a
+/// special file's node. The copy is made under its name with O_EXCL|O_NOFOLLOW (the caller
+/// removed what stood there) and removed again when it fails half-way. A directory cannot
+/// be copied this way: EXDEV, as before.
+fn copy_across(
+    ctx: &Ctx<'_>,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    tdir: std::os::fd::BorrowedFd<'_>,
+    tname: &std::ffi::OsStr,
+) -> std::io::Result<()> {
+    let cname = std::ffi::CString::new(name.as_encoded_bytes())?;
+    let st = sys::fstatat(Some(dir), &cname, false)?;
+    if st.is_symlink() {
+        return sys::symlink_at(&sys::read_link_at(dir, name)?, tdir, tname);
+    }
+    if let Some(kind) = sys::NodeKind::of_mode(st.mode) {
+        return sys::mknod_at(tdir, tname, kind, st.mode, st.rdev);
+    }
+    if !st.is_file() {
+        return Err(std::io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    let flags = sys::OpenFlags {
+        nofollow: true,
+        noatime: true,
+        ..Default::default()
+    };
+    let mut from = fs::File::from(sys::openat(Some(dir), &cname, flags)?);
+    let mut to = fs::File::from(sys::create_at(tdir, tname, 0o600)?);
+    let copied = std::io::copy(&mut from, &mut to).and_then(|_| {
+        let uid = ctx.is_root.then_some(st.uid);
+        let _ = sys::fchown(to.as_fd(), uid, Some(st.gid));
+        to.set_permissions(fs::Permissions::from_mode(st.mode & 0o7777))?;
+        let times = fs::FileTimes::new()
+            .set_accessed(epoch_time(st.atime))
+            .set_modified(epoch_time(st.mtime));
+        to.set_times(times)
+    });
+    if copied.is_err() {
+        let _ = sys::unlink_at(tdir, tname, false);
+    }
+    copied
 }
 
 /// A directory where a file, symlink or special file is to go: removed when empty, or with

@@ -342,7 +342,7 @@ fn tidy_existing(
             delete_backing_up(p, &path, &e.rel);
             continue;
         }
-        if backed_up {
+        if backed_up && backs_up_deleted(p.ctx, name.as_bytes()) {
             if let Err(err) = crate::copy::finish::backup(p.ctx, dir, sys::name_os(name), &path) {
                 p.ctx.fail(FileError::io(&path, Op::Backup, &err));
                 continue;
@@ -390,6 +390,17 @@ fn tidy_existing(
     }
 }
 
+/// Whether a file `name` deleted under --backup is backed up first: not when its backup
+/// would go beside it and it already ends with the suffix (it is a backup itself: rsync's
+/// delete.c is_backup_file unlinks it, where a second suffix would pile `~~` on `~`).
+fn backs_up_deleted(ctx: &crate::copy::state::Ctx<'_>, name: &[u8]) -> bool {
+    let Some(b) = &ctx.opts.backup else {
+        return false;
+    };
+    let suffix = b.suffix.as_bytes();
+    b.dir.is_some() || suffix.is_empty() || name.len() <= suffix.len() || !name.ends_with(suffix)
+}
+
 /// --delete with --backup of the destination directory `path`: every file below it backed up
 /// and removed, deepest first, then each directory that is empty removed ("cannot delete
 /// non-empty directory" for the others, as rsync says).
@@ -427,7 +438,7 @@ fn delete_backing_up(p: &Planner<'_>, path: &std::path::Path, base: &[u8]) {
             continue;
         }
         let r = ctx.dest.parent(&at).and_then(|(dir, name)| {
-            if !is_dir {
+            if !is_dir && backs_up_deleted(ctx, name.as_bytes()) {
                 crate::copy::finish::backup(ctx, dir.as_fd(), name, &at)?;
             }
             sys::unlink_at(dir.as_fd(), name, is_dir)
@@ -522,9 +533,17 @@ fn make_dir(p: &mut Planner<'_>, e: &Entry) -> Option<(Option<OwnedFd>, bool)> {
         return Some((existed.then(|| dest.dir(&e.dst).ok()).flatten(), existed));
     }
     if !existed {
+        // With -p made private, its mode set at the end; without, made with the source's
+        // mode (the umask or the parent's default ACL applied by mkdir, the parent's
+        // set-group-ID bit inherited, as rsync makes it) plus u=rwx while it is filled,
+        // taken back at the end when the source's lacks them.
+        let mode = match p.ctx.opts.preserve.perms {
+            true => 0o700,
+            false => p.ctx.source_meta(&e.st).mode & 0o777 | 0o700,
+        };
         let made = dest
             .parent(&e.dst)
-            .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, 0o700));
+            .and_then(|(dir, name)| sys::mkdir_at(dir.as_fd(), name, mode));
         match made {
             Ok(()) => made_dir(p, e),
             // Made meanwhile by another copy: entered below if it is a directory.

@@ -81,9 +81,14 @@ fn special(p: &mut Planner<'_>, e: &Entry) {
     if matches!(alt, Alt::Done) {
         return;
     }
+    // What differs from the node it replaces: its device numbers, and what is kept.
     let changes = Changes {
         content: e.dst_st.is_some_and(|d| d.rdev != rdev),
-        ..Changes::default()
+        ..e.dst_st
+            .as_ref()
+            .filter(|d| d.mode & libc::S_IFMT == e.st.mode & libc::S_IFMT)
+            .map(|d| p.ctx.changes(&e.st, d))
+            .unwrap_or_default()
     };
     place(
         p,

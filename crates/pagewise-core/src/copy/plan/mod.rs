@@ -323,7 +323,10 @@ fn implied_dirs(
             depth: 0,
             rel: Vec::new(),
             contents: false,
-            followed: false,
+            // A symlink on the way to a directory is that directory (stat followed it above):
+            // rsync sends an implied directory as what it resolves to
+            // (`-aR src/link/sub/file` with `link -> real` makes `src/link/` a directory).
+            followed: true,
             also: Vec::new(),
         };
         dir::dir(p, DirJob { entry, up: None });

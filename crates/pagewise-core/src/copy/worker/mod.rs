@@ -430,6 +430,7 @@ impl<'a> Workers<'a> {
                 .is_some()
                 .then_some(&finished as &(dyn Fn(u64) + Sync)),
             drop_source_after: true,
+            punch_zeros: self.ctx.opts.sparse_zeros,
         };
         if let Some(h) = hashes {
             let mut parts = h.parts.lock().unwrap();
