@@ -182,6 +182,7 @@ const FLAG_SETS: &[&str] = &[
     "-rlkti",
     "-rEi",
     "-aSi",
+    "-ai --no-super",
 ];
 
 #[test]

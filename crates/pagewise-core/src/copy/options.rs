@@ -71,6 +71,9 @@ pub struct CopyOptions {
     /// Files of the small-file batches and the `buffered` strategy are written as read.
     /// Default: false.
     pub sparse_zeros: bool,
+    /// rsync --super / --no-super: whether the receiver does what only root may (keep
+    /// owners; a failure to is then an error). None: when running as root. Default: None.
+    pub super_user: Option<bool>,
     /// fsync each file before it is linked (or renamed) into place, and each directory at the
     /// end. Default: false.
     pub fsync: bool,
@@ -390,6 +393,7 @@ impl Default for CopyOptions {
             omit_link_times: false,
             executability: false,
             sparse_zeros: false,
+            super_user: None,
             copy_dirlinks: false,
             delay_updates: false,
             temp_place: TempPlace::Beside,

@@ -66,7 +66,7 @@ impl<'a> Ctx<'a> {
             opts,
             observer,
             tally: Tally::new(),
-            is_root: sys::euid() == 0,
+            is_root: opts.super_user.unwrap_or(sys::euid() == 0),
             dest,
             bandwidth: match opts.bwlimit_auto {
                 true => Some(Bandwidth::new(u64::MAX)),

@@ -224,6 +224,11 @@ pub struct SyncArgs {
     /// Preserve executability (without -p: an updated file's x bits follow the source's)
     #[arg(short = 'E', long)]
     pub executability: bool,
+    /// Do what only root may (keep owners), failures reported; --no-super: not even as root
+    #[arg(long = "super", overrides_with = "no_super")]
+    pub super_user: bool,
+    #[arg(long = "no-super", hide = true)]
+    pub no_super: bool,
     /// The block size of rsync's delta transfer: taken for rsync compatibility (a local copy
     /// sends whole files)
     #[arg(short = 'B', long, hide = true, value_name = "SIZE")]

@@ -531,6 +531,11 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         omit_link_times: a.omit_link_times,
         executability: a.executability,
         sparse_zeros: a.sparse && !a.no_sparse,
+        super_user: match (a.super_user, a.no_super) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        },
         copy_dirlinks: a.copy_dirlinks,
         delay_updates: a.delay_updates,
         force: a.force || delete != DeleteWhen::None,
