@@ -183,6 +183,8 @@ const FLAG_SETS: &[&str] = &[
     "-rEi",
     "-aSi",
     "-ai --no-super",
+    "-aim --delete --include=*/ --include=b --exclude=*",
+    "-aim",
 ];
 
 #[test]
@@ -493,11 +495,11 @@ fn letters_keep_rsync_s_meanings_and_unknown_flags_are_refused_by_name() {
     );
     let out = run(sync()
         .current_dir(t.path())
-        .args(["-a", "--prune-empty-dirs", "s/", "d5"]));
+        .args(["-a", "--fake-super", "s/", "d5"]));
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(
-        err.contains("--prune-empty-dirs is rsync's") && !err.contains("tip:"),
+        err.contains("--fake-super is rsync's") && !err.contains("tip:"),
         "{err}"
     );
     let out = run(bin()

@@ -294,3 +294,32 @@ fn sparse_turns_written_zeros_into_holes() {
     assert!(allocated(&plain.join("image")) <= 2 << 20);
     assert_eq!(fs::read(plain.join("image")).unwrap(), changed);
 }
+
+/// rsync -m: chains of directories that would end up empty (empty in the source, or emptied
+/// by the filter rules) are not made; a populated chain is; a chain deeper than the look
+/// goes (300 levels) ends without a crash and is kept, as without -m.
+#[test]
+fn prune_empty_dirs_leaves_out_empty_chains_and_survives_deep_ones() {
+    let t = tmp();
+    let src = t.path().join("src");
+    for d in ["empty/e1/e2", "full/d1/d2", "logs/sub"] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    fs::write(src.join("full/d1/d2/file"), "data").unwrap();
+    fs::write(src.join("logs/sub/a.log"), "log").unwrap();
+    let mut deep = src.join("deep");
+    for _ in 0..300 {
+        deep.push("d");
+    }
+    fs::create_dir_all(&deep).unwrap();
+    let dst = t.path().join("dst");
+    let o = run(sync()
+        .args(["-am", "--exclude=*.log"])
+        .arg(format!("{}/", src.display()))
+        .arg(&dst));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(dst.join("full/d1/d2/file").is_file());
+    assert!(!dst.join("empty").exists(), "an empty chain is pruned");
+    assert!(!dst.join("logs").exists(), "a chain emptied by the filters is pruned");
+    assert!(dst.join("deep/d/d").is_dir(), "beyond the look, kept");
+}

@@ -74,6 +74,10 @@ pub struct CopyOptions {
     /// rsync --super / --no-super: whether the receiver does what only root may (keep
     /// owners; a failure to is then an error). None: when running as root. Default: None.
     pub super_user: Option<bool>,
+    /// rsync -m: directories that would hold no file, symlink or special file at any depth
+    /// (after the filter rules and the kinds kept) are left out: not made, and gone for
+    /// --delete. Default: false.
+    pub prune_empty_dirs: bool,
     /// fsync each file before it is linked (or renamed) into place, and each directory at the
     /// end. Default: false.
     pub fsync: bool,
@@ -394,6 +398,7 @@ impl Default for CopyOptions {
             executability: false,
             sparse_zeros: false,
             super_user: None,
+            prune_empty_dirs: false,
             copy_dirlinks: false,
             delay_updates: false,
             temp_place: TempPlace::Beside,

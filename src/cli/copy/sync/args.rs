@@ -30,6 +30,10 @@ pub struct SyncArgs {
     pub recursive: bool,
     #[arg(long = "no-recursive", visible_alias = "no-r", hide = true)]
     pub no_recursive: bool,
+    /// Prune empty directory chains: a directory left with nothing to hold (after the
+    /// filters) is not made
+    #[arg(short = 'm', long)]
+    pub prune_empty_dirs: bool,
     /// Transfer directories without recursing: a directory is made empty, a SRC/ gets its
     /// entries (one level)
     #[arg(short = 'd', long)]

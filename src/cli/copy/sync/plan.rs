@@ -531,6 +531,7 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         omit_link_times: a.omit_link_times,
         executability: a.executability,
         sparse_zeros: a.sparse && !a.no_sparse,
+        prune_empty_dirs: a.prune_empty_dirs,
         super_user: match (a.super_user, a.no_super) {
             (true, _) => Some(true),
             (_, true) => Some(false),

@@ -72,7 +72,10 @@ pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
         .collect();
     // A mount point under -x is made but not entered, on either side.
     let names = match e.contents {
-        true => merged_names(p, src_fd.as_fd(), &others, &e, follow),
+        true => {
+            let names = merged_names(p, src_fd.as_fd(), &others, &e, follow);
+            super::listing::prune_empty(p, src_fd.as_fd(), &others, &e, follow, names)
+        }
         false => Vec::new(),
     };
     let there = match (&dst_fd, existed && e.contents) {

@@ -90,6 +90,92 @@ fn excluded(p: &Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, fol
     filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
 }
 
+/// How deep rsync -m's look into a directory goes; below, a directory counts as holding
+/// something (kept, as without -m): a planted chain of 100k empty directories costs no stack.
+const PRUNE_DEPTH: usize = 256;
+
+/// rsync -m (--prune-empty-dirs): `names` of the source directory `fd` (of `e`; `others`:
+/// the sources merged into it) less the directories that hold nothing the copy would make
+/// but directories, at any depth — as rsync prunes them from its file list: not made, and
+/// gone for --delete.
+pub(super) fn prune_empty(
+    p: &Planner<'_>,
+    fd: BorrowedFd<'_>,
+    others: &[(std::path::PathBuf, OwnedFd)],
+    e: &Entry,
+    follow: bool,
+    names: Vec<(CString, usize)>,
+) -> Vec<(CString, usize)> {
+    if !p.ctx.opts.prune_empty_dirs {
+        return names;
+    }
+    let sources: Vec<BorrowedFd<'_>> = std::iter::once(fd)
+        .chain(others.iter().map(|o| o.1.as_fd()))
+        .collect();
+    names
+        .into_iter()
+        .filter(|(n, i)| {
+            let rel = child_rel(&e.rel, n);
+            let is_dir =
+                |s: BorrowedFd<'_>| sys::fstatat(Some(s), n, follow).is_ok_and(|m| m.is_dir());
+            // A directory: kept when it holds something in a source that has it (merged, as
+            // the copy merges them).
+            !is_dir(sources[*i])
+                || sources[*i..]
+                    .iter()
+                    .any(|s| is_dir(*s) && holds_something(p, *s, n, &rel, follow, 0))
+        })
+        .collect()
+}
+
+/// Whether the source directory `name` in `fd` (the filter rules' name `rel`) holds, at any
+/// depth, an entry the copy would make other than a directory: one the rules do not
+/// exclude, of a kind the options keep. What cannot be read counts as something (the copy
+/// then reports it).
+fn holds_something(
+    p: &Planner<'_>,
+    fd: BorrowedFd<'_>,
+    name: &CStr,
+    rel: &[u8],
+    follow: bool,
+    depth: usize,
+) -> bool {
+    let opts = p.ctx.opts;
+    let Ok(dir) = sys::openat(Some(fd), name, source_dir_flags(!follow)) else {
+        return true;
+    };
+    if depth >= PRUNE_DEPTH {
+        return true;
+    }
+    let sub = opts.temp_place.sub();
+    for ent in sys::DirReader::new(dir.as_fd()) {
+        let Ok(d) = ent else {
+            return true;
+        };
+        if sub.is_some_and(|s| sys::name_os(&d.name) == s) {
+            continue;
+        }
+        let Ok(st) = sys::fstatat(Some(dir.as_fd()), &d.name, follow) else {
+            return true;
+        };
+        let rel = child_rel(rel, &d.name);
+        if !opts.filters.is_empty() && opts.filters.excluded(&rel, st.is_dir(), Side::Sender) {
+            continue;
+        }
+        let made = match sys::NodeKind::of_mode(st.mode) {
+            _ if st.is_dir() => holds_something(p, dir.as_fd(), &d.name, &rel, follow, depth + 1),
+            _ if st.is_symlink() => opts.links != crate::copy::choices::Links::Skip,
+            Some(sys::NodeKind::CharDevice | sys::NodeKind::BlockDevice) => opts.devices,
+            Some(_) => opts.specials,
+            None => true,
+        };
+        if made {
+            return true;
+        }
+    }
+    false
+}
+
 /// The filter rules' name of the entry `name` in the directory named `rel`.
 pub(super) fn child_rel(rel: &[u8], name: &CStr) -> Vec<u8> {
     let name = name.to_bytes();
