@@ -132,6 +132,35 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// clap's own asserts run only with debug assertions, which the test profile (`ci`,
+    /// optimized) has not: names given twice in one verb are checked here too (a second
+    /// `--super` passed every test and failed only the release build's debug binary).
+    #[test]
+    fn no_verb_names_an_option_twice() {
+        fn check(cmd: &clap::Command, path: &str) {
+            let mut seen = std::collections::HashSet::new();
+            for a in cmd.get_arguments() {
+                let longs = a
+                    .get_long()
+                    .into_iter()
+                    .chain(a.get_all_aliases().unwrap_or_default());
+                for name in longs
+                    .map(|l| format!("--{l}"))
+                    .chain(a.get_short().map(|s| format!("-{s}")))
+                {
+                    assert!(
+                        seen.insert(name.clone()),
+                        "{path}: {name} names two options"
+                    );
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&Cli::command(), "pagewise");
+    }
+
     #[test]
     fn from_file_reads_nul_lists() {
         let d = tempfile::tempdir().unwrap();

@@ -320,6 +320,9 @@ fn prune_empty_dirs_leaves_out_empty_chains_and_survives_deep_ones() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(dst.join("full/d1/d2/file").is_file());
     assert!(!dst.join("empty").exists(), "an empty chain is pruned");
-    assert!(!dst.join("logs").exists(), "a chain emptied by the filters is pruned");
+    assert!(
+        !dst.join("logs").exists(),
+        "a chain emptied by the filters is pruned"
+    );
     assert!(dst.join("deep/d/d").is_dir(), "beyond the look, kept");
 }

@@ -113,9 +113,6 @@ pub struct SyncArgs {
     /// Omit directories from --times
     #[arg(short = 'O', long)]
     pub omit_dir_times: bool,
-    /// Receiver attempts super-user activities (taken as root always does)
-    #[arg(long)]
-    pub super_: bool,
     /// Turn runs of zeros into holes (the source's holes are kept always)
     #[arg(short = 'S', long)]
     pub sparse: bool,
