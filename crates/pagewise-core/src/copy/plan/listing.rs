@@ -120,10 +120,10 @@ pub(super) fn prune_empty(
                 |s: BorrowedFd<'_>| sys::fstatat(Some(s), n, follow).is_ok_and(|m| m.is_dir());
             // A directory: kept when it holds something in a source that has it (merged, as
             // the copy merges them).
+            let holds = |s: BorrowedFd<'_>| holds_something(p, s, n, &rel, follow, 0);
             !is_dir(sources[*i])
-                || sources[*i..]
-                    .iter()
-                    .any(|s| is_dir(*s) && holds_something(p, *s, n, &rel, follow, 0))
+                || holds(sources[*i])
+                || sources[*i + 1..].iter().any(|s| is_dir(*s) && holds(*s))
         })
         .collect()
 }

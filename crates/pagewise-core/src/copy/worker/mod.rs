@@ -432,15 +432,19 @@ impl<'a> Workers<'a> {
             drop_source_after: true,
             punch_zeros: self.ctx.opts.sparse_zeros,
         };
-        if let Some(h) = hashes {
-            let mut parts = h.parts.lock().unwrap();
-            parts.clear();
-            parts.extend_from_slice(&prefix);
-        }
+        // Each attempt hashes from what is kept (what an earlier run or the measure wrote).
+        let restart_hashes = |prefix: &[(u64, u64)]| {
+            if let Some(h) = hashes {
+                let mut parts = h.parts.lock().unwrap();
+                parts.clear();
+                parts.extend_from_slice(prefix);
+            }
+        };
+        restart_hashes(&prefix);
         // What is left to copy after `auto`'s measure, and what is on disk before the
         // chain's attempts (a refused strategy's leftovers are cut back to it).
         let probed = match self.ctx.opts.strategy {
-            Strategy::Auto => {
+            Strategy::Auto if size >= probe::PROBE_MIN => {
                 let chain = self.chain(devs, size);
                 let move_data = |j: &Job<'_>, s| self.move_data(j, s, &src, &tmp);
                 self.choices
@@ -469,11 +473,7 @@ impl<'a> Workers<'a> {
             }
         };
         for strat in self.chain(devs, size) {
-            if let Some(h) = hashes {
-                let mut parts = h.parts.lock().unwrap();
-                parts.clear();
-                parts.extend_from_slice(&prefix);
-            }
+            restart_hashes(&prefix);
             match self.move_data(&job(&rest), strat, &src, &tmp) {
                 Moved::Done => return Some(strat),
                 Moved::Fallback(u) => {
