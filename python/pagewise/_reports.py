@@ -534,8 +534,8 @@ class CopyReport(Report):
         "auto_choices",
         lambda v: [dict(c) for c in v or []],
         "What the default strategy measured on files of 1 GiB or more, per pair of devices "
-        "(source_device, dest_device, measured_bytes, dontcache_bytes_per_s, "
-        "direct_bytes_per_s, chosen); empty when nothing was measured.",
+        "(source_device, dest_device, measured_bytes, rates_bytes_per_s: a dict from "
+        "strategy name to bytes per second, chosen); empty when nothing was measured.",
     )
     items = _views(
         CopyItem,

@@ -89,8 +89,18 @@ pub fn document() -> Value {
 /// strategy used, keyed by [`Strategy::name`](crate::copy::Strategy::name) (`auto` is never
 /// used: it is resolved before a file is copied).
 pub fn strategy_counts(g: &mut SchemaGenerator) -> Schema {
-    use crate::copy::Strategy;
     let count = g.subschema_for::<u64>();
+    per_strategy(count)
+}
+
+/// Schema of a map from strategy name to a rate in bytes per second.
+pub fn strategy_rates(_: &mut SchemaGenerator) -> Schema {
+    per_strategy(schemars::json_schema!({ "type": "number", "minimum": 0 }))
+}
+
+/// An object with one optional property per strategy name, each of `value`'s schema.
+fn per_strategy(value: Schema) -> Schema {
+    use crate::copy::Strategy;
     let props: Map<String, Value> = [
         Strategy::Dontcache,
         Strategy::Direct,
@@ -98,7 +108,7 @@ pub fn strategy_counts(g: &mut SchemaGenerator) -> Schema {
         Strategy::Buffered,
     ]
     .into_iter()
-    .map(|s| (s.name().to_string(), count.clone().into()))
+    .map(|s| (s.name().to_string(), value.clone().into()))
     .collect();
     schemars::json_schema!({ "type": "object", "properties": props })
 }

@@ -43,9 +43,10 @@ Examples:
 For rsync's command line and meanings (-a = -rlptgoD, SRC/ copies the contents, --link-dest,
 -i codes, --stats): pagewise sync, on the same engine.
 
-Strategies (--cache): auto picks dontcache (RWF_DONTCACHE) where the filesystem has it, else
-direct (O_DIRECT, many I/Os in flight) for files of 1 MiB and more, else drop-behind;
-buffered leaves both files cached, like cp.
+Strategies (--cache): auto picks direct (O_DIRECT, many I/Os in flight) for files of 1 MiB
+and more, and dontcache (RWF_DONTCACHE) for smaller ones, where the filesystem has each, else
+drop-behind; on a file of 1 GiB or more it measures direct and dontcache and takes the faster
+(-v says what it measured); buffered leaves both files cached, like cp.
 
 Exit codes: 0 success, 1 fatal error, 2 some files failed, 130 interrupted (no partial file is
 left under a final name).";
@@ -507,14 +508,15 @@ fn write_summary(w: &mut dyn Write, report: &CopyReport, view: &View) -> std::io
         report.created, report.updated, report.skipped, report.deleted, o.error_count
     )?;
     for c in report.auto_choices.iter().filter(|_| view.verbose) {
+        let rate = |(s, r): (&Strategy, &f64)| format!("{} {}/s", s.name(), bytes(*r as u64));
+        let rates: Vec<_> = c.rates_bytes_per_s.iter().map(rate).collect();
         writeln!(
             w,
-            "auto: {} each way from device {} to {}: dontcache {}/s, direct {}/s; the rest by {}",
+            "auto: {} each way from device {} to {}: {}; the rest by {}",
             bytes(c.measured_bytes),
             c.source_device,
             c.dest_device,
-            bytes(c.dontcache_bytes_per_s as u64),
-            bytes(c.direct_bytes_per_s as u64),
+            rates.join(", "),
             c.chosen.name()
         )?;
     }

@@ -272,13 +272,14 @@ pub struct AutoChoice {
     pub dest_device: String,
     /// Bytes copied each way to measure.
     pub measured_bytes: u64,
-    /// RWF_DONTCACHE's rate over its windows, write-back included.
-    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
-    pub dontcache_bytes_per_s: f64,
-    /// O_DIRECT's rate over its windows.
-    #[cfg_attr(feature = "schema", schemars(range(min = 0)))]
-    pub direct_bytes_per_s: f64,
-    /// The strategy chosen (`direct` or `dontcache`).
+    /// Each way's rate over its windows, write-back included (keys: [`Strategy::name`]; only
+    /// the ways open to the file: without RWF_DONTCACHE, `direct` and `drop-behind`).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(schema_with = "crate::schema::strategy_rates")
+    )]
+    pub rates_bytes_per_s: BTreeMap<Strategy, f64>,
+    /// The strategy chosen for the rest (one of the ways measured).
     pub chosen: Strategy,
 }
 

@@ -26,9 +26,60 @@ pub const MAX_ALIGN: usize = 1 << 30;
 
 /// A heap buffer aligned for O_DIRECT (whose memory alignment [`dio_align`](super::dio_align)
 /// tells). Zero-filled on creation; dereferences to `[u8]`.
+///
+/// A buffer of [`HUGE`] bytes or more is a mapping of its own, aligned to [`HUGE`] and marked
+/// `madvise(MADV_HUGEPAGE)` before its first touch: where transparent huge pages are on (or on
+/// madvise), its memory is then physically contiguous in 2 MiB pieces, and an O_DIRECT request
+/// of one chunk goes to the device whole. In 4 KiB pages each page is a segment of the
+/// request, and a device with few segments per request splits it: this machine's virtio disk
+/// (254 segments) took a 4 MiB O_DIRECT chunk as 527 KiB requests on average (3,980 reads
+/// and as many writes for a 2 GiB copy, against 512 writes of 4 MiB by buffered
+/// write-back), and copied at half the rate of buffered I/O.
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     layout: std::alloc::Layout,
+    /// Mapped on its own (munmap on drop), not from the allocator.
+    mapped: bool,
+}
+
+/// A transparent huge page: buffers from this size are mapped on their own, aligned to it.
+pub const HUGE: usize = 2 << 20;
+
+/// `len` zeroed bytes (at least [`HUGE`]) mapped anonymously at a [`HUGE`] boundary and marked
+/// MADV_HUGEPAGE (advice only: refused where huge pages are off, and then plain pages); None
+/// when the memory cannot be mapped.
+fn map_huge(len: usize) -> Option<std::ptr::NonNull<u8>> {
+    let len = len.checked_next_multiple_of(4096)?;
+    let span = len.checked_add(HUGE)?;
+    // SAFETY: a fresh anonymous private mapping; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    let start = p as usize;
+    let at = start.next_multiple_of(HUGE);
+    // SAFETY: the head before `at` and the tail after `at + len` are parts of the mapping
+    // just made, unmapped before anything refers to them (both page-aligned: mmap returns a
+    // page-aligned address, HUGE and len are multiples of the page).
+    unsafe {
+        if at > start {
+            libc::munmap(p, at - start);
+        }
+        if start + span > at + len {
+            libc::munmap((at + len) as *mut libc::c_void, start + span - at - len);
+        }
+        libc::madvise(at as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+    }
+    std::ptr::NonNull::new(at as *mut u8)
 }
 
 // SAFETY: AlignedBuf owns its allocation exclusively, like a Vec<u8>.
@@ -41,11 +92,28 @@ impl AlignedBuf {
         let layout =
             std::alloc::Layout::from_size_align(len.max(1), align.max(1).next_power_of_two())
                 .expect("valid buffer layout");
-        // SAFETY: layout has a non-zero size.
+        Self::alloc(layout).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+    }
+    /// A zeroed buffer of `layout`: mapped on its own from [`HUGE`] bytes when the alignment
+    /// asked is at most [`HUGE`] (see the type's documentation), else from the allocator.
+    fn alloc(layout: std::alloc::Layout) -> Option<Self> {
+        if layout.size() >= HUGE && layout.align() <= HUGE {
+            // The layout keeps the alignment asked (what `align` reports): the address is a
+            // multiple of it, as HUGE is.
+            let ptr = map_huge(layout.size())?;
+            return Some(AlignedBuf {
+                ptr,
+                layout,
+                mapped: true,
+            });
+        }
+        // SAFETY: layout has a non-zero size (every caller makes it at least 1).
         let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr =
-            std::ptr::NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        AlignedBuf { ptr, layout }
+        Some(AlignedBuf {
+            ptr: std::ptr::NonNull::new(p)?,
+            layout,
+            mapped: false,
+        })
     }
     /// [`new`](Self::new) that returns None instead of aborting when `len` and `align` make no
     /// valid layout (beyond `isize::MAX`) or the memory cannot be had: for callers in other
@@ -53,10 +121,7 @@ impl AlignedBuf {
     pub fn try_new(len: usize, align: usize) -> Option<Self> {
         let align = align.max(1).checked_next_power_of_two()?;
         let layout = std::alloc::Layout::from_size_align(len.max(1), align).ok()?;
-        // SAFETY: layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(p)?;
-        Some(AlignedBuf { ptr, layout })
+        Self::alloc(layout)
     }
     /// A zeroed buffer of `len` bytes (at least 1) aligned to `align`, for sizes and
     /// alignments that come from a caller: never aborts. `align` must be a power of two of
@@ -76,10 +141,7 @@ impl AlignedBuf {
             )
         };
         let layout = std::alloc::Layout::from_size_align(len.max(1), align).map_err(|_| nomem())?;
-        // SAFETY: layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = std::ptr::NonNull::new(p).ok_or_else(nomem)?;
-        Ok(AlignedBuf { ptr, layout })
+        Self::alloc(layout).ok_or_else(nomem)
     }
     /// Length in bytes (at least 1: a zero length is rounded up).
     pub fn len(&self) -> usize {
@@ -121,8 +183,16 @@ impl std::ops::DerefMut for AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in new() with this exact layout.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        let p = self.ptr.as_ptr();
+        match self.mapped {
+            // SAFETY: mapped by map_huge with this length rounded up to the page, and only
+            // this buffer refers to it.
+            true => unsafe {
+                libc::munmap(p.cast(), self.layout.size().next_multiple_of(4096));
+            },
+            // SAFETY: allocated in alloc() with this exact layout.
+            false => unsafe { std::alloc::dealloc(p, self.layout) },
+        }
     }
 }
 
@@ -239,6 +309,29 @@ mod tests {
         );
         assert!(AlignedBuf::try_new(usize::MAX - 100, 4096).is_none());
         assert!(AlignedBuf::try_new(1, usize::MAX).is_none());
+    }
+
+    /// From 2 MiB a buffer is its own mapping at a huge-page boundary (for O_DIRECT requests
+    /// that reach the device whole), zeroed and writable to its last byte, and still reports
+    /// the alignment asked; one over 2 MiB asked to be aligned beyond it comes from the
+    /// allocator, aligned as asked.
+    #[test]
+    fn large_buffers_start_at_a_huge_page() {
+        for (len, align) in [(HUGE, 4096), ((4 << 20) + 5, 512), (HUGE + 4096, HUGE)] {
+            let mut b = AlignedBuf::try_alloc(len, align).unwrap();
+            assert_eq!(
+                (b.as_ptr() as usize % HUGE, b.align(), b.len()),
+                (0, align, len)
+            );
+            assert!(b.iter().all(|&x| x == 0));
+            b[len - 1] = 7;
+            b[0] = 1;
+            assert_eq!((b[0], b[len - 1]), (1, 7));
+        }
+        let b = AlignedBuf::try_alloc(HUGE, 4 << 20).unwrap();
+        assert_eq!((b.as_ptr() as usize % (4 << 20), b.align()), (0, 4 << 20));
+        // A mapping that cannot be had is an error, not an abort.
+        assert!(AlignedBuf::try_alloc(usize::MAX / 2, 4096).is_err());
     }
 
     #[test]

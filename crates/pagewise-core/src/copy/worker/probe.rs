@@ -1,13 +1,17 @@
-//! `auto`'s choice between RWF_DONTCACHE and O_DIRECT for a large file, measured on the file
-//! itself. Neither wins everywhere (2 GiB, cold source, with the final `sync`): on an ext4 on
-//! a RAM-backed loop device O_DIRECT took 0.62 s and RWF_DONTCACHE 1.00 s (a copy through the
-//! cache costs CPU that a fast device leaves in view); on this machine's virtio disk
-//! RWF_DONTCACHE took 1.43 s and O_DIRECT 2.96 s. So the first [`WINDOWS`] windows of the
-//! file's data are copied alternately each way, each timed with its writes on the device
-//! (RWF_DONTCACHE's window waits for its write-back, as O_DIRECT's writes are done when they
-//! return), and the rest goes the faster way. Measured once per pair of devices in a run;
-//! later large files between them go the way measured. Nothing is copied twice: the windows
-//! are the file's own data.
+//! `auto`'s choice between O_DIRECT and RWF_DONTCACHE for a large file, measured on the file
+//! itself. O_DIRECT is the faster on both devices of this machine (2 GiB, cold source, with
+//! the final `sync`: 0.50-0.57 s against 0.92-1.6 s on an ext4 on a RAM-backed loop device;
+//! 1.18-1.31 s against 1.4-2.9 s on the virtio disk), but only since its buffers are huge
+//! pages ([`AlignedBuf`](crate::sys::AlignedBuf)): in 4 KiB pages the virtio disk split each
+//! 4 MiB request into ~527 KiB ones and O_DIRECT took 2.7-3.1 s, behind RWF_DONTCACHE. A
+//! device or file system that serves O_DIRECT badly is not known before. So the file's first
+//! windows are copied by each way in turn, [`ROUNDS`] times, each window timed with its writes
+//! on the device (RWF_DONTCACHE's window waits for its write-back; O_DIRECT's writes are on
+//! the device when they return), and the rest goes the faster way. Measured once per pair of
+//! devices in a run; later large files between them go the way measured. Nothing is copied
+//! twice: the windows are the file's own data. (Drop-behind is not measured: its windows,
+//! each starting with cold readahead and ending with a drained write-back, measured it at
+//! half its rate over a whole file.)
 
 use crate::copy::engine::{Job, Moved, PrecachedBlocks, Unsupported};
 use crate::copy::options::Strategy;
@@ -16,17 +20,18 @@ use crate::sys;
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Files from this size are measured (the windows are half of the smallest).
+/// Files from this size are measured (the windows are under half of the smallest).
 pub(super) const PROBE_MIN: u64 = 1 << 30;
 /// Bytes per measured window.
 const WINDOW: u64 = 64 << 20;
-/// Windows measured, alternately RWF_DONTCACHE and O_DIRECT.
-const WINDOWS: u64 = 4;
-/// O_DIRECT is chosen only when it is this much faster: RWF_DONTCACHE keeps pages others had
-/// cached in the cache and needs no alignment, so it stays the default on a tie, and on the
-/// virtio disk here (where it is the faster, 2 GiB in 1.4-2.7 s against 2.4-3.1 s) windows
-/// measured O_DIRECT at 0.8-1.0x RWF_DONTCACHE's rate; on the RAM-backed ext4 (where O_DIRECT
-/// is the faster, 0.50-0.57 s against 0.92-1.6 s) at 1.4-1.9x.
+/// The ways measured, in the order preferred on a tie: O_DIRECT costs the least CPU (a 4 GiB
+/// copy: 0.25 s against 2.1 s) and never puts the copy's pages in the cache.
+const WAYS: [Strategy; 2] = [Strategy::Direct, Strategy::Dontcache];
+/// Windows measured each way, the ways taking turns.
+const ROUNDS: u64 = 2;
+/// A way other than the preferred one is chosen only when it is this much faster. Windows
+/// measured O_DIRECT at 1.4-1.9x RWF_DONTCACHE's rate on the RAM-backed ext4 and 1.5-1.7x on
+/// the virtio disk (where, in 4 KiB pages, it was 0.8-1.0x).
 const MARGIN: f64 = 1.25;
 
 /// How the measuring of one file ended.
@@ -47,11 +52,19 @@ pub(super) enum Probe {
     Ended(Moved),
 }
 
-/// The way chosen from the rates measured each way.
-fn choose(dontcache: f64, direct: f64) -> Strategy {
-    match direct > dontcache * MARGIN {
-        true => Strategy::Direct,
-        false => Strategy::Dontcache,
+/// The way chosen from the rates measured (in [`WAYS`]' order): the fastest, when it is more
+/// than [`MARGIN`] times as fast as the most preferred; else the most preferred.
+fn choose(rates: &[(Strategy, f64)]) -> Strategy {
+    let (first, base) = rates[0];
+    let best = rates
+        .iter()
+        .copied()
+        .filter(|r| r.1.is_finite())
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .unwrap_or(rates[0]);
+    match best.1 > base * MARGIN {
+        true => best.0,
+        false => first,
     }
 }
 
@@ -81,9 +94,9 @@ impl Choices {
     }
 
     /// Measures the file of `job` (`job.extents`: what is still to copy; `size`: the file's)
-    /// when it is large, its data starts with [`WINDOWS`] whole windows, `chain` (the
-    /// strategies open to it, under `auto`) has both ways, and nothing was measured between
-    /// its devices yet. `move_data` moves a part of the file one way.
+    /// when it is large, `chain` (the strategies open to it, under `auto`) has two of the
+    /// [`WAYS`] or more, its data starts with [`ROUNDS`] whole windows for each, and nothing
+    /// was measured between its devices yet. `move_data` moves a part of the file one way.
     pub(super) fn measure(
         &self,
         job: &Job<'_>,
@@ -92,12 +105,13 @@ impl Choices {
         chain: &[Strategy],
         move_data: impl Fn(&Job<'_>, Strategy) -> Moved,
     ) -> Probe {
+        let ways: Vec<Strategy> = WAYS.into_iter().filter(|w| chain.contains(w)).collect();
+        let windows = ways.len() as u64 * ROUNDS;
         let measurable = size >= PROBE_MIN
+            && ways.len() >= 2
             && job.depth > 1
             && WINDOW.is_multiple_of(job.chunk as u64)
-            && job.extents.first().is_some_and(|e| e.1 >= WINDOWS * WINDOW)
-            && chain.contains(&Strategy::Dontcache)
-            && chain.contains(&Strategy::Direct);
+            && job.extents.first().is_some_and(|e| e.1 >= windows * WINDOW);
         if !measurable || self.chosen(devs, size).is_some() {
             return Probe::Skip;
         }
@@ -108,7 +122,7 @@ impl Choices {
         // test run 8 MiB of a cold source stayed), and each window's drop waited for the
         // readahead into the next.
         let precached = PrecachedBlocks::snapshot(job);
-        let probe = self.windows(job, devs, move_data);
+        let probe = self.windows(job, devs, &ways, move_data);
         precached.drop_all(job.src);
         probe
     }
@@ -118,20 +132,30 @@ impl Choices {
         &self,
         job: &Job<'_>,
         devs: (u64, u64),
+        ways: &[Strategy],
         move_data: impl Fn(&Job<'_>, Strategy) -> Moved,
     ) -> Probe {
         let start = job.extents[0].0;
-        let ways = [Strategy::Dontcache, Strategy::Direct];
-        let mut spent = [0.0f64; 2];
-        for k in 0..WINDOWS {
+        let windows = ways.len() as u64 * ROUNDS;
+        let mut spent = vec![0.0f64; ways.len()];
+        for k in 0..windows {
             let from = start + k * WINDOW;
             let window = [(from, WINDOW)];
+            let way = (k % ways.len() as u64) as usize;
+            // O_DIRECT checks its first chunk for pages the file system cached (see
+            // `copy_direct`) in its first window only: later, an earlier window's readahead
+            // may have cached them.
+            let direct_again = k >= ways.len() as u64 && ways[way] == Strategy::Direct;
             let part = Job {
                 extents: &window,
                 drop_source_after: false,
+                src_cached_before: if direct_again {
+                    None
+                } else {
+                    job.src_cached_before
+                },
                 ..*job
             };
-            let way = (k % 2) as usize;
             let t = Instant::now();
             match move_data(&part, ways[way]) {
                 Moved::Done => {}
@@ -150,20 +174,22 @@ impl Choices {
             }
             spent[way] += t.elapsed().as_secs_f64();
         }
-        let each = WINDOWS / 2 * WINDOW;
-        let rate = |s: f64| each as f64 / s.max(1e-9);
-        let (dontcache, direct) = (rate(spent[0]), rate(spent[1]));
+        let each = ROUNDS * WINDOW;
+        let rates: Vec<(Strategy, f64)> = ways
+            .iter()
+            .zip(&spent)
+            .map(|(w, s)| (*w, each as f64 / s.max(1e-9)))
+            .collect();
         let choice = AutoChoice {
             source_device: device(devs.0),
             dest_device: device(devs.1),
             measured_bytes: each,
-            dontcache_bytes_per_s: dontcache,
-            direct_bytes_per_s: direct,
-            chosen: choose(dontcache, direct),
+            rates_bytes_per_s: rates.iter().copied().collect(),
+            chosen: choose(&rates),
         };
         self.0.lock().unwrap().push((devs, choice));
         Probe::Chose {
-            upto: start + WINDOWS * WINDOW,
+            upto: start + windows * WINDOW,
         }
     }
 }
@@ -173,19 +199,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn direct_only_when_clearly_faster() {
-        assert_eq!(choose(1.0e9, 1.0e9), Strategy::Dontcache);
-        assert_eq!(choose(1.0e9, 1.2e9), Strategy::Dontcache);
-        assert_eq!(choose(1.0e9, 1.3e9), Strategy::Direct);
-        assert_eq!(choose(2.0e9, 1.0e9), Strategy::Dontcache);
+    fn another_way_only_when_clearly_faster() {
+        use Strategy::{Direct, Dontcache, DropBehind};
+        let two = |a, b| choose(&[(Direct, a), (Dontcache, b)]);
+        assert_eq!(two(1.0e9, 1.0e9), Direct);
+        assert_eq!(two(1.0e9, 1.2e9), Direct);
+        assert_eq!(two(1.0e9, 1.3e9), Dontcache);
+        assert_eq!(two(2.0e9, 1.0e9), Direct);
         // A window that took no measurable time does not win by division.
-        assert_eq!(choose(f64::INFINITY, 1.0e9), Strategy::Dontcache);
+        assert_eq!(two(f64::INFINITY, 1.0e9), Direct);
+        assert_eq!(two(1.0e9, f64::INFINITY), Direct);
+        // More ways: the fastest, when clearly faster than the first.
+        let three = |a, b, c| choose(&[(Direct, a), (Dontcache, b), (DropBehind, c)]);
+        assert_eq!(three(1.0e9, 1.1e9, 1.2e9), Direct);
+        assert_eq!(three(1.0e9, 1.3e9, 1.4e9), DropBehind);
+        assert_eq!(three(1.0e9, 1.5e9, 1.4e9), Dontcache);
         assert_eq!(device(libc::makedev(254, 3)), "254:3");
     }
 
     #[test]
     fn windows_fit_in_the_smallest_file_measured() {
-        const { assert!(WINDOWS * WINDOW <= PROBE_MIN / 2) };
-        const { assert!(WINDOWS.is_multiple_of(2), "as many windows each way") };
+        const { assert!(WAYS.len() as u64 * ROUNDS * WINDOW < PROBE_MIN / 2) };
     }
 }
