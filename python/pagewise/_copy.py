@@ -57,8 +57,9 @@ def copy(
         ``dereference`` says otherwise.
     :param no_target_directory: ``dest`` is the copy itself, never a directory to copy into
         (``-T``): running the same call again lands in the same place.
-    :param update: copy only what is missing or differs by size or modification time, a
-        symlink whose text differs (``-u``, rsync's quick check); finishes an interrupted copy.
+    :param update: copy only what is missing or differs by size or modification time, never
+        over a destination file newer than its source (``-u``, cp -u), a symlink whose text
+        differs; finishes an interrupted copy.
     :param no_clobber: never replace an existing destination entry (``--no-clobber``; not
         with ``update`` or ``checksum``).
     :param checksum: copy a file only when its content differs: files of the same size are

@@ -312,6 +312,7 @@ pub fn copy<'py>(
         dereference: args.dereference()?,
         no_target_directory: args.no_target_directory,
         existing: args.existing()?,
+        skip_newer: args.update,
         dry_run: args.dry_run,
         items,
         preallocate: !args.no_preallocate,

@@ -81,8 +81,9 @@ pub struct CopyArgs {
     /// command again lands in the same place (also: SRC/. copies SRC's contents into DEST)
     #[arg(short = 'T', long)]
     pub no_target_directory: bool,
-    /// Copy only what is missing or differs: a file whose size or modification time differs
-    /// (rsync's quick check), a symlink whose text differs; finishes an interrupted copy -a
+    /// Copy only what is missing or differs, never over a newer file (cp -u): a file whose
+    /// size or modification time differs (rsync's quick check) and whose destination is not
+    /// newer than its source, a symlink whose text differs; finishes an interrupted copy -a
     #[arg(short = 'u', long, conflicts_with = "no_clobber")]
     pub update: bool,
     /// Never replace an existing destination file, symlink or special file (cp -n; long
@@ -144,6 +145,9 @@ pub struct CopyArgs {
     /// Never follow symlinks: copy them as symlinks (cp -P; the default)
     #[arg(short = 'P', long, overrides_with_all = ["dereference", "dereference_command_line"])]
     pub no_dereference: bool,
+    /// cp -r/-R: taken; directories are always copied with what they hold
+    #[arg(short = 'r', long, visible_short_alias = 'R')]
+    pub recursive: bool,
     /// Do not fallocate destinations before writing
     #[arg(long)]
     pub no_preallocate: bool,
@@ -226,27 +230,21 @@ impl From<CacheArg> for Strategy {
 /// they were, temporaries of earlier runs removed.
 fn extras(report: &CopyReport) -> String {
     let mut s = String::new();
-    if report.specials > 0 {
-        s += &format!(", {} special files", report.specials);
+    let r = report;
+    if r.specials > 0 {
+        s += &format!(", {} special files", r.specials);
     }
-    if report.metadata_updated > 0 {
-        s += &format!(
-            ", metadata brought over for {} up-to-date files",
-            report.metadata_updated
-        );
+    if r.metadata_updated > 0 {
+        let n = r.metadata_updated;
+        s += &format!(", metadata brought over for {n} up-to-date files");
     }
-    if report.resumed_files > 0 {
-        s += &format!(
-            ", {} resumed from partial copies of earlier runs ({} kept)",
-            report.resumed_files,
-            render::bytes(report.resumed_bytes)
-        );
+    if r.resumed_files > 0 {
+        let (n, kept) = (r.resumed_files, render::bytes(r.resumed_bytes));
+        s += &format!(", {n} resumed from partial copies of earlier runs ({kept} kept)");
     }
-    if report.stale_temporaries_removed > 0 {
-        s += &format!(
-            ", {} stale temporaries of earlier runs removed",
-            report.stale_temporaries_removed
-        );
+    if r.stale_temporaries_removed > 0 {
+        let n = r.stale_temporaries_removed;
+        s += &format!(", {n} stale temporaries of earlier runs removed");
     }
     s
 }
@@ -381,6 +379,7 @@ fn options(a: &CopyArgs) -> Result<CopyOptions, CliError> {
             || a.log_file.is_some()
             || ((a.itemize_changes || a.dry_run) && !a.json),
         existing: Existing::checked_flags(a.checksum, a.update, a.no_clobber)?,
+        skip_newer: a.update,
         preallocate: !a.no_preallocate,
         named_temp: a.named_temp,
         partial: a.partial,

@@ -31,6 +31,14 @@ fn cp_rules_for_destinations() {
         .status
         .success());
     assert!(same(&a, &d.join("a")) && same(&b, &d.join("b")));
+    // cp -r / -R: taken (directories are always copied with what they hold).
+    for flag in ["-r", "-R"] {
+        let to = t.path().join(format!("r{flag}"));
+        assert!(run(bin().args(["copy", flag]).arg(&d).arg(&to))
+            .status
+            .success());
+        assert!(same(&a, &to.join("a")) && same(&b, &to.join("b")));
+    }
     // Overwrite an existing file atomically.
     assert!(run(bin().arg("copy").arg(&b).arg(&a)).status.success());
     assert!(same(&a, &b));
@@ -42,6 +50,67 @@ fn cp_rules_for_destinations() {
     let out = run(bin().arg("copy").arg(&d).arg(d.join("inner")));
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("into itself"));
+}
+
+/// `copy -u` is cp -u: a destination file newer than its source is left even when its size
+/// differs (it was the quick check alone, which replaced it); an older one is replaced, a
+/// missing one made, an equal one left. Compared with GNU cp -u on the same two trees.
+#[test]
+fn update_never_replaces_a_newer_file_as_cp_u_does() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let touch = |p: &Path, when: &str| {
+        let ok = Command::new("touch")
+            .args(["-m", "-d", when])
+            .arg(p)
+            .status();
+        assert!(ok.unwrap().success());
+    };
+    for (name, size) in [("older", 10), ("newer", 20), ("same", 30), ("missing", 40)] {
+        write_file(&src.join(name), size);
+        touch(&src.join(name), "2024-01-02 03:04:05");
+    }
+    let mut outputs = Vec::new();
+    for tool in ["cp", "pagewise"] {
+        let dst = t.path().join(format!("dst-{tool}"));
+        fs::create_dir(&dst).unwrap();
+        for (name, size, when) in [
+            ("older", 11, "2023-01-01"),
+            ("newer", 21, "2025-01-01"),
+            ("same", 30, "2024-01-02 03:04:05"),
+        ] {
+            fs::write(dst.join(name), vec![b'd'; size]).unwrap();
+            touch(&dst.join(name), when);
+        }
+        let o = match tool {
+            "cp" => run(Command::new("cp")
+                .arg("-u")
+                .arg(src.join("older"))
+                .args([src.join("newer"), src.join("same"), src.join("missing")])
+                .arg(&dst)),
+            _ => run(bin().args(["copy", "-u"]).arg(src.join(".")).arg(&dst)),
+        };
+        assert!(o.status.success(), "{tool}: {}", stderr(&o));
+        let tree: Vec<(String, Vec<u8>)> = ["older", "newer", "same", "missing"]
+            .iter()
+            .map(|n| (n.to_string(), fs::read(dst.join(n)).unwrap()))
+            .collect();
+        outputs.push(tree);
+    }
+    assert_eq!(outputs[0], outputs[1], "cp -u and copy -u differ");
+    let got = &outputs[1];
+    assert_eq!(
+        got[0].1,
+        fs::read(src.join("older")).unwrap(),
+        "older: replaced"
+    );
+    assert_eq!(got[1].1, vec![b'd'; 21], "newer: left");
+    assert_eq!(
+        got[3].1,
+        fs::read(src.join("missing")).unwrap(),
+        "missing: made"
+    );
 }
 
 /// A FIFO (or device) standing at the destination is not replaced by the copy.

@@ -326,3 +326,65 @@ fn prune_empty_dirs_leaves_out_empty_chains_and_survives_deep_ones() {
     );
     assert!(dst.join("deep/d/d").is_dir(), "beyond the look, kept");
 }
+
+/// `--stop-at HH:MM` (the next minute, or the one after when it is under 10 s away) stops a
+/// copy throttled to outlast it, as rsync's does: exit 30, `stopping at requested limit`, the
+/// unfinished file neither under its name nor as a temporary; the small file before it done.
+/// Bad values are refused with rsync's messages and exit 1 before anything is copied.
+#[test]
+fn stop_at_ends_a_copy_at_the_minute_named() {
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    write_file(&src.join("a-small"), 4096);
+    write_file(&src.join("b-big"), 96 << 20);
+    let dst = t.path().join("dst");
+    for (args, message) in [
+        (["--stop-at", "25:00"], "invalid --stop-at format: 25:00"),
+        (
+            ["--stop-at", "2000-01-01"],
+            "--stop-at time is not in the future",
+        ),
+        (["--stop-after", "0"], "invalid --stop-after value: 0"),
+    ] {
+        let o = run(sync().arg("-a").args(args).arg(&src).arg(&dst));
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(stderr(&o).contains(message), "{args:?}: {}", stderr(&o));
+        assert!(!dst.exists());
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let at = (now / 60 + 1) * 60 + if 60 - now % 60 < 10 { 60 } else { 0 };
+    let hm = Command::new("date")
+        .arg("+%H:%M")
+        .arg("-d")
+        .arg(format!("@{at}"))
+        .output()
+        .unwrap();
+    let hm = String::from_utf8(hm.stdout).unwrap().trim().to_string();
+    let started = std::time::Instant::now();
+    let o = run(sync()
+        .args(["-a", "--bwlimit", "1M", "--stop-at", &hm])
+        .arg(format!("{}/", src.display()))
+        .arg(&dst));
+    let took = started.elapsed().as_secs();
+    assert_eq!(o.status.code(), Some(30), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("stopping at requested limit"),
+        "{}",
+        stderr(&o)
+    );
+    let waited = at.saturating_sub(now);
+    assert!(
+        took + 2 >= waited && took <= waited + 5,
+        "{took} s for {waited} s"
+    );
+    assert!(same(&src.join("a-small"), &dst.join("a-small")));
+    let left: Vec<_> = fs::read_dir(&dst)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["a-small"], "the unfinished file is gone");
+}

@@ -61,6 +61,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 mod cache;
+mod clock;
 mod daemon;
 mod fs;
 mod io;
@@ -74,6 +75,7 @@ mod uring;
 mod users;
 
 pub use cache::*;
+pub use clock::*;
 pub use daemon::*;
 pub use fs::*;
 pub use io::*;

@@ -182,6 +182,18 @@ pub struct SyncArgs {
     /// Don't delete more than NUM files (exit 25 when reached)
     #[arg(long, value_name = "NUM")]
     pub max_delete: Option<u64>,
+    /// Stop after MINS minutes (exit 30; what is unfinished is removed, or kept with
+    /// --partial)
+    #[arg(
+        long,
+        value_name = "MINS",
+        visible_alias = "time-limit",
+        overrides_with = "stop_at"
+    )]
+    pub stop_after: Option<String>,
+    /// Stop at a local time: [[[[YY]YY-]MM-]DD]T]HH:MM, YYYY-MM-DD, or :MM (exit 30)
+    #[arg(long, value_name = "y-m-dTh:m", overrides_with = "stop_after")]
+    pub stop_at: Option<String>,
     /// Don't transfer any file larger than SIZE
     #[arg(long, value_name = "SIZE", value_parser = rsync_size)]
     pub max_size: Option<u64>,

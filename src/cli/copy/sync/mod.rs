@@ -7,6 +7,7 @@
 
 mod args;
 mod plan;
+mod stop;
 mod trust;
 
 pub use args::{SyncArgs, Verbosity};
@@ -49,7 +50,7 @@ given. Without -p an existing file keeps its mode; without -t a file is copied o
 
 Exit codes are rsync's: 0 success, 1 syntax or usage error, 11 error in file I/O (nothing
 could start), 20 interrupted (SIGINT, SIGTERM), 23 partial transfer: some files failed, 25
---max-delete stopped deletions.";
+--max-delete stopped deletions, 30 --stop-after or --stop-at reached.";
 
 /// rsync's exit codes.
 mod code {
@@ -58,6 +59,7 @@ mod code {
     pub const SIGNAL: i32 = 20;
     pub const PARTIAL: i32 = 23;
     pub const DEL_LIMIT: i32 = 25;
+    pub const TIMEOUT: i32 = 30;
 }
 
 /// `-VV`: rsync's capabilities document, for what pagewise sync does with local paths.
@@ -68,7 +70,7 @@ const CAPABILITIES: &str = r#"{
     "symlinks": true, "symtimes": true, "hardlinks": true, "hardlink_specials": true,
     "hardlink_symlinks": true, "atimes": false, "batchfiles": false, "inplace": true,
     "append": true, "ACLs": true, "xattrs": true, "iconv": false, "prealloc": true,
-    "stop_at": false, "crtimes": false
+    "stop_at": true, "crtimes": false
   }
 }"#;
 
@@ -91,6 +93,18 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
             return Ok(ExitCode::Success);
         }
     }
+    let deadline = match (&a.stop_at, &a.stop_after) {
+        (Some(t), _) => Some(stop::at(t)),
+        (None, Some(m)) => Some(stop::after(m)),
+        _ => None,
+    };
+    let deadline = match deadline.transpose() {
+        Ok(d) => d,
+        Err(m) => {
+            eprintln!("pagewise sync: {m}");
+            return Ok(ExitCode::Status(code::SYNTAX));
+        }
+    };
     let (a, plan) = match trust::operator_paths(a).and_then(|a| plan(&a).map(|p| (a, p))) {
         Ok(ap) => ap,
         Err(CliError::Usage(m)) => {
@@ -176,6 +190,9 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
         cancel: Some(sys::interrupt_flag()),
     };
     let started = std::time::Instant::now();
+    if let Some(d) = deadline {
+        stop::watch(d);
+    }
     let (main, others) = passes(&opts, delete, &observer, &deleting_only, &set_after)?;
     bar.finish();
     print_ordered(order);
@@ -234,7 +251,10 @@ fn say_report(
 
 /// rsync's exit code for the run, and 23 when the log could not be written to its end.
 fn exit_code(report: &copy::CopyReport, log: Option<&CopyLog>) -> ExitCode {
-    let code = if report.outcome.interrupted {
+    let code = if report.outcome.interrupted && stop::reached() {
+        eprintln!("stopping at requested limit");
+        ExitCode::Status(code::TIMEOUT)
+    } else if report.outcome.interrupted {
         ExitCode::Status(code::SIGNAL)
     } else if report.outcome.error_count > 0 {
         ExitCode::Status(code::PARTIAL)
