@@ -388,3 +388,75 @@ fn stop_at_ends_a_copy_at_the_minute_named() {
         .collect();
     assert_eq!(left, ["a-small"], "the unfinished file is gone");
 }
+
+/// `--usermap`/`--groupmap` give the owners and groups rsync's give, rule by rule (an id
+/// range, a name, a wildcard, `*`), and imply -o / -g as rsync's do; `--numeric-ids` leaves
+/// the name rules out; bad maps get rsync's messages and exit 1.
+#[test]
+fn usermap_and_groupmap_own_as_rsync_s() {
+    if !can_compare_with_rsync("--usermap is compared with rsync") {
+        return;
+    }
+    let t = tmp();
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    for (name, uid, gid) in [
+        ("a", 0, 0),
+        ("b", 1500, 2500),
+        ("d/c", 65534, 65534),
+        ("d/e", 4000, 1),
+    ] {
+        write_file(&src.join(name), 10);
+        std::os::unix::fs::lchown(src.join(name), Some(uid), Some(gid)).unwrap();
+    }
+    std::os::unix::fs::lchown(src.join("d"), Some(1200), Some(3)).unwrap();
+    let owners = |root: &Path| -> Vec<(String, u32, u32)> {
+        ["a", "b", "d", "d/c", "d/e"]
+            .iter()
+            .map(|n| {
+                let m = fs::symlink_metadata(root.join(n)).unwrap();
+                (n.to_string(), m.uid(), m.gid())
+            })
+            .collect()
+    };
+    let maps = [
+        "--usermap=1000-2000:4242,root:77,nobod?:5,*:6",
+        "--groupmap=2500:88,*:99",
+    ];
+    for extra in [&["-a"][..], &["-a", "--numeric-ids"], &["-rt"]] {
+        let (r, p) = (t.path().join("r"), t.path().join("p"));
+        for (dst, mut prog) in [(&r, rsync()), (&p, sync())] {
+            let _ = fs::remove_dir_all(dst);
+            let o = run(prog
+                .args(extra)
+                .args(maps)
+                .arg(format!("{}/", src.display()))
+                .arg(dst));
+            assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+        }
+        assert_eq!(owners(&p), owners(&r), "{extra:?}");
+        assert_eq!(tree_differences(&r, &p), "", "{extra:?}");
+    }
+    let p = owners(&t.path().join("p"));
+    assert_eq!(
+        p[1],
+        ("b".into(), 4242, 88),
+        "-rt with the maps keeps owners"
+    );
+    for (arg, message) in [
+        ("--usermap=a", "No colon found in --usermap: a"),
+        ("--groupmap=5:", "No name found after colon --groupmap: 5:"),
+        ("--usermap=1-x:0", "Invalid number in --usermap: 1-x"),
+        (
+            "--usermap=*:no-such-user",
+            "Unknown --usermap name on receiver: no-such-user",
+        ),
+    ] {
+        let o = run(sync()
+            .args(["-a", arg])
+            .arg(&src)
+            .arg(t.path().join("never")));
+        assert_eq!(o.status.code(), Some(1), "{arg}");
+        assert!(stderr(&o).contains(message), "{arg}: {}", stderr(&o));
+    }
+}

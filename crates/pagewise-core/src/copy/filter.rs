@@ -543,5 +543,11 @@ impl Rule {
 
 mod wildmatch;
 
+/// Whether `text` matches the wildcard `pattern` whole (rsync's `wildmatch()`: `*` and `?`
+/// do not cross `/`, `**` does, `[...]` classes, `\` escapes).
+pub(crate) fn wildmatch(pattern: &[u8], text: &[u8]) -> bool {
+    dowild(pattern, text) == Match::True
+}
+
 #[cfg(test)]
 mod tests;

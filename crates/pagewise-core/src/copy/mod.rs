@@ -36,6 +36,7 @@ mod dest;
 mod engine;
 pub mod filter;
 mod finish;
+pub mod idmap;
 pub mod limits;
 pub mod modes;
 mod options;

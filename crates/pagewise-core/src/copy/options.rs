@@ -64,6 +64,13 @@ pub struct CopyOptions {
     /// rsync's --chown: the owner and group every copy gets (each None: the source's).
     /// Default: none.
     pub chown: (Option<u32>, Option<u32>),
+    /// rsync's --usermap and --groupmap: the owner and group a copy gets by its source's
+    /// (see [`idmap`](super::idmap)). Default: none.
+    pub usermap: Vec<super::idmap::IdRule>,
+    /// See `usermap`.
+    pub groupmap: Vec<super::idmap::IdRule>,
+    /// rsync's --numeric-ids: the maps' name rules are not matched (ids only). Default: false.
+    pub numeric_ids: bool,
     /// fallocate the destination before writing (not for sparse files). Default: true.
     pub preallocate: bool,
     /// rsync -S: whole 4 KiB blocks of zeros in a file's data become holes in the copy, as
@@ -380,6 +387,9 @@ impl Default for CopyOptions {
             remove_source_files: false,
             chmod: Vec::new(),
             chown: (None, None),
+            usermap: Vec::new(),
+            groupmap: Vec::new(),
+            numeric_ids: false,
             preallocate: true,
             fsync: false,
             verify: false,

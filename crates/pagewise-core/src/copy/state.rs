@@ -57,6 +57,8 @@ pub(super) struct Ctx<'a> {
     pub bandwidth: Option<Bandwidth>,
     /// Open files each holder may keep.
     pub fds: FdBudget,
+    /// --usermap and --groupmap, with what each source id became.
+    ids: super::idmap::IdMaps,
 }
 
 impl<'a> Ctx<'a> {
@@ -73,6 +75,7 @@ impl<'a> Ctx<'a> {
                 false => opts.bwlimit.map(Bandwidth::new),
             },
             fds: FdBudget::new(sys::fd_budget(), opts.threads),
+            ids: super::idmap::IdMaps::new(&opts.usermap, &opts.groupmap, opts.numeric_ids),
         }
     }
 
@@ -141,7 +144,8 @@ impl<'a> Ctx<'a> {
         self.item_with(path, kind, action, bytes, changes, target);
     }
 
-    /// The source's metadata as the copy gives it on: rsync's --chmod and --chown applied.
+    /// The source's metadata as the copy gives it on: rsync's --chmod, --chown, --usermap and
+    /// --groupmap applied.
     pub fn source_meta(&self, st: &sys::Stat) -> sys::Stat {
         let mut s = *st;
         if !self.opts.chmod.is_empty() && !s.is_symlink() {
@@ -153,6 +157,8 @@ impl<'a> Ctx<'a> {
         if let Some(g) = self.opts.chown.1 {
             s.gid = g;
         }
+        s.uid = self.ids.uid(s.uid);
+        s.gid = self.ids.gid(s.gid);
         s
     }
 

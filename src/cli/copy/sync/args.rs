@@ -287,8 +287,15 @@ pub struct SyncArgs {
     #[arg(long)]
     pub numeric_ids: bool,
     /// Set the owner and group of every copy: USER:GROUP (names or numbers; implies -o -g)
-    #[arg(long, value_name = "USER:GROUP")]
+    #[arg(long, value_name = "USER:GROUP", conflicts_with_all = ["usermap", "groupmap"])]
     pub chown: Option<String>,
+    /// Owners by source owner: FROM:TO,... (FROM a name, wildcard, id or LOW-HIGH; TO a name
+    /// or id); implies -o
+    #[arg(long, value_name = "STRING")]
+    pub usermap: Option<String>,
+    /// Groups by source group, as --usermap; implies -g
+    #[arg(long, value_name = "STRING")]
+    pub groupmap: Option<String>,
     /// Affect file and/or directory permissions: [D|F]who[+-=]perms or octal, comma-separated
     #[arg(long, value_name = "CHMOD")]
     pub chmod: Vec<String>,
@@ -413,6 +420,20 @@ pub struct Verbosity {
     pub progress: bool,
     /// Unsafe symlinks left out (`-v`, `--info=symsafe`).
     pub symsafe: bool,
+}
+
+/// --usermap's or --groupmap's rules, refused with rsync's messages.
+pub(super) fn id_map(
+    spec: &Option<String>,
+    groups: bool,
+) -> Result<Vec<pagewise_core::copy::idmap::IdRule>, CliError> {
+    let Some(spec) = spec else {
+        return Ok(Vec::new());
+    };
+    pagewise_core::copy::idmap::parse_map(spec, groups).map_err(|e| match e {
+        pagewise_core::Error::Invalid { message, .. } => CliError::Usage(message),
+        e => e.into(),
+    })
 }
 
 /// Applies `--info` FLAGS (rsync's names, with levels; `NONE`, `ALL`) to `v`.

@@ -93,12 +93,7 @@ pub fn run(a: SyncArgs) -> Result<ExitCode, CliError> {
             return Ok(ExitCode::Success);
         }
     }
-    let deadline = match (&a.stop_at, &a.stop_after) {
-        (Some(t), _) => Some(stop::at(t)),
-        (None, Some(m)) => Some(stop::after(m)),
-        _ => None,
-    };
-    let deadline = match deadline.transpose() {
+    let deadline = match stop::deadline(&a.stop_at, &a.stop_after) {
         Ok(d) => d,
         Err(m) => {
             eprintln!("pagewise sync: {m}");

@@ -407,8 +407,12 @@ fn kept(a: &SyncArgs) -> (Preserve, Links, bool, Existing) {
     let on = |flag: bool, no: bool| (flag || archive) && !no;
     let preserve = Preserve {
         perms: on(a.perms, a.no_perms) || (a.acls && !a.no_acls),
-        owner: on(a.owner, a.no_owner) || a.chown.as_deref().is_some_and(|c| !c.starts_with(':')),
-        group: on(a.group, a.no_group) || a.chown.as_deref().is_some_and(|c| c.contains(':')),
+        owner: on(a.owner, a.no_owner)
+            || a.usermap.is_some()
+            || a.chown.as_deref().is_some_and(|c| !c.starts_with(':')),
+        group: on(a.group, a.no_group)
+            || a.groupmap.is_some()
+            || a.chown.as_deref().is_some_and(|c| c.contains(':')),
         times: on(a.times, a.no_times),
         xattrs: a.xattrs && !a.no_xattrs,
         acls: a.acls && !a.no_acls,
@@ -526,6 +530,9 @@ pub(super) fn plan(a: &SyncArgs) -> Result<Plan, CliError> {
         remove_source_files: a.remove_source_files,
         chmod,
         chown,
+        usermap: super::args::id_map(&a.usermap, false)?,
+        groupmap: super::args::id_map(&a.groupmap, true)?,
+        numeric_ids: a.numeric_ids,
         layout,
         implied_dirs: !a.no_implied_dirs,
         omit_link_times: a.omit_link_times,

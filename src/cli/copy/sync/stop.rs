@@ -46,6 +46,18 @@ pub fn at(arg: &str) -> Result<i64, String> {
     Ok(t)
 }
 
+/// The moment `--stop-at` or else `--stop-after` names (None: neither given).
+pub fn deadline(
+    at_arg: &Option<String>,
+    after_arg: &Option<String>,
+) -> Result<Option<i64>, String> {
+    match (at_arg, after_arg) {
+        (Some(t), _) => at(t).map(Some),
+        (None, Some(m)) => after(m).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// Stops the copy at `deadline` (seconds since the epoch): a thread that sets the flag
 /// SIGINT sets, and [`REACHED`].
 pub fn watch(deadline: i64) {
@@ -71,7 +83,12 @@ pub fn reached() -> bool {
 /// in the future. `/` may stand for `-`, `t` for `T`. None for anything else.
 pub fn parse_time(arg: &str, now: i64) -> Option<i64> {
     let today = sys::local_time(now)?;
-    let b = arg.as_bytes();
+    let (year, mon, mday, hour, min) = fields(arg.as_bytes())?;
+    resolve((year, mon, mday, hour, min), today, now)
+}
+
+/// The fields `arg` names (-1: left out): year, month (1-12), day, hour, minute.
+fn fields(b: &[u8]) -> Option<(i32, i32, i32, i32, i32)> {
     let (mut year, mut mon, mut mday, mut hour, mut min) = (-1, -1, -1, -1, -1);
     let mut i = 0;
     let mut in_date = match b.first() {
@@ -126,6 +143,16 @@ pub fn parse_time(arg: &str, now: i64) -> Option<i64> {
         in_date = 0;
         i += 1;
     }
+    Some((year, mon, mday, hour, min))
+}
+
+/// The moment of the fields (see [`fields`]): what is left out is today's, moved to the
+/// next day, month or year (or hour, for `:MM`) at which it is after `now`.
+fn resolve(
+    (mut year, mut mon, mut mday, mut hour, mut min): (i32, i32, i32, i32, i32),
+    today: LocalTime,
+    now: i64,
+) -> Option<i64> {
     let mut in_date = 0;
     if year < 0 {
         year = today.year;
