@@ -20,6 +20,16 @@ pub struct Rule {
 
 static RULE_SEQ: AtomicUsize = AtomicUsize::new(0);
 
+impl Rule {
+    /// The same place in the order with another text (rsync's second `-F`).
+    pub fn with_text(&self, text: &str) -> Rule {
+        Rule {
+            text: text.into(),
+            ..self.clone()
+        }
+    }
+}
+
 /// The value parser of the rule arguments: each value numbered as clap meets it.
 #[derive(Clone)]
 pub struct RuleParser {

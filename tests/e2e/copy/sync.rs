@@ -40,6 +40,10 @@ fn scene(root: &Path) {
     tool(&["setfacl", "-m", "u:nobody:r"], &src.join("sub/b"));
     fs::set_permissions(src.join("sub/b"), fs::Permissions::from_mode(0o640)).unwrap();
     tool(&["touch", "-d", "2020-01-01"], &src.join("sub/b"));
+    // Per-directory rule files for -F, -C and `:` rules (plain files for the other sets).
+    fs::write(src.join("sub/.rsync-filter"), "- b\n").unwrap();
+    fs::write(src.join(".cvsignore"), "x.sh  unsafe\n").unwrap();
+    fs::write(src.join("sub/.rules"), "- /deep\n").unwrap();
     tool(&["touch", "-d", "2020-01-01"], &src.join("sub"));
     let dst = root.join("dst");
     fs::create_dir_all(dst.join("sub")).unwrap();
@@ -50,6 +54,7 @@ fn scene(root: &Path) {
     fs::write(dst.join("x.sh"), "old\n").unwrap();
     fs::set_permissions(dst.join("x.sh"), fs::Permissions::from_mode(0o604)).unwrap();
     fs::write(dst.join("olddir/x/y"), "y\n").unwrap();
+    fs::write(dst.join(".rules"), "P extra\n").unwrap();
     // The roots' times set, not left to the clock (both tools compare whole seconds).
     for d in [&src, &dst] {
         tool(&["touch", "-d", "2021-01-01 10:00"], d);
@@ -185,6 +190,13 @@ const FLAG_SETS: &[&str] = &[
     "-ai --no-super",
     "-aim --delete --include=*/ --include=b --exclude=*",
     "-aim",
+    "-aiF",
+    "-aiFF --delete",
+    "-aiC",
+    "-aiC --delete",
+    "-ai --delete -f:_.rules",
+    "-ai -f:n-_.rsync-filter -f:e_.rules",
+    "-ai -f-C -f:C",
 ];
 
 #[test]

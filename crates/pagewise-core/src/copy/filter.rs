@@ -21,26 +21,24 @@
 //! Everything is bounded (pattern length, rule count, wildcard runs, merge depth, rule file
 //! size), so a hostile rule file gives an error, not a hang or an abort.
 
-use crate::error::{Error, Op};
-use std::fs::File;
-use std::io::{self, Read};
+use crate::error::Error;
+use parse::{invalid, parse_head, read_rule_file, shown, DirMerge, Head, MergeDefault};
+pub use parse::{read_rules_at, MAX_RULE_FILE};
+use rule::Rule;
+pub use rule::{MAX_PATTERN, MAX_STAR_RUNS};
+use std::collections::HashMap;
 use std::path::Path;
-use wildmatch::{dowild, match_after_any_slash, trailing_elements, Match};
+use std::sync::{Arc, Mutex};
+use wildmatch::{dowild, Match};
 
-/// The longest pattern accepted (bytes), as PATH_MAX.
-pub const MAX_PATTERN: usize = 4096;
 /// The most rules a copy takes (all sources together).
 pub const MAX_RULES: usize = 100_000;
-/// The most runs of `*` in one pattern (bounds the matcher's recursion).
-pub const MAX_STAR_RUNS: usize = 64;
 /// How deep merge files may include merge files.
 pub const MAX_MERGE_DEPTH: usize = 8;
-/// The largest rule file read (bytes).
-pub const MAX_RULE_FILE: u64 = 16 << 20;
 
 /// Which side a rule is checked on: the source walk (what is copied) or the destination's
 /// `--delete` (what may be removed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
     /// What is copied.
     Sender,
@@ -59,63 +57,60 @@ pub enum RuleKind {
     Filter,
 }
 
-/// One parsed rule.
-#[derive(Debug, Clone)]
-struct Rule {
-    /// The pattern without its trailing `/` (kept: a leading `/`, which anchors it).
-    pattern: Vec<u8>,
-    include: bool,
-    negate: bool,
-    dir_only: bool,
-    sender: bool,
-    receiver: bool,
-    wild: bool,
-    wild2: bool,
-    wild2_prefix: bool,
-    wild3_suffix: bool,
-    slashes: usize,
-    /// The `x` modifier: the rule is about extended attribute names, not files.
-    xattr: bool,
-}
-
 /// The rules of one copy, in order.
 #[derive(Debug, Clone, Default)]
 pub struct Filters {
     rules: Vec<Rule>,
     delete_excluded: bool,
+    /// The per-directory merge files (`:`/`dir-merge`), in the order of their rules.
+    per_dir: Vec<PerDir>,
 }
 
-/// What a rule's first word says (before its pattern).
-struct Head {
-    include: bool,
+/// One per-directory merge rule: the file looked for in each directory and how it is read.
+#[derive(Debug, Clone)]
+struct PerDir {
+    name: Vec<u8>,
+    default: MergeDefault,
+    how: DirMerge,
+    /// The sides the merge rule gave (`s`, `r`): its files' rules hold there only.
     sender: bool,
     receiver: bool,
-    negate: bool,
-    merge: Option<MergeDefault>,
-    clear: bool,
-    xattr: bool,
 }
 
-/// What the lines of a rule file are: filter rules (`merge FILE`), or patterns to exclude or
-/// include — with rsync's old `- `/`+ `/`!` prefixes honoured (`--exclude-from`,
-/// `--include-from`) or not (`merge,- FILE`, `merge,+ FILE`: every line is a pattern).
-#[derive(Clone, Copy)]
-enum MergeDefault {
-    Rules,
-    Exclude { prefixes: bool },
-    Include { prefixes: bool },
-}
+/// The rules of the per-directory merge files of one directory: for each [`PerDir`], its
+/// file's rules (anchored at the directory) and whether it cleared the inherited ones (`!`).
+#[derive(Debug, Default)]
+pub struct DirRules(Vec<Option<(Vec<Rule>, bool)>>);
 
-fn invalid(message: String) -> Error {
-    Error::Invalid {
-        what: "filter",
-        message,
+/// The per-directory merge files' rules read so far in one copy, by side and directory
+/// (directories without such a file are not kept).
+#[derive(Debug, Default)]
+pub struct DirRulesSeen(Mutex<HashMap<DirKey, Arc<DirRules>>>);
+
+/// A directory's side and path from the transfer root.
+type DirKey = (Side, Vec<u8>);
+
+impl DirRulesSeen {
+    /// Those of `dir` (its path from the transfer root) on `side`.
+    pub fn get(&self, side: Side, dir: &[u8]) -> Option<Arc<DirRules>> {
+        self.0.lock().unwrap().get(&(side, dir.to_vec())).cloned()
+    }
+
+    /// Keeps those read in `dir` on `side` (nothing when it had no such file).
+    pub fn put(&self, side: Side, dir: &[u8], rules: DirRules) {
+        if rules.0.iter().any(Option::is_some) {
+            self.0
+                .lock()
+                .unwrap()
+                .insert((side, dir.to_vec()), Arc::new(rules));
+        }
     }
 }
 
-fn shown(rule: &[u8]) -> String {
-    String::from_utf8_lossy(rule).escape_debug().to_string()
-}
+/// rsync's `--cvs-exclude` list (rsync.1: the default CVS ignore list, then `.svn/` and kin).
+const CVS_EXCLUDES: &str = "RCS SCCS CVS CVS.adm RCSLOG cvslog.* tags TAGS .make.state \
+    .nse_depinfo *~ #* .#* ,* _$* *$ *.old *.bak *.BAK *.orig *.rej .del-* *.a *.olb *.o *.obj \
+    *.so *.exe *.Z *.elc *.ln core .svn/ .git/ .hg/ .bzr/";
 
 impl Filters {
     /// No rules; with `delete_excluded`, plain include/exclude rules are checked on the sender
@@ -125,7 +120,110 @@ impl Filters {
         Filters {
             rules: Vec::new(),
             delete_excluded,
+            per_dir: Vec::new(),
         }
+    }
+
+    /// rsync's `-C`: the CVS excludes, `$HOME/.cvsignore` and `$CVSIGNORE` as excludes, then
+    /// each directory's `.cvsignore` (`:C`), after every rule given so far.
+    pub fn add_cvs_exclude(&mut self) -> Result<(), Error> {
+        self.add_filter(b"-C", 0)?;
+        self.add_filter(b":C", 0)
+    }
+
+    /// The CVS excludes in place of a `-C` rule.
+    fn cvs_excludes(&mut self, depth: usize) -> Result<(), Error> {
+        let mut words: Vec<Vec<u8>> = CVS_EXCLUDES
+            .split_ascii_whitespace()
+            .map(|w| w.as_bytes().to_vec())
+            .collect();
+        if let Some(home) = std::env::var_os("HOME") {
+            let file = Path::new(&home).join(".cvsignore");
+            if file.is_file() {
+                let bytes = read_rule_file(&file)?;
+                words.extend(bytes.split(u8::is_ascii_whitespace).map(<[u8]>::to_vec));
+            }
+        }
+        if let Some(env) = std::env::var_os("CVSIGNORE") {
+            use std::os::unix::ffi::OsStrExt;
+            let env = env.as_bytes();
+            words.extend(env.split(u8::is_ascii_whitespace).map(<[u8]>::to_vec));
+        }
+        for w in words.iter().filter(|w| !w.is_empty()) {
+            self.add_at(RuleKind::Exclude, w, depth)?;
+        }
+        Ok(())
+    }
+
+    /// A `:`/`dir-merge` rule: its place in the list, and the file looked for (the last
+    /// component of the name given: the parent directories above the transfer are not read).
+    fn add_per_dir(&mut self, head: &Head, name: &[u8]) -> Result<(), Error> {
+        let name = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(invalid(format!(
+                "dir-merge: no file name in {}",
+                shown(name)
+            )));
+        }
+        let (Some(default), Some(how)) = (head.merge, head.per_dir) else {
+            return Ok(());
+        };
+        let mut place = Rule::new(name).map_err(|why| invalid(why.into()))?;
+        place.dir_merge = Some(self.per_dir.len());
+        self.per_dir.push(PerDir {
+            name: name.to_vec(),
+            default,
+            how,
+            sender: head.sender,
+            receiver: head.receiver,
+        });
+        self.rules.push(place);
+        Ok(())
+    }
+
+    /// Whether there are per-directory merge files to read ([`Filters::dir_rules`]).
+    pub fn has_per_dir(&self) -> bool {
+        !self.per_dir.is_empty()
+    }
+
+    /// The rules of the per-directory merge files of the directory `dir` (its path from the
+    /// transfer root); `read(name)` gives a file's bytes in that directory, None when it has
+    /// none. A file's rules are anchored at `dir`; one may not name another merge file.
+    pub fn dir_rules(
+        &self,
+        dir: &[u8],
+        mut read: impl FnMut(&[u8]) -> Result<Option<Vec<u8>>, Error>,
+    ) -> Result<DirRules, Error> {
+        let mut all = Vec::with_capacity(self.per_dir.len());
+        for pd in &self.per_dir {
+            let Some(bytes) = read(&pd.name)? else {
+                all.push(None);
+                continue;
+            };
+            let mut file = Filters::new(self.delete_excluded);
+            let mut cleared = false;
+            for rule in pd.lines(&bytes) {
+                if rule == b"!" || rule == b"clear" {
+                    (file.rules, cleared) = (Vec::new(), true);
+                    continue;
+                }
+                file.add_line(pd.default, &rule, MAX_MERGE_DEPTH)?;
+                if !file.per_dir.is_empty() {
+                    return Err(invalid(format!(
+                        "{}: a dir-merge rule inside a per-directory merge file",
+                        shown(&pd.name)
+                    )));
+                }
+            }
+            let mut rules = Vec::with_capacity(file.rules.len());
+            for mut r in file.rules {
+                r.sender &= pd.sender;
+                r.receiver &= pd.receiver;
+                rules.push(r.rebased(dir).map_err(|why| invalid(why.into()))?);
+            }
+            all.push(Some((rules, cleared)));
+        }
+        Ok(DirRules(all))
     }
 
     /// No rule at all (the walk need not ask).
@@ -178,16 +276,7 @@ impl Filters {
     }
 
     fn add_plain_as(&mut self, pattern: &[u8], include: bool, text: &[u8]) -> Result<(), Error> {
-        let head = Head {
-            include,
-            sender: true,
-            receiver: true,
-            negate: false,
-            merge: None,
-            clear: false,
-            xattr: false,
-        };
-        self.push(&head, pattern, text)
+        self.push(&Head::plain(include), pattern, text)
     }
 
     /// A `--filter` rule: `RULE[MODIFIERS] PATTERN` (or `LONGNAME[,MODIFIERS] PATTERN`).
@@ -203,11 +292,31 @@ impl Filters {
             self.rules.clear();
             return Ok(());
         }
+        if head.cvs && head.merge.is_none() {
+            if !pattern.is_empty() {
+                return Err(invalid(format!("'-C' takes no pattern: {}", shown(text))));
+            }
+            return self.cvs_excludes(depth);
+        }
+        let pattern = match pattern.is_empty() && head.cvs && head.per_dir.is_some() {
+            true => b".cvsignore",
+            false => pattern,
+        };
         if pattern.is_empty() {
             return Err(invalid(format!(
                 "unexpected end of filter rule: {}",
                 shown(text)
             )));
+        }
+        if head.per_dir.is_some() {
+            self.add_per_dir(&head, pattern)?;
+        }
+        if head.exclude_self {
+            let name = pattern.rsplit(|&b| b == b'/').next().unwrap_or(pattern);
+            self.add_plain(name, false)?;
+        }
+        if head.per_dir.is_some() {
+            return Ok(());
         }
         if let Some(default) = head.merge {
             use std::os::unix::ffi::OsStrExt;
@@ -245,39 +354,94 @@ impl Filters {
             )));
         }
         let bytes = read_rule_file(path)?;
-        for line in bytes.split(|&b| b == b'\n') {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            if line.is_empty() || line[0] == b';' || line[0] == b'#' {
-                continue;
-            }
-            match default {
-                MergeDefault::Rules => self.add_filter(line, depth)?,
-                MergeDefault::Exclude { prefixes: true } => self.add_old(line, false)?,
-                MergeDefault::Include { prefixes: true } => self.add_old(line, true)?,
-                MergeDefault::Exclude { prefixes: false } => self.add_plain(line, false)?,
-                MergeDefault::Include { prefixes: false } => self.add_plain(line, true)?,
-            }
+        for line in rule_lines(&bytes) {
+            self.add_line(default, line, depth)?;
         }
         Ok(())
     }
 
+    /// One line of a rule file read as `default` says.
+    fn add_line(&mut self, default: MergeDefault, line: &[u8], depth: usize) -> Result<(), Error> {
+        match default {
+            MergeDefault::Rules => self.add_filter(line, depth),
+            MergeDefault::Exclude { prefixes: true } => self.add_old(line, false),
+            MergeDefault::Include { prefixes: true } => self.add_old(line, true),
+            MergeDefault::Exclude { prefixes: false } => self.add_plain(line, false),
+            MergeDefault::Include { prefixes: false } => self.add_plain(line, true),
+        }
+    }
+
     /// Whether `path` (relative to the transfer root, no leading `/`) is excluded on `side`:
-    /// the first rule of that side that matches decides; none matching keeps it.
+    /// the first rule of that side that matches decides; none matching keeps it. Without
+    /// per-directory merge files' rules (see [`Filters::excluded_in`]).
     pub fn excluded(&self, path: &[u8], is_dir: bool, side: Side) -> bool {
+        self.excluded_in(path, is_dir, side, &|_| None)
+    }
+
+    /// [`Filters::excluded`] with the rules of the per-directory merge files: `dirs(dir)`
+    /// gives those of a directory (its path from the transfer root; "" for the root) where
+    /// they were read. At a dir-merge rule's place, the rules of the path's directory come
+    /// first, then its parents' (unless `n`), up to a file that cleared them (`!`).
+    pub fn excluded_in(
+        &self,
+        path: &[u8],
+        is_dir: bool,
+        side: Side,
+        dirs: &dyn Fn(&[u8]) -> Option<Arc<DirRules>>,
+    ) -> bool {
         let path = path.strip_prefix(b"/").unwrap_or(path);
         if path.is_empty() {
             return false;
         }
-        for rule in &self.rules {
+        let decides = |rule: &Rule| {
             let applies = match side {
                 Side::Sender => rule.sender,
                 Side::Receiver => rule.receiver,
             };
-            if applies && !rule.xattr && rule.matches(path, is_dir) {
-                return !rule.include;
+            (applies && !rule.xattr && rule.matches(path, is_dir)).then_some(!rule.include)
+        };
+        for rule in &self.rules {
+            let found = match rule.dir_merge {
+                None => decides(rule),
+                Some(i) => self.per_dir_decides(i, path, &decides, dirs),
+            };
+            if let Some(excluded) = found {
+                return excluded;
             }
         }
         false
+    }
+
+    /// What the rules of the `i`th per-directory merge file say of `path`, from its
+    /// directory up (see [`Filters::excluded_in`]).
+    fn per_dir_decides(
+        &self,
+        i: usize,
+        path: &[u8],
+        decides: &dyn Fn(&Rule) -> Option<bool>,
+        dirs: &dyn Fn(&[u8]) -> Option<Arc<DirRules>>,
+    ) -> Option<bool> {
+        let parent = |p: &[u8]| p.iter().rposition(|&b| b == b'/').map_or(0, |at| at);
+        let mut dir = &path[..parent(path)];
+        let mut own = true;
+        loop {
+            let here = dirs(dir);
+            if let Some(Some((rules, cleared))) = here.as_ref().and_then(|d| d.0.get(i)) {
+                if own || !self.per_dir[i].how.no_inherit {
+                    if let Some(d) = rules.iter().find_map(decides) {
+                        return Some(d);
+                    }
+                }
+                if *cleared {
+                    return None;
+                }
+            }
+            if dir.is_empty() {
+                return None;
+            }
+            dir = &dir[..parent(dir)];
+            own = false;
+        }
     }
 
     /// Whether the extended attribute `name` is excluded on `side` by the rules with the `x`
@@ -298,249 +462,46 @@ impl Filters {
     }
 }
 
-/// Reads a whole rule file, bounded; `-` is standard input.
-fn read_rule_file(path: &Path) -> Result<Vec<u8>, Error> {
-    let io_err = |op: Op, source: io::Error| Error::Io {
-        path: path.to_path_buf(),
-        op,
-        source,
-    };
-    let mut bytes = Vec::new();
-    if path.as_os_str() == "-" {
-        io::stdin()
-            .lock()
-            .take(MAX_RULE_FILE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_err(Op::Read, e))?;
-    } else {
-        // O_NONBLOCK: a FIFO named by mistake must not hang the copy before it starts.
-        use std::os::unix::fs::OpenOptionsExt;
-        let f = File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| io_err(Op::Open, e))?;
-        let meta = f.metadata().map_err(|e| io_err(Op::Fstat, e))?;
-        if !meta.is_file() {
-            return Err(invalid(format!("{}: not a regular file", path.display())));
-        }
-        f.take(MAX_RULE_FILE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_err(Op::Read, e))?;
-    }
-    if bytes.len() as u64 > MAX_RULE_FILE {
-        return Err(invalid(format!(
-            "{}: larger than {MAX_RULE_FILE} bytes",
-            path.display()
-        )));
-    }
-    Ok(bytes)
+/// The rules of a rule file: its lines (a trailing `\r` dropped), less blank ones and
+/// comments (`;`, `#`).
+fn rule_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !(l.is_empty() || l[0] == b';' || l[0] == b'#'))
 }
 
-/// Splits a `--filter` rule into what its first word says and its pattern.
-fn parse_head(text: &[u8]) -> Result<(Head, &[u8]), Error> {
-    const NAMES: [(&[u8], u8); 10] = [
-        (b"clear", b'!'),
-        (b"dir-merge", b':'),
-        (b"exclude", b'-'),
-        (b"hide", b'H'),
-        (b"include", b'+'),
-        (b"merge", b'.'),
-        (b"protect", b'P'),
-        (b"risk", b'R'),
-        (b"show", b'S'),
-        (b"", 0),
-    ];
-    let Some(&first) = text.first() else {
-        return Err(invalid("an empty filter rule".into()));
-    };
-    // A long name ends at `,`, ` ` or `_` (rsync's rule_strcmp); a short one is one char,
-    // optionally followed by `,`.
-    let long = NAMES.iter().find_map(|&(name, ch)| {
-        if name.is_empty() || !text.starts_with(name) {
-            return None;
+impl PerDir {
+    /// The rules of one of its files: lines, or words (`w`; no comments then) — where a
+    /// lone rule prefix (`-`, `+`, ...) takes the word after it, as rsync's.
+    fn lines(&self, bytes: &[u8]) -> Vec<Vec<u8>> {
+        if !self.how.words {
+            return rule_lines(bytes).map(<[u8]>::to_vec).collect();
         }
-        match text.get(name.len()) {
-            None | Some(b'_') => Some((ch, name.len() - 1)),
-            Some(c) if c.is_ascii_whitespace() => Some((ch, name.len() - 1)),
-            Some(b',') => Some((ch, name.len())),
-            _ => None,
-        }
-    });
-    let (ch, mut i) = long.unwrap_or((first, usize::from(text.get(1) == Some(&b','))));
-    let mut head = Head {
-        include: false,
-        sender: true,
-        receiver: true,
-        negate: false,
-        merge: None,
-        clear: false,
-        xattr: false,
-    };
-    let mut sided = false;
-    match ch {
-        b'-' => {}
-        b'+' => head.include = true,
-        b'H' | b'S' => {
-            head.include = ch == b'S';
-            head.receiver = false;
-            sided = true;
-        }
-        b'P' | b'R' => {
-            head.include = ch == b'R';
-            head.sender = false;
-            sided = true;
-        }
-        b'!' => head.clear = true,
-        b'.' => head.merge = Some(MergeDefault::Rules),
-        b':' => {
-            return Err(invalid(format!(
-                "per-directory merge files (dir-merge, ':') are not supported: {}",
-                shown(text)
-            )))
-        }
-        _ => return Err(invalid(format!("unknown filter rule: {}", shown(text)))),
-    }
-    // Modifiers up to the separating ` ` or `_` (none after `!`).
-    if !head.clear {
-        i = modifiers(text, i, &mut head, sided)?;
-    }
-    let rest = text.get(i + 1..).unwrap_or_default();
-    Ok((head, rest))
-}
-
-/// The modifiers of a `--filter` rule after its name (which ends at `text[i]`), applied to
-/// `head`: the index of the separator (or the end).
-fn modifiers(text: &[u8], mut i: usize, head: &mut Head, mut sided: bool) -> Result<usize, Error> {
-    loop {
-        i += 1;
-        let Some(&m) = text.get(i) else { break };
-        if m == b' ' || m == b'_' {
-            break;
-        }
-        let bad = || {
-            invalid(format!(
-                "invalid modifier '{}' at position {i} in filter rule: {}",
-                m as char,
-                shown(text)
-            ))
-        };
-        match m {
-            b'!' if head.merge.is_none() => head.negate = true,
-            b'-' if matches!(head.merge, Some(MergeDefault::Rules)) => {
-                head.merge = Some(MergeDefault::Exclude { prefixes: false })
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut prefix: Option<&[u8]> = None;
+        for w in bytes
+            .split(u8::is_ascii_whitespace)
+            .filter(|w| !w.is_empty())
+        {
+            match prefix.take() {
+                Some(p) => out.push([p, b" ", w].concat()),
+                None if matches!(self.default, MergeDefault::Rules)
+                    && w.len() <= 2
+                    && matches!(w[0], b'-' | b'+' | b'P' | b'R' | b'H' | b'S')
+                    && w != b"!" =>
+                {
+                    prefix = Some(w)
+                }
+                None => out.push(w.to_vec()),
             }
-            b'+' if matches!(head.merge, Some(MergeDefault::Rules)) => {
-                head.merge = Some(MergeDefault::Include { prefixes: false })
-            }
-            b's' if !sided => {
-                head.receiver = false;
-                sided = true
-            }
-            b'r' if !sided => {
-                head.sender = false;
-                sided = true
-            }
-            b'p' => {}
-            b'x' if head.merge.is_none() => head.xattr = true,
-            b'/' | b'C' | b'e' | b'n' | b'w' => {
-                return Err(invalid(format!(
-                    "the filter modifier '{}' is not supported: {}",
-                    m as char,
-                    shown(text)
-                )))
-            }
-            _ => return Err(bad()),
         }
-    }
-    Ok(i)
-}
-
-impl Rule {
-    /// A rule from its pattern text (as rsync's add_rule: a trailing `/` means directories
-    /// only; the flags say which wildcards it holds).
-    fn new(pattern: &[u8]) -> Result<Rule, &'static str> {
-        if pattern.len() > MAX_PATTERN {
-            return Err("pattern longer than 4096 bytes");
-        }
-        let mut p = pattern.to_vec();
-        let mut dir_only = false;
-        if p.len() > 1 && p.last() == Some(&b'/') {
-            p.pop();
-            dir_only = true;
-        }
-        let stars = p
-            .split(|&b| b != b'*')
-            .filter(|run| !run.is_empty())
-            .count();
-        if stars > MAX_STAR_RUNS {
-            return Err("pattern has more than 64 runs of '*'");
-        }
-        let wild = p.iter().any(|b| matches!(b, b'*' | b'[' | b'?'));
-        let wild2 = wild && p.windows(2).any(|w| w == b"**");
-        Ok(Rule {
-            wild2_prefix: wild2 && p.starts_with(b"**"),
-            wild3_suffix: wild2 && p.ends_with(b"***"),
-            slashes: p.iter().filter(|&&b| b == b'/').count(),
-            pattern: p,
-            include: false,
-            negate: false,
-            dir_only,
-            sender: true,
-            receiver: true,
-            wild,
-            wild2,
-            xattr: false,
-        })
-    }
-
-    /// rsync's rule_matches: whether the rule matches `path` (negation applied).
-    fn matches(&self, path: &[u8], is_dir: bool) -> bool {
-        self.hit(path, is_dir) != self.negate
-    }
-
-    fn hit(&self, path: &[u8], is_dir: bool) -> bool {
-        if self.dir_only && !is_dir {
-            return false;
-        }
-        let name = if self.slashes == 0 && !self.wild2 {
-            path.rsplit(|&b| b == b'/').next().unwrap_or(path)
-        } else {
-            path
-        };
-        let (anchored, pattern) = match self.pattern.strip_prefix(b"/") {
-            Some(p) => (true, p),
-            None => (false, &self.pattern[..]),
-        };
-        if !self.wild {
-            return if anchored {
-                name == pattern
-            } else {
-                name.ends_with(pattern)
-                    && (name.len() == pattern.len() || name[name.len() - pattern.len() - 1] == b'/')
-            };
-        }
-        let mut text = Vec::with_capacity(name.len() + 2);
-        if self.wild2_prefix {
-            text.push(b'/');
-        }
-        text.extend_from_slice(name);
-        if is_dir && self.wild3_suffix {
-            text.push(b'/');
-        }
-        if !anchored && self.slashes > 0 && !self.wild2 {
-            match trailing_elements(&text, self.slashes + 1) {
-                Some(t) => dowild(pattern, t) == Match::True,
-                None => false,
-            }
-        } else if !anchored && !self.wild2_prefix && self.wild2 {
-            match_after_any_slash(pattern, &text)
-        } else {
-            dowild(pattern, &text) == Match::True
-        }
+        out
     }
 }
 
+mod parse;
+mod rule;
 mod wildmatch;
 
 /// Whether `text` matches the wildcard `pattern` whole (rsync's `wildmatch()`: `*` and `?`

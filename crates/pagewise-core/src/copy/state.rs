@@ -59,6 +59,32 @@ pub(super) struct Ctx<'a> {
     pub fds: FdBudget,
     /// --usermap and --groupmap, with what each source id became.
     ids: super::idmap::IdMaps,
+    /// The per-directory merge files' rules read so far.
+    dir_rules: super::filter::DirRulesSeen,
+    /// Each alternate destination directory (--link-dest, --compare-dest, --copy-dest),
+    /// opened once (see [`Ctx::alt_root`]).
+    alt_roots: Vec<Option<std::os::fd::OwnedFd>>,
+}
+
+/// Opens an alternate destination directory: an absolute path of plain names (as the CLI
+/// gives it, walked and symlink-free) without following any symlink, else as written.
+fn open_alt_root(path: &Path) -> Option<std::os::fd::OwnedFd> {
+    let plain = path.is_absolute()
+        && path
+            .components()
+            .skip(1)
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    let dir = sys::OpenFlags {
+        directory: true,
+        ..Default::default()
+    };
+    match plain {
+        true => {
+            let root = sys::openat(None, c"/", dir).ok()?;
+            sys::open_dir_beneath(root.as_fd(), path.strip_prefix("/").ok()?).ok()
+        }
+        false => sys::open_path(path, dir).ok(),
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -76,6 +102,52 @@ impl<'a> Ctx<'a> {
             },
             fds: FdBudget::new(sys::fd_budget(), opts.threads),
             ids: super::idmap::IdMaps::new(&opts.usermap, &opts.groupmap, opts.numeric_ids),
+            dir_rules: Default::default(),
+            alt_roots: opts
+                .alt_dests
+                .iter()
+                .map(|a| open_alt_root(&opts.alt_path(a, &opts.dest)?))
+                .collect(),
+        }
+    }
+
+    /// The `i`th alternate destination directory, held open for the run: what is found in
+    /// it is reached from this descriptor, so a name on its path turned into a symlink
+    /// meanwhile (rsync 3.5's copy-dest read-leak race) changes nothing. None when it could
+    /// not be opened (then it holds nothing).
+    pub fn alt_root(&self, i: usize) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.alt_roots.get(i)?.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Whether the filter rules exclude `path` (from the transfer root) on `side`, the
+    /// per-directory merge files read so far included.
+    pub fn excluded(&self, path: &[u8], is_dir: bool, side: super::filter::Side) -> bool {
+        let f = &self.opts.filters;
+        match (f.is_empty(), f.has_per_dir()) {
+            (true, _) => false,
+            (false, false) => f.excluded(path, is_dir, side),
+            _ => f.excluded_in(path, is_dir, side, &|dir| self.dir_rules.get(side, dir)),
+        }
+    }
+
+    /// Reads the per-directory merge files of the directory `fd` (`at`; `rel` from the
+    /// transfer root) for `side`, before its entries are filtered. A file is opened without
+    /// following a symlink and must be a regular file; one that cannot be read fails the
+    /// directory's copy (its path and call named), as a bad rule file fails rsync's.
+    pub fn read_dir_rules(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        at: &Path,
+        rel: &[u8],
+        side: super::filter::Side,
+    ) {
+        if !self.opts.filters.has_per_dir() {
+            return;
+        }
+        let read = |name: &[u8]| super::filter::read_rules_at(fd, at, name);
+        match self.opts.filters.dir_rules(rel, read) {
+            Ok(rules) => self.dir_rules.put(side, rel, rules),
+            Err(e) => self.fail(FileError::other(at, crate::error::Op::Read, e.to_string())),
         }
     }
 

@@ -323,6 +323,13 @@ pub struct SyncArgs {
     /// Add a file-filtering RULE
     #[arg(short = 'f', long, value_name = "RULE", allow_hyphen_values = true, value_parser = rule(RuleKind::Filter))]
     pub filter: Vec<Rule>,
+    /// Same as --filter='dir-merge /.rsync-filter'; repeated: --filter='- .rsync-filter'
+    #[arg(short = 'F', num_args = 0, default_missing_value = "dir-merge /.rsync-filter", action = clap::ArgAction::Append, value_parser = rule(RuleKind::Filter))]
+    pub rsync_filter: Vec<Rule>,
+    /// Auto-ignore files in the same way CVS does (rsync's list, ~/.cvsignore, $CVSIGNORE,
+    /// and each directory's .cvsignore, after the other rules)
+    #[arg(short = 'C', long)]
+    pub cvs_exclude: bool,
     /// Increase verbosity
     #[arg(short = 'v', long, action = ArgAction::Count)]
     pub verbose: u8,
@@ -420,6 +427,21 @@ pub struct Verbosity {
     pub progress: bool,
     /// Unsafe symlinks left out (`-v`, `--info=symsafe`).
     pub symsafe: bool,
+}
+
+impl SyncArgs {
+    /// --filter's rules and -F's: `dir-merge /.rsync-filter`, a second -F
+    /// `- .rsync-filter`, each in its place on the command line.
+    pub(super) fn filter_rules(&self) -> Vec<Rule> {
+        let mut filter = self.filter.clone();
+        for (i, r) in self.rsync_filter.iter().enumerate().take(2) {
+            filter.push(match i {
+                0 => r.clone(),
+                _ => r.with_text("- .rsync-filter"),
+            });
+        }
+        filter
+    }
 }
 
 /// --usermap's or --groupmap's rules, refused with rsync's messages.

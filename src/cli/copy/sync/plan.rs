@@ -472,16 +472,18 @@ fn owners_modes_filters(
     for c in &a.chmod {
         chmod.extend(copy::modes::parse_chmod(c)?);
     }
-    let mut f = filters_of(
-        [
-            &a.exclude,
-            &a.include,
-            &a.exclude_from,
-            &a.include_from,
-            &a.filter,
-        ],
-        a.delete_excluded,
-    )?;
+    let filter = a.filter_rules();
+    let lists = [
+        &a.exclude,
+        &a.include,
+        &a.exclude_from,
+        &a.include_from,
+        &filter,
+    ];
+    let mut f = filters_of(lists, a.delete_excluded)?;
+    if a.cvs_exclude {
+        f.add_cvs_exclude()?;
+    }
     // rsync protects its own backups from --delete (a `P *~` rule) when they are kept beside
     // the originals.
     if let (Some(b), true) = (&backup, delete != DeleteWhen::None && !a.delete_excluded) {

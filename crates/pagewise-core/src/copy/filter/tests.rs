@@ -148,7 +148,7 @@ fn filter_rule_forms() {
     assert!(out(&f, "plain", false));
     assert!(!out(&f, "dir", true));
     let mut f = Filters::new(false);
-    for bad in ["x foo", "-w foo", "-", ": .rsync-filter", "-/ abs", "!x"] {
+    for bad in ["x foo", "-w foo", "-", ": ", ":w", "-/ abs", "!x"] {
         assert!(f.add(F, bad.as_bytes()).is_err(), "{bad:?} accepted");
     }
     f.add(F, b"- a").unwrap();
@@ -261,6 +261,121 @@ fn fuzz_rules_and_paths() {
             let b = f.excluded(&path, dir, Side::Sender);
             assert_eq!(a, b);
             let _ = f.excluded(&path, !dir, Side::Receiver);
+        },
+    );
+}
+
+/// Reads the given per-directory files (`(dir, name) -> text`) for each directory, as the
+/// walk does.
+fn walk(f: &Filters, files: &[((&str, &str), &str)], dirs: &[&str]) -> DirRulesSeen {
+    let seen = DirRulesSeen::default();
+    for dir in dirs {
+        let read = |name: &[u8]| {
+            let hit = files
+                .iter()
+                .find(|((d, n), _)| d == dir && n.as_bytes() == name);
+            Ok(hit.map(|(_, text)| text.as_bytes().to_vec()))
+        };
+        seen.put(
+            Side::Sender,
+            dir.as_bytes(),
+            f.dir_rules(dir.as_bytes(), read).unwrap(),
+        );
+    }
+    seen
+}
+
+/// Per-directory merge files (rsync's `:`): a directory's rules hold in it and below, not
+/// above, the deeper file's first; `n` keeps them to their directory; an anchored pattern is
+/// anchored at the file's directory; `!` clears what is inherited; the global rules after the
+/// dir-merge rule come after all of them.
+#[test]
+fn per_directory_merge_files_hold_where_rsync_s_do() {
+    let f = rules(&[(F, ": .rules"), (F, ":n- .only-here"), (X, "*.tmp")]);
+    let files = [
+        (("d1", ".rules"), "- secret*\n- /anch\n# comment\n"),
+        (("d1/d2", ".rules"), "+ secret.keep\n"),
+        (("d1/d2/d3", ".rules"), "!\n- other\n"),
+        (("d1", ".only-here"), "x.log\n"),
+    ];
+    let seen = walk(&f, &files, &["", "d1", "d1/d2", "d1/d2/d3"]);
+    let ex = |p: &str| {
+        f.excluded_in(p.as_bytes(), false, Side::Sender, &|d| {
+            seen.get(Side::Sender, d)
+        })
+    };
+    assert!(!ex("secret.top"), "above the file");
+    assert!(ex("d1/secret.mid") && ex("d1/d2/secret.deep"));
+    assert!(!ex("d1/d2/secret.keep"), "the deeper file first");
+    assert!(!ex("d1/d2/d3/secret.x"), "! cleared the inherited rules");
+    assert!(ex("d1/d2/d3/other"));
+    assert!(ex("d1/anch") && !ex("d1/d2/anch"), "anchored at d1");
+    assert!(ex("d1/x.log") && !ex("d1/d2/x.log"), "n: not inherited");
+    assert!(ex("d1/d2/d3/a.tmp"));
+    assert!(
+        !f.excluded(b"d1/secret.mid", false, Side::Sender),
+        "no files read: none"
+    );
+}
+
+/// `-C`: rsync's list as excludes, then each directory's `.cvsignore` read as words and not
+/// inherited; `e` excludes the merge file itself.
+#[test]
+fn cvs_excludes_and_cvsignore_words() {
+    let mut f = Filters::new(false);
+    f.add_cvs_exclude().unwrap();
+    assert!(out(&f, "a.o", false) && out(&f, "x/core", false) && out(&f, "b~", false));
+    assert!(out(&f, ".git", true) && !out(&f, ".git", false) && !out(&f, "a.c", false));
+    let seen = walk(&f, &[(("d", ".cvsignore"), "*.junk  b.tmp\nc")], &["d"]);
+    let ex = |p: &str| {
+        f.excluded_in(p.as_bytes(), false, Side::Sender, &|d| {
+            seen.get(Side::Sender, d)
+        })
+    };
+    assert!(ex("d/x.junk") && ex("d/b.tmp") && ex("d/c"));
+    assert!(
+        !ex("d/e/x.junk") && !ex("x.junk"),
+        ":C holds in its directory only"
+    );
+    let g = rules(&[(F, ":e .rules")]);
+    assert!(out(&g, "sub/.rules", false));
+}
+
+#[test]
+fn bad_per_directory_rules_are_errors() {
+    let f = rules(&[(F, ": .rules")]);
+    assert!(f
+        .dir_rules(b"d", |_| Ok(Some(b": .nested".to_vec())))
+        .is_err());
+    assert!(f.dir_rules(b"d", |_| Ok(Some(b"~ what".to_vec()))).is_err());
+    let mut g = Filters::new(false);
+    assert!(g.add(F, b"-C foo").is_err());
+    assert!(g.add(F, b":").is_err());
+    assert!(g.add(F, b": ..").is_err());
+}
+
+/// Any bytes as a per-directory merge file, read each way, give rules or an error, and
+/// matching with them never panics.
+#[test]
+fn fuzz_per_directory_merge_files() {
+    use proptest::prelude::*;
+    let alphabet = proptest::sample::select(b"ab/*?[]!-+:, \n\r#;CPHSR".to_vec());
+    let text = proptest::collection::vec(alphabet.clone(), 0..64);
+    let path = proptest::collection::vec(alphabet, 0..24);
+    crate::fuzzing::fuzz(
+        "per-directory merge files",
+        1024,
+        (text, path, any::<bool>()),
+        |(text, path, dir)| {
+            for spec in [": .r", ":n- .r", ":C", ":w .r", ":+ .r", ":s .r"] {
+                let mut f = Filters::new(dir);
+                f.add(F, spec.as_bytes()).unwrap();
+                if let Ok(r) = f.dir_rules(b"a", |_| Ok(Some(text.clone()))) {
+                    let seen = DirRulesSeen::default();
+                    seen.put(Side::Sender, b"a", r);
+                    let _ = f.excluded_in(&path, dir, Side::Sender, &|d| seen.get(Side::Sender, d));
+                }
+            }
         },
     );
 }

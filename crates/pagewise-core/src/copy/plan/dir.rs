@@ -295,7 +295,9 @@ fn tidy_existing(
     keep: &HashSet<&CStr>,
 ) {
     let (dry, dst) = (p.ctx.opts.dry_run, &e.dst);
-    let filters = &p.ctx.opts.filters;
+    if p.ctx.opts.delete {
+        p.ctx.read_dir_rules(dir, dst, &e.rel, Side::Receiver);
+    }
     for name in names {
         let path = dst.join(sys::name_os(name));
         if let Some(pid) = temp_owner(name.to_bytes()) {
@@ -325,7 +327,8 @@ fn tidy_existing(
             .ok()
             .map(|m| EntryKind::of(&m));
         let is_dir = kind == Some(EntryKind::Dir);
-        if !filters.is_empty() && filters.excluded(&child_rel(&e.rel, name), is_dir, Side::Receiver)
+        if p.ctx
+            .excluded(&child_rel(&e.rel, name), is_dir, Side::Receiver)
         {
             continue;
         }
@@ -409,7 +412,6 @@ fn backs_up_deleted(ctx: &crate::copy::state::Ctx<'_>, name: &[u8]) -> bool {
 /// non-empty directory" for the others, as rsync says).
 fn delete_backing_up(p: &Planner<'_>, path: &std::path::Path, base: &[u8]) {
     let ctx = p.ctx;
-    let filters = &ctx.opts.filters;
     let mut below: Vec<(Vec<u8>, bool)> = Vec::new();
     let walked = ctx.dest.parent(path).and_then(|(dir, name)| {
         let mut visit = |rel: &[u8], d: bool| below.push((rel.to_vec(), d));
@@ -437,7 +439,7 @@ fn delete_backing_up(p: &Planner<'_>, path: &std::path::Path, base: &[u8]) {
             true => rel.clone(),
             false => [base, b"/", &rel].concat(),
         };
-        if !filters.is_empty() && filters.excluded(&named, is_dir, Side::Receiver) {
+        if ctx.excluded(&named, is_dir, Side::Receiver) {
             continue;
         }
         let r = ctx.dest.parent(&at).and_then(|(dir, name)| {
@@ -473,11 +475,10 @@ fn remove_dir(
     name: &CStr,
     removed: &mut Vec<(Vec<u8>, bool)>,
 ) -> io::Result<bool> {
-    let filters = &p.ctx.opts.filters;
     let rel = child_rel(&e.rel, name);
     let seen = std::cell::RefCell::new(Vec::new());
     let keep = |path: &[u8], is_dir: bool| {
-        let kept = path != rel.as_slice() && filters.excluded(path, is_dir, Side::Receiver);
+        let kept = path != rel.as_slice() && p.ctx.excluded(path, is_dir, Side::Receiver);
         if !kept && path != rel.as_slice() {
             seen.borrow_mut().push((path.to_vec(), is_dir));
         }

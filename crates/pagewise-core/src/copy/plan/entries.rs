@@ -514,13 +514,31 @@ fn alt_match(p: &mut Planner<'_>, e: &Entry, same: &dyn Fn(&sys::Stat, &Path) ->
     if opts.alt_dests.is_empty() {
         return Alt::NoMatch;
     }
-    for alt in &opts.alt_dests {
-        let Some(path) = opts.alt_path(alt, &e.dst) else {
-            return Alt::NoMatch;
-        };
-        let Ok(st) = sys::stat_path(&path, false) else {
+    let Some(rel) = e
+        .dst
+        .strip_prefix(&opts.dest)
+        .ok()
+        .filter(|r| r.file_name().is_some())
+    else {
+        return Alt::NoMatch;
+    };
+    for (i, alt) in opts.alt_dests.iter().enumerate() {
+        // Reached from the directory held open, no symlink followed on the way or at the end.
+        let Some(root) = p.ctx.alt_root(i) else {
             continue;
         };
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        let name = rel
+            .file_name()
+            .and_then(|n| std::ffi::CString::new(n.as_bytes()).ok());
+        let found = sys::open_dir_beneath(root, parent)
+            .ok()
+            .zip(name)
+            .and_then(|(d, n)| sys::fstatat(Some(d.as_fd()), &n, false).ok());
+        let Some(st) = found else {
+            continue;
+        };
+        let path = sys::fd_path(root).join(rel);
         if !same(&st, &path) {
             continue;
         }

@@ -53,6 +53,7 @@ pub(super) fn merged_names(
 /// The names in the source directory `fd` (of `e`) that the filter rules do not exclude,
 /// sorted; a failed read is reported.
 fn read_names(p: &mut Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, follow: bool) -> Vec<CString> {
+    p.ctx.read_dir_rules(fd, &e.src, &e.rel, Side::Sender);
     let mut names: Vec<CString> = Vec::new();
     let sub = p.ctx.opts.temp_place.sub();
     for ent in sys::DirReader::new(fd) {
@@ -73,8 +74,7 @@ fn read_names(p: &mut Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, follow: bool) 
 /// from the copy. Its type comes from the directory entry, or fstatat when the file
 /// system does not say (or, with -L, for a symlink: a link to a directory is one).
 fn excluded(p: &Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, follow: bool) -> bool {
-    let filters = &p.ctx.opts.filters;
-    if filters.is_empty() {
+    if p.ctx.opts.filters.is_empty() {
         return false;
     }
     let is_dir = match d.kind {
@@ -87,7 +87,8 @@ fn excluded(p: &Planner<'_>, fd: BorrowedFd<'_>, e: &Entry, d: &sys::Dirent, fol
         }
         _ => false,
     };
-    filters.excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
+    p.ctx
+        .excluded(&child_rel(&e.rel, &d.name), is_dir, Side::Sender)
 }
 
 /// How deep rsync -m's look into a directory goes; below, a directory counts as holding
@@ -147,6 +148,9 @@ fn holds_something(
     if depth >= PRUNE_DEPTH {
         return true;
     }
+    let at =
+        std::path::Path::new(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(rel));
+    p.ctx.read_dir_rules(dir.as_fd(), at, rel, Side::Sender);
     let sub = opts.temp_place.sub();
     for ent in sys::DirReader::new(dir.as_fd()) {
         let Ok(d) = ent else {
@@ -159,7 +163,7 @@ fn holds_something(
             return true;
         };
         let rel = child_rel(rel, &d.name);
-        if !opts.filters.is_empty() && opts.filters.excluded(&rel, st.is_dir(), Side::Sender) {
+        if p.ctx.excluded(&rel, st.is_dir(), Side::Sender) {
             continue;
         }
         let made = match sys::NodeKind::of_mode(st.mode) {

@@ -219,7 +219,7 @@ fn root(
         }
         _ => Vec::new(),
     };
-    if !rel.is_empty() && opts.filters.excluded(&rel, st.is_dir(), Side::Sender) {
+    if !rel.is_empty() && p.ctx.excluded(&rel, st.is_dir(), Side::Sender) {
         return None;
     }
     let root = Entry {

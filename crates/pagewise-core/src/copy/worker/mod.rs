@@ -157,7 +157,10 @@ impl<'a> Workers<'a> {
         let mut open = Vec::with_capacity(tasks.len());
         for t in tasks {
             if let Some(o) = open_pair(self.ctx, self.temps, parents, t) {
-                if o.sparse || o.pseudo || o.st.size > SMALL_FILE || o.st.size == 0 {
+                // Data kept from the destination (--append's existing bytes) is the general
+                // path's: the batch writes whole files (an --append in a directory of two
+                // small files rewrote them whole, where rsync appended).
+                if o.sparse || o.pseudo || o.st.size > SMALL_FILE || o.st.size == 0 || o.kept > 0 {
                     self.copy_data_and_finish(o, done);
                 } else {
                     open.push(o);
