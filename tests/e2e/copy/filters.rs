@@ -285,7 +285,8 @@ fn bad_rules_are_refused_before_copying() {
     let dst = t.path().join("dst");
     for (args, says) in [
         (vec!["--filter", "x foo"], "unknown filter rule"),
-        (vec!["--filter", ": .rsync-filter"], "not supported"),
+        (vec!["--filter", "-/ abs"], "not supported"),
+        (vec!["--filter", ": "], "unexpected end of filter rule"),
         (
             vec!["--exclude-from", "/nonexistent/rules"],
             "/nonexistent/rules",
@@ -297,6 +298,24 @@ fn bad_rules_are_refused_before_copying() {
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
         assert!(!dst.exists(), "{args:?} wrote something");
     }
+    // A per-directory merge file planted as a symlink (here to a file outside) is not
+    // followed: the directory's copy reports it, with the path and the call, and nothing of
+    // the file it points at.
+    fs::write(t.path().join("outside"), "- SECRET-LINE\n").unwrap();
+    std::os::unix::fs::symlink(t.path().join("outside"), src.join(".rules")).unwrap();
+    let out = run(bin()
+        .args(["copy", "-a", "-f", ": .rules"])
+        .arg(&src)
+        .arg(&dst));
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(".rules: open failed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("SECRET-LINE"), "{}", stderr(&out));
+    fs::remove_file(src.join(".rules")).unwrap();
+    let _ = fs::remove_dir_all(&dst);
     // A FIFO as a rule file does not hang the copy.
     let fifo = mkfifo(&t.path().join("fifo"));
     let (out, took) = run_deadline(
