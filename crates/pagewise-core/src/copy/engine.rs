@@ -224,7 +224,9 @@ fn chunk_loop(job: &Job<'_>, steps: &impl Steps) -> Moved {
         _ => fail(e.op, on_dest, e.err),
     };
     parallel(job, steps.align(), |buf, off, len| {
+        let t = std::time::Instant::now();
         let n = steps.read(buf, off, len).map_err(|e| failed(e, false))?;
+        let _ = job.pace.inspect(|b| b.note_read(t.elapsed()));
         if n == 0 {
             return Ok(());
         }

@@ -6,6 +6,7 @@
 
 use crate::error::Error;
 use crate::sys::IoPriority;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -39,6 +40,8 @@ pub struct Bandwidth {
     /// The rate as f64 bits (set while the copy runs by `--bwlimit auto`).
     bytes_per_s: std::sync::atomic::AtomicU64,
     next: Mutex<Option<Instant>>,
+    /// The copy's own reads so far and their time in µs (see [`Bandwidth::note_read`]).
+    own: (AtomicU64, AtomicU64),
 }
 
 /// Longest single sleep while waiting for a reservation (a stop is seen within it).
@@ -50,7 +53,24 @@ impl Bandwidth {
         Bandwidth {
             bytes_per_s: std::sync::atomic::AtomicU64::new((bytes_per_s.max(1) as f64).to_bits()),
             next: Mutex::new(None),
+            own: Default::default(),
         }
+    }
+
+    /// One read of the copy's own that took `took`: `--bwlimit auto` takes the copy's reads
+    /// out of the devices' read latency, which is meant to be the others'.
+    pub fn note_read(&self, took: Duration) {
+        self.own.0.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.own.1.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// The copy's own reads so far and their time in µs.
+    pub fn own_reads(&self) -> (u64, u64) {
+        (
+            self.own.0.load(Ordering::Relaxed),
+            self.own.1.load(Ordering::Relaxed),
+        )
     }
 
     /// Sets the rate (bytes per second, at least 1; infinite: no limit).

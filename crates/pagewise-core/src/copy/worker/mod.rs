@@ -449,8 +449,10 @@ impl<'a> Workers<'a> {
         restart_hashes(&prefix);
         // What is left to copy after `auto`'s measure, and what is on disk before the
         // chain's attempts (a refused strategy's leftovers are cut back to it).
+        // Not under a bandwidth limit: the windows would time the limit, not the device (a
+        // --bwlimit auto copy measured RWF_DONTCACHE faster and took it).
         let probed = match self.ctx.opts.strategy {
-            Strategy::Auto if size >= probe::PROBE_MIN => {
+            Strategy::Auto if size >= probe::PROBE_MIN && self.ctx.bandwidth.is_none() => {
                 let chain = self.chain(devs, size);
                 let move_data = |j: &Job<'_>, s| self.move_data(j, s, &src, &tmp);
                 self.choices
