@@ -25,6 +25,8 @@ pub(super) struct FileTask {
     /// A partial temporary an earlier, killed copy left for this file (its name in the
     /// destination directory): the worker checks it and resumes from its checkpoint.
     pub resume: Option<std::ffi::OsString>,
+    /// Opened without following a symlink at the last component (see `Entry::nofollow`).
+    pub nofollow: bool,
 }
 
 /// A directory the copy made or entered: its mode and times are set last, after its contents.

@@ -44,8 +44,7 @@ struct Sides<'a> {
 pub(super) fn dir(p: &mut Planner<'_>, job: DirJob) {
     let DirJob { entry: e, up } = job;
     let follow = p.ctx.opts.dereference == Dereference::Always;
-    let nofollow =
-        !(follow || e.followed || (e.depth == 0 && p.ctx.opts.dereference != Dereference::Never));
+    let nofollow = e.nofollow(p.ctx.opts.dereference);
     let Some((src_fd, st)) = open_source(p, &e, &up, nofollow) else {
         return;
     };

@@ -349,6 +349,7 @@ fn file(p: &mut Planner<'_>, e: Entry) {
     if left_as_is(p, &e) {
         return;
     }
+    let nofollow = e.nofollow(opts.dereference);
     // --checksum never leaves a file on its metadata alone: same-size files are compared.
     let quick = opts.existing != Existing::Checksum;
     let same = |d: &sys::Stat| {
@@ -366,8 +367,7 @@ fn file(p: &mut Planner<'_>, e: Entry) {
             drop(links);
             // Already this file's second name when its first name was left as it was.
             let linked = |d: &sys::Stat| kept == Some((d.dev, d.ino));
-            let keep_second = keeps(p, &e, linked);
-            if keep_second {
+            if keeps(p, &e, linked) {
                 return p.ctx.skipped(&e.dst, EntryKind::Hardlink);
             }
             if p.ctx.opts.dry_run {
@@ -424,17 +424,16 @@ fn file(p: &mut Planner<'_>, e: Entry) {
         None => opts.alt_basis(&e.dst).filter(|b| b.is_file()),
         Some(_) => None,
     };
-    let quiet = matches!(alt, Alt::CopyQuiet(_));
-    let src = alt.source(e.src, opts.remove_source_files);
     let task = FileTask {
-        src,
+        quiet: matches!(alt, Alt::CopyQuiet(_)),
+        src: alt.source(e.src, opts.remove_source_files),
         dst: e.dst,
         size,
         before: e.dst_st,
         basis,
-        quiet,
         compare,
         resume,
+        nofollow,
     };
     if p.ctx.opts.dry_run {
         // What a run would do, content compared here when --checksum asks.

@@ -33,6 +33,18 @@ pub(super) struct Entry {
     pub(super) also: Vec<PathBuf>,
 }
 
+impl Entry {
+    /// Whether the source is opened without following a symlink at its last component:
+    /// unless symlinks are followed (`-L`; `-H` for a source named by the caller) or this
+    /// entry was reached through one. A name listed as a file or directory that turns into a
+    /// symlink before it is opened (someone who can write the source tree swapping it) is
+    /// then refused, not followed elsewhere.
+    pub(super) fn nofollow(&self, dereference: crate::copy::options::Dereference) -> bool {
+        use crate::copy::options::Dereference::{Always, Never};
+        !(dereference == Always || self.followed || (self.depth == 0 && dereference != Never))
+    }
+}
+
 /// A directory waiting to be planned.
 pub(super) struct DirJob {
     pub(super) entry: Entry,

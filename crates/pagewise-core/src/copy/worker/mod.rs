@@ -575,6 +575,7 @@ impl<'a> Workers<'a> {
                 quiet: o.quiet,
                 compare: false,
                 resume: None,
+                nofollow: o.nofollow,
             });
             return None;
         }

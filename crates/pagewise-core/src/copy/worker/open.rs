@@ -43,6 +43,8 @@ pub(in crate::copy) struct Open {
     pub basis: Option<sys::Stat>,
     /// See [`FileTask::quiet`].
     pub quiet: bool,
+    /// The source is opened without following a symlink (see `FileTask::nofollow`).
+    pub nofollow: bool,
     /// Bytes from offset 0 an earlier, killed copy left in the temporary, checked against the
     /// source (see [`resume`](super::super::resume)): the copy continues from there.
     pub kept: u64,
@@ -65,9 +67,10 @@ pub(super) fn open_pair(
         basis,
         quiet,
         resume,
+        nofollow,
         ..
     } = task;
-    let (sf, st, extents, pseudo) = open_source(ctx, &src)?;
+    let (sf, st, extents, pseudo) = open_source(ctx, &src, nofollow)?;
     let sparse = !pseudo && st.allocated < st.size;
     let src_cached = crate::residency::cached_pages(sf.as_fd(), 0, 0);
     // Without --preserve the copy gets the source's permission bits less the umask, which
@@ -134,6 +137,7 @@ pub(super) fn open_pair(
         before,
         basis,
         quiet,
+        nofollow,
         kept,
     })
 }
@@ -141,13 +145,22 @@ pub(super) fn open_pair(
 /// Opens `src` (O_NOATIME where allowed), checks it is still a regular file, and finds its
 /// data extents (one for a file without holes; none for a file of a pseudo filesystem,
 /// flagged by the last field). None: skipped (vanished) or failed (reported).
-fn open_source(ctx: &Ctx<'_>, src: &Path) -> Option<(OwnedFd, sys::Stat, Extents, bool)> {
+fn open_source(
+    ctx: &Ctx<'_>,
+    src: &Path,
+    nofollow: bool,
+) -> Option<(OwnedFd, sys::Stat, Extents, bool)> {
     let flags = sys::OpenFlags {
         noatime: true,
+        nofollow,
         ..Default::default()
     };
     let sf = match sys::open_path(src, flags) {
         Ok(f) => f,
+        Err(e) if nofollow && e.raw_os_error() == Some(libc::ELOOP) => {
+            let why = "is a symlink now, not the file listed: not followed";
+            return ctx.fail_none(FileError::other(src, Op::Open, why));
+        }
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
             ctx.tally
                 .notice("some source files vanished during the copy and were skipped");
