@@ -84,11 +84,6 @@ pub fn read_rules_at(
 ) -> Result<Option<Vec<u8>>, Error> {
     use std::os::unix::ffi::OsStrExt;
     let path = at.join(std::ffi::OsStr::from_bytes(name));
-    let io_err = |op: Op, source: io::Error| Error::Io {
-        path: path.clone(),
-        op,
-        source,
-    };
     let c = std::ffi::CString::new(name).map_err(|_| invalid(format!("{}: NUL", shown(name))))?;
     let flags = crate::sys::OpenFlags {
         nofollow: true,
@@ -97,56 +92,27 @@ pub fn read_rules_at(
     let fd = match crate::sys::openat(Some(dir), &c, flags) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
-        Err(e) => return Err(io_err(Op::Open, e)),
+        Err(e) => return Err(io_error(&path, Op::Open, e)),
     };
-    let f = File::from(fd);
-    let meta = f.metadata().map_err(|e| io_err(Op::Fstat, e))?;
+    regular_file_bytes(File::from(fd), &path).map(Some)
+}
+
+/// The bytes of the rule file `f` (at `path`): a regular file of at most [`MAX_RULE_FILE`]
+/// bytes.
+fn regular_file_bytes(f: File, path: &Path) -> Result<Vec<u8>, Error> {
+    let meta = f.metadata().map_err(|e| io_error(path, Op::Fstat, e))?;
     if !meta.is_file() {
         return Err(invalid(format!("{}: not a regular file", path.display())));
     }
-    let mut bytes = Vec::new();
-    f.take(MAX_RULE_FILE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| io_err(Op::Read, e))?;
-    if bytes.len() as u64 > MAX_RULE_FILE {
-        return Err(invalid(format!(
-            "{}: larger than {MAX_RULE_FILE} bytes",
-            path.display()
-        )));
-    }
-    Ok(Some(bytes))
+    bounded(f, path)
 }
 
-/// Reads a whole rule file, bounded; `-` is standard input.
-pub(super) fn read_rule_file(path: &Path) -> Result<Vec<u8>, Error> {
-    let io_err = |op: Op, source: io::Error| Error::Io {
-        path: path.to_path_buf(),
-        op,
-        source,
-    };
+/// All of `r`, refused past [`MAX_RULE_FILE`] bytes (`path` names it in the errors).
+fn bounded(r: impl Read, path: &Path) -> Result<Vec<u8>, Error> {
     let mut bytes = Vec::new();
-    if path.as_os_str() == "-" {
-        io::stdin()
-            .lock()
-            .take(MAX_RULE_FILE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_err(Op::Read, e))?;
-    } else {
-        // O_NONBLOCK: a FIFO named by mistake must not hang the copy before it starts.
-        use std::os::unix::fs::OpenOptionsExt;
-        let f = File::options()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|e| io_err(Op::Open, e))?;
-        let meta = f.metadata().map_err(|e| io_err(Op::Fstat, e))?;
-        if !meta.is_file() {
-            return Err(invalid(format!("{}: not a regular file", path.display())));
-        }
-        f.take(MAX_RULE_FILE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| io_err(Op::Read, e))?;
-    }
+    r.take(MAX_RULE_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, Op::Read, e))?;
     if bytes.len() as u64 > MAX_RULE_FILE {
         return Err(invalid(format!(
             "{}: larger than {MAX_RULE_FILE} bytes",
@@ -154,6 +120,29 @@ pub(super) fn read_rule_file(path: &Path) -> Result<Vec<u8>, Error> {
         )));
     }
     Ok(bytes)
+}
+
+fn io_error(path: &Path, op: Op, source: io::Error) -> Error {
+    Error::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
+}
+
+/// Reads a whole rule file, bounded; `-` is standard input.
+pub(super) fn read_rule_file(path: &Path) -> Result<Vec<u8>, Error> {
+    if path.as_os_str() == "-" {
+        return bounded(io::stdin().lock(), path);
+    }
+    // O_NONBLOCK: a FIFO named by mistake must not hang the copy before it starts.
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| io_error(path, Op::Open, e))?;
+    regular_file_bytes(f, path)
 }
 
 /// Splits a `--filter` rule into what its first word says and its pattern.
